@@ -1,0 +1,52 @@
+/* DYAD client API: produce and consume files (same names as the original DYAD). */
+#ifndef DYAD_CLIENT_DYAD_CLIENT_H
+#define DYAD_CLIENT_DYAD_CLIENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <dyad/common/dyad_rc.h>
+#include <dyad/core/dyad_ctx.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a file lives. The first two fields are those of the original DYAD. */
+struct dyad_metadata {
+    char* fpath;          /* path relative to the managed directory */
+    uint32_t owner_rank;  /* numeric id of the owner's node */
+    char* owner_service;  /* id of the owning service */
+    char* owner_node;     /* node name of the owning service */
+    uint64_t size;        /* bytes */
+    int64_t mtime_ns;     /* producer-side modification time */
+    uint64_t generation;  /* 1 on first produce, +1 on each re-produce */
+    char* record;         /* the serialized record (used by dyad_consume_w_metadata) */
+};
+typedef struct dyad_metadata dyad_metadata_t;
+
+/* Publishes fname (a path under the producer-managed directory). Unmanaged
+ * paths are ignored (DYAD_RC_OK). */
+dyad_rc_t dyad_produce(dyad_ctx_t* ctx, const char* fname);
+
+/* Looks up the metadata of fname (consumer-managed). should_wait blocks until
+ * the file is produced or DYAD_WAIT_TIMEOUT passes (DYAD_RC_TIMEOUT). Without
+ * waiting, an absent file is DYAD_RC_NOTFOUND. Unmanaged: DYAD_RC_UNTRACKED.
+ * *mdata is set only on success; free it with dyad_free_metadata. */
+dyad_rc_t dyad_get_metadata(dyad_ctx_t* ctx, const char* fname, bool should_wait,
+                            dyad_metadata_t** mdata);
+
+dyad_rc_t dyad_free_metadata(dyad_metadata_t** mdata);
+
+/* Waits for fname to be produced, then brings it into the consumer-managed
+ * directory. The file appears whole or not at all. */
+dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname);
+
+/* As dyad_consume, with metadata from dyad_get_metadata (no lookup). */
+dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname,
+                                  const dyad_metadata_t* mdata);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DYAD_CLIENT_DYAD_CLIENT_H */

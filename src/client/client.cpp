@@ -1,0 +1,420 @@
+#include "client.hpp"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/checksum.hpp"
+#include "common/keygen.hpp"
+#include "common/log.hpp"
+
+namespace dyad::client {
+namespace {
+
+constexpr const char* kSub = "client";
+constexpr double kControlTimeout = 30.0;  // connect, put, status
+
+double since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Receives file bytes into the temporary file, hashing as they pass.
+class FileSink : public dtl::Sink {
+public:
+    FileSink(int fd, std::string what) : fd_(fd), what_(std::move(what)) {}
+    Status write(const void* p, size_t n) override {
+        hash_.update(p, n);
+        bytes_ += n;
+        return write_all(fd_, p, n, what_);
+    }
+    uint64_t bytes() const { return bytes_; }
+    std::string hex() const { return hash_.hex(); }
+
+private:
+    int fd_;
+    std::string what_;
+    Xxh3 hash_;
+    uint64_t bytes_ = 0;
+};
+
+// Exclusive OFD lock on a lock file: released when the fd closes, and not
+// dropped when another fd of this process to the same file closes.
+Result<UniqueFd> lock_file(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664));
+    if (!fd.valid()) return Status(DYAD_RC_BADFIO, "cannot open lock file '" + path + "'", errno);
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    while (::fcntl(fd.get(), F_OFD_SETLKW, &fl) != 0) {
+        if (errno == EINTR) continue;
+        return Status(DYAD_RC_BADFIO, "cannot lock '" + path + "'", errno);
+    }
+    return fd;
+}
+
+nlohmann::json read_state(int fd) {
+    char buf[4096];
+    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return nullptr;
+    auto j = nlohmann::json::parse(std::string(buf, static_cast<size_t>(n)), nullptr, false);
+    return j.is_discarded() ? nlohmann::json(nullptr) : j;
+}
+
+void write_state(int fd, const nlohmann::json& j) {
+    std::string s = j.dump();
+    if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, s.data(), s.size(), 0);
+}
+
+std::string dirname_of(const std::string& p) {
+    size_t slash = p.rfind('/');
+    return slash == 0 ? "/" : p.substr(0, slash);
+}
+
+}  // namespace
+
+// ---- Record ----
+
+nlohmann::json Record::to_json() const {
+    return {{"path", upath},   {"owner", owner},       {"node", node},         {"producer_dir", producer_dir},
+            {"endpoints", endpoints}, {"size", size}, {"mtime_ns", mtime_ns}, {"mode", mode}};
+}
+
+Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+        return Status(DYAD_RC_BADMETADATA, "metadata record is not JSON: was it written by this DYAD version?", EPROTO);
+    Record r;
+    try {
+        r.upath = j.at("path").get<std::string>();
+        r.owner = j.at("owner").get<std::string>();
+        r.node = j.value("node", r.owner);
+        r.producer_dir = j.value("producer_dir", "");
+        r.endpoints = j.at("endpoints").get<std::vector<std::string>>();
+        r.size = j.at("size").get<uint64_t>();
+        r.mtime_ns = j.value("mtime_ns", static_cast<int64_t>(0));
+        r.mode = j.value("mode", 0644u);
+    } catch (const std::exception& e) {
+        return Status(DYAD_RC_BADMETADATA, std::string("malformed metadata record: ") + e.what(), EPROTO);
+    }
+    r.generation = generation;
+    return r;
+}
+
+uint32_t Record::owner_rank() const {
+    char* end = nullptr;
+    unsigned long v = std::strtoul(node.c_str(), &end, 10);
+    if (!node.empty() && *end == '\0') return static_cast<uint32_t>(v);
+    // Non-numeric node names: a stable 31-bit number.
+    uint64_t h[2];
+    murmur3_x64_128(node.data(), node.size(), 104723u, h);
+    return static_cast<uint32_t>(h[0] & 0x7fffffff);
+}
+
+// ---- Client ----
+
+Client::Client(Config cfg)
+    : cfg_(std::move(cfg)), prod_(cfg_.prod_path), cons_(cfg_.cons_path),
+      pool_(std::make_shared<rpc::ConnectionPool>()) {}
+
+Result<std::unique_ptr<Client>> Client::create(Config cfg) {
+    auto b = dtl::find_backend(cfg.dtl_mode);
+    if (!b) return b.status();
+    if (cfg.key_bins == 0) return Status(DYAD_RC_NOCTX, "DYAD_KEY_BINS must be at least 1", EINVAL);
+    std::unique_ptr<Client> c(new Client(std::move(cfg)));
+    c->backend_ = b.value();
+    return c;
+}
+
+std::optional<std::string> Client::consumer_upath(const std::string& path) const {
+    return cons_.relative(path, cfg_.relative_to_managed_path);
+}
+std::optional<std::string> Client::producer_upath(const std::string& path) const {
+    return prod_.relative(path, cfg_.relative_to_managed_path);
+}
+
+Deadline Client::wait_deadline() const {
+    return cfg_.wait_timeout ? Deadline::after(*cfg_.wait_timeout) : Deadline::never();
+}
+
+std::string Client::key_of(const std::string& upath) const {
+    auto k = gen_path_key(upath, cfg_.key_depth, cfg_.key_bins);
+    return k ? k.value() : upath;
+}
+
+Result<ServiceInfo> Client::service() {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (svc_) return *svc_;
+    auto c = rpc::Connection::connect(cfg_.service_uri, Deadline::after(kControlTimeout));
+    if (!c)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot reach the DYAD service at " + cfg_.service_uri + " (" + c.status().to_string() +
+                          "): start dyadd on this node or set DYAD_SERVICE_URI",
+                      c.status().err());
+    const auto& h = c.value()->peer_info();
+    ServiceInfo s;
+    s.raw = h;
+    s.id = h.value("service_id", "");
+    s.node = h.value("node", "");
+    s.ns = h.value("namespace", kDefaultNamespace);
+    s.producer_dir = h.value("producer_dir", "");
+    s.kvs = h.value("kvs", "local");
+    s.endpoints = h.value("endpoints", std::vector<std::string>{});
+    std::string kvs_uri = s.kvs == "local" ? cfg_.service_uri : s.kvs;
+    store_ = std::make_unique<kvs::RpcStore>(kvs_uri, pool_);
+    pool_->put(std::move(c.value()));
+    svc_ = s;
+    return s;
+}
+
+Result<kvs::Store*> Client::store() {
+    auto s = service();
+    if (!s) return s.status();
+    std::lock_guard<std::mutex> lk(mu_);
+    return store_.get();
+}
+
+std::string Client::ns(const ServiceInfo& svc) const {
+    return cfg_.kvs_namespace.empty() ? svc.ns : cfg_.kvs_namespace;
+}
+
+Status Client::produce(const std::string& path) {
+    if (prod_.empty())
+        return Status(DYAD_RC_BADMANAGEDPATH, "cannot produce '" + path + "': no producer directory (set DYAD_PATH_PRODUCER)", EINVAL);
+    auto up = producer_upath(path);
+    if (!up)
+        return Status(DYAD_RC_UNTRACKED, "'" + path + "' is not inside the producer directory " + prod_.path(), EINVAL);
+    auto svc = service();
+    if (!svc) return svc.status();
+    if (canonical_path(svc->producer_dir) != prod_.path())
+        return Status(DYAD_RC_BADMANAGEDPATH,
+                      "DYAD_PATH_PRODUCER (" + prod_.path() + ") is not the directory the node's service (" + svc->id +
+                          ") serves (" + svc->producer_dir + "): use the same directory for both",
+                      EINVAL);
+    std::string full = prod_.join(up.value());
+    struct stat st;
+    if (::stat(full.c_str(), &st) != 0)
+        return Status(DYAD_RC_BADFIO, "cannot produce '" + full + "'", errno);
+    if (!S_ISREG(st.st_mode)) return Status(DYAD_RC_BADFIO, "cannot produce '" + full + "': not a regular file", EINVAL);
+    if (cfg_.fsync_write) {
+        UniqueFd fd(::open(full.c_str(), O_RDONLY | O_CLOEXEC));
+        if (fd.valid()) ::fsync(fd.get());
+    }
+    Record r;
+    r.upath = up.value();
+    r.owner = svc->id;
+    r.node = svc->node;
+    r.producer_dir = svc->producer_dir;
+    r.endpoints = svc->endpoints;
+    r.size = static_cast<uint64_t>(st.st_size);
+    r.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
+    r.mode = st.st_mode & 07777;
+    auto key = gen_path_key(r.upath, cfg_.key_depth, cfg_.key_bins);
+    if (!key) return key.status();
+    auto st_ = store();
+    if (!st_) return st_.status();
+    auto v = st_.value()->put(ns(svc.value()), key.value(), r.to_json().dump(), Deadline::after(kControlTimeout));
+    if (!v) return Status(DYAD_RC_BADCOMMIT, "cannot publish '" + full + "': " + v.status().message(), v.status().err());
+    DYAD_DEBUG(kSub, "produced %s as %s (generation %llu)", r.upath.c_str(), key->c_str(),
+               static_cast<unsigned long long>(v.value()));
+    return Status::ok();
+}
+
+Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
+    if (cons_.empty())
+        return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)", EINVAL);
+    auto up = consumer_upath(path);
+    if (!up) return Status(DYAD_RC_UNTRACKED, "'" + path + "' is not inside the consumer directory " + cons_.path(), EINVAL);
+    auto key = gen_path_key(up.value(), cfg_.key_depth, cfg_.key_bins);
+    if (!key) return key.status();
+    auto svc = service();
+    if (!svc) return svc.status();
+    auto st = store();
+    if (!st) return st.status();
+    auto e = should_wait ? st.value()->wait(ns(svc.value()), key.value(), wait_deadline())
+                         : st.value()->get(ns(svc.value()), key.value(), Deadline::after(kControlTimeout));
+    if (!e) {
+        Status s = e.status();
+        if (s.rc() == DYAD_RC_TIMEOUT)
+            return Status(DYAD_RC_TIMEOUT,
+                          "'" + up.value() + "' was not produced within DYAD_WAIT_TIMEOUT=" +
+                              (cfg_.wait_timeout ? std::to_string(*cfg_.wait_timeout) : std::string("inf")) + " s",
+                          ETIMEDOUT);
+        if (s.rc() == DYAD_RC_NOTFOUND)
+            return Status(DYAD_RC_NOTFOUND, "'" + up.value() + "' has not been produced (yet)", ENOENT);
+        return s.wrap("metadata of '" + up.value() + "'");
+    }
+    auto r = Record::from_json(e->value, e->version);
+    if (!r) return r.status();
+    if (r->upath != up.value())
+        return Status(DYAD_RC_BADMETADATA, "metadata under key " + key.value() + " names '" + r->upath + "', not '" + up.value() +
+                                               "': producer and consumer use different DYAD_KEY_DEPTH/BINS?", EPROTO);
+    return r;
+}
+
+Status Client::consume(const std::string& path, ConsumeReport* report) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto rec = get_metadata(path, true);
+    if (!rec) return rec.status();
+    if (report) report->wait_s = since(t0);
+    return consume_with(path, rec.value(), report);
+}
+
+Status Client::consume_with(const std::string& path, const Record& rec, ConsumeReport* report) {
+    if (cons_.empty())
+        return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)", EINVAL);
+    auto up = consumer_upath(path);
+    if (!up) return Status(DYAD_RC_UNTRACKED, "'" + path + "' is not inside the consumer directory " + cons_.path(), EINVAL);
+    auto svc = service();
+    if (!svc) return svc.status();
+    auto t0 = std::chrono::steady_clock::now();
+    ConsumeReport local;
+    ConsumeReport* rep = report ? report : &local;
+
+    // Same node, same directory: the file is already where it is wanted.
+    if (rec.node == svc->node && canonical_path(rec.producer_dir) == cons_.path()) {
+        rep->action = "in-place";
+        rep->transport = "none";
+        rep->transfer_s = since(t0);
+        return Status::ok();
+    }
+
+    // One consumer per file per node moves it; the others find it present.
+    std::string locks = cons_.path() + "/.dyad/locks";
+    Status s = mkdir_p(locks, 02775);
+    if (!s) return s;
+    Xxh3 kh;
+    kh.update(up->data(), up->size());
+    auto lk = lock_file(locks + "/" + kh.hex() + ".lock");
+    if (!lk) return lk.status();
+    std::string target = cons_.join(up.value());
+    nlohmann::json state = read_state(lk->get());
+    struct stat st;
+    if (state.is_object() && state.value("generation", 0ull) == rec.generation && state.value("owner", "") == rec.owner &&
+        ::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        static_cast<uint64_t>(st.st_size) == state.value("size", ~0ull)) {
+        rep->action = "present";
+        rep->transport = "none";
+        rep->bytes = 0;
+        rep->transfer_s = since(t0);
+        return Status::ok();
+    }
+    s = fetch(up.value(), rec, svc.value(), rep);
+    if (!s) return s;
+    write_state(lk->get(), {{"generation", rec.generation}, {"owner", rec.owner}, {"size", rep->bytes}});
+    rep->transfer_s = since(t0);
+    return Status::ok();
+}
+
+Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc, ConsumeReport* rep) {
+    std::string target = cons_.join(upath);
+    std::string dir = dirname_of(target);
+    Status s = mkdir_p(dir, 02775);
+    if (!s) return s.wrap("consumer directory for '" + upath + "'");
+
+    // Pick the owner's endpoint: its Unix socket when on this node.
+    std::string ep;
+    for (const auto& e : rec.endpoints)
+        if (rec.node == svc.node && e.rfind("unix:", 0) == 0) ep = e;
+    if (ep.empty())
+        for (const auto& e : rec.endpoints)
+            if (e.rfind("tcp://", 0) == 0) {
+                ep = e;
+                break;
+            }
+    if (ep.empty()) return Status(DYAD_RC_BADMETADATA, "metadata of '" + upath + "' lists no reachable endpoint", EHOSTUNREACH);
+    rep->endpoint = ep;
+    rep->transport = backend_->name;
+
+    std::string base = target.substr(dir.size() + 1);
+    std::string tmpl = dir + "/." + base + ".dyad-XXXXXX";
+    std::vector<char> tmp(tmpl.begin(), tmpl.end());
+    tmp.push_back('\0');
+    UniqueFd fd(::mkostemp(tmp.data(), O_CLOEXEC));
+    if (!fd.valid()) return Status(DYAD_RC_BADFIO, "cannot create a temporary file in " + dir, errno);
+    std::string tmp_path(tmp.data());
+    struct Unlinker {
+        std::string p;
+        bool keep = false;
+        ~Unlinker() {
+            if (!keep) ::unlink(p.c_str());
+        }
+    } cleanup{tmp_path};
+
+    auto recv = backend_->make_receiver();
+    if (!recv) return recv.status();
+    auto conn = pool_->get(ep, Deadline::after(kControlTimeout));
+    if (!conn)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot reach the service " + rec.owner + " that owns '" + upath + "' at " + ep + ": " +
+                          conn.status().to_string(),
+                      conn.status().err());
+    nlohmann::json args = recv.value()->describe();
+    args["upath"] = upath;
+    args["transport"] = backend_->name;
+    args["generation"] = rec.generation;
+    auto tag = conn.value()->send_request("dyad.fetch", args, Deadline::after(kControlTimeout), false);
+    if (!tag) return Status(tag.status()).wrap("fetch of '" + upath + "' from " + ep);
+    FileSink sink(fd.get(), "'" + tmp_path + "'");
+    auto trailer = recv.value()->receive(*conn.value(), tag.value(), sink, cfg_.transfer_timeout);
+    if (!trailer) {
+        Status e = trailer.status();
+        return Status(e.rc() == DYAD_RC_CONNFAIL ? DYAD_RC_BADFETCH : e.rc(),
+                      "fetch of '" + upath + "' from " + rec.owner + " (" + ep + ") failed: " + e.message(), e.err());
+    }
+    pool_->put(std::move(conn.value()));
+    uint64_t want = trailer->value("size", ~0ull);
+    std::string want_hash = trailer->value("xxh3", "");
+    if (sink.bytes() != want || sink.hex() != want_hash)
+        return Status(DYAD_RC_BADCHECKSUM,
+                      "'" + upath + "' arrived corrupted: " + std::to_string(sink.bytes()) + " bytes, xxh3 " + sink.hex() +
+                          "; the service sent " + std::to_string(want) + " bytes, xxh3 " + want_hash,
+                      EIO);
+    if (want != rec.size)
+        DYAD_WARN(kSub, "'%s' is %llu bytes on its producer but was published with %llu: it changed after dyad_produce",
+                  upath.c_str(), static_cast<unsigned long long>(want), static_cast<unsigned long long>(rec.size));
+    if (cfg_.fsync_write && ::fsync(fd.get()) != 0)
+        return Status(DYAD_RC_BADFIO, "fsync of '" + tmp_path + "' failed", errno);
+    ::fchmod(fd.get(), rec.mode & 0777);
+    if (rec.mtime_ns > 0) {
+        struct timespec ts[2];
+        ts[0].tv_sec = ts[1].tv_sec = rec.mtime_ns / 1000000000LL;
+        ts[0].tv_nsec = ts[1].tv_nsec = rec.mtime_ns % 1000000000LL;
+        ::futimens(fd.get(), ts);
+    }
+    if (::rename(tmp_path.c_str(), target.c_str()) != 0)
+        return Status(DYAD_RC_BADFIO, "cannot move '" + upath + "' into place at " + target, errno);
+    cleanup.keep = true;
+    rep->action = "fetched";
+    rep->bytes = sink.bytes();
+    return Status::ok();
+}
+
+Result<std::vector<Record>> Client::list() {
+    auto svc = service();
+    if (!svc) return svc.status();
+    auto st = store();
+    if (!st) return st.status();
+    auto entries = st.value()->list(ns(svc.value()), "", Deadline::after(kControlTimeout));
+    if (!entries) return entries.status();
+    std::vector<Record> out;
+    for (auto& [k, e] : entries.value()) {
+        auto r = Record::from_json(e.value, e.version);
+        if (r) out.push_back(std::move(r.value()));
+    }
+    return out;
+}
+
+Result<nlohmann::json> Client::service_status(const std::string& uri) {
+    std::string u = uri.empty() ? cfg_.service_uri : uri;
+    auto c = pool_->get(u, Deadline::after(kControlTimeout));
+    if (!c) return Status(DYAD_RC_CONNFAIL, "cannot reach the DYAD service at " + u + ": " + c.status().to_string(), c.status().err());
+    auto r = c.value()->call("dyad.status", nlohmann::json::object(), Deadline::after(kControlTimeout));
+    pool_->put(std::move(c.value()));
+    return r;
+}
+
+}  // namespace dyad::client

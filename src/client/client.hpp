@@ -1,0 +1,97 @@
+// The DYAD client: produce, look up, consume. Thread-safe: one Client may be
+// used from any number of threads. The C API is a thin layer over this.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/config.hpp"
+#include "common/paths.hpp"
+#include "common/status.hpp"
+#include "dtl/dtl.hpp"
+#include "kvs/store.hpp"
+#include "rpc/client.hpp"
+
+namespace dyad::client {
+
+// Identity of the node's service, from its hello.
+struct ServiceInfo {
+    std::string id, node, ns, producer_dir, kvs;
+    std::vector<std::string> endpoints;
+    nlohmann::json raw;
+};
+
+// The metadata record of a produced file.
+struct Record {
+    std::string upath;
+    std::string owner;  // service id
+    std::string node;
+    std::string producer_dir;
+    std::vector<std::string> endpoints;
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    uint32_t mode = 0644;
+    uint64_t generation = 0;  // the store's version of the key
+    nlohmann::json to_json() const;
+    static Result<Record> from_json(const std::string& text, uint64_t generation);
+    uint32_t owner_rank() const;
+};
+
+// What a consume did (for the CLI, the demo and tests).
+struct ConsumeReport {
+    std::string action;  // "fetched", "present", "in-place"
+    std::string transport;
+    std::string endpoint;
+    uint64_t bytes = 0;
+    double wait_s = 0;      // waiting for the file to be produced
+    double transfer_s = 0;  // moving and storing its bytes
+};
+
+class Client {
+public:
+    static Result<std::unique_ptr<Client>> create(Config cfg);
+
+    const Config& config() const { return cfg_; }
+    const ManagedDir& producer_dir() const { return prod_; }
+    const ManagedDir& consumer_dir() const { return cons_; }
+
+    // Relative path of a consumer/producer path, if managed.
+    std::optional<std::string> consumer_upath(const std::string& path) const;
+    std::optional<std::string> producer_upath(const std::string& path) const;
+
+    // Publishes a file of the producer directory. Unmanaged paths: UNTRACKED.
+    Status produce(const std::string& path);
+    // Metadata of a consumer path; should_wait blocks until produced.
+    Result<Record> get_metadata(const std::string& path, bool should_wait);
+    // Waits for the file, then makes it appear whole in the consumer directory.
+    Status consume(const std::string& path, ConsumeReport* report = nullptr);
+    Status consume_with(const std::string& path, const Record& rec, ConsumeReport* report = nullptr);
+
+    Result<std::vector<Record>> list();
+    Result<nlohmann::json> service_status(const std::string& uri = "");
+    Result<ServiceInfo> service();
+    std::string key_of(const std::string& upath) const;
+
+private:
+    explicit Client(Config cfg);
+    Result<kvs::Store*> store();
+    std::string ns(const ServiceInfo& svc) const;
+    Status fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc, ConsumeReport* report);
+    Deadline wait_deadline() const;
+
+    Config cfg_;
+    ManagedDir prod_;
+    ManagedDir cons_;
+    const dtl::Backend* backend_ = nullptr;
+    std::shared_ptr<rpc::ConnectionPool> pool_;
+    std::mutex mu_;
+    std::optional<ServiceInfo> svc_;
+    std::unique_ptr<kvs::Store> store_;
+};
+
+}  // namespace dyad::client

@@ -1,0 +1,156 @@
+#include "config.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <strings.h>
+#include <unistd.h>
+
+#include <dyad/common/dyad_envs.h>
+
+namespace dyad {
+
+std::optional<std::string> env(const char* name) {
+    const char* v = std::getenv(name);
+    if (!v) return std::nullopt;
+    return std::string(v);
+}
+
+std::string hostname() {
+    char buf[256] = {0};
+    if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+    return buf;
+}
+
+Result<bool> parse_bool(const std::string& name, const std::string& value) {
+    static const char* yes[] = {"", "1", "true", "yes", "on", "y"};
+    static const char* no[] = {"0", "false", "no", "off", "n"};
+    for (const char* y : yes)
+        if (strcasecmp(value.c_str(), y) == 0) return true;
+    for (const char* n : no)
+        if (strcasecmp(value.c_str(), n) == 0) return false;
+    return Status(DYAD_RC_NOCTX, name + "='" + value + "' is not a boolean: use 1/0, true/false, yes/no or on/off",
+                  EINVAL);
+}
+
+Result<unsigned> parse_uint(const std::string& name, const std::string& value, unsigned min, unsigned max) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long v = std::strtoul(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || errno != 0 || value[0] == '-' || v < min || v > max)
+        return Status(DYAD_RC_NOCTX,
+                      name + "='" + value + "' is not an integer in [" + std::to_string(min) + ", " +
+                          std::to_string(max) + "]",
+                      EINVAL);
+    return static_cast<unsigned>(v);
+}
+
+Result<double> parse_seconds(const std::string& name, const std::string& value) {
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v < 0)
+        return Status(DYAD_RC_NOCTX, name + "='" + value + "' is not a number of seconds >= 0", EINVAL);
+    return v;
+}
+
+Result<std::string> parse_dtl_mode(const std::string& value) {
+    static const struct { const char* name; const char* canonical; } modes[] = {
+        {"FLUX_RPC", "FLUX_RPC"}, {"STREAM", "FLUX_RPC"}, {"UCX", "UCX"},   {"MARGO", "MARGO"},
+        {"OFI", "MARGO"},         {"LOCAL", "LOCAL"},     {"AUTO", "AUTO"}};
+    for (const auto& m : modes)
+        if (strcasecmp(value.c_str(), m.name) == 0) return std::string(m.canonical);
+    return Status(DYAD_RC_BADDTLMODE,
+                  "DYAD_DTL_MODE='" + value + "' is not a transport: use FLUX_RPC (alias STREAM), UCX, "
+                  "MARGO (alias OFI), LOCAL or AUTO",
+                  EINVAL);
+}
+
+Result<Config> Config::from_env() {
+    Config c;
+    auto str = [](const char* n, std::string& out) {
+        if (auto v = env(n)) out = *v;
+    };
+    str(DYAD_KVS_NAMESPACE_ENV, c.kvs_namespace);
+    str(DYAD_PATH_PRODUCER_ENV, c.prod_path);
+    str(DYAD_PATH_CONSUMER_ENV, c.cons_path);
+    str(DYAD_SERVICE_URI_ENV, c.service_uri);
+    str(DYAD_NODE_ID_ENV, c.node_id);
+    if (c.service_uri.empty()) c.service_uri = kDefaultServiceUri;
+    if (auto v = env(DYAD_DTL_MODE_ENV); v && !v->empty()) {
+        auto m = parse_dtl_mode(*v);
+        if (!m) return m.status();
+        c.dtl_mode = m.value();
+    }
+    struct { const char* name; bool* field; } flags[] = {
+        {DYAD_PATH_RELATIVE_ENV, &c.relative_to_managed_path},
+        {DYAD_SHARED_STORAGE_ENV, &c.shared_storage},
+        {DYAD_ASYNC_PUBLISH_ENV, &c.async_publish},
+        {DYAD_FSYNC_WRITE_ENV, &c.fsync_write},
+        {DYAD_SYNC_DEBUG_ENV, &c.debug},
+        {DYAD_SYNC_CHECK_ENV, &c.check},
+        {DYAD_REINIT_ENV, &c.reinit},
+    };
+    for (auto& f : flags) {
+        if (auto v = env(f.name)) {
+            auto b = parse_bool(f.name, *v);
+            if (!b) return b.status();
+            *f.field = b.value();
+        }
+    }
+    struct { const char* name; unsigned* field; unsigned min, max; } ints[] = {
+        {DYAD_KEY_DEPTH_ENV, &c.key_depth, 0, 64},
+        {DYAD_KEY_BINS_ENV, &c.key_bins, 1, 1u << 30},
+        {DYAD_SERVICE_MUX_ENV, &c.service_mux, 1, 1u << 20},
+    };
+    for (auto& i : ints) {
+        if (auto v = env(i.name)) {
+            auto u = parse_uint(i.name, *v, i.min, i.max);
+            if (!u) return u.status();
+            *i.field = u.value();
+        }
+    }
+    if (auto v = env(DYAD_WAIT_TIMEOUT_ENV); v && !v->empty()) {
+        auto s = parse_seconds(DYAD_WAIT_TIMEOUT_ENV, *v);
+        if (!s) return s.status();
+        c.wait_timeout = s.value();
+    }
+    if (auto v = env("DYAD_TRANSFER_TIMEOUT"); v && !v->empty()) {
+        auto s = parse_seconds("DYAD_TRANSFER_TIMEOUT", *v);
+        if (!s) return s.status();
+        if (s.value() <= 0) return Status(DYAD_RC_NOCTX, "DYAD_TRANSFER_TIMEOUT must be > 0", EINVAL);
+        c.transfer_timeout = s.value();
+    }
+    if (c.debug) c.log_level = log::Level::debug;
+    if (auto v = env(DYAD_LOG_LEVEL_ENV); v && !v->empty()) {
+        if (!log::parse_level(*v, &c.log_level))
+            return Status(DYAD_RC_NOCTX,
+                          "DYAD_LOG_LEVEL='" + *v + "' is not a level: use trace, debug, info, warn, error or off",
+                          EINVAL);
+    }
+    return c;
+}
+
+nlohmann::json Config::to_json() const {
+    nlohmann::json j;
+    j["DYAD_KVS_NAMESPACE"] = kvs_namespace;
+    j["DYAD_PATH_PRODUCER"] = prod_path;
+    j["DYAD_PATH_CONSUMER"] = cons_path;
+    j["DYAD_DTL_MODE"] = dtl_mode;
+    j["DYAD_PATH_RELATIVE"] = relative_to_managed_path;
+    j["DYAD_SHARED_STORAGE"] = shared_storage;
+    j["DYAD_ASYNC_PUBLISH"] = async_publish;
+    j["DYAD_FSYNC_WRITE"] = fsync_write;
+    j["DYAD_SYNC_DEBUG"] = debug;
+    j["DYAD_SYNC_CHECK"] = check;
+    j["DYAD_KEY_DEPTH"] = key_depth;
+    j["DYAD_KEY_BINS"] = key_bins;
+    j["DYAD_SERVICE_MUX"] = service_mux;
+    j["DYAD_SERVICE_URI"] = service_uri;
+    j["DYAD_NODE_ID"] = node_id;
+    j["DYAD_WAIT_TIMEOUT"] = wait_timeout ? nlohmann::json(*wait_timeout) : nlohmann::json(nullptr);
+    j["DYAD_TRANSFER_TIMEOUT"] = transfer_timeout;
+    j["DYAD_LOG_LEVEL"] = log::level_name(log_level);
+    return j;
+}
+
+}  // namespace dyad

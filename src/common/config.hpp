@@ -1,0 +1,57 @@
+// The typed configuration of a DYAD client, read from DYAD's environment
+// variables (the only place in the project that calls getenv). Precedence:
+// defaults < environment < explicit API arguments (dyad_init).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "log.hpp"
+#include "status.hpp"
+
+namespace dyad {
+
+constexpr const char* kDefaultServiceUri = "tcp://127.0.0.1:7627";
+constexpr const char* kDefaultNamespace = "dyad";
+
+// Parses a boolean setting: 1/true/yes/on and 0/false/no/off (any case); an
+// empty value counts as on, as a set-but-empty variable did in DYAD.
+Result<bool> parse_bool(const std::string& name, const std::string& value);
+Result<unsigned> parse_uint(const std::string& name, const std::string& value, unsigned min, unsigned max);
+Result<double> parse_seconds(const std::string& name, const std::string& value);
+
+// Known transport names: FLUX_RPC (alias STREAM), UCX, MARGO (alias OFI),
+// LOCAL, AUTO. Returns the canonical name or an error naming the valid ones.
+Result<std::string> parse_dtl_mode(const std::string& value);
+
+std::optional<std::string> env(const char* name);
+std::string hostname();
+
+struct Config {
+    std::string kvs_namespace;  // empty: the namespace of the node's service
+    std::string prod_path;
+    std::string cons_path;
+    std::string dtl_mode = "FLUX_RPC";
+    bool relative_to_managed_path = false;
+    bool shared_storage = false;
+    bool async_publish = false;
+    bool fsync_write = false;
+    bool debug = false;
+    bool check = false;
+    bool reinit = false;
+    unsigned key_depth = 3;
+    unsigned key_bins = 1024;
+    unsigned service_mux = 1;
+    std::string service_uri = kDefaultServiceUri;
+    std::string node_id;                // empty: the host name
+    std::optional<double> wait_timeout;  // seconds; none = wait forever
+    double transfer_timeout = 60;        // seconds without progress before a fetch fails
+    log::Level log_level = log::Level::warn;
+
+    static Result<Config> from_env();
+    nlohmann::json to_json() const;
+};
+
+}  // namespace dyad

@@ -1,0 +1,190 @@
+#include "paths.hpp"
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <vector>
+
+namespace dyad {
+namespace {
+
+std::vector<std::string_view> split(std::string_view p) {
+    std::vector<std::string_view> parts;
+    size_t i = 0;
+    while (i <= p.size()) {
+        size_t j = p.find('/', i);
+        if (j == std::string_view::npos) j = p.size();
+        if (j > i) parts.push_back(p.substr(i, j - i));
+        i = j + 1;
+    }
+    return parts;
+}
+
+std::string cwd() {
+    char buf[PATH_MAX];
+    if (!getcwd(buf, sizeof buf)) return "/";
+    return buf;
+}
+
+}  // namespace
+
+std::string lexical_absolute(std::string_view path) {
+    std::string full = (!path.empty() && path[0] == '/') ? std::string(path) : cwd() + "/" + std::string(path);
+    std::vector<std::string_view> out;
+    for (auto part : split(full)) {
+        if (part == ".") continue;
+        if (part == "..") {
+            if (!out.empty()) out.pop_back();
+            continue;
+        }
+        out.push_back(part);
+    }
+    std::string r;
+    for (auto part : out) {
+        r += '/';
+        r += part;
+    }
+    return r.empty() ? "/" : r;
+}
+
+std::string canonical_path(std::string_view path) {
+    std::string abs = lexical_absolute(path);
+    char buf[PATH_MAX];
+    if (realpath(abs.c_str(), buf)) return buf;
+    // Walk back to the longest existing prefix.
+    std::string rest;
+    std::string head = abs;
+    while (head.size() > 1) {
+        size_t slash = head.rfind('/');
+        rest = head.substr(slash) + rest;
+        head = slash == 0 ? "/" : head.substr(0, slash);
+        if (realpath(head.c_str(), buf)) {
+            std::string base = buf;
+            if (base == "/") return rest;
+            return base + rest;
+        }
+    }
+    return abs;
+}
+
+Result<std::string> normalize_upath(std::string_view upath) {
+    if (upath.empty()) return Status(DYAD_RC_BADFIO, "empty file path", EINVAL);
+    if (upath.find('\0') != std::string_view::npos)
+        return Status(DYAD_RC_BADFIO, "file path contains a NUL byte", EINVAL);
+    if (upath[0] == '/')
+        return Status(DYAD_RC_BADFIO,
+                      "absolute path '" + std::string(upath) +
+                          "' refused: give a path relative to the managed directory",
+                      EINVAL);
+    std::string out;
+    for (auto part : split(upath)) {
+        if (part == ".") continue;
+        if (part == "..")
+            return Status(DYAD_RC_BADFIO,
+                          "path '" + std::string(upath) + "' refused: '..' may not leave the managed directory",
+                          EINVAL);
+        if (!out.empty()) out += '/';
+        out += part;
+    }
+    if (out.empty()) return Status(DYAD_RC_BADFIO, "path '" + std::string(upath) + "' names the managed directory itself", EISDIR);
+    if (out.size() > 4096) return Status(DYAD_RC_BADFIO, "file path longer than 4096 bytes", ENAMETOOLONG);
+    return out;
+}
+
+ManagedDir::ManagedDir(std::string_view dir)
+    : given_(dir), lexical_(lexical_absolute(dir)), canonical_(canonical_path(dir)) {}
+
+std::optional<std::string> ManagedDir::relative(std::string_view path, bool relative_mode) const {
+    if (given_.empty() || path.empty()) return std::nullopt;
+    if (relative_mode && path[0] != '/') {
+        auto n = normalize_upath(path);
+        if (!n) return std::nullopt;
+        return n.value();
+    }
+    auto inside = [](const std::string& base, const std::string& p) -> std::optional<std::string> {
+        if (base == "/") {
+            if (p.size() > 1) return p.substr(1);
+            return std::nullopt;
+        }
+        if (p.size() > base.size() + 1 && p.compare(0, base.size(), base) == 0 && p[base.size()] == '/')
+            return p.substr(base.size() + 1);
+        return std::nullopt;
+    };
+    std::string lex = lexical_absolute(path);
+    if (auto r = inside(lexical_, lex)) return r;
+    if (auto r = inside(canonical_, lex)) return r;
+    std::string canon = canonical_path(path);
+    if (auto r = inside(canonical_, canon)) return r;
+    return std::nullopt;
+}
+
+Result<UniqueFd> open_beneath(int dirfd, const std::string& upath, int flags, mode_t mode) {
+    struct open_how how;
+    std::memset(&how, 0, sizeof how);
+    how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+    how.mode = (flags & O_CREAT) ? mode : 0;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    for (;;) {
+        long fd = syscall(SYS_openat2, dirfd, upath.c_str(), &how, sizeof how);
+        if (fd >= 0) return UniqueFd(static_cast<int>(fd));
+        if (errno == EINTR || errno == EAGAIN) continue;
+        if (errno != ENOSYS) return Status::sys("open '" + upath + "'");
+        break;
+    }
+    // Kernels without openat2: walk component by component refusing symlinks.
+    auto parts = split(upath);
+    UniqueFd cur(::dup(dirfd));
+    if (!cur.valid()) return Status::sys("dup");
+    for (size_t i = 0; i < parts.size(); ++i) {
+        std::string part(parts[i]);
+        if (part == "..") return Status(DYAD_RC_BADFIO, "'..' refused", EXDEV);
+        bool last = i + 1 == parts.size();
+        int f = last ? (flags | O_NOFOLLOW | O_CLOEXEC) : (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int fd = ::openat(cur.get(), part.c_str(), f, mode);
+        if (fd < 0) {
+            if (errno == ELOOP) errno = EXDEV;
+            return Status::sys("open '" + upath + "'");
+        }
+        cur.reset(fd);
+    }
+    return cur;
+}
+
+Status mkdir_p(const std::string& dir, mode_t mode) {
+    if (dir.empty()) return Status::ok();
+    struct stat st;
+    if (::stat(dir.c_str(), &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return Status::ok();
+        return Status(DYAD_RC_BADFIO, "'" + dir + "' exists and is not a directory", ENOTDIR);
+    }
+    size_t slash = dir.rfind('/');
+    if (slash != std::string::npos && slash > 0) {
+        Status s = mkdir_p(dir.substr(0, slash), mode);
+        if (!s) return s;
+    }
+    if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST)
+        return Status(DYAD_RC_BADFIO, "cannot create directory '" + dir + "'", errno);
+    return Status::ok();
+}
+
+Status write_all(int fd, const void* p, size_t n, const std::string& what) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+        ssize_t w = ::write(fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return Status(DYAD_RC_BADFIO, "cannot write " + what, errno);
+        }
+        c += w;
+        n -= static_cast<size_t>(w);
+    }
+    return Status::ok();
+}
+
+}  // namespace dyad

@@ -1,0 +1,93 @@
+// The Data Transport Layer: one small interface per side, backends listed in
+// one explicit table. Transports move bytes; the fetch RPC (request, end
+// trailer with size and checksum, errors) stays above them.
+//
+//   consumer: Receiver::describe() -> fields of the fetch request;
+//             Receiver::receive()  -> bytes into a Sink until end of stream.
+//   service:  Sender::send()       -> moves a file's bytes to the consumer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <asio.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/deadline.hpp"
+#include "common/fd.hpp"
+#include "common/status.hpp"
+#include "rpc/client.hpp"
+#include "rpc/server.hpp"
+
+namespace dyad::dtl {
+
+// What a backend tells the selector about itself.
+struct Attributes {
+    std::string name;
+    double latency_us = 0;       // one small message, one way
+    double bandwidth_gbps = 0;   // GB/s for large transfers
+    bool rma_native = false;     // one-sided ops without software emulation
+    uint64_t max_message = 0;    // largest efficient single message
+    nlohmann::json to_json() const;
+};
+
+// Where received bytes go (the consumer store's temporary file).
+class Sink {
+public:
+    virtual ~Sink() = default;
+    virtual Status write(const void* p, size_t n) = 0;
+};
+
+class Receiver {
+public:
+    virtual ~Receiver() = default;
+    virtual const Attributes& attributes() const = 0;
+    // Fields this transport adds to the fetch request (e.g. a worker address).
+    virtual nlohmann::json describe() = 0;
+    // Reads the answer to fetch request `tag` on `conn`, delivering the file's
+    // bytes to `sink` in order. Returns the END trailer ({"size", "xxh3"}).
+    // Fails with TIMEOUT when no progress is made for idle_s seconds.
+    virtual Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink, double idle_s) = 0;
+};
+
+// One file to move, prepared by the service's fetch handler.
+struct FetchJob {
+    std::shared_ptr<rpc::Request> req;
+    UniqueFd fd;               // open, shared-locked, regular file
+    uint64_t size = 0;         // bytes to send
+    std::string upath;
+    nlohmann::json transport_args;  // what the consumer's describe() sent
+    asio::thread_pool* file_pool = nullptr;  // blocking file reads run here
+};
+
+using SendDone = std::function<void(Status st, uint64_t bytes, std::string xxh3_hex)>;
+
+class Sender {
+public:
+    virtual ~Sender() = default;
+    virtual const Attributes& attributes() const = 0;
+    // Moves job->size bytes; calls done once, on the service loop.
+    virtual void send(std::shared_ptr<FetchJob> job, SendDone done) = 0;
+};
+
+struct Backend {
+    std::string name;                  // DYAD_DTL_MODE value
+    std::vector<std::string> aliases;  // other accepted names
+    std::function<Attributes()> attributes;
+    std::function<Result<std::unique_ptr<Receiver>>()> make_receiver;
+    std::function<Result<std::unique_ptr<Sender>>()> make_sender;
+};
+
+// The backends compiled into this build, in preference order.
+const std::vector<Backend>& backends();
+// By name or alias (case-insensitive); BADDTLMODE naming the built ones.
+Result<const Backend*> find_backend(const std::string& name);
+
+// Stream backend tunables (exposed for tests and benchmarks).
+constexpr size_t kStreamChunk = 1u << 20;
+constexpr int kStreamDepth = 4;
+
+}  // namespace dyad::dtl

@@ -1,0 +1,113 @@
+#include <cerrno>
+
+#include "rpc/server.hpp"
+#include "store.hpp"
+
+namespace dyad::kvs {
+
+uint64_t MemoryStore::put(const std::string& ns, const std::string& key, std::string value) {
+    Entry& e = data_[ns][key];
+    e.value = std::move(value);
+    e.version += 1;
+    auto it = watchers_.find({ns, key});
+    if (it != watchers_.end()) {
+        auto fired = std::move(it->second);
+        watchers_.erase(it);
+        for (auto& [id, fn] : fired) {
+            watch_index_.erase(id);
+            fn(e);
+        }
+    }
+    return e.version;
+}
+
+std::optional<Entry> MemoryStore::get(const std::string& ns, const std::string& key) const {
+    auto n = data_.find(ns);
+    if (n == data_.end()) return std::nullopt;
+    auto k = n->second.find(key);
+    if (k == n->second.end()) return std::nullopt;
+    return k->second;
+}
+
+uint64_t MemoryStore::watch_create(const std::string& ns, const std::string& key, Watcher fn) {
+    uint64_t id = next_watch_++;
+    watchers_[{ns, key}][id] = std::move(fn);
+    watch_index_[id] = {ns, key};
+    return id;
+}
+
+void MemoryStore::unwatch(uint64_t id) {
+    auto it = watch_index_.find(id);
+    if (it == watch_index_.end()) return;
+    auto w = watchers_.find(it->second);
+    if (w != watchers_.end()) {
+        w->second.erase(id);
+        if (w->second.empty()) watchers_.erase(w);
+    }
+    watch_index_.erase(it);
+}
+
+std::vector<std::pair<std::string, Entry>> MemoryStore::list(const std::string& ns, const std::string& prefix) const {
+    std::vector<std::pair<std::string, Entry>> out;
+    auto n = data_.find(ns);
+    if (n == data_.end()) return out;
+    for (auto it = n->second.lower_bound(prefix); it != n->second.end(); ++it) {
+        if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+        out.emplace_back(it->first, it->second);
+    }
+    return out;
+}
+
+size_t MemoryStore::key_count() const {
+    size_t n = 0;
+    for (auto& [ns, m] : data_) n += m.size();
+    return n;
+}
+
+namespace {
+bool args_ok(const std::shared_ptr<rpc::Request>& r, std::initializer_list<const char*> names) {
+    for (const char* n : names) {
+        if (!r->args().contains(n) || !r->args()[n].is_string()) {
+            r->error(EINVAL, std::string("missing string field '") + n + "'", DYAD_RC_BADUNPACK);
+            return false;
+        }
+    }
+    return true;
+}
+}  // namespace
+
+void serve(rpc::Server& server, MemoryStore& store) {
+    server.handle("kvs.put", [&store](std::shared_ptr<rpc::Request> r) {
+        if (!args_ok(r, {"ns", "key", "value"})) return;
+        const auto& a = r->args();
+        uint64_t v = store.put(a["ns"].get<std::string>(), a["key"].get<std::string>(), a["value"].get<std::string>());
+        r->end({{"version", v}});
+    });
+    server.handle("kvs.get", [&store](std::shared_ptr<rpc::Request> r) {
+        if (!args_ok(r, {"ns", "key"})) return;
+        const auto& a = r->args();
+        std::string ns = a["ns"], key = a["key"];
+        if (auto e = store.get(ns, key)) {
+            r->end({{"value", e->value}, {"version", e->version}});
+            return;
+        }
+        if (!a.value("wait", false)) {
+            r->error(ENOENT, "key '" + key + "' not found in namespace '" + ns + "'", DYAD_RC_NOTFOUND);
+            return;
+        }
+        uint64_t id = store.watch_create(ns, key, [r](const Entry& e) {
+            r->end({{"value", e.value}, {"version", e.version}});
+        });
+        r->on_cancel([&store, id] { store.unwatch(id); });
+    });
+    server.handle("kvs.list", [&store](std::shared_ptr<rpc::Request> r) {
+        if (!args_ok(r, {"ns"})) return;
+        const auto& a = r->args();
+        auto entries = store.list(a["ns"], a.value("prefix", ""));
+        nlohmann::json arr = nlohmann::json::array();
+        for (auto& [k, e] : entries) arr.push_back({{"key", k}, {"value", e.value}, {"version", e.version}});
+        r->end({{"entries", std::move(arr)}});
+    });
+}
+
+}  // namespace dyad::kvs

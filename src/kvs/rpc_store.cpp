@@ -1,0 +1,50 @@
+#include <algorithm>
+
+#include "store.hpp"
+
+namespace dyad::kvs {
+namespace {
+constexpr double kWaitSlice = 30.0;  // seconds per wait request; the loop re-arms
+constexpr double kGrace = 5.0;       // extra client-side time for the answer to travel
+}  // namespace
+
+Result<nlohmann::json> RpcStore::call(const std::string& topic, nlohmann::json args, Deadline d, double grace) {
+    auto c = pool_->get(uri_, d);
+    if (!c) return Status(c.status()).wrap("metadata store");
+    auto r = c.value()->call(topic, std::move(args), d, grace);
+    pool_->put(std::move(c.value()));
+    return r;
+}
+
+Result<uint64_t> RpcStore::put(const std::string& ns, const std::string& key, const std::string& value, Deadline d) {
+    auto r = call("kvs.put", {{"ns", ns}, {"key", key}, {"value", value}}, d, 0);
+    if (!r) return r.status();
+    return r->value("version", static_cast<uint64_t>(0));
+}
+
+Result<Entry> RpcStore::get(const std::string& ns, const std::string& key, Deadline d) {
+    auto r = call("kvs.get", {{"ns", ns}, {"key", key}}, d, 0);
+    if (!r) return r.status();
+    return Entry{r->value("value", ""), r->value("version", static_cast<uint64_t>(0))};
+}
+
+Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Deadline d) {
+    for (;;) {
+        Deadline slice = d.min(Deadline::after(kWaitSlice));
+        auto r = call("kvs.get", {{"ns", ns}, {"key", key}, {"wait", true}}, slice, kGrace);
+        if (r) return Entry{r->value("value", ""), r->value("version", static_cast<uint64_t>(0))};
+        if (r.status().rc() == DYAD_RC_TIMEOUT && !d.expired()) continue;
+        return r.status();
+    }
+}
+
+Result<std::vector<std::pair<std::string, Entry>>> RpcStore::list(const std::string& ns, const std::string& prefix,
+                                                                  Deadline d) {
+    auto r = call("kvs.list", {{"ns", ns}, {"prefix", prefix}}, d, 0);
+    if (!r) return r.status();
+    std::vector<std::pair<std::string, Entry>> out;
+    for (auto& e : (*r)["entries"]) out.emplace_back(e.value("key", ""), Entry{e.value("value", ""), e.value("version", 0ull)});
+    return out;
+}
+
+}  // namespace dyad::kvs

@@ -1,0 +1,290 @@
+#include "client.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common/log.hpp"
+
+namespace dyad::rpc {
+namespace {
+
+Status timeout_status(const std::string& what) {
+    return Status(DYAD_RC_TIMEOUT, what + ": deadline passed", ETIMEDOUT);
+}
+
+// Waits for `events` on fd until the deadline. Returns ok, TIMEOUT or SYSFAIL.
+Status wait_fd(int fd, short events, Deadline deadline, const std::string& what) {
+    for (;;) {
+        struct pollfd p = {fd, events, 0};
+        int r = ::poll(&p, 1, deadline.poll_ms());
+        if (r > 0) return Status::ok();
+        if (r == 0) {
+            if (deadline.expired()) return timeout_status(what);
+            continue;
+        }
+        if (errno == EINTR) continue;
+        return Status(DYAD_RC_CONNFAIL, what + ": poll failed", errno);
+    }
+}
+
+Result<UniqueFd> connect_fd(const Uri& u, Deadline deadline) {
+    std::string what = "connect to " + u.str();
+    auto finish = [&](UniqueFd fd, const sockaddr* sa, socklen_t len) -> Result<UniqueFd> {
+        if (::connect(fd.get(), sa, len) != 0) {
+            if (errno != EINPROGRESS && errno != EAGAIN)
+                return Status(DYAD_RC_CONNFAIL, what + " failed", errno);
+            Status s = wait_fd(fd.get(), POLLOUT, deadline, what);
+            if (!s) return s;
+            int err = 0;
+            socklen_t el = sizeof err;
+            getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &el);
+            if (err != 0) return Status(DYAD_RC_CONNFAIL, what + " failed", err);
+        }
+        return fd;
+    };
+    if (u.is_unix) {
+        UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        if (!fd.valid()) return Status(DYAD_RC_CONNFAIL, "socket", errno);
+        sockaddr_un sa{};
+        sa.sun_family = AF_UNIX;
+        std::strncpy(sa.sun_path, u.path.c_str(), sizeof sa.sun_path - 1);
+        return finish(std::move(fd), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    }
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_family = AF_UNSPEC;
+    addrinfo* res = nullptr;
+    int g = getaddrinfo(u.host.c_str(), std::to_string(u.port).c_str(), &hints, &res);
+    if (g != 0) return Status(DYAD_RC_CONNFAIL, what + ": cannot resolve host: " + gai_strerror(g), EHOSTUNREACH);
+    Status last(DYAD_RC_CONNFAIL, what + " failed", ECONNREFUSED);
+    for (addrinfo* a = res; a; a = a->ai_next) {
+        UniqueFd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+        if (!fd.valid()) continue;
+        int one = 1;
+        setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        auto r = finish(std::move(fd), a->ai_addr, a->ai_addrlen);
+        if (r) {
+            freeaddrinfo(res);
+            return r;
+        }
+        last = r.status();
+    }
+    freeaddrinfo(res);
+    return last;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, Deadline deadline) {
+    auto u = parse_uri(uri);
+    if (!u) return u.status();
+    auto fd = connect_fd(u.value(), deadline);
+    if (!fd) return fd.status();
+    std::unique_ptr<Connection> c(new Connection(std::move(fd.value()), uri));
+    Header h;
+    h.type = Type::hello;
+    nlohmann::json hello = {{"version", kVersion}, {"pid", ::getpid()}};
+    Status s = c->send_frame(h, hello.dump(), deadline);
+    if (!s) return s.wrap("hello to " + uri);
+    auto f = c->read_frame(deadline);
+    if (!f) return Status(f.status()).wrap("hello from " + uri);
+    if (f->header.type == Type::error) return error_status(f.value(), "service at " + uri + " refused the connection");
+    if (f->header.type != Type::hello || f->header.data_len != 0)
+        return Status(DYAD_RC_BADRPC, "service at " + uri + " answered hello with a " + type_name(f->header.type) + " frame", EPROTO);
+    c->peer_info_ = f->meta;
+    return c;
+}
+
+Status Connection::write_exact(const void* p, size_t n, Deadline deadline) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+        ssize_t w = ::send(fd_.get(), c, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            c += w;
+            n -= static_cast<size_t>(w);
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            Status s = wait_fd(fd_.get(), POLLOUT, deadline, "send to " + uri_);
+            if (!s) {
+                broken_ = true;
+                return s;
+            }
+            continue;
+        }
+        broken_ = true;
+        return Status(DYAD_RC_CONNFAIL, "send to " + uri_ + " failed", errno);
+    }
+    return Status::ok();
+}
+
+Status Connection::read_exact(void* p, size_t n, Deadline deadline) {
+    char* c = static_cast<char*>(p);
+    while (n > 0) {
+        ssize_t r = ::recv(fd_.get(), c, n, 0);
+        if (r > 0) {
+            c += r;
+            n -= static_cast<size_t>(r);
+            continue;
+        }
+        if (r == 0) {
+            broken_ = true;
+            return Status(DYAD_RC_CONNFAIL, "service at " + uri_ + " closed the connection (did it stop?)",
+                          ECONNRESET);
+        }
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            Status s = wait_fd(fd_.get(), POLLIN, deadline, "waiting for " + uri_);
+            if (!s) {
+                broken_ = true;
+                return s;
+            }
+            continue;
+        }
+        broken_ = true;
+        return Status(DYAD_RC_CONNFAIL, "receive from " + uri_ + " failed", errno);
+    }
+    return Status::ok();
+}
+
+Status Connection::send_frame(const Header& h0, const std::string& meta, Deadline deadline) {
+    Header h = h0;
+    h.meta_len = static_cast<uint32_t>(meta.size());
+    uint8_t hdr[kHeaderSize];
+    encode_header(h, hdr);
+    std::string buf(reinterpret_cast<char*>(hdr), kHeaderSize);
+    buf += meta;
+    return write_exact(buf.data(), buf.size(), deadline);
+}
+
+Result<uint32_t> Connection::send_request(const std::string& topic, nlohmann::json args, Deadline deadline,
+                                          bool propagate) {
+    if (broken_) return Status(DYAD_RC_CONNFAIL, "connection to " + uri_ + " is broken", EPIPE);
+    uint32_t tag = next_tag_++;
+    if (next_tag_ == 0) next_tag_ = 1;
+    if (!args.is_object()) args = nlohmann::json::object();
+    args["topic"] = topic;
+    if (propagate && !deadline.infinite()) args["timeout_ms"] = static_cast<int64_t>(deadline.remaining() * 1000.0) + 1;
+    Header h;
+    h.type = Type::request;
+    h.tag = tag;
+    Status s = send_frame(h, args.dump(), deadline);
+    if (!s) return s;
+    return tag;
+}
+
+Result<Frame> Connection::read_frame(Deadline deadline) {
+    uint8_t hdr[kHeaderSize];
+    Status s = read_exact(hdr, kHeaderSize, deadline);
+    if (!s) return s;
+    Frame f;
+    s = decode_header(hdr, &f.header);
+    if (!s) {
+        broken_ = true;
+        return s.wrap("from " + uri_);
+    }
+    if (f.header.meta_len > 0) {
+        std::string meta(f.header.meta_len, '\0');
+        s = read_exact(meta.data(), meta.size(), deadline);
+        if (!s) return s;
+        f.meta = nlohmann::json::parse(meta, nullptr, false);
+        if (f.meta.is_discarded()) {
+            broken_ = true;
+            return Status(DYAD_RC_BADUNPACK, "malformed JSON in frame from " + uri_, EPROTO);
+        }
+    }
+    return f;
+}
+
+Status Connection::read_data(void* buf, size_t n, Deadline deadline) { return read_exact(buf, n, deadline); }
+
+Status Connection::skip_data(size_t n, Deadline deadline) {
+    char tmp[16384];
+    while (n > 0) {
+        size_t k = n < sizeof tmp ? n : sizeof tmp;
+        Status s = read_exact(tmp, k, deadline);
+        if (!s) return s;
+        n -= k;
+    }
+    return Status::ok();
+}
+
+Status Connection::send_cancel(uint32_t tag) {
+    Header h;
+    h.type = Type::cancel;
+    h.tag = tag;
+    return send_frame(h, "", Deadline::after(1.0));
+}
+
+Status Connection::error_status(const Frame& f, const std::string& context) {
+    std::string msg = "error";
+    dyad_rc_t rc = DYAD_RC_BADRPC;
+    if (f.meta.is_object()) {
+        msg = f.meta.value("msg", msg);
+        rc = static_cast<dyad_rc_t>(f.meta.value("rc", static_cast<int>(DYAD_RC_BADRPC)));
+    }
+    return Status(rc, context + ": " + msg, f.header.errnum);
+}
+
+Result<nlohmann::json> Connection::call(const std::string& topic, nlohmann::json args, Deadline deadline,
+                                        double grace_s) {
+    auto tag = send_request(topic, std::move(args), deadline);
+    if (!tag) return tag.status();
+    Deadline read_deadline = deadline.infinite() ? deadline : Deadline::after(deadline.remaining() + grace_s);
+    for (;;) {
+        auto f = read_frame(read_deadline);
+        if (!f) return f.status();
+        if (f->header.data_len) {
+            Status s = skip_data(f->header.data_len, read_deadline);
+            if (!s) return s;
+        }
+        if (f->header.tag != tag.value()) continue;  // a late answer to a cancelled request
+        switch (f->header.type) {
+            case Type::response:
+            case Type::end: return f->meta;
+            case Type::error: return error_status(f.value(), topic);
+            default:
+                broken_ = true;
+                return Status(DYAD_RC_BADRPC, std::string("unexpected ") + type_name(f->header.type) + " frame", EPROTO);
+        }
+    }
+}
+
+Result<std::unique_ptr<Connection>> ConnectionPool::get(const std::string& uri, Deadline deadline) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        auto it = idle_.find(uri);
+        while (it != idle_.end() && !it->second.empty()) {
+            auto c = std::move(it->second.back());
+            it->second.pop_back();
+            // An idle connection must have nothing to read: readable means the
+            // service closed it (restart) or sent junk; drop it.
+            struct pollfd p = {c->fd_.get(), POLLIN, 0};
+            if (::poll(&p, 1, 0) == 0) return c;
+        }
+    }
+    return Connection::connect(uri, deadline);
+}
+
+void ConnectionPool::put(std::unique_ptr<Connection> c) {
+    if (!c || c->broken()) return;
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& v = idle_[c->uri()];
+    if (v.size() < max_idle_) v.push_back(std::move(c));
+}
+
+void ConnectionPool::clear() {
+    std::lock_guard<std::mutex> lk(mu_);
+    idle_.clear();
+}
+
+}  // namespace dyad::rpc

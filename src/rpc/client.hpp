@@ -1,0 +1,86 @@
+// Blocking RPC client connection: one request at a time per connection (the
+// caller's thread waits), every wait bounded by a Deadline. Not thread-safe;
+// use one connection per thread (see ConnectionPool).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/deadline.hpp"
+#include "common/fd.hpp"
+#include "common/status.hpp"
+#include "wire.hpp"
+
+namespace dyad::rpc {
+
+struct Frame {
+    Header header;
+    nlohmann::json meta;  // null when meta_len == 0
+};
+
+class Connection {
+public:
+    // Connects and exchanges HELLO frames (version check).
+    static Result<std::unique_ptr<Connection>> connect(const std::string& uri, Deadline deadline);
+
+    const nlohmann::json& peer_info() const { return peer_info_; }
+    const std::string& uri() const { return uri_; }
+    bool broken() const { return broken_; }
+
+    // Sends a request; returns its tag. args become the meta with "topic"
+    // and, if propagate, "timeout_ms" (the time left before `deadline`) added:
+    // the service then abandons the request at the same deadline.
+    Result<uint32_t> send_request(const std::string& topic, nlohmann::json args, Deadline deadline,
+                                  bool propagate = true);
+    // Reads the next frame's header and meta. Its data (header.data_len
+    // bytes) must then be consumed with read_data or skip_data.
+    Result<Frame> read_frame(Deadline deadline);
+    Status read_data(void* buf, size_t n, Deadline deadline);
+    Status skip_data(size_t n, Deadline deadline);
+    Status send_cancel(uint32_t tag);
+
+    // Request with a single answer (response or end); errors become Status.
+    // grace_s extends the wait for the answer past the deadline sent to the
+    // service, so that the service's own timeout error can arrive.
+    Result<nlohmann::json> call(const std::string& topic, nlohmann::json args, Deadline deadline,
+                                double grace_s = 0);
+
+    // Turns an error frame into a Status.
+    static Status error_status(const Frame& f, const std::string& context);
+
+private:
+    friend class ConnectionPool;
+    Connection(UniqueFd fd, std::string uri) : fd_(std::move(fd)), uri_(std::move(uri)) {}
+    Status send_frame(const Header& h, const std::string& meta, Deadline deadline);
+    Status write_exact(const void* p, size_t n, Deadline deadline);
+    Status read_exact(void* p, size_t n, Deadline deadline);
+
+    UniqueFd fd_;
+    std::string uri_;
+    nlohmann::json peer_info_;
+    uint32_t next_tag_ = 1;
+    bool broken_ = false;
+};
+
+// Idle connections kept per URI so that many small requests do not pay for
+// a connect each. Thread-safe; a connection is used by one thread at a time.
+class ConnectionPool {
+public:
+    explicit ConnectionPool(size_t max_idle_per_uri = 8) : max_idle_(max_idle_per_uri) {}
+    Result<std::unique_ptr<Connection>> get(const std::string& uri, Deadline deadline);
+    // Returns a connection after a completed exchange; broken ones are dropped.
+    void put(std::unique_ptr<Connection> c);
+    void clear();
+
+private:
+    std::mutex mu_;
+    size_t max_idle_;
+    std::unordered_map<std::string, std::vector<std::unique_ptr<Connection>>> idle_;
+};
+
+}  // namespace dyad::rpc

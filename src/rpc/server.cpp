@@ -1,0 +1,408 @@
+#include "server.hpp"
+
+#include <array>
+#include <deque>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.hpp"
+
+namespace dyad::rpc {
+
+class Session : public std::enable_shared_from_this<Session> {
+public:
+    Session(Server& srv, asio::io_context& io, asio::generic::stream_protocol::socket s)
+        : server_(srv), io_(io), sock_(std::move(s)) {}
+
+    void start() { read_header(); }
+
+    void send(Header h, std::string meta, asio::const_buffer data, Request::WriteDone cb) {
+        if (closed_) {
+            if (cb) asio::post(io_, [cb] { cb(false); });
+            return;
+        }
+        Out o;
+        h.meta_len = static_cast<uint32_t>(meta.size());
+        h.data_len = static_cast<uint32_t>(data.size());
+        encode_header(h, o.hdr.data());
+        o.meta = std::move(meta);
+        o.data = data;
+        o.cb = std::move(cb);
+        q_.push_back(std::move(o));
+        if (!writing_) write_next();
+    }
+
+    void request_finished(uint32_t tag) { active_.erase(tag); }
+
+    void close() {
+        if (closed_) return;
+        closed_ = true;
+        asio::error_code ec;
+        sock_.shutdown(asio::socket_base::shutdown_both, ec);
+        sock_.close(ec);
+        auto active = std::move(active_);
+        active_.clear();
+        for (auto& [tag, r] : active) r->cancel(ECONNRESET);
+        server_.forget(this);
+    }
+
+    const nlohmann::json& peer() const { return peer_; }
+
+private:
+    struct Out {
+        std::array<uint8_t, kHeaderSize> hdr;
+        std::string meta;
+        asio::const_buffer data;
+        Request::WriteDone cb;
+    };
+
+    void read_header() {
+        auto self = shared_from_this();
+        asio::async_read(sock_, asio::buffer(hdr_), [self](asio::error_code ec, size_t) {
+            if (ec) return self->close();
+            Status s = decode_header(self->hdr_.data(), &self->h_);
+            if (!s) {
+                DYAD_WARN("rpc", "dropping connection: %s", s.to_string().c_str());
+                // Tell a peer of another version why, then close.
+                Header e;
+                e.type = Type::error;
+                e.errnum = EPROTO;
+                nlohmann::json m = {{"msg", s.message()}, {"rc", static_cast<int>(DYAD_RC_BADRPC)}};
+                self->send(e, m.dump(), {}, [self](bool) { self->close(); });
+                return;
+            }
+            self->read_body();
+        });
+    }
+
+    void read_body() {
+        meta_.resize(h_.meta_len);
+        data_.resize(h_.data_len);
+        auto self = shared_from_this();
+        std::array<asio::mutable_buffer, 2> bufs = {asio::buffer(meta_), asio::buffer(data_)};
+        asio::async_read(sock_, bufs, [self](asio::error_code ec, size_t) {
+            if (ec) return self->close();
+            if (!self->handle_frame()) return;
+            self->read_header();
+        });
+    }
+
+    void protocol_error(uint32_t tag, const std::string& msg) {
+        Header e;
+        e.type = Type::error;
+        e.tag = tag;
+        e.errnum = EPROTO;
+        nlohmann::json m = {{"msg", msg}, {"rc", static_cast<int>(DYAD_RC_BADRPC)}};
+        auto self = shared_from_this();
+        send(e, m.dump(), {}, [self](bool) { self->close(); });
+    }
+
+    // Returns false when the session must stop reading.
+    bool handle_frame() {
+        nlohmann::json meta = meta_.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(meta_, nullptr, false);
+        if (meta.is_discarded()) {
+            protocol_error(h_.tag, "malformed JSON in frame");
+            return false;
+        }
+        if (!hello_done_) {
+            if (h_.type != Type::hello) {
+                protocol_error(h_.tag, "first frame must be hello");
+                return false;
+            }
+            hello_done_ = true;
+            peer_ = meta;
+            Header r;
+            r.type = Type::hello;
+            send(r, server_.hello_info().dump(), {}, {});
+            return true;
+        }
+        switch (h_.type) {
+            case Type::request: {
+                if (!meta.is_object() || !meta.contains("topic") || !meta["topic"].is_string()) {
+                    protocol_error(h_.tag, "request without a topic");
+                    return false;
+                }
+                if (active_.count(h_.tag)) {
+                    protocol_error(h_.tag, "tag already in use");
+                    return false;
+                }
+                auto r = std::make_shared<Request>(weak_from_this(), io_, h_.tag, std::move(meta));
+                active_[h_.tag] = r;
+                r->arm_deadline();
+                server_.dispatch(r);
+                return true;
+            }
+            case Type::cancel: {
+                auto it = active_.find(h_.tag);
+                if (it != active_.end()) {
+                    auto r = it->second;
+                    active_.erase(it);
+                    r->cancel(ECANCELED);
+                }
+                return true;
+            }
+            default:
+                protocol_error(h_.tag, std::string("unexpected ") + type_name(h_.type) + " frame from a client");
+                return false;
+        }
+    }
+
+    void write_next() {
+        writing_ = true;
+        Out& o = q_.front();
+        std::array<asio::const_buffer, 3> bufs = {asio::buffer(o.hdr), asio::buffer(o.meta), o.data};
+        auto self = shared_from_this();
+        asio::async_write(sock_, bufs, [self](asio::error_code ec, size_t) {
+            Out done = std::move(self->q_.front());
+            self->q_.pop_front();
+            if (done.cb) done.cb(!ec);
+            if (ec) {
+                self->close();
+                auto rest = std::move(self->q_);
+                self->q_.clear();
+                for (auto& o : rest)
+                    if (o.cb) o.cb(false);
+                self->writing_ = false;
+                return;
+            }
+            if (!self->q_.empty()) self->write_next();
+            else self->writing_ = false;
+        });
+    }
+
+    Server& server_;
+    asio::io_context& io_;
+    asio::generic::stream_protocol::socket sock_;
+    std::array<uint8_t, kHeaderSize> hdr_{};
+    Header h_;
+    std::string meta_;
+    std::vector<char> data_;
+    bool hello_done_ = false;
+    bool closed_ = false;
+    bool writing_ = false;
+    nlohmann::json peer_;
+    std::deque<Out> q_;
+    std::unordered_map<uint32_t, std::shared_ptr<Request>> active_;
+};
+
+// ---- Request ----
+
+Request::Request(std::weak_ptr<Session> s, asio::io_context& io, uint32_t tag, nlohmann::json args)
+    : session_(std::move(s)), io_(io), tag_(tag), args_(std::move(args)) {
+    topic_ = args_.value("topic", "");
+}
+
+Request::~Request() = default;
+
+const nlohmann::json& Request::peer() const {
+    static const nlohmann::json empty;
+    auto s = session_.lock();
+    return s ? s->peer() : empty;
+}
+
+void Request::respond(nlohmann::json meta, asio::const_buffer data, WriteDone done) {
+    auto self = shared_from_this();
+    asio::dispatch(io_, [self, meta = std::move(meta), data, done = std::move(done)]() mutable {
+        auto s = self->session_.lock();
+        if (self->finished_ || !s) {
+            if (done) done(false);
+            return;
+        }
+        Header h;
+        h.type = Type::response;
+        h.tag = self->tag_;
+        s->send(h, meta.is_null() ? std::string() : meta.dump(), data, std::move(done));
+    });
+}
+
+void Request::end(nlohmann::json meta) {
+    if (finished_.exchange(true)) return;
+    auto self = shared_from_this();
+    asio::dispatch(io_, [self, meta = std::move(meta)] {
+        self->finish();
+        if (auto s = self->session_.lock()) {
+            Header h;
+            h.type = Type::end;
+            h.tag = self->tag_;
+            s->send(h, meta.is_null() ? std::string() : meta.dump(), {}, {});
+            s->request_finished(self->tag_);
+        }
+    });
+}
+
+void Request::error(int errnum, const std::string& msg, dyad_rc_t rc) {
+    if (finished_.exchange(true)) return;
+    auto self = shared_from_this();
+    asio::dispatch(io_, [self, errnum, msg, rc] {
+        self->finish();
+        if (auto s = self->session_.lock()) {
+            Header h;
+            h.type = Type::error;
+            h.tag = self->tag_;
+            h.errnum = errnum;
+            nlohmann::json m = {{"msg", msg}, {"rc", static_cast<int>(rc)}};
+            s->send(h, m.dump(), {}, {});
+            s->request_finished(self->tag_);
+        }
+    });
+}
+
+void Request::finish() {
+    if (timer_) timer_->cancel();
+    on_cancel_ = nullptr;
+}
+
+void Request::on_cancel(std::function<void()> fn) {
+    if (cancelled_) {
+        asio::post(io_, std::move(fn));
+        return;
+    }
+    on_cancel_ = std::move(fn);
+}
+
+void Request::cancel(int why) {
+    if (finished_.exchange(true)) return;
+    cancelled_ = true;
+    if (timer_) timer_->cancel();
+    auto fn = std::move(on_cancel_);
+    on_cancel_ = nullptr;
+    if (fn) fn();
+    if (auto s = session_.lock()) {
+        if (why == ETIMEDOUT) {
+            Header h;
+            h.type = Type::error;
+            h.tag = tag_;
+            h.errnum = ETIMEDOUT;
+            nlohmann::json m = {{"msg", "request deadline passed on the service"},
+                                {"rc", static_cast<int>(DYAD_RC_TIMEOUT)}};
+            s->send(h, m.dump(), {}, {});
+        }
+        s->request_finished(tag_);
+    }
+}
+
+void Request::arm_deadline() {
+    int64_t ms = args_.value("timeout_ms", static_cast<int64_t>(0));
+    if (ms <= 0) return;
+    timer_ = std::make_unique<asio::steady_timer>(io_, std::chrono::milliseconds(ms));
+    std::weak_ptr<Request> weak = shared_from_this();
+    timer_->async_wait([weak](asio::error_code ec) {
+        if (ec) return;
+        if (auto r = weak.lock()) r->cancel(ETIMEDOUT);
+    });
+}
+
+// ---- Server ----
+
+Server::Server(asio::io_context& io, nlohmann::json hello_info) : io_(io), hello_info_(std::move(hello_info)) {}
+
+Server::~Server() { stop(); }
+
+Result<std::string> Server::listen_tcp(const std::string& host, uint16_t port) {
+    asio::error_code ec;
+    auto addr = asio::ip::make_address(host, ec);
+    if (ec) {
+        asio::ip::tcp::resolver res(io_);
+        auto eps = res.resolve(host, std::to_string(port), ec);
+        if (ec || eps.empty())
+            return Status(DYAD_RC_CONNFAIL, "cannot resolve listen address '" + host + "': " + ec.message(), EINVAL);
+        addr = eps.begin()->endpoint().address();
+    }
+    asio::ip::tcp::endpoint ep(addr, port);
+    auto acc = std::make_unique<asio::ip::tcp::acceptor>(io_);
+    acc->open(ep.protocol(), ec);
+    if (!ec) acc->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acc->bind(ep, ec);
+    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message() +
+                          " (is another dyadd running there? choose another --listen)",
+                      ec.value());
+    auto local = acc->local_endpoint(ec);
+    tcp_ = std::move(acc);
+    accept_tcp();
+    std::string h = local.address().is_v6() ? "[" + local.address().to_string() + "]" : local.address().to_string();
+    return "tcp://" + h + ":" + std::to_string(local.port());
+}
+
+Result<std::string> Server::listen_unix(const std::string& path) {
+    asio::error_code ec;
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());
+    auto acc = std::make_unique<asio::local::stream_protocol::acceptor>(io_);
+    asio::local::stream_protocol::endpoint ep(path);
+    acc->open(ep.protocol(), ec);
+    if (!ec) acc->bind(ep, ec);
+    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return Status(DYAD_RC_CONNFAIL, "cannot listen on unix socket '" + path + "': " + ec.message(), ec.value());
+    unix_ = std::move(acc);
+    unix_path_ = path;
+    accept_unix();
+    return "unix:" + path;
+}
+
+void Server::handle(const std::string& topic, Handler h) { handlers_[topic] = std::move(h); }
+
+void Server::accept_tcp() {
+    tcp_->async_accept([this](asio::error_code ec, asio::ip::tcp::socket s) {
+        if (stopped_) return;
+        if (!ec) {
+            s.set_option(asio::ip::tcp::no_delay(true), ec);
+            start_session(asio::generic::stream_protocol::socket(std::move(s)));
+        } else if (ec == asio::error::operation_aborted) {
+            return;
+        } else {
+            DYAD_WARN("rpc", "accept failed: %s", ec.message().c_str());
+        }
+        accept_tcp();
+    });
+}
+
+void Server::accept_unix() {
+    unix_->async_accept([this](asio::error_code ec, asio::local::stream_protocol::socket s) {
+        if (stopped_) return;
+        if (!ec) {
+            start_session(asio::generic::stream_protocol::socket(std::move(s)));
+        } else if (ec == asio::error::operation_aborted) {
+            return;
+        } else {
+            DYAD_WARN("rpc", "accept failed: %s", ec.message().c_str());
+        }
+        accept_unix();
+    });
+}
+
+void Server::start_session(asio::generic::stream_protocol::socket sock) {
+    auto s = std::make_shared<Session>(*this, io_, std::move(sock));
+    sessions_[s.get()] = s;
+    s->start();
+}
+
+void Server::forget(Session* s) { sessions_.erase(s); }
+
+void Server::dispatch(std::shared_ptr<Request> r) {
+    auto it = handlers_.find(r->topic());
+    if (it == handlers_.end()) {
+        r->error(ENOSYS, "unknown topic '" + r->topic() + "'", DYAD_RC_BADRPC);
+        return;
+    }
+    it->second(std::move(r));
+}
+
+void Server::stop() {
+    if (stopped_) return;
+    stopped_ = true;
+    asio::error_code ec;
+    if (tcp_) tcp_->close(ec);
+    if (unix_) {
+        unix_->close(ec);
+        ::unlink(unix_path_.c_str());
+    }
+    auto sessions = sessions_;
+    for (auto& [p, w] : sessions)
+        if (auto s = w.lock()) s->close();
+    sessions_.clear();
+}
+
+}  // namespace dyad::rpc

@@ -1,0 +1,109 @@
+// Asynchronous RPC server on an Asio event loop: TCP and Unix listeners, one
+// session per connection (no thread per connection), requests dispatched by
+// topic, streaming answers with per-frame write completion (flow control),
+// a deadline on every request and cancellation when the peer disconnects.
+//
+// Threading: the loop runs on one thread. Request methods may be called
+// from any thread; they are forwarded to the loop.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <asio.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/status.hpp"
+#include "wire.hpp"
+
+namespace dyad::rpc {
+
+class Session;
+
+class Request : public std::enable_shared_from_this<Request> {
+public:
+    using WriteDone = std::function<void(bool ok)>;
+
+    Request(std::weak_ptr<Session> s, asio::io_context& io, uint32_t tag, nlohmann::json args);
+    ~Request();
+
+    const std::string& topic() const { return topic_; }
+    const nlohmann::json& args() const { return args_; }
+    uint32_t tag() const { return tag_; }
+    asio::io_context& io() { return io_; }
+    // Peer info from the connection's hello (pid, ...).
+    const nlohmann::json& peer() const;
+
+    // One part of the answer. `data` must stay valid until `done` runs
+    // (with ok=false if the connection went away first).
+    void respond(nlohmann::json meta, asio::const_buffer data = {}, WriteDone done = {});
+    void end(nlohmann::json meta = nullptr);
+    void error(int errnum, const std::string& msg, dyad_rc_t rc = DYAD_RC_BADRPC);
+
+    // True once answered (end/error) or cancelled.
+    bool finished() const { return finished_.load(); }
+    bool cancelled() const { return cancelled_.load(); }
+    // Called once, on the loop, if the request is cancelled (peer gone,
+    // cancel frame, deadline passed) before it finished.
+    void on_cancel(std::function<void()> fn);
+
+    // Internal (Session).
+    void cancel(int why_errnum);
+    void arm_deadline();
+
+private:
+    void finish();
+
+    std::weak_ptr<Session> session_;
+    asio::io_context& io_;
+    uint32_t tag_;
+    nlohmann::json args_;
+    std::string topic_;
+    std::atomic<bool> finished_{false};
+    std::atomic<bool> cancelled_{false};
+    std::function<void()> on_cancel_;
+    std::unique_ptr<asio::steady_timer> timer_;
+};
+
+using Handler = std::function<void(std::shared_ptr<Request>)>;
+
+class Server {
+public:
+    Server(asio::io_context& io, nlohmann::json hello_info);
+    ~Server();
+
+    // Listens on HOST:PORT (port 0 picks one); returns "tcp://HOST:PORT".
+    Result<std::string> listen_tcp(const std::string& host, uint16_t port);
+    Result<std::string> listen_unix(const std::string& path);
+    void handle(const std::string& topic, Handler h);
+    void set_hello_info(nlohmann::json info) { hello_info_ = std::move(info); }
+    // Closes listeners and every session; pending requests are cancelled.
+    void stop();
+
+    // Internal (Session).
+    void dispatch(std::shared_ptr<Request> r);
+    const nlohmann::json& hello_info() const { return hello_info_; }
+    void forget(Session* s);
+
+    size_t session_count() const { return sessions_.size(); }
+
+private:
+    void accept_tcp();
+    void accept_unix();
+    void start_session(asio::generic::stream_protocol::socket sock);
+
+    asio::io_context& io_;
+    nlohmann::json hello_info_;
+    std::unique_ptr<asio::ip::tcp::acceptor> tcp_;
+    std::unique_ptr<asio::local::stream_protocol::acceptor> unix_;
+    std::string unix_path_;
+    std::unordered_map<std::string, Handler> handlers_;
+    std::unordered_map<Session*, std::weak_ptr<Session>> sessions_;
+    bool stopped_ = false;
+};
+
+}  // namespace dyad::rpc

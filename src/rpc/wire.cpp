@@ -1,0 +1,99 @@
+#include "wire.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace dyad::rpc {
+namespace {
+void put16(uint8_t* p, uint16_t v) {
+    p[0] = v & 0xff;
+    p[1] = v >> 8;
+}
+void put32(uint8_t* p, uint32_t v) {
+    for (int i = 0; i < 4; ++i) p[i] = (v >> (8 * i)) & 0xff;
+}
+uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint32_t get32(const uint8_t* p) {
+    return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+           (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+}
+}  // namespace
+
+void encode_header(const Header& h, uint8_t out[kHeaderSize]) {
+    put32(out, kMagic);
+    put16(out + 4, h.version);
+    out[6] = static_cast<uint8_t>(h.type);
+    out[7] = h.flags;
+    put32(out + 8, h.tag);
+    put32(out + 12, static_cast<uint32_t>(h.errnum));
+    put32(out + 16, h.meta_len);
+    put32(out + 20, h.data_len);
+}
+
+Status decode_header(const uint8_t in[kHeaderSize], Header* h) {
+    if (get32(in) != kMagic)
+        return Status(DYAD_RC_BADRPC, "not a DYAD peer (bad magic): is the URI pointing at dyadd?", EPROTO);
+    h->version = get16(in + 4);
+    if (h->version != kVersion)
+        return Status(DYAD_RC_BADRPC,
+                      "peer speaks wire protocol version " + std::to_string(h->version) + ", this build speaks " +
+                          std::to_string(kVersion) + ": run the same DYAD version on both sides",
+                      EPROTO);
+    uint8_t t = in[6];
+    if (t < 1 || t > 6) return Status(DYAD_RC_BADRPC, "unknown frame type " + std::to_string(t), EPROTO);
+    h->type = static_cast<Type>(t);
+    h->flags = in[7];
+    h->tag = get32(in + 8);
+    h->errnum = static_cast<int32_t>(get32(in + 12));
+    h->meta_len = get32(in + 16);
+    h->data_len = get32(in + 20);
+    if (h->meta_len > kMaxMeta || h->data_len > kMaxData)
+        return Status(DYAD_RC_BADRPC, "frame too large", EMSGSIZE);
+    return Status::ok();
+}
+
+const char* type_name(Type t) {
+    switch (t) {
+        case Type::hello: return "hello";
+        case Type::request: return "request";
+        case Type::response: return "response";
+        case Type::end: return "end";
+        case Type::error: return "error";
+        case Type::cancel: return "cancel";
+    }
+    return "?";
+}
+
+std::string Uri::str() const { return is_unix ? "unix:" + path : "tcp://" + host + ":" + std::to_string(port); }
+
+Result<Uri> parse_uri(const std::string& s) {
+    Uri u;
+    auto bad = [&](const std::string& why) {
+        return Status(DYAD_RC_CONNFAIL, "bad service URI '" + s + "': " + why +
+                                            " (use tcp://HOST:PORT or unix:PATH)", EINVAL);
+    };
+    if (s.rfind("unix:", 0) == 0) {
+        u.is_unix = true;
+        u.path = s.substr(5);
+        if (u.path.rfind("//", 0) == 0) u.path = u.path.substr(2);
+        if (u.path.empty()) return bad("empty socket path");
+        if (u.path.size() >= 108) return bad("socket path longer than 107 bytes");
+        return u;
+    }
+    std::string rest = s;
+    if (rest.rfind("tcp://", 0) == 0) rest = rest.substr(6);
+    else if (rest.find("://") != std::string::npos) return bad("unknown scheme");
+    size_t colon = rest.rfind(':');
+    if (colon == std::string::npos) return bad("missing port");
+    u.host = rest.substr(0, colon);
+    if (u.host.size() > 2 && u.host.front() == '[' && u.host.back() == ']') u.host = u.host.substr(1, u.host.size() - 2);
+    if (u.host.empty()) return bad("missing host");
+    std::string port = rest.substr(colon + 1);
+    char* end = nullptr;
+    long p = std::strtol(port.c_str(), &end, 10);
+    if (port.empty() || *end || p < 0 || p > 65535) return bad("bad port");
+    u.port = static_cast<uint16_t>(p);
+    return u;
+}
+
+}  // namespace dyad::rpc

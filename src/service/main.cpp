@@ -1,0 +1,65 @@
+// dyadd: the DYAD service of one node.
+#include <csignal>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+
+#include "common/config.hpp"
+#include "common/log.hpp"
+#include "service.hpp"
+
+int main(int argc, char** argv) {
+    std::signal(SIGPIPE, SIG_IGN);
+    dyad::service::Options o;
+    if (auto p = dyad::env("DYAD_PATH_PRODUCER")) o.producer_dir = *p;
+    if (auto m = dyad::env("DYAD_DTL_MODE"); m && !m->empty()) o.mode = *m;
+    if (auto n = dyad::env("DYAD_KVS_NAMESPACE"); n && !n->empty()) o.ns = *n;
+    if (auto n = dyad::env("DYAD_NODE_ID"); n && !n->empty()) o.node = *n;
+    std::string info_log, error_log;
+
+    CLI::App app{"dyadd: the DYAD service of one node. Serves the files of its producer directory to\n"
+                 "consumers on any node and hosts the metadata store (unless --kvs is given)."};
+    app.add_option("producer_dir", o.producer_dir, "producer-managed directory (default: $DYAD_PATH_PRODUCER)");
+    app.add_flag("-d,--debug", o.debug, "debug logging");
+    app.add_option("-m,--mode", o.mode, "default transport: FLUX_RPC (alias STREAM); every built one is served")
+        ->capture_default_str();
+    app.add_option("-i,--info_log", info_log, "write info/debug log lines to FILE");
+    app.add_option("-e,--error_log", error_log, "write warning/error log lines to FILE");
+    app.add_option("--namespace", o.ns, "metadata namespace (default: $DYAD_KVS_NAMESPACE or 'dyad')");
+    app.add_option("--node", o.node, "node id of this service (default: $DYAD_NODE_ID or the host name)");
+    app.add_option("--listen", o.listen, "TCP HOST:PORT to serve on ('' for none)")->capture_default_str();
+    app.add_option("--socket", o.socket_path, "also serve on this Unix socket");
+    app.add_option("--kvs", o.kvs_uri, "use the metadata store of the dyadd at tcp://HOST:PORT instead of hosting one");
+    app.add_option("--io-threads", o.io_threads, "threads for file reads")->capture_default_str()->check(CLI::Range(1, 64));
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+
+    auto lvl = dyad::log::Level::info;
+    if (auto l = dyad::env("DYAD_LOG_LEVEL"); l && !l->empty() && !dyad::log::parse_level(*l, &lvl)) {
+        std::fprintf(stderr, "dyadd: DYAD_LOG_LEVEL='%s' is not a level (trace, debug, info, warn, error, off)\n", l->c_str());
+        return 2;
+    }
+    if (o.debug) lvl = dyad::log::Level::debug;
+    dyad::log::set_level(lvl);
+    if (!info_log.empty() && !dyad::log::set_info_file(info_log)) {
+        std::fprintf(stderr, "dyadd: cannot open info log '%s'\n", info_log.c_str());
+        return 2;
+    }
+    if (!error_log.empty() && !dyad::log::set_error_file(error_log)) {
+        std::fprintf(stderr, "dyadd: cannot open error log '%s'\n", error_log.c_str());
+        return 2;
+    }
+
+    dyad::service::Service svc(o);
+    dyad::Status s = svc.start();
+    if (!s) {
+        std::fprintf(stderr, "dyadd: %s\n", s.to_string().c_str());
+        return 1;
+    }
+    svc.run(true);
+    DYAD_INFO("dyadd", "stopped");
+    return 0;
+}

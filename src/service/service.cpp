@@ -1,0 +1,254 @@
+#include "service.hpp"
+
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/config.hpp"
+#include "common/log.hpp"
+#include "common/paths.hpp"
+#include "rpc/wire.hpp"
+
+namespace dyad::service {
+namespace {
+
+constexpr const char* kSub = "dyadd";
+
+// "HOST:PORT" -> host, port (IPv6 in brackets).
+Status split_host_port(const std::string& s, std::string* host, uint16_t* port) {
+    auto u = rpc::parse_uri("tcp://" + s);
+    if (!u) return Status(DYAD_RC_BAD_CLI_PARSE, "--listen '" + s + "' is not HOST:PORT", EINVAL);
+    *host = u->host;
+    *port = u->port;
+    return Status::ok();
+}
+
+// The address other nodes can use when listening on a wildcard.
+std::string public_host(const std::string& host) {
+    if (host == "0.0.0.0" || host == "::") return hostname();
+    return host;
+}
+
+}  // namespace
+
+Service::Service(Options opts) : opts_(std::move(opts)), file_pool_(opts_.io_threads ? opts_.io_threads : 1) {
+    if (opts_.node.empty()) opts_.node = hostname();
+    id_ = opts_.node;
+}
+
+Service::~Service() {
+    stop();
+    file_pool_.stop();
+    file_pool_.join();
+}
+
+Status Service::start() {
+    started_ = std::chrono::steady_clock::now();
+    if (opts_.producer_dir.empty())
+        return Status(DYAD_RC_BADMANAGEDPATH,
+                      "no producer directory: give it as the argument of dyadd or set DYAD_PATH_PRODUCER", EINVAL);
+    Status s = mkdir_p(opts_.producer_dir, 02775);
+    if (!s) return s.wrap("producer directory");
+    prod_dir_ = canonical_path(opts_.producer_dir);
+    prod_fd_.reset(::open(prod_dir_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!prod_fd_.valid()) return Status(DYAD_RC_BADMANAGEDPATH, "cannot open producer directory '" + prod_dir_ + "'", errno);
+
+    auto mode = parse_dtl_mode(opts_.mode);
+    if (!mode) return mode.status();
+    for (const auto& b : dtl::backends()) {
+        auto snd = b.make_sender();
+        if (!snd) {
+            DYAD_WARN(kSub, "transport %s unavailable: %s", b.name.c_str(), snd.status().to_string().c_str());
+            continue;
+        }
+        senders_[b.name] = std::move(snd.value());
+        per_transport_[b.name];
+    }
+    if (!senders_.count(mode.value()))
+        return Status(dtl::find_backend(mode.value()).status()).wrap("--mode");
+
+    server_ = std::make_unique<rpc::Server>(io_, nlohmann::json::object());
+    if (!opts_.listen.empty()) {
+        std::string host;
+        uint16_t port = 0;
+        s = split_host_port(opts_.listen, &host, &port);
+        if (!s) return s;
+        auto ep = server_->listen_tcp(host, port);
+        if (!ep) return ep.status();
+        auto u = rpc::parse_uri(ep.value());
+        endpoints_.push_back("tcp://" + public_host(host) + ":" + std::to_string(u->port));
+    }
+    if (!opts_.socket_path.empty()) {
+        auto ep = server_->listen_unix(opts_.socket_path);
+        if (!ep) return ep.status();
+        endpoints_.push_back(ep.value());
+    }
+    if (endpoints_.empty()) return Status(DYAD_RC_BAD_CLI_PARSE, "nothing to listen on: give --listen or --socket", EINVAL);
+
+    server_->handle("dyad.fetch", [this](std::shared_ptr<rpc::Request> r) { on_fetch(std::move(r)); });
+    server_->handle("dyad.status", [this](std::shared_ptr<rpc::Request> r) { on_status(std::move(r)); });
+
+    // Metadata: host the store, or register in the one given by --kvs.
+    nlohmann::json reg = identity();
+    if (opts_.kvs_uri.empty()) {
+        store_ = std::make_unique<kvs::MemoryStore>();
+        kvs::serve(*server_, *store_);
+        store_->put(kServicesNamespace, id_, reg.dump());
+    } else {
+        kvs::RpcStore remote(opts_.kvs_uri, std::make_shared<rpc::ConnectionPool>());
+        auto v = remote.put(kServicesNamespace, id_, reg.dump(), Deadline::after(10));
+        if (!v)
+            return Status(v.status()).wrap("cannot register in the metadata store at " + opts_.kvs_uri +
+                                           " (is the dyadd hosting it running?)");
+    }
+    server_->set_hello_info(identity());
+    DYAD_INFO(kSub, "service %s ready: producer dir %s, endpoints %s, metadata %s", id_.c_str(), prod_dir_.c_str(),
+              nlohmann::json(endpoints_).dump().c_str(), opts_.kvs_uri.empty() ? "embedded" : opts_.kvs_uri.c_str());
+    return Status::ok();
+}
+
+nlohmann::json Service::identity() const {
+    nlohmann::json transports = nlohmann::json::array();
+    for (const auto& [name, snd] : senders_) transports.push_back(snd->attributes().to_json());
+    return {{"service_id", id_},
+            {"node", opts_.node},
+            {"namespace", opts_.ns},
+            {"producer_dir", prod_dir_},
+            {"kvs", opts_.kvs_uri.empty() ? std::string("local") : opts_.kvs_uri},
+            {"endpoints", endpoints_},
+            {"transports", transports},
+            {"default_mode", opts_.mode},
+            {"pid", ::getpid()},
+            {"wire_version", rpc::kVersion}};
+}
+
+void Service::run(bool handle_signals) {
+    if (handle_signals) {
+        signals_.emplace(io_, SIGINT, SIGTERM);
+        signals_->async_wait([this](asio::error_code ec, int sig) {
+            if (ec) return;
+            DYAD_INFO(kSub, "signal %d: shutting down", sig);
+            stop();
+        });
+    }
+    // Keeps run() alive between requests; stop() ends the loop.
+    auto guard = asio::make_work_guard(io_);
+    io_.run();
+}
+
+void Service::stop() {
+    asio::post(io_, [this] {
+        if (signals_) {
+            asio::error_code ec;
+            signals_->cancel(ec);
+        }
+        if (server_) server_->stop();
+        io_.stop();
+    });
+}
+
+void Service::fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport, const Status& st) {
+    total_.errors++;
+    if (!transport.empty()) per_transport_[transport].errors++;
+    DYAD_DEBUG(kSub, "fetch failed: %s", st.to_string().c_str());
+    int err = st.err() ? st.err() : EIO;
+    r->error(err, st.message(), st.rc());
+}
+
+void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
+    total_.requests++;
+    const auto& a = r->args();
+    std::string transport = a.value("transport", std::string("FLUX_RPC"));
+    auto canon = parse_dtl_mode(transport);
+    auto it = canon ? senders_.find(canon.value()) : senders_.end();
+    if (it == senders_.end()) {
+        rejected_++;
+        std::string served;
+        for (auto& [n, s] : senders_) served += (served.empty() ? "" : ", ") + n;
+        return fail(r, "", Status(DYAD_RC_BADDTLMODE, "transport '" + transport + "' is not served here (served: " + served + ")", EINVAL));
+    }
+    transport = canon.value();
+    if (!a.contains("upath") || !a["upath"].is_string())
+        return fail(r, transport, Status(DYAD_RC_BADUNPACK, "fetch request without 'upath'", EINVAL));
+    std::string raw = a["upath"];
+    auto upath = normalize_upath(raw);
+    if (!upath) return fail(r, transport, upath.status());
+    per_transport_[transport].requests++;
+
+    // Open, check and lock on a file thread: never block the loop on disk.
+    asio::post(file_pool_, [this, r, transport, up = upath.value()] {
+        auto job = std::make_shared<dtl::FetchJob>();
+        job->req = r;
+        job->upath = up;
+        job->transport_args = r->args();
+        job->file_pool = &file_pool_;
+        Status st;
+        auto fd = open_beneath(prod_fd_.get(), up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+        if (!fd) {
+            int e = fd.status().err();
+            if (e == ENOENT)
+                st = Status(DYAD_RC_BADFIO, "no file '" + up + "' in producer directory " + prod_dir_, ENOENT);
+            else if (e == EXDEV || e == ELOOP)
+                st = Status(DYAD_RC_BADFIO, "'" + up + "' resolves outside producer directory " + prod_dir_ + ": refused", EACCES);
+            else if (e == EACCES || e == EPERM)
+                st = Status(DYAD_RC_BADFIO, "service may not read '" + up + "' in " + prod_dir_, EACCES);
+            else
+                st = fd.status();
+        } else {
+            struct stat sb;
+            if (::fstat(fd->get(), &sb) != 0) {
+                st = Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
+            } else if (S_ISDIR(sb.st_mode)) {
+                st = Status(DYAD_RC_BADFIO, "'" + up + "' is a directory, not a file", EISDIR);
+            } else if (!S_ISREG(sb.st_mode)) {
+                st = Status(DYAD_RC_BADFIO, "'" + up + "' is not a regular file", EINVAL);
+            } else {
+                // Shared lock for the whole transfer: a producer that rewrites
+                // the file under an exclusive lock waits until we are done.
+                struct flock fl = {};
+                fl.l_type = F_RDLCK;
+                fl.l_whence = SEEK_SET;
+                while (::fcntl(fd->get(), F_OFD_SETLKW, &fl) != 0 && errno == EINTR) {
+                }
+                int fl_flags = ::fcntl(fd->get(), F_GETFL);
+                ::fcntl(fd->get(), F_SETFL, fl_flags & ~O_NONBLOCK);
+                if (::fstat(fd->get(), &sb) != 0) sb.st_size = 0;
+                job->size = static_cast<uint64_t>(sb.st_size);
+                job->fd = std::move(fd.value());
+            }
+        }
+        asio::post(io_, [this, r, transport, job, st] {
+            if (!st) return fail(r, transport, st);
+            if (r->finished()) return;  // cancelled meanwhile
+            senders_[transport]->send(job, [this, r, transport, job](Status s, uint64_t bytes, std::string xxh) {
+                auto& c = per_transport_[transport];
+                c.bytes_sent += bytes;
+                total_.bytes_sent += bytes;
+                if (!s) return fail(r, transport, s);
+                c.served++;
+                total_.served++;
+                r->end({{"size", job->size}, {"xxh3", xxh}});
+            });
+        });
+    });
+}
+
+nlohmann::json Service::status_json() const {
+    nlohmann::json j = identity();
+    nlohmann::json per = nlohmann::json::object();
+    for (const auto& [name, c] : per_transport_)
+        per[name] = {{"requests", c.requests}, {"served", c.served}, {"errors", c.errors},
+                     {"bytes_sent", c.bytes_sent}, {"bytes_received", c.bytes_received}};
+    j["counters"] = {{"requests", total_.requests}, {"served", total_.served}, {"errors", total_.errors},
+                     {"bytes_sent", total_.bytes_sent}, {"bytes_received", total_.bytes_received},
+                     {"rejected", rejected_}, {"per_transport", per}};
+    j["connections"] = server_ ? server_->session_count() : 0;
+    j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    if (store_) j["store"] = {{"keys", store_->key_count()}, {"waiters", store_->watcher_count()}};
+    return j;
+}
+
+void Service::on_status(std::shared_ptr<rpc::Request> r) { r->end(status_json()); }
+
+}  // namespace dyad::service

@@ -1,0 +1,83 @@
+// dyadd: the per-node DYAD service. Serves the files of its producer
+// directory (dyad.fetch) over every transport it has, hosts the embedded
+// metadata store (unless --kvs points at another service's), registers
+// itself in the store's service registry, and reports status.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <asio.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/fd.hpp"
+#include "common/status.hpp"
+#include "dtl/dtl.hpp"
+#include "kvs/store.hpp"
+#include "rpc/server.hpp"
+
+namespace dyad::service {
+
+constexpr const char* kServicesNamespace = "dyad.services";
+
+struct Options {
+    std::string producer_dir;
+    std::string mode = "FLUX_RPC";
+    std::string ns = "dyad";
+    std::string node;                       // default: host name
+    std::string listen = "127.0.0.1:7627";  // HOST:PORT, "" for none
+    std::string socket_path;                // unix socket, "" for none
+    std::string kvs_uri;                    // "" hosts the embedded store
+    unsigned io_threads = 4;
+    bool debug = false;
+};
+
+class Service {
+public:
+    explicit Service(Options opts);
+    ~Service();
+    // Opens the directory, listeners, transports; registers the service.
+    Status start();
+    // Runs the loop until stop() (or SIGTERM/SIGINT when handle_signals).
+    void run(bool handle_signals);
+    void stop();
+
+    const std::string& id() const { return id_; }
+    const std::vector<std::string>& endpoints() const { return endpoints_; }
+
+private:
+    struct Counters {
+        uint64_t requests = 0;
+        uint64_t served = 0;
+        uint64_t errors = 0;
+        uint64_t bytes_sent = 0;
+        uint64_t bytes_received = 0;
+    };
+
+    void on_fetch(std::shared_ptr<rpc::Request> r);
+    void on_status(std::shared_ptr<rpc::Request> r);
+    nlohmann::json identity() const;
+    nlohmann::json status_json() const;
+    void fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport, const Status& st);
+
+    Options opts_;
+    std::string id_;
+    std::string prod_dir_;  // canonical
+    UniqueFd prod_fd_;
+    asio::io_context io_;
+    asio::thread_pool file_pool_;
+    std::unique_ptr<rpc::Server> server_;
+    std::unique_ptr<kvs::MemoryStore> store_;
+    std::vector<std::string> endpoints_;
+    std::map<std::string, std::unique_ptr<dtl::Sender>> senders_;
+    std::map<std::string, Counters> per_transport_;
+    Counters total_;
+    uint64_t rejected_ = 0;
+    std::chrono::steady_clock::time_point started_;
+    std::optional<asio::signal_set> signals_;
+};
+
+}  // namespace dyad::service

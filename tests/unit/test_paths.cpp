@@ -1,0 +1,67 @@
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/paths.hpp"
+
+namespace fs = std::filesystem;
+using dyad::ManagedDir;
+using dyad::normalize_upath;
+
+TEST(Paths, NormalizeRefusesEscapes) {
+    EXPECT_EQ(normalize_upath("a//./b").value(), "a/b");
+    EXPECT_FALSE(normalize_upath("../x").is_ok());
+    EXPECT_FALSE(normalize_upath("a/../../x").is_ok());
+    EXPECT_FALSE(normalize_upath("/etc/passwd").is_ok());
+    EXPECT_FALSE(normalize_upath("").is_ok());
+    EXPECT_FALSE(normalize_upath(".").is_ok());
+}
+
+TEST(Paths, ManagedMatchingIsOnComponents) {
+    auto tmp = fs::temp_directory_path() / ("dyad-paths-" + std::to_string(getpid()));
+    fs::create_directories(tmp / "dir");
+    fs::create_directories(tmp / "dir2");
+    ManagedDir m((tmp / "dir").string());
+    EXPECT_EQ(m.relative((tmp / "dir/a/b.txt").string(), false).value(), "a/b.txt");
+    EXPECT_FALSE(m.relative((tmp / "dir2/x").string(), false).has_value());
+    EXPECT_FALSE(m.relative((tmp / "dir").string(), false).has_value());
+    EXPECT_EQ(m.relative((tmp / "dir/./sub/../f").string(), false).value(), "f");
+    // Through a symlink to the managed directory.
+    fs::create_directory_symlink(tmp / "dir", tmp / "link");
+    EXPECT_EQ(m.relative((tmp / "link/f").string(), false).value(), "f");
+    // Relative mode.
+    EXPECT_EQ(m.relative("x/y", true).value(), "x/y");
+    EXPECT_FALSE(m.relative("x/y", false).has_value() && false);
+    fs::remove_all(tmp);
+}
+
+TEST(Paths, OpenBeneathRefusesSymlinkEscapes) {
+    auto tmp = fs::temp_directory_path() / ("dyad-beneath-" + std::to_string(getpid()));
+    fs::create_directories(tmp / "prod/sub");
+    std::ofstream(tmp / "outside.txt") << "secret";
+    std::ofstream(tmp / "prod/sub/in.txt") << "ok";
+    fs::create_symlink(tmp / "outside.txt", tmp / "prod/escape");
+    fs::create_symlink("sub/in.txt", tmp / "prod/inside");
+    int dfd = ::open((tmp / "prod").c_str(), O_PATH | O_DIRECTORY);
+    ASSERT_GE(dfd, 0);
+    EXPECT_TRUE(dyad::open_beneath(dfd, "sub/in.txt", O_RDONLY).is_ok());
+    EXPECT_TRUE(dyad::open_beneath(dfd, "inside", O_RDONLY).is_ok());
+    auto bad = dyad::open_beneath(dfd, "escape", O_RDONLY);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().err(), EXDEV);
+    ::close(dfd);
+    fs::remove_all(tmp);
+}
+
+TEST(Paths, MkdirP) {
+    auto tmp = fs::temp_directory_path() / ("dyad-mkdir-" + std::to_string(getpid()));
+    EXPECT_TRUE(dyad::mkdir_p((tmp / "a/b/c").string()).is_ok());
+    EXPECT_TRUE(fs::is_directory(tmp / "a/b/c"));
+    std::ofstream(tmp / "file") << "x";
+    EXPECT_FALSE(dyad::mkdir_p((tmp / "file/sub").string()).is_ok());
+    fs::remove_all(tmp);
+}

@@ -1,0 +1,141 @@
+// The RPC layer and the embedded store over real sockets, in one process:
+// the server loop runs on a thread, the blocking client on the test thread.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "kvs/store.hpp"
+#include "rpc/client.hpp"
+#include "rpc/server.hpp"
+
+using namespace dyad;
+
+namespace {
+class Loop {
+public:
+    Loop() : server(io, {{"service_id", "test"}}) {
+        store_ = std::make_unique<kvs::MemoryStore>();
+        kvs::serve(server, *store_);
+        server.handle("test.stream", [](std::shared_ptr<rpc::Request> r) {
+            int n = r->args().value("n", 0);
+            auto data = std::make_shared<std::string>("chunk");
+            for (int i = 0; i < n; ++i) r->respond({{"i", i}}, asio::buffer(*data), [data](bool) {});
+            r->end({{"count", n}});
+        });
+        server.handle("test.hang", [](std::shared_ptr<rpc::Request>) {});
+        uri = server.listen_tcp("127.0.0.1", 0).value();
+        guard.emplace(asio::make_work_guard(io));
+        th = std::thread([this] { io.run(); });
+    }
+    ~Loop() {
+        asio::post(io, [this] {
+            server.stop();
+            guard.reset();
+            io.stop();
+        });
+        th.join();
+    }
+    asio::io_context io;
+    rpc::Server server;
+    std::unique_ptr<kvs::MemoryStore> store_;
+    std::string uri;
+    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+    std::thread th;
+};
+}  // namespace
+
+TEST(Rpc, HelloCarriesServerInfo) {
+    Loop l;
+    auto c = rpc::Connection::connect(l.uri, Deadline::after(5));
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_EQ(c.value()->peer_info()["service_id"], "test");
+}
+
+TEST(Rpc, StreamingResponsesEndInOrder) {
+    Loop l;
+    auto c = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
+    auto tag = c->send_request("test.stream", {{"n", 5}}, Deadline::after(5));
+    ASSERT_TRUE(tag.is_ok());
+    int seen = 0;
+    for (;;) {
+        auto f = c->read_frame(Deadline::after(5));
+        ASSERT_TRUE(f.is_ok());
+        std::string d(f->header.data_len, '\0');
+        ASSERT_TRUE(c->read_data(d.data(), d.size(), Deadline::after(5)).is_ok());
+        if (f->header.type == rpc::Type::end) {
+            EXPECT_EQ(f->meta["count"], 5);
+            break;
+        }
+        ASSERT_EQ(f->header.type, rpc::Type::response);
+        EXPECT_EQ(f->meta["i"], seen++);
+        EXPECT_EQ(d, "chunk");
+    }
+    EXPECT_EQ(seen, 5);
+}
+
+TEST(Rpc, UnknownTopicIsAnError) {
+    Loop l;
+    auto c = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
+    auto r = c->call("no.such.topic", {}, Deadline::after(5));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().err(), ENOSYS);
+}
+
+TEST(Rpc, ServiceEnforcesTheRequestDeadline) {
+    Loop l;
+    auto c = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = c->call("test.hang", {}, Deadline::after(0.3), 5.0);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().rc(), DYAD_RC_TIMEOUT);
+    EXPECT_LT(dt, 3.0);
+}
+
+TEST(Kvs, PutGetVersionsAndWaitForCreate) {
+    Loop l;
+    auto pool = std::make_shared<rpc::ConnectionPool>();
+    kvs::RpcStore s(l.uri, pool);
+    EXPECT_EQ(s.get("ns", "k", Deadline::after(5)).status().rc(), DYAD_RC_NOTFOUND);
+    EXPECT_EQ(s.put("ns", "k", "v1", Deadline::after(5)).value(), 1u);
+    EXPECT_EQ(s.put("ns", "k", "v2", Deadline::after(5)).value(), 2u);
+    auto e = s.get("ns", "k", Deadline::after(5));
+    ASSERT_TRUE(e.is_ok());
+    EXPECT_EQ(e->value, "v2");
+    EXPECT_EQ(e->version, 2u);
+    EXPECT_EQ(s.get("other", "k", Deadline::after(5)).status().rc(), DYAD_RC_NOTFOUND);
+
+    std::thread producer([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        kvs::RpcStore p(l.uri, std::make_shared<rpc::ConnectionPool>());
+        p.put("ns", "later", "x", Deadline::after(5));
+    });
+    auto w = s.wait("ns", "later", Deadline::after(10));
+    producer.join();
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    EXPECT_EQ(w->value, "x");
+
+    auto t = s.wait("ns", "never", Deadline::after(0.5));
+    EXPECT_EQ(t.status().rc(), DYAD_RC_TIMEOUT);
+    auto list = s.list("ns", "", Deadline::after(5));
+    ASSERT_TRUE(list.is_ok());
+    EXPECT_EQ(list->size(), 2u);
+}
+
+TEST(Kvs, DisconnectedWaiterIsRemoved) {
+    Loop l;
+    {
+        auto c = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
+        ASSERT_TRUE(c->send_request("kvs.get", {{"ns", "n"}, {"key", "k"}, {"wait", true}}, Deadline::never()).is_ok());
+        auto c2 = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
+        ASSERT_TRUE(c2->call("kvs.list", {{"ns", "n"}}, Deadline::after(5)).is_ok());  // the wait is registered
+    }
+    // After both disconnect, the store must hold no waiter.
+    auto c3 = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
+    c3->call("kvs.list", {{"ns", "n"}}, Deadline::after(5));
+    size_t waiters = 1;
+    std::promise<size_t> p;
+    asio::post(l.io, [&] { p.set_value(l.store_->watcher_count()); });
+    waiters = p.get_future().get();
+    EXPECT_EQ(waiters, 0u);
+}
