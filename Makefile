@@ -1,0 +1,42 @@
+# DYAD in C++. `make demo` and `make test` work on a fresh Debian 12 machine
+# (as root, or with sudo): they install dependencies, configure, build, run.
+BUILD ?= build
+PY ?= /usr/bin/python3
+CMAKE_FLAGS ?= -DDYAD_WARNINGS_AS_ERRORS=ON
+
+.PHONY: all deps configure build test test-long demo bench format check-format clean
+
+all: build
+
+deps:
+	bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+configure: deps
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+build: $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j2
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -LE long --timeout 600
+
+test-long: build
+	cd $(BUILD) && ctest --output-on-failure -L long --timeout 3000
+
+demo: build
+	$(PY) scripts/demo.py
+
+bench: build
+	$(PY) bench/bench.py
+
+format:
+	find include src tools tests -name '*.cpp' -o -name '*.hpp' -o -name '*.h' | xargs clang-format -i
+
+check-format:
+	find include src tools tests -name '*.cpp' -o -name '*.hpp' -o -name '*.h' | xargs clang-format --dry-run -Werror
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,405 @@
+#!/usr/bin/env python3
+"""DYAD benchmark: real dyadd services on loopback, compared with baselines.
+
+Workload 1: one large file (1 GiB) produced on node0 and consumed on node1,
+            next to iperf3 over the same loopback addresses and a plain `cp`.
+Workload 2: 2,000 files of 64 KiB, produced in one `dyad produce` call and
+            consumed in one `dyad consume` call, next to `cp -r`.
+
+Each workload runs a warm-up round and then 3 measured rounds (median
+reported), every round with fresh file names, and the baselines interleaved
+with DYAD in the same round. BENCH_QUICK=1: 1 round, 256 MiB and 200 files.
+
+Prints a table and writes bench/results/latest.json. Run: make bench
+"""
+import filecmp
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import harness  # noqa: E402
+from harness import Cluster, free_port, write_file  # noqa: E402
+
+QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+REPS = 1 if QUICK else 3
+BIG_SIZE = (256 if QUICK else 1024) << 20
+SMALL_COUNT = 200 if QUICK else 2000
+SMALL_SIZE = 64 << 10
+RESULTS = os.path.join(HERE, "results", "latest.json")
+
+GB = 1e9
+MB = 1e6
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def timed(fn, *args, **kw):
+    t0 = time.perf_counter()
+    r = fn(*args, **kw)
+    return time.perf_counter() - t0, r
+
+
+def run(cmd, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def parse_consume(stdout, expected):
+    recs = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    if len(recs) != expected:
+        raise RuntimeError(f"dyad consume printed {len(recs)} records, expected {expected}")
+    not_fetched = [r for r in recs if r.get("action") != "fetched"]
+    if not_fetched:
+        raise RuntimeError(f"{len(not_fetched)} files not fetched, e.g. {not_fetched[0]}")
+    return recs
+
+
+def same_file(a, b):
+    return os.path.getsize(a) == os.path.getsize(b) and filecmp.cmp(a, b, shallow=False)
+
+
+def rm(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.exists(path):
+        os.remove(path)
+
+
+def dyadd_peak_rss_mib(node):
+    """Peak resident memory (VmHWM) of a node's dyadd, or None."""
+    try:
+        with open(f"/proc/{node.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, AttributeError):
+        pass
+    return None
+
+
+# ---------------------------------------------------------------- iperf3
+
+def tcp_listening(host, port):
+    want = "%08X:%04X" % (int.from_bytes(bytes(map(int, host.split("."))), "little"), port)
+    try:
+        with open("/proc/net/tcp") as f:
+            return any(l.split()[1] == want and l.split()[3] == "0A" for l in f.readlines()[1:])
+    except OSError:
+        return False
+
+
+class Iperf3:
+    """One-shot iperf3 server on 127.0.0.1, client bound to 127.0.0.2."""
+
+    def __init__(self):
+        self.exe = shutil.which("iperf3")
+        self.server = None
+
+    def measure(self, nbytes):
+        port = free_port("127.0.0.1")
+        self.server = subprocess.Popen(
+            [self.exe, "-s", "-B", "127.0.0.1", "-p", str(port), "-1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            # no probe connection: it would be the one client of `-1`
+            deadline = time.monotonic() + 10
+            while not tcp_listening("127.0.0.1", port):
+                if self.server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("iperf3 server did not start listening")
+                time.sleep(0.02)
+            wall, p = timed(run, [self.exe, "-c", "127.0.0.1", "-B", "127.0.0.2", "-p", str(port),
+                                  "-n", str(nbytes), "-J"], timeout=300)
+            rx = json.loads(p.stdout)["end"]["sum_received"]
+            self.server.wait(timeout=10)
+            return {"bits_per_second": rx["bits_per_second"], "bytes": rx["bytes"],
+                    "seconds": rx["seconds"], "client_wall_s": wall}
+        finally:
+            self.stop()
+
+    def stop(self):
+        if self.server and self.server.poll() is None:
+            self.server.terminate()
+            try:
+                self.server.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
+        self.server = None
+
+
+# ---------------------------------------------------------------- workloads
+
+def big_round(cluster, iperf, tag, seed):
+    n0, n1 = cluster[0], cluster[1]
+    rel = os.path.join("big", tag, "data.bin")
+    src = n0.path(rel)
+    write_file(src, BIG_SIZE, seed=seed)
+    r = {}
+    try:
+        r["produce_s"], _ = timed(n0.dyad, "produce", src)
+
+        dst = n1.path(rel)
+        r["consume_wall_s"], p = timed(n1.dyad, "--json", "consume", dst)
+        rec = parse_consume(p.stdout, 1)[0]
+        if rec["bytes"] != BIG_SIZE or not same_file(src, dst):
+            raise RuntimeError(f"consumed copy of {rel} differs from the produced file")
+        r["transfer_s"] = rec["transfer_s"]
+        r["wait_s"] = rec["wait_s"]
+        rm(dst)
+
+        if iperf.exe:
+            r["iperf3"] = iperf.measure(BIG_SIZE)
+
+        cp_dst = n1.path(os.path.join("cp-big", tag, "data.bin"))
+        os.makedirs(os.path.dirname(cp_dst), exist_ok=True)
+        r["cp_s"], _ = timed(run, ["cp", src, cp_dst])
+        rm(os.path.dirname(cp_dst))
+    finally:
+        rm(os.path.dirname(src))
+        rm(os.path.dirname(n1.path(rel)))
+    return r
+
+
+def small_round(cluster, tag, seed):
+    n0, n1 = cluster[0], cluster[1]
+    reldir = os.path.join("small", tag)
+    src_dir = n0.path(reldir)
+    names = [f"f{i:05d}.bin" for i in range(SMALL_COUNT)]
+    for i, name in enumerate(names):
+        write_file(os.path.join(src_dir, name), SMALL_SIZE, seed=seed * 1_000_000 + i)
+    r = {}
+    try:
+        r["produce_s"], _ = timed(n0.dyad, "produce", *[os.path.join(src_dir, n) for n in names])
+
+        dst_dir = n1.path(reldir)
+        r["consume_wall_s"], p = timed(n1.dyad, "--json", "consume",
+                                       *[os.path.join(dst_dir, n) for n in names])
+        recs = parse_consume(p.stdout, SMALL_COUNT)
+        r["transfer_s_sum"] = sum(x["transfer_s"] for x in recs)
+        r["wait_s_sum"] = sum(x["wait_s"] for x in recs)
+        r["bytes"] = sum(x["bytes"] for x in recs)
+        bad = [n for n in names if not same_file(os.path.join(src_dir, n), os.path.join(dst_dir, n))]
+        if r["bytes"] != SMALL_COUNT * SMALL_SIZE or bad:
+            raise RuntimeError(f"{len(bad)} consumed files differ, e.g. {bad[:3]}")
+        rm(dst_dir)
+
+        cp_parent = n1.path(os.path.join("cp-small", tag))
+        os.makedirs(cp_parent, exist_ok=True)
+        r["cp_r_s"], _ = timed(run, ["cp", "-r", src_dir, cp_parent])
+        if len(os.listdir(os.path.join(cp_parent, tag))) != SMALL_COUNT:
+            raise RuntimeError("cp -r copied the wrong number of files")
+        rm(cp_parent)
+    finally:
+        rm(src_dir)
+        rm(n1.path(reldir))
+    return r
+
+
+# ---------------------------------------------------------------- report
+
+def med(rounds, *keys):
+    vals = []
+    for r in rounds:
+        for k in keys:
+            r = r[k]
+        vals.append(r)
+    return statistics.median(vals), min(vals), max(vals)
+
+
+def summarize(big, small, iperf_ok):
+    s = {}
+    t, lo, hi = med(big, "consume_wall_s")
+    s["big"] = {
+        "bytes": BIG_SIZE,
+        "dyad_consume_wall_s": t, "dyad_consume_wall_GBps": BIG_SIZE / t / GB,
+        "dyad_consume_wall_GBps_range": [BIG_SIZE / hi / GB, BIG_SIZE / lo / GB],
+    }
+    t, lo, hi = med(big, "transfer_s")
+    s["big"].update({"dyad_transfer_s": t, "dyad_transfer_GBps": BIG_SIZE / t / GB,
+                     "dyad_transfer_GBps_range": [BIG_SIZE / hi / GB, BIG_SIZE / lo / GB]})
+    t, lo, hi = med(big, "produce_s")
+    s["big"]["dyad_produce_s"] = t
+    t, lo, hi = med(big, "cp_s")
+    s["big"].update({"cp_s": t, "cp_GBps": BIG_SIZE / t / GB,
+                     "cp_GBps_range": [BIG_SIZE / hi / GB, BIG_SIZE / lo / GB]})
+    if iperf_ok:
+        bps, lo, hi = med(big, "iperf3", "bits_per_second")
+        s["big"].update({"iperf3_GBps": bps / 8 / GB, "iperf3_GBps_range": [lo / 8 / GB, hi / 8 / GB],
+                         "iperf3_s": BIG_SIZE / (bps / 8)})
+        s["big"]["ratio_dyad_wall_vs_iperf3"] = s["big"]["dyad_consume_wall_GBps"] / s["big"]["iperf3_GBps"]
+        s["big"]["ratio_dyad_transfer_vs_iperf3"] = s["big"]["dyad_transfer_GBps"] / s["big"]["iperf3_GBps"]
+    s["big"]["ratio_dyad_wall_vs_cp"] = s["big"]["dyad_consume_wall_GBps"] / s["big"]["cp_GBps"]
+    s["big"]["ratio_dyad_transfer_vs_cp"] = s["big"]["dyad_transfer_GBps"] / s["big"]["cp_GBps"]
+
+    n, total = SMALL_COUNT, SMALL_COUNT * SMALL_SIZE
+    s["small"] = {"files": n, "file_bytes": SMALL_SIZE}
+    for key, name in (("produce_s", "dyad_produce"), ("consume_wall_s", "dyad_consume"), ("cp_r_s", "cp_r")):
+        t, lo, hi = med(small, key)
+        s["small"].update({f"{name}_s": t, f"{name}_files_per_s": n / t, f"{name}_MBps": total / t / MB,
+                           f"{name}_files_per_s_range": [n / hi, n / lo]})
+    s["small"]["dyad_transfer_s_sum"] = med(small, "transfer_s_sum")[0]
+    s["small"]["ratio_dyad_consume_vs_cp_r"] = s["small"]["cp_r_s"] / s["small"]["dyad_consume_s"]
+    return s
+
+
+def fmt_range(r, digits=2):
+    return f"{r[0]:.{digits}f}-{r[1]:.{digits}f}"
+
+
+def print_table(s, iperf_ok):
+    b = s["big"]
+    size = f"{BIG_SIZE >> 20} MiB" if BIG_SIZE < (1 << 30) else f"{BIG_SIZE >> 30} GiB"
+    log("")
+    log(f"Workload 1: one {size} file, node0 -> node1 (median of {REPS}, range over rounds)")
+    log(f"  {'method':<34}{'time s':>9}{'GB/s':>9}   {'range GB/s':<13}{'DYAD wall / this':>17}")
+    rows = [("DYAD consume (CLI wall time)", b["dyad_consume_wall_s"], b["dyad_consume_wall_GBps"],
+             b["dyad_consume_wall_GBps_range"]),
+            ("DYAD consume (reported transfer_s)", b["dyad_transfer_s"], b["dyad_transfer_GBps"],
+             b["dyad_transfer_GBps_range"])]
+    if iperf_ok:
+        rows.append(("iperf3 TCP 127.0.0.2 -> 127.0.0.1", b["iperf3_s"], b["iperf3_GBps"], b["iperf3_GBps_range"]))
+    else:
+        rows.append(("iperf3 (not installed: skipped)", None, None, None))
+    rows.append(("cp node0 dir -> node1 dir", b["cp_s"], b["cp_GBps"], b["cp_GBps_range"]))
+    for name, t, g, rg in rows:
+        if t is None:
+            log(f"  {name:<34}{'-':>9}{'-':>9}")
+            continue
+        ratio = b["dyad_consume_wall_GBps"] / g
+        log(f"  {name:<34}{t:>9.3f}{g:>9.2f}   {fmt_range(rg):<13}{ratio:>17.2f}")
+    log(f"  dyad produce of the file: {b['dyad_produce_s']:.3f} s")
+    if iperf_ok:
+        log(f"  ratio DYAD/iperf3: {b['ratio_dyad_wall_vs_iperf3']:.2f} (wall), "
+            f"{b['ratio_dyad_transfer_vs_iperf3']:.2f} (transfer_s)")
+    log(f"  ratio DYAD/cp:     {b['ratio_dyad_wall_vs_cp']:.2f} (wall), "
+        f"{b['ratio_dyad_transfer_vs_cp']:.2f} (transfer_s)")
+
+    m = s["small"]
+    log("")
+    log(f"Workload 2: {m['files']} files x {SMALL_SIZE >> 10} KiB, node0 -> node1 (median of {REPS})")
+    log(f"  {'method':<34}{'time s':>9}{'files/s':>10}{'MB/s':>9}   {'range files/s':<15}")
+    for name, key in (("DYAD produce (one call, all files)", "dyad_produce"),
+                      ("DYAD consume (one call, all files)", "dyad_consume"),
+                      ("cp -r node0 dir -> node1 dir", "cp_r")):
+        log(f"  {name:<34}{m[key + '_s']:>9.3f}{m[key + '_files_per_s']:>10.0f}{m[key + '_MBps']:>9.1f}   "
+            f"{fmt_range(m[key + '_files_per_s_range'], 0):<15}")
+    log(f"  sum of per-file transfer_s: {m['dyad_transfer_s_sum']:.3f} s")
+    log(f"  ratio DYAD consume / cp -r (files/s): {m['ratio_dyad_consume_vs_cp_r']:.2f}")
+
+
+def log_problems(cluster):
+    out = []
+    for n in cluster.nodes:
+        try:
+            with open(n.log_path, errors="replace") as f:
+                for line in f:
+                    if " warn" in line or " error" in line or " critical" in line:
+                        out.append(f"{n.name}: {line.rstrip()}")
+        except OSError:
+            pass
+    return out
+
+
+def git_rev():
+    try:
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def main():
+    def on_term(signum, frame):
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, on_term)
+
+    for exe in (harness.DYADD, harness.DYAD):
+        if not os.access(exe, os.X_OK):
+            sys.exit(f"bench: {exe} not found; build first (make build)")
+    iperf = Iperf3()
+    if not iperf.exe:
+        log("bench: iperf3 is not installed; skipping the iperf3 baseline "
+            "(scripts/install-deps.sh installs it)")
+
+    log(f"bench: {'QUICK ' if QUICK else ''}{REPS} round(s) + warm-up; "
+        f"big file {BIG_SIZE >> 20} MiB, {SMALL_COUNT} x {SMALL_SIZE >> 10} KiB files; "
+        f"{os.cpu_count()} CPUs")
+    started = time.perf_counter()
+    cluster = Cluster(nodes=2)
+    try:
+        log(f"bench: cluster in {cluster.root}: node0 {cluster[0].uri} (metadata), node1 {cluster[1].uri}")
+        big, small = [], []
+        for i in range(REPS + 1):
+            tag = "warmup" if i == 0 else f"r{i}"
+            r = big_round(cluster, iperf, tag, seed=i * 100_000)
+            msg = (f"  big   {tag:<7} consume {r['consume_wall_s']:.3f} s (transfer {r['transfer_s']:.3f} s)"
+                   f"  cp {r['cp_s']:.3f} s")
+            if "iperf3" in r:
+                msg += f"  iperf3 {r['iperf3']['bits_per_second'] / 8 / GB:.2f} GB/s"
+            log(msg)
+            if i:
+                big.append(r)
+        rss_after_big = [dyadd_peak_rss_mib(n) for n in cluster.nodes]
+        for i in range(REPS + 1):
+            tag = "warmup" if i == 0 else f"r{i}"
+            r = small_round(cluster, tag, seed=i + 1)
+            log(f"  small {tag:<7} produce {r['produce_s']:.3f} s  consume {r['consume_wall_s']:.3f} s"
+                f"  cp -r {r['cp_r_s']:.3f} s")
+            if i:
+                small.append(r)
+        rss_end = [dyadd_peak_rss_mib(n) for n in cluster.nodes]
+        problems = log_problems(cluster)
+    finally:
+        iperf.stop()
+        cluster.cleanup()
+
+    iperf_ok = bool(iperf.exe)
+    s = summarize(big, small, iperf_ok)
+    print_table(s, iperf_ok)
+    elapsed = time.perf_counter() - started
+    log("")
+    log("dyadd peak RSS MiB (node0, node1): after workload 1 "
+        + ", ".join("?" if v is None else f"{v:.0f}" for v in rss_after_big)
+        + "; at end " + ", ".join("?" if v is None else f"{v:.0f}" for v in rss_end))
+    if problems:
+        log(f"dyadd logged {len(problems)} warning/error line(s), first ones:")
+        for line in problems[:10]:
+            log("  " + line)
+    log(f"bench: done in {elapsed:.0f} s")
+
+    result = {
+        "quick": QUICK, "reps": REPS, "warmup_rounds": 1,
+        "config": {"big_bytes": BIG_SIZE, "small_files": SMALL_COUNT, "small_bytes": SMALL_SIZE},
+        "host": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+                 "iperf3": iperf.exe},
+        "git": git_rev(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "elapsed_s": elapsed,
+        "summary": s,
+        "rounds": {"big": big, "small": small},
+        "dyadd_peak_rss_mib": {"after_big": rss_after_big, "end": rss_end},
+        "dyadd_log_problems": problems[:100],
+    }
+    os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
+    with open(RESULTS, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    log(f"bench: results written to {os.path.relpath(RESULTS, os.getcwd())}")
+
+
+if __name__ == "__main__":
+    main()

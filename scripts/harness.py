@@ -1,0 +1,164 @@
+"""Starts real dyadd services as simulated nodes and runs the dyad tool.
+
+Used by the demo, the integration tests and the benchmarks. Each node is a
+dyadd with its own loopback address (127.0.0.N) and its own directory; the
+first node hosts the metadata store, the others use it (--kvs).
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("DYAD_BUILD_DIR", os.path.join(ROOT, "build"))
+DYADD = os.path.join(BUILD, "bin", "dyadd")
+DYAD = os.path.join(BUILD, "bin", "dyad")
+
+
+def free_port(host="127.0.0.1"):
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(host, port, timeout=10.0, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"dyadd exited with {proc.returncode} before listening on {host}:{port}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.02)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")
+
+
+class Node:
+    def __init__(self, cluster, index, name, host, port, directory, kvs_uri):
+        self.cluster = cluster
+        self.index = index
+        self.name = name
+        self.host = host
+        self.port = port
+        self.dir = directory
+        self.kvs_uri = kvs_uri
+        self.proc = None
+        self.log_path = os.path.join(cluster.root, f"{name}.log")
+
+    @property
+    def uri(self):
+        return f"tcp://{self.host}:{self.port}"
+
+    def start(self, extra_args=()):
+        args = [DYADD, "--node", self.name, "--listen", f"{self.host}:{self.port}", self.dir]
+        if self.kvs_uri:
+            args += ["--kvs", self.kvs_uri]
+        args += list(extra_args)
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_listening(self.host, self.port, proc=self.proc)
+        return self
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        rc = self.proc.returncode if self.proc else None
+        self.proc = None
+        return rc
+
+    def kill(self):
+        return self.stop(signal.SIGKILL)
+
+    def env(self, producer=True, consumer=True, **extra):
+        e = dict(os.environ)
+        for k in [k for k in e if k.startswith("DYAD_") and k != "DYAD_BUILD_DIR"]:
+            del e[k]
+        e["DYAD_SERVICE_URI"] = self.uri
+        if producer:
+            e["DYAD_PATH_PRODUCER"] = self.dir
+        if consumer:
+            e["DYAD_PATH_CONSUMER"] = self.dir
+        e.update({k: str(v) for k, v in extra.items()})
+        return e
+
+    def dyad(self, *args, check=True, timeout=600, env_extra=None, **kw):
+        """Runs the dyad tool as a process of this node."""
+        env = self.env(**(env_extra or {}))
+        p = subprocess.run([DYAD, *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)
+        if check and p.returncode != 0:
+            raise RuntimeError(f"dyad {' '.join(args)} failed ({p.returncode}): {p.stderr}")
+        return p
+
+    def dyad_async(self, *args, env_extra=None):
+        env = self.env(**(env_extra or {}))
+        return subprocess.Popen([DYAD, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def path(self, rel):
+        return os.path.join(self.dir, rel)
+
+    def status(self):
+        return json.loads(self.dyad("--json", "service", "status").stdout)
+
+
+class Cluster:
+    """N simulated nodes on loopback addresses 127.0.0.1 .. 127.0.0.N."""
+
+    def __init__(self, nodes=2, root=None, start=True):
+        self.root = root or tempfile.mkdtemp(prefix="dyad-cluster-")
+        self.nodes = []
+        kvs = None
+        for i in range(nodes):
+            host = f"127.0.0.{i + 1}"
+            port = free_port(host)
+            d = os.path.join(self.root, f"node{i}")
+            os.makedirs(d, exist_ok=True)
+            n = Node(self, i, f"node{i}", host, port, d, kvs)
+            self.nodes.append(n)
+            if kvs is None:
+                kvs = n.uri
+        if start:
+            for n in self.nodes:
+                n.start()
+
+    def __getitem__(self, i):
+        return self.nodes[i]
+
+    def stop(self):
+        for n in reversed(self.nodes):
+            n.stop()
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+
+
+def write_file(path, size, seed=0, chunk=1 << 20):
+    """Writes `size` pseudo-random bytes (fast, deterministic per seed)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    block = os.urandom(min(size, chunk)) if size else b""
+    with open(path, "wb") as f:
+        left = size
+        i = seed
+        while left > 0:
+            n = min(left, len(block))
+            # vary each block so repeated blocks do not hide misplaced chunks
+            prefix = i.to_bytes(8, "little")
+            f.write(prefix[: min(8, n)] + block[min(8, n):n])
+            left -= n
+            i += 1

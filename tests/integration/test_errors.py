@@ -1,0 +1,140 @@
+"""Bad input gets a clear error, the service keeps serving, waits have deadlines."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+import harness
+from rawwire import END, ERROR, Raw
+
+
+def fetch(node, upath):
+    r = Raw(node.host, node.port)
+    tag = r.request("dyad.fetch", upath=upath, transport="FLUX_RPC")
+    f, data = r.collect(tag)
+    r.close()
+    return f, data
+
+
+def assert_still_serving(node):
+    with open(node.path("alive.txt"), "w") as f:
+        f.write("alive")
+    f, data = fetch(node, "alive.txt")
+    assert f["type"] == END and data == b"alive"
+
+
+@pytest.mark.parametrize("upath,errnum,words", [
+    ("../x", 22, "'..'"),
+    ("sub/../../x", 22, "'..'"),
+    ("/etc/passwd", 22, "absolute"),
+    ("missing.bin", 2, "no file"),
+    ("adir", 21, "directory"),
+    ("escape", 13, "outside"),
+    ("", 22, "empty"),
+])
+def test_fetch_refusals(cluster, upath, errnum, words):
+    prod = cluster[0]
+    os.makedirs(prod.path("adir"), exist_ok=True)
+    outside = os.path.join(cluster.root, "secret.txt")
+    with open(outside, "w") as f:
+        f.write("secret")
+    if not os.path.lexists(prod.path("escape")):
+        os.symlink(outside, prod.path("escape"))
+    f, data = fetch(prod, upath)
+    assert f["type"] == ERROR
+    assert f["errnum"] == errnum, f
+    assert words in f["meta"]["msg"], f["meta"]["msg"]
+    assert data == b""
+    assert_still_serving(prod)
+
+
+def test_unknown_transport_and_topic(cluster):
+    r = Raw(cluster[0].host, cluster[0].port)
+    f, _ = r.collect(r.request("dyad.fetch", upath="x", transport="PIGEON"))
+    assert f["type"] == ERROR and "PIGEON" in f["meta"]["msg"]
+    f, _ = r.collect(r.request("no.such"))
+    assert f["type"] == ERROR and f["errnum"] == 38
+    assert_still_serving(cluster[0])
+
+
+def test_other_wire_version_is_told_why(cluster):
+    r = Raw(cluster[0].host, cluster[0].port, version=7, hello=False)
+    r.send(1, 0, {"version": 7})
+    f = r.recv()
+    assert f["type"] == ERROR
+    assert "version 7" in f["meta"]["msg"]
+    assert_still_serving(cluster[0])
+
+
+def test_garbage_connection_does_not_hurt_service(cluster):
+    import socket
+    s = socket.create_connection((cluster[0].host, cluster[0].port))
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" * 10)
+    s.close()
+    assert_still_serving(cluster[0])
+
+
+def test_wait_timeout_two_seconds(cluster):
+    cons = cluster[1]
+    t0 = time.monotonic()
+    p = cons.dyad("consume", cons.path("never.bin"), check=False, env_extra={"DYAD_WAIT_TIMEOUT": 2})
+    dt = time.monotonic() - t0
+    assert p.returncode == 3, p.stderr
+    assert "never.bin" in p.stderr and "DYAD_WAIT_TIMEOUT" in p.stderr
+    assert 1.0 <= dt <= 3.0, dt
+    assert not os.path.exists(cons.path("never.bin"))
+    # The abandoned wait left nothing behind in the store.
+    assert cluster[0].status()["store"]["waiters"] == 0
+
+
+def test_timeout_option_overrides_env(cluster):
+    cons = cluster[1]
+    t0 = time.monotonic()
+    p = cons.dyad("consume", "--timeout", "0.5", cons.path("never.bin"), check=False)
+    assert p.returncode == 3
+    assert time.monotonic() - t0 < 2.5
+
+
+def test_produced_then_deleted_file_is_a_clear_error(cluster):
+    prod, cons = cluster[0], cluster[1]
+    harness.write_file(prod.path("gone.bin"), 1000)
+    prod.dyad("produce", prod.path("gone.bin"))
+    os.unlink(prod.path("gone.bin"))
+    p = cons.dyad("consume", cons.path("gone.bin"), check=False, env_extra={"DYAD_WAIT_TIMEOUT": 5})
+    assert p.returncode == 2, p.stderr
+    assert "gone.bin" in p.stderr and "no file" in p.stderr
+    assert not os.path.exists(cons.path("gone.bin"))
+
+
+def test_cli_errors_name_the_problem(cluster):
+    prod, cons = cluster[0], cluster[1]
+    p = prod.dyad("produce", "/etc/hostname", check=False)
+    assert p.returncode == 2 and "not inside the producer directory" in p.stderr
+    p = prod.dyad("produce", prod.path("nope.bin"), check=False)
+    assert p.returncode == 2 and "nope.bin" in p.stderr
+    p = cons.dyad("consume", cons.path("x"), check=False, env_extra={"DYAD_SERVICE_URI": "tcp://127.0.0.1:1"})
+    assert p.returncode == 4 and "start dyadd" in p.stderr
+    p = cons.dyad("consume", cons.path("x"), check=False, env_extra={"DYAD_SHARED_STORAGE": "maybe"})
+    assert p.returncode == 1 and "DYAD_SHARED_STORAGE" in p.stderr
+    p = cons.dyad("consume", cons.path("x"), check=False, env_extra={"DYAD_DTL_MODE": "UCX"})
+    assert p.returncode == 1 and "UCX" in p.stderr
+    # A producer whose directory is not the one its service serves.
+    p = subprocess.run([harness.DYAD, "produce", cons.path("f")], capture_output=True, text=True,
+                       env=cons.env(DYAD_SERVICE_URI=prod.uri))
+    assert p.returncode == 1 and "not the directory" in p.stderr
+
+
+def test_key_generation_vectors(cluster):
+    n = cluster[0]
+    assert n.dyad("key", "1/data0.txt").stdout.strip() == "263.2ce.2e1.1/data0.txt"
+    assert n.dyad("key", "data0.txt").stdout.strip() == "17f.204.15b.data0.txt"
+    out = n.dyad("key", "test_string", env_extra={"DYAD_KEY_BINS": 5}).stdout.strip()
+    assert out == "2.0.2.test_string"
+
+
+def test_sigterm_stops_cleanly(cluster):
+    assert cluster[1].stop(signal.SIGTERM) == 0
+    assert cluster[0].stop(signal.SIGTERM) == 0

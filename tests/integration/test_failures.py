@@ -1,0 +1,51 @@
+"""The producer's service dies mid-transfer: error, no partial file, recovery."""
+import glob
+import hashlib
+import os
+import time
+
+import harness
+
+
+def test_producer_killed_mid_transfer_then_restarted(cluster3):
+    meta, prod, cons = cluster3[0], cluster3[1], cluster3[2]
+    size = 1 << 30
+    harness.write_file(prod.path("huge.bin"), size, seed=11)
+    prod.dyad("produce", prod.path("huge.bin"))
+    target = cons.path("huge.bin")
+    consumer = cons.dyad_async("consume", target, env_extra={"DYAD_WAIT_TIMEOUT": 30, "DYAD_TRANSFER_TIMEOUT": 20})
+    # Kill the producer's service as soon as bytes start landing.
+    deadline = time.monotonic() + 30
+    killed = False
+    while time.monotonic() < deadline and consumer.poll() is None:
+        tmp = glob.glob(os.path.join(cons.dir, ".huge.bin.dyad-*"))
+        if tmp and os.path.getsize(tmp[0]) > 0:
+            prod.kill()
+            killed = True
+            break
+        time.sleep(0.002)
+    assert killed, "the transfer finished before it could be interrupted"
+    t0 = time.monotonic()
+    out, err = consumer.communicate(timeout=60)
+    assert consumer.returncode == 5, (consumer.returncode, err)
+    assert "huge.bin" in err
+    assert time.monotonic() - t0 < 20
+    assert not os.path.exists(target), "a partial file became visible"
+    assert glob.glob(os.path.join(cons.dir, ".huge.bin.dyad-*")) == [], "temporary file left behind"
+    # The service comes back on the same address: the same consume succeeds.
+    prod.start()
+    p = cons.dyad("consume", target, env_extra={"DYAD_WAIT_TIMEOUT": 30})
+    assert p.returncode == 0
+    assert os.path.getsize(target) == size
+    h = lambda p: hashlib.sha256(open(p, "rb").read()).hexdigest()
+    assert h(target) == h(prod.path("huge.bin"))
+
+
+def test_metadata_host_gone_is_an_error_not_a_hang(cluster3):
+    meta, prod, cons = cluster3[0], cluster3[1], cluster3[2]
+    consumer = cons.dyad_async("consume", cons.path("later.bin"))  # waits forever by default
+    time.sleep(0.3)
+    meta.kill()
+    out, err = consumer.communicate(timeout=30)
+    assert consumer.returncode == 4, err
+    assert "closed the connection" in err or "reach" in err

@@ -1,0 +1,98 @@
+"""Files move from a producer to a waiting consumer across two services."""
+import hashlib
+import json
+import os
+import subprocess
+import time
+
+import harness
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def test_consumer_first_100_files_nested(cluster):
+    prod, cons = cluster[0], cluster[1]
+    sizes = [0, 1, 2, 4095, 4096, 4097] + [(i * 167_773) % (16 << 20) for i in range(1, 93)] + [16 << 20, (16 << 20) - 1]
+    assert len(sizes) == 100
+    names = [f"d{i % 4}/sub{i % 3}/f{i:03d}.dat" if i % 2 else f"f{i:03d}.dat" for i in range(100)]
+    consumer = cons.dyad_async("--json", "consume", *[cons.path(n) for n in names],
+                               env_extra={"DYAD_WAIT_TIMEOUT": 120})
+    time.sleep(0.3)
+    assert consumer.poll() is None, "consumer must be waiting before anything is produced"
+    for i, (n, s) in enumerate(zip(names, sizes)):
+        harness.write_file(prod.path(n), s, seed=i)
+    # Produce in batches, as a simulation would while the consumer waits.
+    for k in range(0, 100, 25):
+        prod.dyad("produce", *[prod.path(n) for n in names[k:k + 25]])
+    out, err = consumer.communicate(timeout=300)
+    assert consumer.returncode == 0, err
+    reports = [json.loads(l) for l in out.splitlines()]
+    assert [r["action"] for r in reports] == ["fetched"] * 100
+    for n, s in zip(names, sizes):
+        assert os.path.getsize(cons.path(n)) == s
+        assert digest(cons.path(n)) == digest(prod.path(n)), n
+    # Nothing but the files (and DYAD's hidden state) in the consumer directory.
+    leftovers = [f for _, _, fs in os.walk(cons.dir) for f in fs if ".dyad-" in f]
+    assert leftovers == []
+
+
+def test_two_consumers_same_file_move_it_once(cluster):
+    prod, cons = cluster[0], cluster[1]
+    harness.write_file(prod.path("shared/big.bin"), 64 << 20, seed=7)
+    a = cons.dyad_async("--json", "consume", cons.path("shared/big.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 60})
+    b = cons.dyad_async("--json", "consume", cons.path("shared/big.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 60})
+    time.sleep(0.3)
+    prod.dyad("produce", prod.path("shared/big.bin"))
+    outs = []
+    for p in (a, b):
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        outs.append(json.loads(out))
+    assert sorted(o["action"] for o in outs) == ["fetched", "present"]
+    assert digest(cons.path("shared/big.bin")) == digest(prod.path("shared/big.bin"))
+    st = prod.status()["counters"]
+    assert st["served"] == 1
+    assert st["bytes_sent"] == 64 << 20
+
+
+def test_same_node_same_directory_moves_nothing(cluster):
+    prod = cluster[0]
+    harness.write_file(prod.path("local.bin"), 1 << 20, seed=3)
+    prod.dyad("produce", prod.path("local.bin"))
+    r = json.loads(prod.dyad("--json", "consume", prod.path("local.bin")).stdout)
+    assert r["action"] == "in-place"
+    assert prod.status()["counters"]["requests"] == 0
+
+
+def test_reproduce_bumps_generation_and_refetches(cluster):
+    prod, cons = cluster[0], cluster[1]
+    p = prod.path("gen.txt")
+    with open(p, "w") as f:
+        f.write("first")
+    prod.dyad("produce", p)
+    cons.dyad("consume", cons.path("gen.txt"))
+    assert open(cons.path("gen.txt")).read() == "first"
+    assert json.loads(cons.dyad("--json", "stat", cons.path("gen.txt")).stdout)["generation"] == 1
+    with open(p + ".new", "w") as f:
+        f.write("second, longer")
+    os.rename(p + ".new", p)
+    prod.dyad("produce", p)
+    assert json.loads(cons.dyad("--json", "stat", cons.path("gen.txt")).stdout)["generation"] == 2
+    r = json.loads(cons.dyad("--json", "consume", cons.path("gen.txt")).stdout)
+    assert r["action"] == "fetched"
+    assert open(cons.path("gen.txt")).read() == "second, longer"
+    # Same generation again: nothing moves.
+    assert json.loads(cons.dyad("--json", "consume", cons.path("gen.txt")).stdout)["action"] == "present"
+
+
+def test_ls_lists_produced_files(cluster):
+    prod, cons = cluster[0], cluster[1]
+    for n in ("a.txt", "x/b.txt"):
+        harness.write_file(prod.path(n), 10)
+        prod.dyad("produce", prod.path(n))
+    rows = json.loads(cons.dyad("--json", "ls").stdout)
+    assert sorted(r["path"] for r in rows) == ["a.txt", "x/b.txt"]
+    assert all(r["owner"] == "node0" for r in rows)
