@@ -274,8 +274,9 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
     ConsumeReport local;
     ConsumeReport* rep = report ? report : &local;
 
-    // Same node, same directory: the file is already where it is wanted.
-    if (rec.node == svc->node && canonical_path(rec.producer_dir) == cons_.path()) {
+    // Same node and same directory, or storage shared by all nodes
+    // (DYAD_SHARED_STORAGE): the file is already where it is wanted.
+    if (cfg_.shared_storage || (rec.node == svc->node && canonical_path(rec.producer_dir) == cons_.path())) {
         rep->action = "in-place";
         rep->transport = "none";
         rep->transfer_s = since(t0);

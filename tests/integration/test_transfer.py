@@ -96,3 +96,52 @@ def test_ls_lists_produced_files(cluster):
     rows = json.loads(cons.dyad("--json", "ls").stdout)
     assert sorted(r["path"] for r in rows) == ["a.txt", "x/b.txt"]
     assert all(r["owner"] == "node0" for r in rows)
+
+
+def test_shared_storage_only_synchronises(cluster):
+    prod, cons = cluster[0], cluster[1]
+    harness.write_file(prod.path("s.bin"), 1000)
+    prod.dyad("produce", prod.path("s.bin"))
+    r = json.loads(cons.dyad("--json", "consume", cons.path("s.bin"),
+                             env_extra={"DYAD_SHARED_STORAGE": "1"}).stdout)
+    assert r["action"] == "in-place"
+    assert not os.path.exists(cons.path("s.bin"))
+    # "0" means off (DYAD treated any value as on).
+    r = json.loads(cons.dyad("--json", "consume", cons.path("s.bin"),
+                             env_extra={"DYAD_SHARED_STORAGE": "0"}).stdout)
+    assert r["action"] == "fetched"
+
+
+def test_stalled_consumer_does_not_delay_others(cluster):
+    """A consumer that asks for a big file and never reads must not hold up
+    the service: other consumers keep being served."""
+    from rawwire import Raw
+    prod, cons = cluster[0], cluster[1]
+    harness.write_file(prod.path("big.bin"), 256 << 20, seed=5)
+    stalled = Raw(prod.host, prod.port)
+    stalled.request("dyad.fetch", upath="big.bin", transport="FLUX_RPC")
+    stalled.s.recv(1)  # the transfer has started; now stop reading
+    names = [f"small{i}.bin" for i in range(20)]
+    for n in names:
+        harness.write_file(prod.path(n), 256 << 10)
+    prod.dyad("produce", *[prod.path(n) for n in names])
+    t0 = time.monotonic()
+    p = cons.dyad("consume", *[cons.path(n) for n in names], timeout=60,
+                  env_extra={"DYAD_WAIT_TIMEOUT": 10, "DYAD_TRANSFER_TIMEOUT": 10})
+    assert p.returncode == 0
+    assert time.monotonic() - t0 < 10
+    st = prod.status()
+    assert st["counters"]["served"] == 20
+    stalled.close()
+
+
+def test_four_concurrent_consumers_on_four_files(cluster):
+    prod, cons = cluster[0], cluster[1]
+    procs = [cons.dyad_async("consume", cons.path(f"c{i}.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 60}) for i in range(4)]
+    for i in range(4):
+        harness.write_file(prod.path(f"c{i}.bin"), (32 << 20) + i, seed=i)
+    prod.dyad("produce", *[prod.path(f"c{i}.bin") for i in range(4)])
+    for i, p in enumerate(procs):
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert digest(cons.path(f"c{i}.bin")) == digest(prod.path(f"c{i}.bin"))
