@@ -9,6 +9,8 @@ Workload 2: 2,000 files of 64 KiB, produced in one `dyad produce` call and
 Each workload runs a warm-up round and then 3 measured rounds (median
 reported), every round with fresh file names, and the baselines interleaved
 with DYAD in the same round. BENCH_QUICK=1: 1 round, 256 MiB and 200 files.
+BENCH_SYNC=1: run `sync` (untimed) before every timed step, to keep the
+writeback of earlier steps out of the measurements. Page cache is never dropped.
 
 Prints a table and writes bench/results/latest.json. Run: make bench
 """
@@ -35,6 +37,7 @@ REPS = 1 if QUICK else 3
 BIG_SIZE = (256 if QUICK else 1024) << 20
 SMALL_COUNT = 200 if QUICK else 2000
 SMALL_SIZE = 64 << 10
+SYNC = os.environ.get("BENCH_SYNC", "") not in ("", "0")
 RESULTS = os.path.join(HERE, "results", "latest.json")
 
 GB = 1e9
@@ -46,6 +49,8 @@ def log(msg):
 
 
 def timed(fn, *args, **kw):
+    if SYNC:
+        os.sync()
     t0 = time.perf_counter()
     r = fn(*args, **kw)
     return time.perf_counter() - t0, r
@@ -167,6 +172,14 @@ def big_round(cluster, iperf, tag, seed):
         cp_dst = n1.path(os.path.join("cp-big", tag, "data.bin"))
         os.makedirs(os.path.dirname(cp_dst), exist_ok=True)
         r["cp_s"], _ = timed(run, ["cp", src, cp_dst])
+        rm(cp_dst)
+
+        # informational: cp uses copy_file_range (in-kernel); dd copies through
+        # user space with read()+write() like a network receiver has to
+        dd_dst = cp_dst + ".dd"
+        r["dd_s"], _ = timed(run, ["dd", f"if={src}", f"of={dd_dst}", "bs=1M", "status=none"])
+        if os.path.getsize(dd_dst) != BIG_SIZE:
+            raise RuntimeError("dd copied the wrong number of bytes")
         rm(os.path.dirname(cp_dst))
     finally:
         rm(os.path.dirname(src))
@@ -242,6 +255,10 @@ def summarize(big, small, iperf_ok):
                          "iperf3_s": BIG_SIZE / (bps / 8)})
         s["big"]["ratio_dyad_wall_vs_iperf3"] = s["big"]["dyad_consume_wall_GBps"] / s["big"]["iperf3_GBps"]
         s["big"]["ratio_dyad_transfer_vs_iperf3"] = s["big"]["dyad_transfer_GBps"] / s["big"]["iperf3_GBps"]
+    t, lo, hi = med(big, "dd_s")
+    s["big"].update({"dd_s": t, "dd_GBps": BIG_SIZE / t / GB,
+                     "dd_GBps_range": [BIG_SIZE / hi / GB, BIG_SIZE / lo / GB]})
+    s["big"]["ratio_dyad_wall_vs_dd"] = s["big"]["dyad_consume_wall_GBps"] / s["big"]["dd_GBps"]
     s["big"]["ratio_dyad_wall_vs_cp"] = s["big"]["dyad_consume_wall_GBps"] / s["big"]["cp_GBps"]
     s["big"]["ratio_dyad_transfer_vs_cp"] = s["big"]["dyad_transfer_GBps"] / s["big"]["cp_GBps"]
 
@@ -265,7 +282,7 @@ def print_table(s, iperf_ok):
     size = f"{BIG_SIZE >> 20} MiB" if BIG_SIZE < (1 << 30) else f"{BIG_SIZE >> 30} GiB"
     log("")
     log(f"Workload 1: one {size} file, node0 -> node1 (median of {REPS}, range over rounds)")
-    log(f"  {'method':<34}{'time s':>9}{'GB/s':>9}   {'range GB/s':<13}{'DYAD wall / this':>17}")
+    log(f"  {'method':<34}{'time s':>9}{'GB/s':>9}   {'range GB/s':<13}{'DYAD wall/this':>16}")
     rows = [("DYAD consume (CLI wall time)", b["dyad_consume_wall_s"], b["dyad_consume_wall_GBps"],
              b["dyad_consume_wall_GBps_range"]),
             ("DYAD consume (reported transfer_s)", b["dyad_transfer_s"], b["dyad_transfer_GBps"],
@@ -275,18 +292,20 @@ def print_table(s, iperf_ok):
     else:
         rows.append(("iperf3 (not installed: skipped)", None, None, None))
     rows.append(("cp node0 dir -> node1 dir", b["cp_s"], b["cp_GBps"], b["cp_GBps_range"]))
+    rows.append(("(info) dd bs=1M, user-space copy", b["dd_s"], b["dd_GBps"], b["dd_GBps_range"]))
     for name, t, g, rg in rows:
         if t is None:
             log(f"  {name:<34}{'-':>9}{'-':>9}")
             continue
         ratio = b["dyad_consume_wall_GBps"] / g
-        log(f"  {name:<34}{t:>9.3f}{g:>9.2f}   {fmt_range(rg):<13}{ratio:>17.2f}")
+        log(f"  {name:<34}{t:>9.3f}{g:>9.2f}   {fmt_range(rg):<13}{ratio:>16.2f}")
     log(f"  dyad produce of the file: {b['dyad_produce_s']:.3f} s")
     if iperf_ok:
         log(f"  ratio DYAD/iperf3: {b['ratio_dyad_wall_vs_iperf3']:.2f} (wall), "
             f"{b['ratio_dyad_transfer_vs_iperf3']:.2f} (transfer_s)")
     log(f"  ratio DYAD/cp:     {b['ratio_dyad_wall_vs_cp']:.2f} (wall), "
         f"{b['ratio_dyad_transfer_vs_cp']:.2f} (transfer_s)")
+    log(f"  ratio DYAD/dd:     {b['ratio_dyad_wall_vs_dd']:.2f} (wall; dd is not a requested baseline)")
 
     m = s["small"]
     log("")
@@ -335,9 +354,11 @@ def main():
         log("bench: iperf3 is not installed; skipping the iperf3 baseline "
             "(scripts/install-deps.sh installs it)")
 
-    log(f"bench: {'QUICK ' if QUICK else ''}{REPS} round(s) + warm-up; "
+    log(f"bench: {'QUICK ' if QUICK else ''}{'SYNC ' if SYNC else ''}{REPS} round(s) + warm-up; "
         f"big file {BIG_SIZE >> 20} MiB, {SMALL_COUNT} x {SMALL_SIZE >> 10} KiB files; "
         f"{os.cpu_count()} CPUs")
+    load_start = os.getloadavg()
+    log(f"bench: load average at start {load_start[0]:.2f} (other busy processes skew results on few cores)")
     started = time.perf_counter()
     cluster = Cluster(nodes=2)
     try:
@@ -347,7 +368,7 @@ def main():
             tag = "warmup" if i == 0 else f"r{i}"
             r = big_round(cluster, iperf, tag, seed=i * 100_000)
             msg = (f"  big   {tag:<7} consume {r['consume_wall_s']:.3f} s (transfer {r['transfer_s']:.3f} s)"
-                   f"  cp {r['cp_s']:.3f} s")
+                   f"  cp {r['cp_s']:.3f} s  dd {r['dd_s']:.3f} s")
             if "iperf3" in r:
                 msg += f"  iperf3 {r['iperf3']['bits_per_second'] / 8 / GB:.2f} GB/s"
             log(msg)
@@ -362,6 +383,8 @@ def main():
             if i:
                 small.append(r)
         rss_end = [dyadd_peak_rss_mib(n) for n in cluster.nodes]
+        locks = os.path.join(cluster[1].dir, ".dyad", "locks")
+        lock_files = len(os.listdir(locks)) if os.path.isdir(locks) else 0
         problems = log_problems(cluster)
     finally:
         iperf.stop()
@@ -371,6 +394,7 @@ def main():
     s = summarize(big, small, iperf_ok)
     print_table(s, iperf_ok)
     elapsed = time.perf_counter() - started
+    load_end = os.getloadavg()
     log("")
     log("dyadd peak RSS MiB (node0, node1): after workload 1 "
         + ", ".join("?" if v is None else f"{v:.0f}" for v in rss_after_big)
@@ -379,20 +403,23 @@ def main():
         log(f"dyadd logged {len(problems)} warning/error line(s), first ones:")
         for line in problems[:10]:
             log("  " + line)
-    log(f"bench: done in {elapsed:.0f} s")
+    log(f"consumer lock files left in node1/.dyad/locks: {lock_files}")
+    log(f"bench: done in {elapsed:.0f} s; load average (1 min) at end {load_end[0]:.2f}")
 
     result = {
-        "quick": QUICK, "reps": REPS, "warmup_rounds": 1,
+        "quick": QUICK, "sync_before_steps": SYNC, "reps": REPS, "warmup_rounds": 1,
         "config": {"big_bytes": BIG_SIZE, "small_files": SMALL_COUNT, "small_bytes": SMALL_SIZE},
         "host": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
                  "iperf3": iperf.exe},
         "git": git_rev(),
+        "loadavg_start": load_start, "loadavg_end": load_end,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "elapsed_s": elapsed,
         "summary": s,
         "rounds": {"big": big, "small": small},
         "dyadd_peak_rss_mib": {"after_big": rss_after_big, "end": rss_end},
         "dyadd_log_problems": problems[:100],
+        "consumer_lock_files_left": lock_files,
     }
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as f:

@@ -25,23 +25,31 @@ constexpr const char* kExitCodes =
 
 int exit_code(const dyad::Status& s) {
     switch (s.rc()) {
-        case DYAD_RC_OK: return 0;
+        case DYAD_RC_OK:
+            return 0;
         case DYAD_RC_NOCTX:
         case DYAD_RC_BADDTLMODE:
-        case DYAD_RC_BADMANAGEDPATH: return 1;
+        case DYAD_RC_BADMANAGEDPATH:
+            return 1;
         case DYAD_RC_NOTFOUND:
         case DYAD_RC_UNTRACKED:
-        case DYAD_RC_BADFIO: return 2;
-        case DYAD_RC_TIMEOUT: return 3;
-        case DYAD_RC_CONNFAIL: return 4;
+        case DYAD_RC_BADFIO:
+            return 2;
+        case DYAD_RC_TIMEOUT:
+            return 3;
+        case DYAD_RC_CONNFAIL:
+            return 4;
         case DYAD_RC_BADFETCH:
-        case DYAD_RC_BADCHECKSUM: return 5;
-        default: return 6;
+        case DYAD_RC_BADCHECKSUM:
+            return 5;
+        default:
+            return 6;
     }
 }
 
 int report(const dyad::Status& s, const std::string& what) {
-    std::fprintf(stderr, "dyad %s: %s [%s]\n", what.c_str(), s.to_string().c_str(), dyad::rc_name(s.rc()));
+    std::fprintf(stderr, "dyad %s: %s [%s]\n", what.c_str(), s.to_string().c_str(),
+                 dyad::rc_name(s.rc()));
     return exit_code(s);
 }
 
@@ -61,8 +69,9 @@ std::string human_bytes(double b) {
 
 int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
-    CLI::App app{"dyad: produce and consume files through DYAD, inspect the metadata and the services.\n"
-                 "Configuration comes from DYAD_* environment variables (see 'dyad config')."};
+    CLI::App app{
+        "dyad: produce and consume files through DYAD, inspect the metadata and the services.\n"
+        "Configuration comes from DYAD_* environment variables (see 'dyad config')."};
     app.footer(kExitCodes);
     app.require_subcommand(1);
     bool json = false;
@@ -72,20 +81,25 @@ int main(int argc, char** argv) {
     double timeout = -1;
     auto* produce = app.add_subcommand("produce", "publish files of DYAD_PATH_PRODUCER");
     produce->add_option("FILE", files, "files to publish")->required();
-    auto* consume = app.add_subcommand("consume", "wait for files and bring them into DYAD_PATH_CONSUMER");
+    auto* consume =
+        app.add_subcommand("consume", "wait for files and bring them into DYAD_PATH_CONSUMER");
     consume->add_option("FILE", files, "consumer-side paths")->required();
-    consume->add_option("--timeout", timeout, "seconds to wait for each file to be produced (default DYAD_WAIT_TIMEOUT)");
+    consume->add_option("--timeout", timeout,
+                        "seconds to wait for each file to be produced (default DYAD_WAIT_TIMEOUT)");
     std::string stat_file;
     auto* stat = app.add_subcommand("stat", "show the metadata of a file");
     stat->add_option("FILE", stat_file, "consumer-side path")->required();
     auto* ls = app.add_subcommand("ls", "list the files produced in the namespace");
-    auto* config = app.add_subcommand("config", "print the effective configuration and the transports");
+    auto* config =
+        app.add_subcommand("config", "print the effective configuration and the transports");
     std::string key_path;
-    auto* key = app.add_subcommand("key", "print the metadata key of a path relative to a managed directory");
+    auto* key = app.add_subcommand(
+        "key", "print the metadata key of a path relative to a managed directory");
     key->add_option("UPATH", key_path)->required();
     auto* service = app.add_subcommand("service", "ask a service about itself");
     std::string uri;
-    auto* status = service->add_subcommand("status", "identity, transports and counters of a service");
+    auto* status =
+        service->add_subcommand("status", "identity, transports and counters of a service");
     status->add_option("--uri", uri, "service to ask (default DYAD_SERVICE_URI)");
     service->require_subcommand(1);
 
@@ -108,7 +122,8 @@ int main(int argc, char** argv) {
         if (json) {
             std::cout << j.dump(2) << "\n";
         } else {
-            for (auto& [k, v] : j["config"].items()) std::cout << k << "=" << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+            for (auto& [k, v] : j["config"].items())
+                std::cout << k << "=" << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
             std::cout << "transports built:";
             for (auto& b : t) std::cout << " " << b["name"].get<std::string>();
             std::cout << "\n";
@@ -130,8 +145,10 @@ int main(int argc, char** argv) {
         int rc = 0;
         for (const auto& f : files) {
             dyad::Status s = c.produce(f);
-            if (!s) rc = report(s, "produce");
-            else if (!json) std::cout << "produced " << f << "\n";
+            if (!s)
+                rc = report(s, "produce");
+            else if (!json)
+                std::cout << "produced " << f << "\n";
         }
         return rc;
     }
@@ -145,15 +162,21 @@ int main(int argc, char** argv) {
                 continue;
             }
             if (json) {
-                std::cout << nlohmann::json{{"file", f}, {"action", r.action}, {"transport", r.transport},
-                                            {"endpoint", r.endpoint}, {"bytes", r.bytes}, {"wait_s", r.wait_s},
-                                            {"transfer_s", r.transfer_s}}.dump()
+                std::cout << nlohmann::json{{"file", f},
+                                            {"action", r.action},
+                                            {"transport", r.transport},
+                                            {"endpoint", r.endpoint},
+                                            {"bytes", r.bytes},
+                                            {"wait_s", r.wait_s},
+                                            {"transfer_s", r.transfer_s}}
+                                 .dump()
                           << "\n";
             } else {
                 std::printf("%s: %s", f.c_str(), r.action.c_str());
                 if (r.action == "fetched")
-                    std::printf(" %s via %s from %s", human_bytes(static_cast<double>(r.bytes)).c_str(), r.transport.c_str(),
-                                r.endpoint.c_str());
+                    std::printf(" %s via %s from %s",
+                                human_bytes(static_cast<double>(r.bytes)).c_str(),
+                                r.transport.c_str(), r.endpoint.c_str());
                 std::printf(" (waited %.3f s, transfer %.3f s)\n", r.wait_s, r.transfer_s);
             }
         }
@@ -165,9 +188,11 @@ int main(int argc, char** argv) {
         nlohmann::json j = r->to_json();
         j["generation"] = r->generation;
         j["key"] = c.key_of(r->upath);
-        if (json) std::cout << j.dump(2) << "\n";
+        if (json)
+            std::cout << j.dump(2) << "\n";
         else
-            for (auto& [k, v] : j.items()) std::cout << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+            for (auto& [k, v] : j.items())
+                std::cout << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
         return 0;
     }
     if (*ls) {
@@ -183,8 +208,10 @@ int main(int argc, char** argv) {
             std::cout << a.dump(2) << "\n";
         } else {
             for (auto& r : l.value())
-                std::printf("%12llu  gen %-4llu %-16s %s\n", static_cast<unsigned long long>(r.size),
-                            static_cast<unsigned long long>(r.generation), r.owner.c_str(), r.upath.c_str());
+                std::printf("%12llu  gen %-4llu %-16s %s\n",
+                            static_cast<unsigned long long>(r.size),
+                            static_cast<unsigned long long>(r.generation), r.owner.c_str(),
+                            r.upath.c_str());
         }
         return 0;
     }
@@ -196,21 +223,26 @@ int main(int argc, char** argv) {
             return 0;
         }
         auto& j = s.value();
-        std::printf("service %s on node %s (pid %d), namespace %s\n", j.value("service_id", "").c_str(),
-                    j.value("node", "").c_str(), j.value("pid", 0), j.value("namespace", "").c_str());
-        std::printf("producer dir: %s\nmetadata: %s\nendpoints: %s\n", j.value("producer_dir", "").c_str(),
-                    j.value("kvs", "").c_str(), j["endpoints"].dump().c_str());
-        std::printf("uptime: %.1f s, connections: %d\n", j.value("uptime_s", 0.0), j.value("connections", 0));
+        std::printf("service %s on node %s (pid %d), namespace %s\n",
+                    j.value("service_id", "").c_str(), j.value("node", "").c_str(),
+                    j.value("pid", 0), j.value("namespace", "").c_str());
+        std::printf("producer dir: %s\nmetadata: %s\nendpoints: %s\n",
+                    j.value("producer_dir", "").c_str(), j.value("kvs", "").c_str(),
+                    j["endpoints"].dump().c_str());
+        std::printf("uptime: %.1f s, connections: %d\n", j.value("uptime_s", 0.0),
+                    j.value("connections", 0));
         auto& ctr = j["counters"];
         std::printf("requests %llu, served %llu, errors %llu, bytes sent %llu\n",
-                    ctr.value("requests", 0ull), ctr.value("served", 0ull), ctr.value("errors", 0ull),
-                    ctr.value("bytes_sent", 0ull));
+                    ctr.value("requests", 0ull), ctr.value("served", 0ull),
+                    ctr.value("errors", 0ull), ctr.value("bytes_sent", 0ull));
         for (auto& [name, p] : ctr["per_transport"].items())
-            std::printf("  %-10s requests %llu served %llu errors %llu sent %llu received %llu\n", name.c_str(),
-                        p.value("requests", 0ull), p.value("served", 0ull), p.value("errors", 0ull),
-                        p.value("bytes_sent", 0ull), p.value("bytes_received", 0ull));
+            std::printf("  %-10s requests %llu served %llu errors %llu sent %llu received %llu\n",
+                        name.c_str(), p.value("requests", 0ull), p.value("served", 0ull),
+                        p.value("errors", 0ull), p.value("bytes_sent", 0ull),
+                        p.value("bytes_received", 0ull));
         if (j.contains("store"))
-            std::printf("store: %llu keys, %llu waiting\n", j["store"].value("keys", 0ull), j["store"].value("waiters", 0ull));
+            std::printf("store: %llu keys, %llu waiting\n", j["store"].value("keys", 0ull),
+                        j["store"].value("waiters", 0ull));
         return 0;
     }
     return 1;

@@ -38,11 +38,14 @@ dyad_rc_t ok() {
 std::shared_ptr<dyad::client::Client> client_of(dyad_ctx_t* ctx, dyad_rc_t* rc) {
     std::lock_guard<std::mutex> lk(g_mu);
     if (!ctx || ctx != g_ctx) {
-        *rc = fail(dyad::Status(DYAD_RC_NOCTX, "DYAD is not initialised: call dyad_init or dyad_init_env first"));
+        *rc = fail(dyad::Status(DYAD_RC_NOCTX,
+                                "DYAD is not initialised: call dyad_init or dyad_init_env first"));
         return nullptr;
     }
     if (!ctx->client) {
-        *rc = fail(dyad::Status(DYAD_RC_NOCTX, "DYAD is inert: neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set"));
+        *rc = fail(dyad::Status(
+            DYAD_RC_NOCTX,
+            "DYAD is inert: neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set"));
         return nullptr;
     }
     return ctx->client;
@@ -66,7 +69,8 @@ dyad_rc_t init_with(dyad::Config cfg, bool reinit, dyad_dtl_comm_mode_t comm_mod
     auto ctx = std::make_unique<dyad_ctx>();
     ctx->comm_mode = comm_mode;
     if (cfg.prod_path.empty() && cfg.cons_path.empty()) {
-        DYAD_WARN("capi", "neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set: DYAD stays inert");
+        DYAD_WARN("capi",
+                  "neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set: DYAD stays inert");
     } else {
         auto c = dyad::client::Client::create(std::move(cfg));
         if (!c) {
@@ -100,16 +104,21 @@ void dyad_ctx_init(const dyad_dtl_comm_mode_t comm_mode, void* flux_handle) {
     if (DYAD_IS_ERROR(rc)) DYAD_ERROR("capi", "DYAD initialisation failed: %s", dyad_last_error());
 }
 
-void dyad_ctx_fini(void) { dyad_finalize(); }
+void dyad_ctx_fini(void) {
+    dyad_finalize();
+}
 
-dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bool async_publish, bool fsync_write,
-                    unsigned int key_depth, unsigned int key_bins, unsigned int service_mux, const char* kvs_namespace,
-                    const char* prod_managed_path, const char* cons_managed_path, bool relative_to_managed_path,
-                    const char* dtl_mode_str, const dyad_dtl_comm_mode_t dtl_comm_mode, void* /*flux_handle*/) {
+dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bool async_publish,
+                    bool fsync_write, unsigned int key_depth, unsigned int key_bins,
+                    unsigned int service_mux, const char* kvs_namespace,
+                    const char* prod_managed_path, const char* cons_managed_path,
+                    bool relative_to_managed_path, const char* dtl_mode_str,
+                    const dyad_dtl_comm_mode_t dtl_comm_mode, void* /*flux_handle*/) {
     return guarded([&]() -> dyad_rc_t {
         if (dtl_comm_mode < DYAD_COMM_NONE || dtl_comm_mode >= DYAD_COMM_END)
             return fail(dyad::Status(DYAD_RC_BAD_COMM_MODE, "invalid comm mode"));
-        if ((prod_managed_path && !*prod_managed_path) || (cons_managed_path && !*cons_managed_path))
+        if ((prod_managed_path && !*prod_managed_path) ||
+            (cons_managed_path && !*cons_managed_path))
             return fail(dyad::Status(DYAD_RC_BADMANAGEDPATH, "a managed path is the empty string"));
         // Settings the API does not take (service URI, timeouts) come from the environment.
         auto base = dyad::Config::from_env();
@@ -126,7 +135,8 @@ dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bo
         cfg.prod_path = prod_managed_path ? prod_managed_path : "";
         cfg.cons_path = cons_managed_path ? cons_managed_path : "";
         cfg.relative_to_managed_path = relative_to_managed_path;
-        if (debug && cfg.log_level > dyad::log::Level::debug) cfg.log_level = dyad::log::Level::debug;
+        if (debug && cfg.log_level > dyad::log::Level::debug)
+            cfg.log_level = dyad::log::Level::debug;
         if (dtl_mode_str && *dtl_mode_str) {
             auto m = dyad::parse_dtl_mode(dtl_mode_str);
             if (!m) return fail(m.status());
@@ -156,16 +166,20 @@ dyad_rc_t dyad_finalize(void) {
     return ok();
 }
 
-const char* dyad_last_error(void) { return t_last_error.c_str(); }
+const char* dyad_last_error(void) {
+    return t_last_error.c_str();
+}
 
 dyad_rc_t dyad_produce(dyad_ctx_t* ctx, const char* fname) {
     return guarded([&]() -> dyad_rc_t {
         dyad_rc_t rc;
         auto c = client_of(ctx, &rc);
         if (!c) return rc;
-        if (!fname || !*fname) return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_produce: empty file name"));
+        if (!fname || !*fname)
+            return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_produce: empty file name"));
         if (c->producer_dir().empty())
-            return fail(dyad::Status(DYAD_RC_BADMANAGEDPATH, "dyad_produce: no producer directory (DYAD_PATH_PRODUCER)"));
+            return fail(dyad::Status(DYAD_RC_BADMANAGEDPATH,
+                                     "dyad_produce: no producer directory (DYAD_PATH_PRODUCER)"));
         if (!c->producer_upath(fname)) return ok();  // unmanaged: nothing to do, as in DYAD
         dyad::Status s = c->produce(fname);
         if (!s) return fail(s);
@@ -174,12 +188,14 @@ dyad_rc_t dyad_produce(dyad_ctx_t* ctx, const char* fname) {
     });
 }
 
-dyad_rc_t dyad_get_metadata(dyad_ctx_t* ctx, const char* fname, bool should_wait, dyad_metadata_t** mdata) {
+dyad_rc_t dyad_get_metadata(dyad_ctx_t* ctx, const char* fname, bool should_wait,
+                            dyad_metadata_t** mdata) {
     return guarded([&]() -> dyad_rc_t {
         dyad_rc_t rc;
         auto c = client_of(ctx, &rc);
         if (!c) return rc;
-        if (!fname || !*fname) return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_get_metadata: empty file name"));
+        if (!fname || !*fname)
+            return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_get_metadata: empty file name"));
         if (!mdata) return fail(dyad::Status(DYAD_RC_BADBUF, "dyad_get_metadata: mdata is NULL"));
         auto r = c->get_metadata(fname, should_wait);
         if (!r) return fail(r.status());
@@ -219,9 +235,11 @@ dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname) {
         dyad_rc_t rc;
         auto c = client_of(ctx, &rc);
         if (!c) return rc;
-        if (!fname || !*fname) return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_consume: empty file name"));
+        if (!fname || !*fname)
+            return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_consume: empty file name"));
         if (c->consumer_dir().empty())
-            return fail(dyad::Status(DYAD_RC_BADMANAGEDPATH, "dyad_consume: no consumer directory (DYAD_PATH_CONSUMER)"));
+            return fail(dyad::Status(DYAD_RC_BADMANAGEDPATH,
+                                     "dyad_consume: no consumer directory (DYAD_PATH_CONSUMER)"));
         if (!c->consumer_upath(fname)) return ok();  // unmanaged: nothing to do, as in DYAD
         dyad::Status s = c->consume(fname);
         if (!s) return fail(s);
@@ -230,16 +248,20 @@ dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname) {
     });
 }
 
-dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname, const dyad_metadata_t* mdata) {
+dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname,
+                                  const dyad_metadata_t* mdata) {
     return guarded([&]() -> dyad_rc_t {
         dyad_rc_t rc;
         auto c = client_of(ctx, &rc);
         if (!c) return rc;
-        if (!fname || !*fname) return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_consume_w_metadata: empty file name"));
+        if (!fname || !*fname)
+            return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_consume_w_metadata: empty file name"));
         if (!mdata) return ok();  // NULL means local, as in DYAD
         if (!c->consumer_upath(fname)) return ok();
         if (!mdata->record)
-            return fail(dyad::Status(DYAD_RC_BADMETADATA, "dyad_consume_w_metadata: metadata not from dyad_get_metadata"));
+            return fail(
+                dyad::Status(DYAD_RC_BADMETADATA,
+                             "dyad_consume_w_metadata: metadata not from dyad_get_metadata"));
         auto rec = dyad::client::Record::from_json(mdata->record, mdata->generation);
         if (!rec) return fail(rec.status());
         dyad::Status s = c->consume_with(fname, rec.value());

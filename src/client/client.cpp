@@ -24,7 +24,7 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 // Receives file bytes into the temporary file, hashing as they pass.
 class FileSink : public dtl::Sink {
-public:
+  public:
     FileSink(int fd, std::string what) : fd_(fd), what_(std::move(what)) {}
     Status write(const void* p, size_t n) override {
         hash_.update(p, n);
@@ -34,7 +34,7 @@ public:
     uint64_t bytes() const { return bytes_; }
     std::string hex() const { return hash_.hex(); }
 
-private:
+  private:
     int fd_;
     std::string what_;
     Xxh3 hash_;
@@ -79,14 +79,17 @@ std::string dirname_of(const std::string& p) {
 // ---- Record ----
 
 nlohmann::json Record::to_json() const {
-    return {{"path", upath},   {"owner", owner},       {"node", node},         {"producer_dir", producer_dir},
-            {"endpoints", endpoints}, {"size", size}, {"mtime_ns", mtime_ns}, {"mode", mode}};
+    return {{"path", upath},          {"owner", owner},
+            {"node", node},           {"producer_dir", producer_dir},
+            {"endpoints", endpoints}, {"size", size},
+            {"mtime_ns", mtime_ns},   {"mode", mode}};
 }
 
 Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
     auto j = nlohmann::json::parse(text, nullptr, false);
     if (j.is_discarded() || !j.is_object())
-        return Status(DYAD_RC_BADMETADATA, "metadata record is not JSON: was it written by this DYAD version?", EPROTO);
+        return Status(DYAD_RC_BADMETADATA,
+                      "metadata record is not JSON: was it written by this DYAD version?", EPROTO);
     Record r;
     try {
         r.upath = j.at("path").get<std::string>();
@@ -98,7 +101,8 @@ Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
         r.mtime_ns = j.value("mtime_ns", static_cast<int64_t>(0));
         r.mode = j.value("mode", 0644u);
     } catch (const std::exception& e) {
-        return Status(DYAD_RC_BADMETADATA, std::string("malformed metadata record: ") + e.what(), EPROTO);
+        return Status(DYAD_RC_BADMETADATA, std::string("malformed metadata record: ") + e.what(),
+                      EPROTO);
     }
     r.generation = generation;
     return r;
@@ -117,7 +121,9 @@ uint32_t Record::owner_rank() const {
 // ---- Client ----
 
 Client::Client(Config cfg)
-    : cfg_(std::move(cfg)), prod_(cfg_.prod_path), cons_(cfg_.cons_path),
+    : cfg_(std::move(cfg)),
+      prod_(cfg_.prod_path),
+      cons_(cfg_.cons_path),
       pool_(std::make_shared<rpc::ConnectionPool>()) {}
 
 Result<std::unique_ptr<Client>> Client::create(Config cfg) {
@@ -151,7 +157,8 @@ Result<ServiceInfo> Client::service() {
     auto c = rpc::Connection::connect(cfg_.service_uri, Deadline::after(kControlTimeout));
     if (!c)
         return Status(DYAD_RC_CONNFAIL,
-                      "cannot reach the DYAD service at " + cfg_.service_uri + " (" + c.status().to_string() +
+                      "cannot reach the DYAD service at " + cfg_.service_uri + " (" +
+                          c.status().to_string() +
                           "): start dyadd on this node or set DYAD_SERVICE_URI",
                       c.status().err());
     const auto& h = c.value()->peer_info();
@@ -183,22 +190,29 @@ std::string Client::ns(const ServiceInfo& svc) const {
 
 Status Client::produce(const std::string& path) {
     if (prod_.empty())
-        return Status(DYAD_RC_BADMANAGEDPATH, "cannot produce '" + path + "': no producer directory (set DYAD_PATH_PRODUCER)", EINVAL);
+        return Status(
+            DYAD_RC_BADMANAGEDPATH,
+            "cannot produce '" + path + "': no producer directory (set DYAD_PATH_PRODUCER)",
+            EINVAL);
     auto up = producer_upath(path);
     if (!up)
-        return Status(DYAD_RC_UNTRACKED, "'" + path + "' is not inside the producer directory " + prod_.path(), EINVAL);
+        return Status(DYAD_RC_UNTRACKED,
+                      "'" + path + "' is not inside the producer directory " + prod_.path(),
+                      EINVAL);
     auto svc = service();
     if (!svc) return svc.status();
     if (canonical_path(svc->producer_dir) != prod_.path())
         return Status(DYAD_RC_BADMANAGEDPATH,
-                      "DYAD_PATH_PRODUCER (" + prod_.path() + ") is not the directory the node's service (" + svc->id +
-                          ") serves (" + svc->producer_dir + "): use the same directory for both",
+                      "DYAD_PATH_PRODUCER (" + prod_.path() +
+                          ") is not the directory the node's service (" + svc->id + ") serves (" +
+                          svc->producer_dir + "): use the same directory for both",
                       EINVAL);
     std::string full = prod_.join(up.value());
     struct stat st;
     if (::stat(full.c_str(), &st) != 0)
         return Status(DYAD_RC_BADFIO, "cannot produce '" + full + "'", errno);
-    if (!S_ISREG(st.st_mode)) return Status(DYAD_RC_BADFIO, "cannot produce '" + full + "': not a regular file", EINVAL);
+    if (!S_ISREG(st.st_mode))
+        return Status(DYAD_RC_BADFIO, "cannot produce '" + full + "': not a regular file", EINVAL);
     if (cfg_.fsync_write) {
         UniqueFd fd(::open(full.c_str(), O_RDONLY | O_CLOEXEC));
         if (fd.valid()) ::fsync(fd.get());
@@ -216,8 +230,11 @@ Status Client::produce(const std::string& path) {
     if (!key) return key.status();
     auto st_ = store();
     if (!st_) return st_.status();
-    auto v = st_.value()->put(ns(svc.value()), key.value(), r.to_json().dump(), Deadline::after(kControlTimeout));
-    if (!v) return Status(DYAD_RC_BADCOMMIT, "cannot publish '" + full + "': " + v.status().message(), v.status().err());
+    auto v = st_.value()->put(ns(svc.value()), key.value(), r.to_json().dump(),
+                              Deadline::after(kControlTimeout));
+    if (!v)
+        return Status(DYAD_RC_BADCOMMIT, "cannot publish '" + full + "': " + v.status().message(),
+                      v.status().err());
     DYAD_DEBUG(kSub, "produced %s as %s (generation %llu)", r.upath.c_str(), key->c_str(),
                static_cast<unsigned long long>(v.value()));
     return Status::ok();
@@ -225,33 +242,44 @@ Status Client::produce(const std::string& path) {
 
 Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
     if (cons_.empty())
-        return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)", EINVAL);
+        return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)",
+                      EINVAL);
     auto up = consumer_upath(path);
-    if (!up) return Status(DYAD_RC_UNTRACKED, "'" + path + "' is not inside the consumer directory " + cons_.path(), EINVAL);
+    if (!up)
+        return Status(DYAD_RC_UNTRACKED,
+                      "'" + path + "' is not inside the consumer directory " + cons_.path(),
+                      EINVAL);
     auto key = gen_path_key(up.value(), cfg_.key_depth, cfg_.key_bins);
     if (!key) return key.status();
     auto svc = service();
     if (!svc) return svc.status();
     auto st = store();
     if (!st) return st.status();
-    auto e = should_wait ? st.value()->wait(ns(svc.value()), key.value(), wait_deadline())
-                         : st.value()->get(ns(svc.value()), key.value(), Deadline::after(kControlTimeout));
+    auto e = should_wait
+                 ? st.value()->wait(ns(svc.value()), key.value(), wait_deadline())
+                 : st.value()->get(ns(svc.value()), key.value(), Deadline::after(kControlTimeout));
     if (!e) {
         Status s = e.status();
         if (s.rc() == DYAD_RC_TIMEOUT)
-            return Status(DYAD_RC_TIMEOUT,
-                          "'" + up.value() + "' was not produced within DYAD_WAIT_TIMEOUT=" +
-                              (cfg_.wait_timeout ? std::to_string(*cfg_.wait_timeout) : std::string("inf")) + " s",
-                          ETIMEDOUT);
+            return Status(
+                DYAD_RC_TIMEOUT,
+                "'" + up.value() + "' was not produced within DYAD_WAIT_TIMEOUT=" +
+                    (cfg_.wait_timeout ? std::to_string(*cfg_.wait_timeout) : std::string("inf")) +
+                    " s",
+                ETIMEDOUT);
         if (s.rc() == DYAD_RC_NOTFOUND)
-            return Status(DYAD_RC_NOTFOUND, "'" + up.value() + "' has not been produced (yet)", ENOENT);
+            return Status(DYAD_RC_NOTFOUND, "'" + up.value() + "' has not been produced (yet)",
+                          ENOENT);
         return s.wrap("metadata of '" + up.value() + "'");
     }
     auto r = Record::from_json(e->value, e->version);
     if (!r) return r.status();
     if (r->upath != up.value())
-        return Status(DYAD_RC_BADMETADATA, "metadata under key " + key.value() + " names '" + r->upath + "', not '" + up.value() +
-                                               "': producer and consumer use different DYAD_KEY_DEPTH/BINS?", EPROTO);
+        return Status(DYAD_RC_BADMETADATA,
+                      "metadata under key " + key.value() + " names '" + r->upath + "', not '" +
+                          up.value() +
+                          "': producer and consumer use different DYAD_KEY_DEPTH/BINS?",
+                      EPROTO);
     return r;
 }
 
@@ -265,9 +293,13 @@ Status Client::consume(const std::string& path, ConsumeReport* report) {
 
 Status Client::consume_with(const std::string& path, const Record& rec, ConsumeReport* report) {
     if (cons_.empty())
-        return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)", EINVAL);
+        return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)",
+                      EINVAL);
     auto up = consumer_upath(path);
-    if (!up) return Status(DYAD_RC_UNTRACKED, "'" + path + "' is not inside the consumer directory " + cons_.path(), EINVAL);
+    if (!up)
+        return Status(DYAD_RC_UNTRACKED,
+                      "'" + path + "' is not inside the consumer directory " + cons_.path(),
+                      EINVAL);
     auto svc = service();
     if (!svc) return svc.status();
     auto t0 = std::chrono::steady_clock::now();
@@ -276,7 +308,8 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
 
     // Same node and same directory, or storage shared by all nodes
     // (DYAD_SHARED_STORAGE): the file is already where it is wanted.
-    if (cfg_.shared_storage || (rec.node == svc->node && canonical_path(rec.producer_dir) == cons_.path())) {
+    if (cfg_.shared_storage ||
+        (rec.node == svc->node && canonical_path(rec.producer_dir) == cons_.path())) {
         rep->action = "in-place";
         rep->transport = "none";
         rep->transfer_s = since(t0);
@@ -294,7 +327,10 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
     std::string target = cons_.join(up.value());
     nlohmann::json state = read_state(lk->get());
     struct stat st;
-    if (state.is_object() && state.value("generation", 0ull) == rec.generation && state.value("owner", "") == rec.owner &&
+    // Generation alone is not enough: a restarted store counts from 1 again.
+    if (state.is_object() && state.value("generation", 0ull) == rec.generation &&
+        state.value("owner", "") == rec.owner &&
+        state.value("mtime_ns", static_cast<int64_t>(-1)) == rec.mtime_ns &&
         ::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
         static_cast<uint64_t>(st.st_size) == state.value("size", ~0ull)) {
         rep->action = "present";
@@ -305,12 +341,16 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
     }
     s = fetch(up.value(), rec, svc.value(), rep);
     if (!s) return s;
-    write_state(lk->get(), {{"generation", rec.generation}, {"owner", rec.owner}, {"size", rep->bytes}});
+    write_state(lk->get(), {{"generation", rec.generation},
+                            {"owner", rec.owner},
+                            {"mtime_ns", rec.mtime_ns},
+                            {"size", rep->bytes}});
     rep->transfer_s = since(t0);
     return Status::ok();
 }
 
-Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc, ConsumeReport* rep) {
+Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                     ConsumeReport* rep) {
     std::string target = cons_.join(upath);
     std::string dir = dirname_of(target);
     Status s = mkdir_p(dir, 02775);
@@ -319,14 +359,16 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
     // Pick the owner's endpoint: its Unix socket when on this node.
     std::string ep;
     for (const auto& e : rec.endpoints)
-        if (rec.node == svc.node && e.rfind("unix:", 0) == 0) ep = e;
+        if (ep.empty() && rec.node == svc.node && e.rfind("unix:", 0) == 0) ep = e;
     if (ep.empty())
         for (const auto& e : rec.endpoints)
             if (e.rfind("tcp://", 0) == 0) {
                 ep = e;
                 break;
             }
-    if (ep.empty()) return Status(DYAD_RC_BADMETADATA, "metadata of '" + upath + "' lists no reachable endpoint", EHOSTUNREACH);
+    if (ep.empty())
+        return Status(DYAD_RC_BADMETADATA,
+                      "metadata of '" + upath + "' lists no reachable endpoint", EHOSTUNREACH);
     rep->endpoint = ep;
     rep->transport = backend_->name;
 
@@ -335,7 +377,8 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
     std::vector<char> tmp(tmpl.begin(), tmpl.end());
     tmp.push_back('\0');
     UniqueFd fd(::mkostemp(tmp.data(), O_CLOEXEC));
-    if (!fd.valid()) return Status(DYAD_RC_BADFIO, "cannot create a temporary file in " + dir, errno);
+    if (!fd.valid())
+        return Status(DYAD_RC_BADFIO, "cannot create a temporary file in " + dir, errno);
     std::string tmp_path(tmp.data());
     struct Unlinker {
         std::string p;
@@ -350,33 +393,40 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
     auto conn = pool_->get(ep, Deadline::after(kControlTimeout));
     if (!conn)
         return Status(DYAD_RC_CONNFAIL,
-                      "cannot reach the service " + rec.owner + " that owns '" + upath + "' at " + ep + ": " +
-                          conn.status().to_string(),
+                      "cannot reach the service " + rec.owner + " that owns '" + upath + "' at " +
+                          ep + ": " + conn.status().to_string(),
                       conn.status().err());
     nlohmann::json args = recv.value()->describe();
     args["upath"] = upath;
     args["transport"] = backend_->name;
     args["generation"] = rec.generation;
-    auto tag = conn.value()->send_request("dyad.fetch", args, Deadline::after(kControlTimeout), false);
+    auto tag =
+        conn.value()->send_request("dyad.fetch", args, Deadline::after(kControlTimeout), false);
     if (!tag) return Status(tag.status()).wrap("fetch of '" + upath + "' from " + ep);
     FileSink sink(fd.get(), "'" + tmp_path + "'");
     auto trailer = recv.value()->receive(*conn.value(), tag.value(), sink, cfg_.transfer_timeout);
     if (!trailer) {
         Status e = trailer.status();
-        return Status(e.rc() == DYAD_RC_CONNFAIL ? DYAD_RC_BADFETCH : e.rc(),
-                      "fetch of '" + upath + "' from " + rec.owner + " (" + ep + ") failed: " + e.message(), e.err());
+        return Status(
+            e.rc() == DYAD_RC_CONNFAIL ? DYAD_RC_BADFETCH : e.rc(),
+            "fetch of '" + upath + "' from " + rec.owner + " (" + ep + ") failed: " + e.message(),
+            e.err());
     }
     pool_->put(std::move(conn.value()));
     uint64_t want = trailer->value("size", ~0ull);
     std::string want_hash = trailer->value("xxh3", "");
     if (sink.bytes() != want || sink.hex() != want_hash)
         return Status(DYAD_RC_BADCHECKSUM,
-                      "'" + upath + "' arrived corrupted: " + std::to_string(sink.bytes()) + " bytes, xxh3 " + sink.hex() +
-                          "; the service sent " + std::to_string(want) + " bytes, xxh3 " + want_hash,
+                      "'" + upath + "' arrived corrupted: " + std::to_string(sink.bytes()) +
+                          " bytes, xxh3 " + sink.hex() + "; the service sent " +
+                          std::to_string(want) + " bytes, xxh3 " + want_hash,
                       EIO);
     if (want != rec.size)
-        DYAD_WARN(kSub, "'%s' is %llu bytes on its producer but was published with %llu: it changed after dyad_produce",
-                  upath.c_str(), static_cast<unsigned long long>(want), static_cast<unsigned long long>(rec.size));
+        DYAD_WARN(kSub,
+                  "'%s' is %llu bytes on its producer but was published with %llu: it changed "
+                  "after dyad_produce",
+                  upath.c_str(), static_cast<unsigned long long>(want),
+                  static_cast<unsigned long long>(rec.size));
     if (cfg_.fsync_write && ::fsync(fd.get()) != 0)
         return Status(DYAD_RC_BADFIO, "fsync of '" + tmp_path + "' failed", errno);
     ::fchmod(fd.get(), rec.mode & 0777);
@@ -412,8 +462,12 @@ Result<std::vector<Record>> Client::list() {
 Result<nlohmann::json> Client::service_status(const std::string& uri) {
     std::string u = uri.empty() ? cfg_.service_uri : uri;
     auto c = pool_->get(u, Deadline::after(kControlTimeout));
-    if (!c) return Status(DYAD_RC_CONNFAIL, "cannot reach the DYAD service at " + u + ": " + c.status().to_string(), c.status().err());
-    auto r = c.value()->call("dyad.status", nlohmann::json::object(), Deadline::after(kControlTimeout));
+    if (!c)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot reach the DYAD service at " + u + ": " + c.status().to_string(),
+                      c.status().err());
+    auto r =
+        c.value()->call("dyad.status", nlohmann::json::object(), Deadline::after(kControlTimeout));
     pool_->put(std::move(c.value()));
     return r;
 }

@@ -53,7 +53,7 @@ struct ConsumeReport {
 };
 
 class Client {
-public:
+  public:
     static Result<std::unique_ptr<Client>> create(Config cfg);
 
     const Config& config() const { return cfg_; }
@@ -70,18 +70,20 @@ public:
     Result<Record> get_metadata(const std::string& path, bool should_wait);
     // Waits for the file, then makes it appear whole in the consumer directory.
     Status consume(const std::string& path, ConsumeReport* report = nullptr);
-    Status consume_with(const std::string& path, const Record& rec, ConsumeReport* report = nullptr);
+    Status consume_with(const std::string& path, const Record& rec,
+                        ConsumeReport* report = nullptr);
 
     Result<std::vector<Record>> list();
     Result<nlohmann::json> service_status(const std::string& uri = "");
     Result<ServiceInfo> service();
     std::string key_of(const std::string& upath) const;
 
-private:
+  private:
     explicit Client(Config cfg);
     Result<kvs::Store*> store();
     std::string ns(const ServiceInfo& svc) const;
-    Status fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc, ConsumeReport* report);
+    Status fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                 ConsumeReport* report);
     Deadline wait_deadline() const;
 
     Config cfg_;

@@ -10,11 +10,15 @@ Xxh3::Xxh3() : state_(XXH3_createState()) {
     if (!state_) throw std::bad_alloc();
     XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
 }
-Xxh3::~Xxh3() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+Xxh3::~Xxh3() {
+    XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
 void Xxh3::update(const void* p, size_t n) {
     if (n) XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), p, n);
 }
-uint64_t Xxh3::digest() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
+uint64_t Xxh3::digest() const {
+    return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_));
+}
 std::string Xxh3::to_hex(uint64_t v) {
     char b[17];
     std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));

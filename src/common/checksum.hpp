@@ -8,7 +8,7 @@
 namespace dyad {
 
 class Xxh3 {
-public:
+  public:
     Xxh3();
     ~Xxh3();
     Xxh3(const Xxh3&) = delete;
@@ -18,7 +18,7 @@ public:
     std::string hex() const { return to_hex(digest()); }
     static std::string to_hex(uint64_t v);
 
-private:
+  private:
     void* state_;
 };
 

@@ -28,18 +28,20 @@ Result<bool> parse_bool(const std::string& name, const std::string& value) {
         if (strcasecmp(value.c_str(), y) == 0) return true;
     for (const char* n : no)
         if (strcasecmp(value.c_str(), n) == 0) return false;
-    return Status(DYAD_RC_NOCTX, name + "='" + value + "' is not a boolean: use 1/0, true/false, yes/no or on/off",
+    return Status(DYAD_RC_NOCTX,
+                  name + "='" + value + "' is not a boolean: use 1/0, true/false, yes/no or on/off",
                   EINVAL);
 }
 
-Result<unsigned> parse_uint(const std::string& name, const std::string& value, unsigned min, unsigned max) {
+Result<unsigned> parse_uint(const std::string& name, const std::string& value, unsigned min,
+                            unsigned max) {
     char* end = nullptr;
     errno = 0;
     unsigned long v = std::strtoul(value.c_str(), &end, 10);
     if (value.empty() || *end != '\0' || errno != 0 || value[0] == '-' || v < min || v > max)
         return Status(DYAD_RC_NOCTX,
-                      name + "='" + value + "' is not an integer in [" + std::to_string(min) + ", " +
-                          std::to_string(max) + "]",
+                      name + "='" + value + "' is not an integer in [" + std::to_string(min) +
+                          ", " + std::to_string(max) + "]",
                       EINVAL);
     return static_cast<unsigned>(v);
 }
@@ -49,19 +51,24 @@ Result<double> parse_seconds(const std::string& name, const std::string& value) 
     errno = 0;
     double v = std::strtod(value.c_str(), &end);
     if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v < 0)
-        return Status(DYAD_RC_NOCTX, name + "='" + value + "' is not a number of seconds >= 0", EINVAL);
+        return Status(DYAD_RC_NOCTX, name + "='" + value + "' is not a number of seconds >= 0",
+                      EINVAL);
     return v;
 }
 
 Result<std::string> parse_dtl_mode(const std::string& value) {
-    static const struct { const char* name; const char* canonical; } modes[] = {
-        {"FLUX_RPC", "FLUX_RPC"}, {"STREAM", "FLUX_RPC"}, {"UCX", "UCX"},   {"MARGO", "MARGO"},
-        {"OFI", "MARGO"},         {"LOCAL", "LOCAL"},     {"AUTO", "AUTO"}};
+    static const struct {
+        const char* name;
+        const char* canonical;
+    } modes[] = {{"FLUX_RPC", "FLUX_RPC"}, {"STREAM", "FLUX_RPC"}, {"UCX", "UCX"},
+                 {"MARGO", "MARGO"},       {"OFI", "MARGO"},       {"LOCAL", "LOCAL"},
+                 {"AUTO", "AUTO"}};
     for (const auto& m : modes)
         if (strcasecmp(value.c_str(), m.name) == 0) return std::string(m.canonical);
     return Status(DYAD_RC_BADDTLMODE,
-                  "DYAD_DTL_MODE='" + value + "' is not a transport: use FLUX_RPC (alias STREAM), UCX, "
-                  "MARGO (alias OFI), LOCAL or AUTO",
+                  "DYAD_DTL_MODE='" + value +
+                      "' is not a transport: use FLUX_RPC (alias STREAM), UCX, "
+                      "MARGO (alias OFI), LOCAL or AUTO",
                   EINVAL);
 }
 
@@ -81,7 +88,10 @@ Result<Config> Config::from_env() {
         if (!m) return m.status();
         c.dtl_mode = m.value();
     }
-    struct { const char* name; bool* field; } flags[] = {
+    struct {
+        const char* name;
+        bool* field;
+    } flags[] = {
         {DYAD_PATH_RELATIVE_ENV, &c.relative_to_managed_path},
         {DYAD_SHARED_STORAGE_ENV, &c.shared_storage},
         {DYAD_ASYNC_PUBLISH_ENV, &c.async_publish},
@@ -97,7 +107,11 @@ Result<Config> Config::from_env() {
             *f.field = b.value();
         }
     }
-    struct { const char* name; unsigned* field; unsigned min, max; } ints[] = {
+    struct {
+        const char* name;
+        unsigned* field;
+        unsigned min, max;
+    } ints[] = {
         {DYAD_KEY_DEPTH_ENV, &c.key_depth, 0, 64},
         {DYAD_KEY_BINS_ENV, &c.key_bins, 1, 1u << 30},
         {DYAD_SERVICE_MUX_ENV, &c.service_mux, 1, 1u << 20},
@@ -117,14 +131,16 @@ Result<Config> Config::from_env() {
     if (auto v = env("DYAD_TRANSFER_TIMEOUT"); v && !v->empty()) {
         auto s = parse_seconds("DYAD_TRANSFER_TIMEOUT", *v);
         if (!s) return s.status();
-        if (s.value() <= 0) return Status(DYAD_RC_NOCTX, "DYAD_TRANSFER_TIMEOUT must be > 0", EINVAL);
+        if (s.value() <= 0)
+            return Status(DYAD_RC_NOCTX, "DYAD_TRANSFER_TIMEOUT must be > 0", EINVAL);
         c.transfer_timeout = s.value();
     }
     if (c.debug) c.log_level = log::Level::debug;
     if (auto v = env(DYAD_LOG_LEVEL_ENV); v && !v->empty()) {
         if (!log::parse_level(*v, &c.log_level))
             return Status(DYAD_RC_NOCTX,
-                          "DYAD_LOG_LEVEL='" + *v + "' is not a level: use trace, debug, info, warn, error or off",
+                          "DYAD_LOG_LEVEL='" + *v +
+                              "' is not a level: use trace, debug, info, warn, error or off",
                           EINVAL);
     }
     return c;

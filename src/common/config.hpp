@@ -19,7 +19,8 @@ constexpr const char* kDefaultNamespace = "dyad";
 // Parses a boolean setting: 1/true/yes/on and 0/false/no/off (any case); an
 // empty value counts as on, as a set-but-empty variable did in DYAD.
 Result<bool> parse_bool(const std::string& name, const std::string& value);
-Result<unsigned> parse_uint(const std::string& name, const std::string& value, unsigned min, unsigned max);
+Result<unsigned> parse_uint(const std::string& name, const std::string& value, unsigned min,
+                            unsigned max);
 Result<double> parse_seconds(const std::string& name, const std::string& value);
 
 // Known transport names: FLUX_RPC (alias STREAM), UCX, MARGO (alias OFI),
@@ -45,7 +46,7 @@ struct Config {
     unsigned key_bins = 1024;
     unsigned service_mux = 1;
     std::string service_uri = kDefaultServiceUri;
-    std::string node_id;                // empty: the host name
+    std::string node_id;                 // empty: the host name
     std::optional<double> wait_timeout;  // seconds; none = wait forever
     double transfer_timeout = 60;        // seconds without progress before a fetch fails
     log::Level log_level = log::Level::warn;

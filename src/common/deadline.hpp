@@ -7,7 +7,7 @@
 namespace dyad {
 
 class Deadline {
-public:
+  public:
     using clock = std::chrono::steady_clock;
     static Deadline never() { return Deadline(); }
     static Deadline after(double seconds) {
@@ -39,7 +39,7 @@ public:
         return tp_ <= o.tp_ ? *this : o;
     }
 
-private:
+  private:
     bool infinite_ = true;
     clock::time_point tp_{};
 };

@@ -5,7 +5,9 @@
 namespace dyad {
 namespace {
 
-inline uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+inline uint64_t rotl64(uint64_t x, int r) {
+    return (x << r) | (x >> (64 - r));
+}
 
 inline uint64_t fmix64(uint64_t k) {
     k ^= k >> 33;
@@ -63,7 +65,8 @@ void murmur3_x64_128(const void* data, size_t len, uint32_t seed, uint64_t out[2
         k2 *= c1;
         h2 ^= k2;
     }
-    for (size_t i = (rem < 8 ? rem : 8); i > 0; --i) k1 ^= static_cast<uint64_t>(tail[i - 1]) << (8 * (i - 1));
+    for (size_t i = (rem < 8 ? rem : 8); i > 0; --i)
+        k1 ^= static_cast<uint64_t>(tail[i - 1]) << (8 * (i - 1));
     if (rem > 0) {
         k1 *= c1;
         k1 = rotl64(k1, 31);

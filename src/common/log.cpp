@@ -15,14 +15,20 @@ FILE* g_info = nullptr;   // null: stderr
 FILE* g_error = nullptr;  // null: stderr
 }  // namespace
 
-Level level() { return g_level.load(std::memory_order_relaxed); }
-void set_level(Level l) { g_level.store(l, std::memory_order_relaxed); }
+Level level() {
+    return g_level.load(std::memory_order_relaxed);
+}
+void set_level(Level l) {
+    g_level.store(l, std::memory_order_relaxed);
+}
 
 bool parse_level(const std::string& s, Level* out) {
-    static const struct { const char* n; Level l; } names[] = {
-        {"trace", Level::trace}, {"debug", Level::debug}, {"info", Level::info},
-        {"warn", Level::warn},   {"warning", Level::warn}, {"error", Level::error},
-        {"off", Level::off},     {"none", Level::off}};
+    static const struct {
+        const char* n;
+        Level l;
+    } names[] = {{"trace", Level::trace}, {"debug", Level::debug},  {"info", Level::info},
+                 {"warn", Level::warn},   {"warning", Level::warn}, {"error", Level::error},
+                 {"off", Level::off},     {"none", Level::off}};
     for (const auto& n : names) {
         if (strcasecmp(s.c_str(), n.n) == 0) {
             *out = n.l;
@@ -34,12 +40,18 @@ bool parse_level(const std::string& s, Level* out) {
 
 const char* level_name(Level l) {
     switch (l) {
-        case Level::trace: return "trace";
-        case Level::debug: return "debug";
-        case Level::info: return "info";
-        case Level::warn: return "warn";
-        case Level::error: return "error";
-        case Level::off: return "off";
+        case Level::trace:
+            return "trace";
+        case Level::debug:
+            return "debug";
+        case Level::info:
+            return "info";
+        case Level::warn:
+            return "warn";
+        case Level::error:
+            return "error";
+        case Level::off:
+            return "off";
     }
     return "?";
 }
@@ -57,8 +69,12 @@ static bool open_into(FILE** slot, const std::string& path) {
     return true;
 }
 
-bool set_info_file(const std::string& path) { return open_into(&g_info, path); }
-bool set_error_file(const std::string& path) { return open_into(&g_error, path); }
+bool set_info_file(const std::string& path) {
+    return open_into(&g_info, path);
+}
+bool set_error_file(const std::string& path) {
+    return open_into(&g_error, path);
+}
 
 void write(Level l, const char* subsys, const char* fmt, ...) {
     char msg[2048];
@@ -68,7 +84,9 @@ void write(Level l, const char* subsys, const char* fmt, ...) {
     va_end(ap);
     auto now = std::chrono::system_clock::now();
     auto t = std::chrono::system_clock::to_time_t(now);
-    auto us = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() % 1000000;
+    auto us =
+        std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+        1000000;
     struct tm tm;
     localtime_r(&t, &tm);
     char ts[32];

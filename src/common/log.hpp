@@ -21,13 +21,15 @@ bool set_error_file(const std::string& path);
 
 void write(Level l, const char* subsys, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 
-inline bool enabled(Level l) { return l >= level(); }
+inline bool enabled(Level l) {
+    return l >= level();
+}
 
 }  // namespace dyad::log
 
-#define DYAD_LOG(lvl, subsys, ...)                                          \
-    do {                                                                    \
-        if (::dyad::log::enabled(::dyad::log::Level::lvl))                  \
+#define DYAD_LOG(lvl, subsys, ...)                                            \
+    do {                                                                      \
+        if (::dyad::log::enabled(::dyad::log::Level::lvl))                    \
             ::dyad::log::write(::dyad::log::Level::lvl, subsys, __VA_ARGS__); \
     } while (0)
 

@@ -35,7 +35,8 @@ std::string cwd() {
 }  // namespace
 
 std::string lexical_absolute(std::string_view path) {
-    std::string full = (!path.empty() && path[0] == '/') ? std::string(path) : cwd() + "/" + std::string(path);
+    std::string full =
+        (!path.empty() && path[0] == '/') ? std::string(path) : cwd() + "/" + std::string(path);
     std::vector<std::string_view> out;
     for (auto part : split(full)) {
         if (part == ".") continue;
@@ -87,13 +88,18 @@ Result<std::string> normalize_upath(std::string_view upath) {
         if (part == ".") continue;
         if (part == "..")
             return Status(DYAD_RC_BADFIO,
-                          "path '" + std::string(upath) + "' refused: '..' may not leave the managed directory",
+                          "path '" + std::string(upath) +
+                              "' refused: '..' may not leave the managed directory",
                           EINVAL);
         if (!out.empty()) out += '/';
         out += part;
     }
-    if (out.empty()) return Status(DYAD_RC_BADFIO, "path '" + std::string(upath) + "' names the managed directory itself", EISDIR);
-    if (out.size() > 4096) return Status(DYAD_RC_BADFIO, "file path longer than 4096 bytes", ENAMETOOLONG);
+    if (out.empty())
+        return Status(DYAD_RC_BADFIO,
+                      "path '" + std::string(upath) + "' names the managed directory itself",
+                      EISDIR);
+    if (out.size() > 4096)
+        return Status(DYAD_RC_BADFIO, "file path longer than 4096 bytes", ENAMETOOLONG);
     return out;
 }
 
@@ -112,7 +118,8 @@ std::optional<std::string> ManagedDir::relative(std::string_view path, bool rela
             if (p.size() > 1) return p.substr(1);
             return std::nullopt;
         }
-        if (p.size() > base.size() + 1 && p.compare(0, base.size(), base) == 0 && p[base.size()] == '/')
+        if (p.size() > base.size() + 1 && p.compare(0, base.size(), base) == 0 &&
+            p[base.size()] == '/')
             return p.substr(base.size() + 1);
         return std::nullopt;
     };
@@ -145,7 +152,8 @@ Result<UniqueFd> open_beneath(int dirfd, const std::string& upath, int flags, mo
         std::string part(parts[i]);
         if (part == "..") return Status(DYAD_RC_BADFIO, "'..' refused", EXDEV);
         bool last = i + 1 == parts.size();
-        int f = last ? (flags | O_NOFOLLOW | O_CLOEXEC) : (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int f = last ? (flags | O_NOFOLLOW | O_CLOEXEC)
+                     : (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         int fd = ::openat(cur.get(), part.c_str(), f, mode);
         if (fd < 0) {
             if (errno == ELOOP) errno = EXDEV;

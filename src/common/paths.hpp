@@ -24,7 +24,7 @@ Result<std::string> normalize_upath(std::string_view upath);
 
 // A managed directory: remembers its given and canonical forms.
 class ManagedDir {
-public:
+  public:
     ManagedDir() = default;
     explicit ManagedDir(std::string_view dir);
     bool empty() const { return given_.empty(); }
@@ -36,7 +36,7 @@ public:
     // Absolute target of a relative path inside this directory.
     std::string join(std::string_view upath) const { return canonical_ + "/" + std::string(upath); }
 
-private:
+  private:
     std::string given_;
     std::string lexical_;
     std::string canonical_;

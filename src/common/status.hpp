@@ -13,9 +13,10 @@
 namespace dyad {
 
 class Status {
-public:
+  public:
     Status() = default;
-    Status(dyad_rc_t rc, std::string msg, int err = 0) : rc_(rc), errno_(err), msg_(std::move(msg)) {}
+    Status(dyad_rc_t rc, std::string msg, int err = 0)
+        : rc_(rc), errno_(err), msg_(std::move(msg)) {}
 
     static Status ok() { return {}; }
     static Status sys(std::string what, int err = errno) {
@@ -35,7 +36,7 @@ public:
         return *this;
     }
 
-private:
+  private:
     dyad_rc_t rc_ = DYAD_RC_OK;
     int errno_ = 0;
     std::string msg_;
@@ -44,7 +45,7 @@ private:
 // A value or a Status (a small std::expected).
 template <typename T>
 class Result {
-public:
+  public:
     Result(T v) : v_(std::move(v)) {}
     Result(Status s) : v_(std::move(s)) {}
 
@@ -61,7 +62,7 @@ public:
         return is_ok() ? ok_status : std::get<1>(v_);
     }
 
-private:
+  private:
     std::variant<T, Status> v_;
 };
 

@@ -27,22 +27,22 @@ namespace dyad::dtl {
 // What a backend tells the selector about itself.
 struct Attributes {
     std::string name;
-    double latency_us = 0;       // one small message, one way
-    double bandwidth_gbps = 0;   // GB/s for large transfers
-    bool rma_native = false;     // one-sided ops without software emulation
-    uint64_t max_message = 0;    // largest efficient single message
+    double latency_us = 0;      // one small message, one way
+    double bandwidth_gbps = 0;  // GB/s for large transfers
+    bool rma_native = false;    // one-sided ops without software emulation
+    uint64_t max_message = 0;   // largest efficient single message
     nlohmann::json to_json() const;
 };
 
 // Where received bytes go (the consumer store's temporary file).
 class Sink {
-public:
+  public:
     virtual ~Sink() = default;
     virtual Status write(const void* p, size_t n) = 0;
 };
 
 class Receiver {
-public:
+  public:
     virtual ~Receiver() = default;
     virtual const Attributes& attributes() const = 0;
     // Fields this transport adds to the fetch request (e.g. a worker address).
@@ -50,23 +50,25 @@ public:
     // Reads the answer to fetch request `tag` on `conn`, delivering the file's
     // bytes to `sink` in order. Returns the END trailer ({"size", "xxh3"}).
     // Fails with TIMEOUT when no progress is made for idle_s seconds.
-    virtual Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink, double idle_s) = 0;
+    virtual Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink,
+                                           double idle_s) = 0;
 };
 
 // One file to move, prepared by the service's fetch handler.
 struct FetchJob {
     std::shared_ptr<rpc::Request> req;
-    UniqueFd fd;               // open, shared-locked, regular file
-    uint64_t size = 0;         // bytes to send
+    UniqueFd fd;        // open, shared-locked, regular file
+    uint64_t size = 0;  // bytes to send
     std::string upath;
-    nlohmann::json transport_args;  // what the consumer's describe() sent
+    nlohmann::json transport_args;           // what the consumer's describe() sent
     asio::thread_pool* file_pool = nullptr;  // blocking file reads run here
+    double idle_timeout_s = 60;  // no write progress for this long: abandon, close the connection
 };
 
 using SendDone = std::function<void(Status st, uint64_t bytes, std::string xxh3_hex)>;
 
 class Sender {
-public:
+  public:
     virtual ~Sender() = default;
     virtual const Attributes& attributes() const = 0;
     // Moves job->size bytes; calls done once, on the service loop.

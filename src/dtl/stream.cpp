@@ -23,7 +23,7 @@ Attributes stream_attributes() {
 }
 
 class StreamTransfer : public std::enable_shared_from_this<StreamTransfer> {
-public:
+  public:
     StreamTransfer(std::shared_ptr<FetchJob> job, SendDone done, size_t chunk, int depth)
         : job_(std::move(job)), done_(std::move(done)), chunk_(chunk), bufs_(depth) {
         for (int i = 0; i < depth; ++i) free_.push_back(i);
@@ -31,12 +31,15 @@ public:
 
     void start() {
         auto self = shared_from_this();
-        job_->req->on_cancel([self] { self->fail(Status(DYAD_RC_BADFETCH, "consumer went away", ECONNRESET)); });
+        watchdog_ = std::make_unique<asio::steady_timer>(job_->req->io());
+        arm_watchdog();
+        job_->req->on_cancel(
+            [self] { self->fail(Status(DYAD_RC_BADFETCH, "consumer went away", ECONNRESET)); });
         job_->req->respond({{"size", job_->size}, {"transport", "FLUX_RPC"}});
         pump();
     }
 
-private:
+  private:
     // Runs on the loop: starts the next read when a buffer is free, finishes
     // when everything was read and written.
     void pump() {
@@ -71,7 +74,8 @@ private:
                 return Status(DYAD_RC_BADFIO, "read of '" + job_->upath + "' failed", errno);
             }
             if (r == 0)
-                return Status(DYAD_RC_BADFIO, "'" + job_->upath + "' shrank while being served", EIO);
+                return Status(DYAD_RC_BADFIO, "'" + job_->upath + "' shrank while being served",
+                              EIO);
             got += static_cast<size_t>(r);
         }
         return Status::ok();
@@ -86,11 +90,32 @@ private:
         job_->req->respond(nullptr, asio::buffer(bufs_[idx].data(), n), [self, idx, n](bool ok) {
             --self->writes_;
             self->free_.push_back(idx);
-            if (!ok) return self->fail(Status(DYAD_RC_BADFETCH, "connection to consumer lost", ECONNRESET));
+            if (ok) self->arm_watchdog();
+            if (!ok)
+                return self->fail(
+                    Status(DYAD_RC_BADFETCH, "connection to consumer lost", ECONNRESET));
             self->sent_ += n;
             self->pump();
         });
         pump();
+    }
+
+    // A consumer that stops reading must not hold the transfer (and the
+    // file's shared lock) forever: no progress for idle_timeout_s ends it.
+    void arm_watchdog() {
+        if (finished_) return;
+        watchdog_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(job_->idle_timeout_s)));
+        std::weak_ptr<StreamTransfer> weak = shared_from_this();
+        watchdog_->async_wait([weak](asio::error_code ec) {
+            auto self = weak.lock();
+            if (ec || !self || self->finished_) return;
+            self->fail(Status(DYAD_RC_TIMEOUT,
+                              "consumer made no progress for " +
+                                  std::to_string(self->job_->idle_timeout_s) + " s",
+                              ETIMEDOUT));
+            self->job_->req->close_connection();
+        });
     }
 
     void fail(Status st) {
@@ -100,6 +125,7 @@ private:
 
     void finish(Status st) {
         finished_ = true;
+        if (watchdog_) watchdog_->cancel();
         auto done = std::move(done_);
         done_ = nullptr;
         if (done) done(std::move(st), sent_, st.is_ok() ? hash_.hex() : std::string());
@@ -116,32 +142,38 @@ private:
     bool reading_ = false;
     bool finished_ = false;
     Xxh3 hash_;
+    std::unique_ptr<asio::steady_timer> watchdog_;
 };
 
 class StreamSender : public Sender {
-public:
+  public:
     StreamSender() : attrs_(stream_attributes()) {}
     const Attributes& attributes() const override { return attrs_; }
     void send(std::shared_ptr<FetchJob> job, SendDone done) override {
-        std::make_shared<StreamTransfer>(std::move(job), std::move(done), kStreamChunk, kStreamDepth)->start();
+        std::make_shared<StreamTransfer>(std::move(job), std::move(done), kStreamChunk,
+                                         kStreamDepth)
+            ->start();
     }
 
-private:
+  private:
     Attributes attrs_;
 };
 
 class StreamReceiver : public Receiver {
-public:
+  public:
     StreamReceiver() : attrs_(stream_attributes()) {}
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json describe() override { return nlohmann::json::object(); }
 
-    Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink, double idle_s) override {
+    Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink,
+                                   double idle_s) override {
         for (;;) {
             Deadline deadline = Deadline::after(idle_s);
             auto f = conn.read_frame(deadline);
             if (!f) return f.status();
             const auto& h = f->header;
+            if (h.type == rpc::Type::error && h.tag == 0)
+                return rpc::Connection::error_status(f.value(), "fetch");
             if (h.tag != tag) {
                 Status s = conn.skip_data(h.data_len, deadline);
                 if (!s) return s;
@@ -157,16 +189,20 @@ public:
                     if (!s) return s;
                     break;
                 }
-                case rpc::Type::end: return f->meta;
-                case rpc::Type::error: return rpc::Connection::error_status(f.value(), "fetch");
+                case rpc::Type::end:
+                    return f->meta;
+                case rpc::Type::error:
+                    return rpc::Connection::error_status(f.value(), "fetch");
                 default:
-                    return Status(DYAD_RC_BADRPC, std::string("unexpected ") + rpc::type_name(h.type) + " frame in fetch",
-                                  EPROTO);
+                    return Status(
+                        DYAD_RC_BADRPC,
+                        std::string("unexpected ") + rpc::type_name(h.type) + " frame in fetch",
+                        EPROTO);
             }
         }
     }
 
-private:
+  private:
     Attributes attrs_;
     std::vector<char> buf_;
 };
@@ -174,15 +210,24 @@ private:
 }  // namespace
 
 nlohmann::json Attributes::to_json() const {
-    return {{"name", name}, {"latency_us", latency_us}, {"bandwidth_gbps", bandwidth_gbps},
-            {"rma_native", rma_native}, {"max_message", max_message}};
+    return {{"name", name},
+            {"latency_us", latency_us},
+            {"bandwidth_gbps", bandwidth_gbps},
+            {"rma_native", rma_native},
+            {"max_message", max_message}};
 }
 
 const std::vector<Backend>& backends() {
     static const std::vector<Backend> table = {
-        {"FLUX_RPC", {"STREAM"}, stream_attributes,
-         []() -> Result<std::unique_ptr<Receiver>> { return std::unique_ptr<Receiver>(new StreamReceiver()); },
-         []() -> Result<std::unique_ptr<Sender>> { return std::unique_ptr<Sender>(new StreamSender()); }},
+        {"FLUX_RPC",
+         {"STREAM"},
+         stream_attributes,
+         []() -> Result<std::unique_ptr<Receiver>> {
+             return std::unique_ptr<Receiver>(new StreamReceiver());
+         },
+         []() -> Result<std::unique_ptr<Sender>> {
+             return std::unique_ptr<Sender>(new StreamSender());
+         }},
     };
     return table;
 }

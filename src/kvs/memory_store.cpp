@@ -47,7 +47,8 @@ void MemoryStore::unwatch(uint64_t id) {
     watch_index_.erase(it);
 }
 
-std::vector<std::pair<std::string, Entry>> MemoryStore::list(const std::string& ns, const std::string& prefix) const {
+std::vector<std::pair<std::string, Entry>> MemoryStore::list(const std::string& ns,
+                                                             const std::string& prefix) const {
     std::vector<std::pair<std::string, Entry>> out;
     auto n = data_.find(ns);
     if (n == data_.end()) return out;
@@ -80,7 +81,8 @@ void serve(rpc::Server& server, MemoryStore& store) {
     server.handle("kvs.put", [&store](std::shared_ptr<rpc::Request> r) {
         if (!args_ok(r, {"ns", "key", "value"})) return;
         const auto& a = r->args();
-        uint64_t v = store.put(a["ns"].get<std::string>(), a["key"].get<std::string>(), a["value"].get<std::string>());
+        uint64_t v = store.put(a["ns"].get<std::string>(), a["key"].get<std::string>(),
+                               a["value"].get<std::string>());
         r->end({{"version", v}});
     });
     server.handle("kvs.get", [&store](std::shared_ptr<rpc::Request> r) {
@@ -92,7 +94,8 @@ void serve(rpc::Server& server, MemoryStore& store) {
             return;
         }
         if (!a.value("wait", false)) {
-            r->error(ENOENT, "key '" + key + "' not found in namespace '" + ns + "'", DYAD_RC_NOTFOUND);
+            r->error(ENOENT, "key '" + key + "' not found in namespace '" + ns + "'",
+                     DYAD_RC_NOTFOUND);
             return;
         }
         uint64_t id = store.watch_create(ns, key, [r](const Entry& e) {
@@ -105,7 +108,8 @@ void serve(rpc::Server& server, MemoryStore& store) {
         const auto& a = r->args();
         auto entries = store.list(a["ns"], a.value("prefix", ""));
         nlohmann::json arr = nlohmann::json::array();
-        for (auto& [k, e] : entries) arr.push_back({{"key", k}, {"value", e.value}, {"version", e.version}});
+        for (auto& [k, e] : entries)
+            arr.push_back({{"key", k}, {"value", e.value}, {"version", e.version}});
         r->end({{"entries", std::move(arr)}});
     });
 }

@@ -8,7 +8,8 @@ constexpr double kWaitSlice = 30.0;  // seconds per wait request; the loop re-ar
 constexpr double kGrace = 5.0;       // extra client-side time for the answer to travel
 }  // namespace
 
-Result<nlohmann::json> RpcStore::call(const std::string& topic, nlohmann::json args, Deadline d, double grace) {
+Result<nlohmann::json> RpcStore::call(const std::string& topic, nlohmann::json args, Deadline d,
+                                      double grace) {
     auto c = pool_->get(uri_, d);
     if (!c) return Status(c.status()).wrap("metadata store");
     auto r = c.value()->call(topic, std::move(args), d, grace);
@@ -16,7 +17,8 @@ Result<nlohmann::json> RpcStore::call(const std::string& topic, nlohmann::json a
     return r;
 }
 
-Result<uint64_t> RpcStore::put(const std::string& ns, const std::string& key, const std::string& value, Deadline d) {
+Result<uint64_t> RpcStore::put(const std::string& ns, const std::string& key,
+                               const std::string& value, Deadline d) {
     auto r = call("kvs.put", {{"ns", ns}, {"key", key}, {"value", value}}, d, 0);
     if (!r) return r.status();
     return r->value("version", static_cast<uint64_t>(0));
@@ -38,12 +40,14 @@ Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Dead
     }
 }
 
-Result<std::vector<std::pair<std::string, Entry>>> RpcStore::list(const std::string& ns, const std::string& prefix,
+Result<std::vector<std::pair<std::string, Entry>>> RpcStore::list(const std::string& ns,
+                                                                  const std::string& prefix,
                                                                   Deadline d) {
     auto r = call("kvs.list", {{"ns", ns}, {"prefix", prefix}}, d, 0);
     if (!r) return r.status();
     std::vector<std::pair<std::string, Entry>> out;
-    for (auto& e : (*r)["entries"]) out.emplace_back(e.value("key", ""), Entry{e.value("value", ""), e.value("version", 0ull)});
+    for (auto& e : (*r)["entries"])
+        out.emplace_back(e.value("key", ""), Entry{e.value("value", ""), e.value("version", 0ull)});
     return out;
 }
 

@@ -26,49 +26,56 @@ struct Entry {
 // What a client uses. Implementations: RpcStore (the embedded store of a
 // dyadd, reached over RPC); an etcd store can implement the same.
 class Store {
-public:
+  public:
     virtual ~Store() = default;
-    virtual Result<uint64_t> put(const std::string& ns, const std::string& key, const std::string& value,
-                                 Deadline deadline) = 0;
+    virtual Result<uint64_t> put(const std::string& ns, const std::string& key,
+                                 const std::string& value, Deadline deadline) = 0;
     // Without waiting: NOTFOUND if absent.
     virtual Result<Entry> get(const std::string& ns, const std::string& key, Deadline deadline) = 0;
     // Waits until the key exists (wait-for-create); TIMEOUT at the deadline.
-    virtual Result<Entry> wait(const std::string& ns, const std::string& key, Deadline deadline) = 0;
-    virtual Result<std::vector<std::pair<std::string, Entry>>> list(const std::string& ns, const std::string& prefix,
+    virtual Result<Entry> wait(const std::string& ns, const std::string& key,
+                               Deadline deadline) = 0;
+    virtual Result<std::vector<std::pair<std::string, Entry>>> list(const std::string& ns,
+                                                                    const std::string& prefix,
                                                                     Deadline deadline) = 0;
     virtual std::string describe() const = 0;
 };
 
 class RpcStore : public Store {
-public:
-    RpcStore(std::string uri, std::shared_ptr<rpc::ConnectionPool> pool) : uri_(std::move(uri)), pool_(std::move(pool)) {}
-    Result<uint64_t> put(const std::string& ns, const std::string& key, const std::string& value, Deadline d) override;
+  public:
+    RpcStore(std::string uri, std::shared_ptr<rpc::ConnectionPool> pool)
+        : uri_(std::move(uri)), pool_(std::move(pool)) {}
+    Result<uint64_t> put(const std::string& ns, const std::string& key, const std::string& value,
+                         Deadline d) override;
     Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) override;
     Result<Entry> wait(const std::string& ns, const std::string& key, Deadline d) override;
-    Result<std::vector<std::pair<std::string, Entry>>> list(const std::string& ns, const std::string& prefix,
+    Result<std::vector<std::pair<std::string, Entry>>> list(const std::string& ns,
+                                                            const std::string& prefix,
                                                             Deadline d) override;
     std::string describe() const override { return "embedded store at " + uri_; }
 
-private:
-    Result<nlohmann::json> call(const std::string& topic, nlohmann::json args, Deadline d, double grace);
+  private:
+    Result<nlohmann::json> call(const std::string& topic, nlohmann::json args, Deadline d,
+                                double grace);
     std::string uri_;
     std::shared_ptr<rpc::ConnectionPool> pool_;
 };
 
 // The embedded store. Single-threaded: used only on the service's loop.
 class MemoryStore {
-public:
+  public:
     using Watcher = std::function<void(const Entry&)>;
     uint64_t put(const std::string& ns, const std::string& key, std::string value);
     std::optional<Entry> get(const std::string& ns, const std::string& key) const;
     // Calls fn once, when the key is next put. Returns an id for unwatch.
     uint64_t watch_create(const std::string& ns, const std::string& key, Watcher fn);
     void unwatch(uint64_t id);
-    std::vector<std::pair<std::string, Entry>> list(const std::string& ns, const std::string& prefix) const;
+    std::vector<std::pair<std::string, Entry>> list(const std::string& ns,
+                                                    const std::string& prefix) const;
     size_t key_count() const;
     size_t watcher_count() const { return watch_index_.size(); }
 
-private:
+  private:
     using NsKey = std::pair<std::string, std::string>;
     std::map<std::string, std::map<std::string, Entry>> data_;
     std::map<NsKey, std::map<uint64_t, Watcher>> watchers_;

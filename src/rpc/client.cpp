@@ -63,7 +63,9 @@ Result<UniqueFd> connect_fd(const Uri& u, Deadline deadline) {
     hints.ai_family = AF_UNSPEC;
     addrinfo* res = nullptr;
     int g = getaddrinfo(u.host.c_str(), std::to_string(u.port).c_str(), &hints, &res);
-    if (g != 0) return Status(DYAD_RC_CONNFAIL, what + ": cannot resolve host: " + gai_strerror(g), EHOSTUNREACH);
+    if (g != 0)
+        return Status(DYAD_RC_CONNFAIL, what + ": cannot resolve host: " + gai_strerror(g),
+                      EHOSTUNREACH);
     Status last(DYAD_RC_CONNFAIL, what + " failed", ECONNREFUSED);
     for (addrinfo* a = res; a; a = a->ai_next) {
         UniqueFd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -96,9 +98,13 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
     if (!s) return s.wrap("hello to " + uri);
     auto f = c->read_frame(deadline);
     if (!f) return Status(f.status()).wrap("hello from " + uri);
-    if (f->header.type == Type::error) return error_status(f.value(), "service at " + uri + " refused the connection");
+    if (f->header.type == Type::error)
+        return error_status(f.value(), "service at " + uri + " refused the connection");
     if (f->header.type != Type::hello || f->header.data_len != 0)
-        return Status(DYAD_RC_BADRPC, "service at " + uri + " answered hello with a " + type_name(f->header.type) + " frame", EPROTO);
+        return Status(
+            DYAD_RC_BADRPC,
+            "service at " + uri + " answered hello with a " + type_name(f->header.type) + " frame",
+            EPROTO);
     c->peer_info_ = f->meta;
     return c;
 }
@@ -138,7 +144,8 @@ Status Connection::read_exact(void* p, size_t n, Deadline deadline) {
         }
         if (r == 0) {
             broken_ = true;
-            return Status(DYAD_RC_CONNFAIL, "service at " + uri_ + " closed the connection (did it stop?)",
+            return Status(DYAD_RC_CONNFAIL,
+                          "service at " + uri_ + " closed the connection (did it stop?)",
                           ECONNRESET);
         }
         if (errno == EINTR) continue;
@@ -166,14 +173,15 @@ Status Connection::send_frame(const Header& h0, const std::string& meta, Deadlin
     return write_exact(buf.data(), buf.size(), deadline);
 }
 
-Result<uint32_t> Connection::send_request(const std::string& topic, nlohmann::json args, Deadline deadline,
-                                          bool propagate) {
+Result<uint32_t> Connection::send_request(const std::string& topic, nlohmann::json args,
+                                          Deadline deadline, bool propagate) {
     if (broken_) return Status(DYAD_RC_CONNFAIL, "connection to " + uri_ + " is broken", EPIPE);
     uint32_t tag = next_tag_++;
     if (next_tag_ == 0) next_tag_ = 1;
     if (!args.is_object()) args = nlohmann::json::object();
     args["topic"] = topic;
-    if (propagate && !deadline.infinite()) args["timeout_ms"] = static_cast<int64_t>(deadline.remaining() * 1000.0) + 1;
+    if (propagate && !deadline.infinite())
+        args["timeout_ms"] = static_cast<int64_t>(deadline.remaining() * 1000.0) + 1;
     Header h;
     h.type = Type::request;
     h.tag = tag;
@@ -205,7 +213,9 @@ Result<Frame> Connection::read_frame(Deadline deadline) {
     return f;
 }
 
-Status Connection::read_data(void* buf, size_t n, Deadline deadline) { return read_exact(buf, n, deadline); }
+Status Connection::read_data(void* buf, size_t n, Deadline deadline) {
+    return read_exact(buf, n, deadline);
+}
 
 Status Connection::skip_data(size_t n, Deadline deadline) {
     char tmp[16384];
@@ -235,11 +245,12 @@ Status Connection::error_status(const Frame& f, const std::string& context) {
     return Status(rc, context + ": " + msg, f.header.errnum);
 }
 
-Result<nlohmann::json> Connection::call(const std::string& topic, nlohmann::json args, Deadline deadline,
-                                        double grace_s) {
+Result<nlohmann::json> Connection::call(const std::string& topic, nlohmann::json args,
+                                        Deadline deadline, double grace_s) {
     auto tag = send_request(topic, std::move(args), deadline);
     if (!tag) return tag.status();
-    Deadline read_deadline = deadline.infinite() ? deadline : Deadline::after(deadline.remaining() + grace_s);
+    Deadline read_deadline =
+        deadline.infinite() ? deadline : Deadline::after(deadline.remaining() + grace_s);
     for (;;) {
         auto f = read_frame(read_deadline);
         if (!f) return f.status();
@@ -247,14 +258,22 @@ Result<nlohmann::json> Connection::call(const std::string& topic, nlohmann::json
             Status s = skip_data(f->header.data_len, read_deadline);
             if (!s) return s;
         }
+        if (f->header.type == Type::error && f->header.tag == 0) {
+            broken_ = true;  // the service rejected the connection itself
+            return error_status(f.value(), topic);
+        }
         if (f->header.tag != tag.value()) continue;  // a late answer to a cancelled request
         switch (f->header.type) {
             case Type::response:
-            case Type::end: return f->meta;
-            case Type::error: return error_status(f.value(), topic);
+            case Type::end:
+                return f->meta;
+            case Type::error:
+                return error_status(f.value(), topic);
             default:
                 broken_ = true;
-                return Status(DYAD_RC_BADRPC, std::string("unexpected ") + type_name(f->header.type) + " frame", EPROTO);
+                return Status(DYAD_RC_BADRPC,
+                              std::string("unexpected ") + type_name(f->header.type) + " frame",
+                              EPROTO);
         }
     }
 }

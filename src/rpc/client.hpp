@@ -24,7 +24,7 @@ struct Frame {
 };
 
 class Connection {
-public:
+  public:
     // Connects and exchanges HELLO frames (version check).
     static Result<std::unique_ptr<Connection>> connect(const std::string& uri, Deadline deadline);
 
@@ -53,7 +53,7 @@ public:
     // Turns an error frame into a Status.
     static Status error_status(const Frame& f, const std::string& context);
 
-private:
+  private:
     friend class ConnectionPool;
     Connection(UniqueFd fd, std::string uri) : fd_(std::move(fd)), uri_(std::move(uri)) {}
     Status send_frame(const Header& h, const std::string& meta, Deadline deadline);
@@ -70,14 +70,14 @@ private:
 // Idle connections kept per URI so that many small requests do not pay for
 // a connect each. Thread-safe; a connection is used by one thread at a time.
 class ConnectionPool {
-public:
+  public:
     explicit ConnectionPool(size_t max_idle_per_uri = 8) : max_idle_(max_idle_per_uri) {}
     Result<std::unique_ptr<Connection>> get(const std::string& uri, Deadline deadline);
     // Returns a connection after a completed exchange; broken ones are dropped.
     void put(std::unique_ptr<Connection> c);
     void clear();
 
-private:
+  private:
     std::mutex mu_;
     size_t max_idle_;
     std::unordered_map<std::string, std::vector<std::unique_ptr<Connection>>> idle_;

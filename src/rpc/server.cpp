@@ -10,7 +10,7 @@
 namespace dyad::rpc {
 
 class Session : public std::enable_shared_from_this<Session> {
-public:
+  public:
     Session(Server& srv, asio::io_context& io, asio::generic::stream_protocol::socket s)
         : server_(srv), io_(io), sock_(std::move(s)) {}
 
@@ -48,7 +48,7 @@ public:
 
     const nlohmann::json& peer() const { return peer_; }
 
-private:
+  private:
     struct Out {
         std::array<uint8_t, kHeaderSize> hdr;
         std::string meta;
@@ -99,7 +99,8 @@ private:
 
     // Returns false when the session must stop reading.
     bool handle_frame() {
-        nlohmann::json meta = meta_.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(meta_, nullptr, false);
+        nlohmann::json meta =
+            meta_.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(meta_, nullptr, false);
         if (meta.is_discarded()) {
             protocol_error(h_.tag, "malformed JSON in frame");
             return false;
@@ -142,7 +143,8 @@ private:
                 return true;
             }
             default:
-                protocol_error(h_.tag, std::string("unexpected ") + type_name(h_.type) + " frame from a client");
+                protocol_error(h_.tag, std::string("unexpected ") + type_name(h_.type) +
+                                           " frame from a client");
                 return false;
         }
     }
@@ -150,7 +152,8 @@ private:
     void write_next() {
         writing_ = true;
         Out& o = q_.front();
-        std::array<asio::const_buffer, 3> bufs = {asio::buffer(o.hdr), asio::buffer(o.meta), o.data};
+        std::array<asio::const_buffer, 3> bufs = {asio::buffer(o.hdr), asio::buffer(o.meta),
+                                                  o.data};
         auto self = shared_from_this();
         asio::async_write(sock_, bufs, [self](asio::error_code ec, size_t) {
             Out done = std::move(self->q_.front());
@@ -165,8 +168,10 @@ private:
                 self->writing_ = false;
                 return;
             }
-            if (!self->q_.empty()) self->write_next();
-            else self->writing_ = false;
+            if (!self->q_.empty())
+                self->write_next();
+            else
+                self->writing_ = false;
         });
     }
 
@@ -216,7 +221,7 @@ void Request::respond(nlohmann::json meta, asio::const_buffer data, WriteDone do
 }
 
 void Request::end(nlohmann::json meta) {
-    if (finished_.exchange(true)) return;
+    if (closing_.exchange(true)) return;
     auto self = shared_from_this();
     asio::dispatch(io_, [self, meta = std::move(meta)] {
         self->finish();
@@ -231,7 +236,7 @@ void Request::end(nlohmann::json meta) {
 }
 
 void Request::error(int errnum, const std::string& msg, dyad_rc_t rc) {
-    if (finished_.exchange(true)) return;
+    if (closing_.exchange(true)) return;
     auto self = shared_from_this();
     asio::dispatch(io_, [self, errnum, msg, rc] {
         self->finish();
@@ -248,6 +253,7 @@ void Request::error(int errnum, const std::string& msg, dyad_rc_t rc) {
 }
 
 void Request::finish() {
+    finished_ = true;
     if (timer_) timer_->cancel();
     on_cancel_ = nullptr;
 }
@@ -261,7 +267,8 @@ void Request::on_cancel(std::function<void()> fn) {
 }
 
 void Request::cancel(int why) {
-    if (finished_.exchange(true)) return;
+    if (closing_.exchange(true)) return;
+    finished_ = true;
     cancelled_ = true;
     if (timer_) timer_->cancel();
     auto fn = std::move(on_cancel_);
@@ -282,7 +289,9 @@ void Request::cancel(int why) {
 }
 
 void Request::arm_deadline() {
-    int64_t ms = args_.value("timeout_ms", static_cast<int64_t>(0));
+    int64_t ms = 0;
+    auto it = args_.find("timeout_ms");
+    if (it != args_.end() && it->is_number_integer()) ms = it->get<int64_t>();
     if (ms <= 0) return;
     timer_ = std::make_unique<asio::steady_timer>(io_, std::chrono::milliseconds(ms));
     std::weak_ptr<Request> weak = shared_from_this();
@@ -292,11 +301,21 @@ void Request::arm_deadline() {
     });
 }
 
+void Request::close_connection() {
+    auto self = shared_from_this();
+    asio::dispatch(io_, [self] {
+        if (auto s = self->session_.lock()) s->close();
+    });
+}
+
 // ---- Server ----
 
-Server::Server(asio::io_context& io, nlohmann::json hello_info) : io_(io), hello_info_(std::move(hello_info)) {}
+Server::Server(asio::io_context& io, nlohmann::json hello_info)
+    : io_(io), hello_info_(std::move(hello_info)) {}
 
-Server::~Server() { stop(); }
+Server::~Server() {
+    stop();
+}
 
 Result<std::string> Server::listen_tcp(const std::string& host, uint16_t port) {
     asio::error_code ec;
@@ -305,7 +324,8 @@ Result<std::string> Server::listen_tcp(const std::string& host, uint16_t port) {
         asio::ip::tcp::resolver res(io_);
         auto eps = res.resolve(host, std::to_string(port), ec);
         if (ec || eps.empty())
-            return Status(DYAD_RC_CONNFAIL, "cannot resolve listen address '" + host + "': " + ec.message(), EINVAL);
+            return Status(DYAD_RC_CONNFAIL,
+                          "cannot resolve listen address '" + host + "': " + ec.message(), EINVAL);
         addr = eps.begin()->endpoint().address();
     }
     asio::ip::tcp::endpoint ep(addr, port);
@@ -316,13 +336,15 @@ Result<std::string> Server::listen_tcp(const std::string& host, uint16_t port) {
     if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
     if (ec)
         return Status(DYAD_RC_CONNFAIL,
-                      "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message() +
+                      "cannot listen on " + host + ":" + std::to_string(port) + ": " +
+                          ec.message() +
                           " (is another dyadd running there? choose another --listen)",
                       ec.value());
     auto local = acc->local_endpoint(ec);
     tcp_ = std::move(acc);
     accept_tcp();
-    std::string h = local.address().is_v6() ? "[" + local.address().to_string() + "]" : local.address().to_string();
+    std::string h = local.address().is_v6() ? "[" + local.address().to_string() + "]"
+                                            : local.address().to_string();
     return "tcp://" + h + ":" + std::to_string(local.port());
 }
 
@@ -335,14 +357,18 @@ Result<std::string> Server::listen_unix(const std::string& path) {
     acc->open(ep.protocol(), ec);
     if (!ec) acc->bind(ep, ec);
     if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) return Status(DYAD_RC_CONNFAIL, "cannot listen on unix socket '" + path + "': " + ec.message(), ec.value());
+    if (ec)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot listen on unix socket '" + path + "': " + ec.message(), ec.value());
     unix_ = std::move(acc);
     unix_path_ = path;
     accept_unix();
     return "unix:" + path;
 }
 
-void Server::handle(const std::string& topic, Handler h) { handlers_[topic] = std::move(h); }
+void Server::handle(const std::string& topic, Handler h) {
+    handlers_[topic] = std::move(h);
+}
 
 void Server::accept_tcp() {
     tcp_->async_accept([this](asio::error_code ec, asio::ip::tcp::socket s) {
@@ -379,7 +405,9 @@ void Server::start_session(asio::generic::stream_protocol::socket sock) {
     s->start();
 }
 
-void Server::forget(Session* s) { sessions_.erase(s); }
+void Server::forget(Session* s) {
+    sessions_.erase(s);
+}
 
 void Server::dispatch(std::shared_ptr<Request> r) {
     auto it = handlers_.find(r->topic());
@@ -387,7 +415,14 @@ void Server::dispatch(std::shared_ptr<Request> r) {
         r->error(ENOSYS, "unknown topic '" + r->topic() + "'", DYAD_RC_BADRPC);
         return;
     }
-    it->second(std::move(r));
+    // A peer's malformed fields (wrong JSON types) must never take the
+    // service down: they become an EINVAL answer.
+    try {
+        it->second(r);
+    } catch (const std::exception& e) {
+        DYAD_WARN("rpc", "malformed %s request: %s", r->topic().c_str(), e.what());
+        r->error(EINVAL, std::string("malformed request: ") + e.what(), DYAD_RC_BADUNPACK);
+    }
 }
 
 void Server::stop() {

@@ -4,7 +4,8 @@
 // a deadline on every request and cancellation when the peer disconnects.
 //
 // Threading: the loop runs on one thread. Request methods may be called
-// from any thread; they are forwarded to the loop.
+// from any thread; they are forwarded to the loop in call order. Handlers run
+// on the loop; a handler that throws is answered with EINVAL.
 #pragma once
 
 #include <atomic>
@@ -25,7 +26,7 @@ namespace dyad::rpc {
 class Session;
 
 class Request : public std::enable_shared_from_this<Request> {
-public:
+  public:
     using WriteDone = std::function<void(bool ok)>;
 
     Request(std::weak_ptr<Session> s, asio::io_context& io, uint32_t tag, nlohmann::json args);
@@ -51,11 +52,14 @@ public:
     // cancel frame, deadline passed) before it finished.
     void on_cancel(std::function<void()> fn);
 
+    // Closes the whole connection (a peer that stopped reading).
+    void close_connection();
+
     // Internal (Session).
     void cancel(int why_errnum);
     void arm_deadline();
 
-private:
+  private:
     void finish();
 
     std::weak_ptr<Session> session_;
@@ -63,7 +67,8 @@ private:
     uint32_t tag_;
     nlohmann::json args_;
     std::string topic_;
-    std::atomic<bool> finished_{false};
+    std::atomic<bool> closing_{false};   // end/error/cancel called (first wins)
+    std::atomic<bool> finished_{false};  // set on the loop once the answer is queued
     std::atomic<bool> cancelled_{false};
     std::function<void()> on_cancel_;
     std::unique_ptr<asio::steady_timer> timer_;
@@ -72,7 +77,7 @@ private:
 using Handler = std::function<void(std::shared_ptr<Request>)>;
 
 class Server {
-public:
+  public:
     Server(asio::io_context& io, nlohmann::json hello_info);
     ~Server();
 
@@ -91,7 +96,7 @@ public:
 
     size_t session_count() const { return sessions_.size(); }
 
-private:
+  private:
     void accept_tcp();
     void accept_unix();
     void start_session(asio::generic::stream_protocol::socket sock);

@@ -12,7 +12,9 @@ void put16(uint8_t* p, uint16_t v) {
 void put32(uint8_t* p, uint32_t v) {
     for (int i = 0; i < 4; ++i) p[i] = (v >> (8 * i)) & 0xff;
 }
-uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
+uint16_t get16(const uint8_t* p) {
+    return static_cast<uint16_t>(p[0] | (p[1] << 8));
+}
 uint32_t get32(const uint8_t* p) {
     return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
            (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
@@ -32,15 +34,18 @@ void encode_header(const Header& h, uint8_t out[kHeaderSize]) {
 
 Status decode_header(const uint8_t in[kHeaderSize], Header* h) {
     if (get32(in) != kMagic)
-        return Status(DYAD_RC_BADRPC, "not a DYAD peer (bad magic): is the URI pointing at dyadd?", EPROTO);
+        return Status(DYAD_RC_BADRPC, "not a DYAD peer (bad magic): is the URI pointing at dyadd?",
+                      EPROTO);
     h->version = get16(in + 4);
     if (h->version != kVersion)
         return Status(DYAD_RC_BADRPC,
-                      "peer speaks wire protocol version " + std::to_string(h->version) + ", this build speaks " +
-                          std::to_string(kVersion) + ": run the same DYAD version on both sides",
+                      "peer speaks wire protocol version " + std::to_string(h->version) +
+                          ", this build speaks " + std::to_string(kVersion) +
+                          ": run the same DYAD version on both sides",
                       EPROTO);
     uint8_t t = in[6];
-    if (t < 1 || t > 6) return Status(DYAD_RC_BADRPC, "unknown frame type " + std::to_string(t), EPROTO);
+    if (t < 1 || t > 6)
+        return Status(DYAD_RC_BADRPC, "unknown frame type " + std::to_string(t), EPROTO);
     h->type = static_cast<Type>(t);
     h->flags = in[7];
     h->tag = get32(in + 8);
@@ -54,23 +59,32 @@ Status decode_header(const uint8_t in[kHeaderSize], Header* h) {
 
 const char* type_name(Type t) {
     switch (t) {
-        case Type::hello: return "hello";
-        case Type::request: return "request";
-        case Type::response: return "response";
-        case Type::end: return "end";
-        case Type::error: return "error";
-        case Type::cancel: return "cancel";
+        case Type::hello:
+            return "hello";
+        case Type::request:
+            return "request";
+        case Type::response:
+            return "response";
+        case Type::end:
+            return "end";
+        case Type::error:
+            return "error";
+        case Type::cancel:
+            return "cancel";
     }
     return "?";
 }
 
-std::string Uri::str() const { return is_unix ? "unix:" + path : "tcp://" + host + ":" + std::to_string(port); }
+std::string Uri::str() const {
+    return is_unix ? "unix:" + path : "tcp://" + host + ":" + std::to_string(port);
+}
 
 Result<Uri> parse_uri(const std::string& s) {
     Uri u;
     auto bad = [&](const std::string& why) {
-        return Status(DYAD_RC_CONNFAIL, "bad service URI '" + s + "': " + why +
-                                            " (use tcp://HOST:PORT or unix:PATH)", EINVAL);
+        return Status(DYAD_RC_CONNFAIL,
+                      "bad service URI '" + s + "': " + why + " (use tcp://HOST:PORT or unix:PATH)",
+                      EINVAL);
     };
     if (s.rfind("unix:", 0) == 0) {
         u.is_unix = true;
@@ -81,12 +95,15 @@ Result<Uri> parse_uri(const std::string& s) {
         return u;
     }
     std::string rest = s;
-    if (rest.rfind("tcp://", 0) == 0) rest = rest.substr(6);
-    else if (rest.find("://") != std::string::npos) return bad("unknown scheme");
+    if (rest.rfind("tcp://", 0) == 0)
+        rest = rest.substr(6);
+    else if (rest.find("://") != std::string::npos)
+        return bad("unknown scheme");
     size_t colon = rest.rfind(':');
     if (colon == std::string::npos) return bad("missing port");
     u.host = rest.substr(0, colon);
-    if (u.host.size() > 2 && u.host.front() == '[' && u.host.back() == ']') u.host = u.host.substr(1, u.host.size() - 2);
+    if (u.host.size() > 2 && u.host.front() == '[' && u.host.back() == ']')
+        u.host = u.host.substr(1, u.host.size() - 2);
     if (u.host.empty()) return bad("missing host");
     std::string port = rest.substr(colon + 1);
     char* end = nullptr;

@@ -17,20 +17,34 @@ int main(int argc, char** argv) {
     if (auto n = dyad::env("DYAD_NODE_ID"); n && !n->empty()) o.node = *n;
     std::string info_log, error_log;
 
-    CLI::App app{"dyadd: the DYAD service of one node. Serves the files of its producer directory to\n"
-                 "consumers on any node and hosts the metadata store (unless --kvs is given)."};
-    app.add_option("producer_dir", o.producer_dir, "producer-managed directory (default: $DYAD_PATH_PRODUCER)");
+    CLI::App app{
+        "dyadd: the DYAD service of one node. Serves the files of its producer directory to\n"
+        "consumers on any node and hosts the metadata store (unless --kvs is given)."};
+    app.add_option("producer_dir", o.producer_dir,
+                   "producer-managed directory (default: $DYAD_PATH_PRODUCER)");
     app.add_flag("-d,--debug", o.debug, "debug logging");
-    app.add_option("-m,--mode", o.mode, "default transport: FLUX_RPC (alias STREAM); every built one is served")
+    app.add_option("-m,--mode", o.mode,
+                   "default transport: FLUX_RPC (alias STREAM); every built one is served")
         ->capture_default_str();
     app.add_option("-i,--info_log", info_log, "write info/debug log lines to FILE");
     app.add_option("-e,--error_log", error_log, "write warning/error log lines to FILE");
-    app.add_option("--namespace", o.ns, "metadata namespace (default: $DYAD_KVS_NAMESPACE or 'dyad')");
-    app.add_option("--node", o.node, "node id of this service (default: $DYAD_NODE_ID or the host name)");
-    app.add_option("--listen", o.listen, "TCP HOST:PORT to serve on ('' for none)")->capture_default_str();
+    app.add_option("--namespace", o.ns,
+                   "metadata namespace (default: $DYAD_KVS_NAMESPACE or 'dyad')");
+    app.add_option("--node", o.node,
+                   "node id of this service (default: $DYAD_NODE_ID or the host name)");
+    app.add_option("--listen", o.listen, "TCP HOST:PORT to serve on ('' for none)")
+        ->capture_default_str();
     app.add_option("--socket", o.socket_path, "also serve on this Unix socket");
-    app.add_option("--kvs", o.kvs_uri, "use the metadata store of the dyadd at tcp://HOST:PORT instead of hosting one");
-    app.add_option("--io-threads", o.io_threads, "threads for file reads")->capture_default_str()->check(CLI::Range(1, 64));
+    app.add_option("--kvs", o.kvs_uri,
+                   "use the metadata store of the dyadd at tcp://HOST:PORT instead of hosting one");
+    app.add_option("--io-threads", o.io_threads, "threads for file reads")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 64));
+    app.add_option(
+           "--send-timeout", o.send_timeout,
+           "seconds a transfer may make no progress (consumer not reading) before it is abandoned")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -38,8 +52,12 @@ int main(int argc, char** argv) {
     }
 
     auto lvl = dyad::log::Level::info;
-    if (auto l = dyad::env("DYAD_LOG_LEVEL"); l && !l->empty() && !dyad::log::parse_level(*l, &lvl)) {
-        std::fprintf(stderr, "dyadd: DYAD_LOG_LEVEL='%s' is not a level (trace, debug, info, warn, error, off)\n", l->c_str());
+    if (auto l = dyad::env("DYAD_LOG_LEVEL");
+        l && !l->empty() && !dyad::log::parse_level(*l, &lvl)) {
+        std::fprintf(
+            stderr,
+            "dyadd: DYAD_LOG_LEVEL='%s' is not a level (trace, debug, info, warn, error, off)\n",
+            l->c_str());
         return 2;
     }
     if (o.debug) lvl = dyad::log::Level::debug;

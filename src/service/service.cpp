@@ -32,7 +32,8 @@ std::string public_host(const std::string& host) {
 
 }  // namespace
 
-Service::Service(Options opts) : opts_(std::move(opts)), file_pool_(opts_.io_threads ? opts_.io_threads : 1) {
+Service::Service(Options opts)
+    : opts_(std::move(opts)), file_pool_(opts_.io_threads ? opts_.io_threads : 1) {
     if (opts_.node.empty()) opts_.node = hostname();
     id_ = opts_.node;
 }
@@ -46,20 +47,25 @@ Service::~Service() {
 Status Service::start() {
     started_ = std::chrono::steady_clock::now();
     if (opts_.producer_dir.empty())
-        return Status(DYAD_RC_BADMANAGEDPATH,
-                      "no producer directory: give it as the argument of dyadd or set DYAD_PATH_PRODUCER", EINVAL);
+        return Status(
+            DYAD_RC_BADMANAGEDPATH,
+            "no producer directory: give it as the argument of dyadd or set DYAD_PATH_PRODUCER",
+            EINVAL);
     Status s = mkdir_p(opts_.producer_dir, 02775);
     if (!s) return s.wrap("producer directory");
     prod_dir_ = canonical_path(opts_.producer_dir);
     prod_fd_.reset(::open(prod_dir_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-    if (!prod_fd_.valid()) return Status(DYAD_RC_BADMANAGEDPATH, "cannot open producer directory '" + prod_dir_ + "'", errno);
+    if (!prod_fd_.valid())
+        return Status(DYAD_RC_BADMANAGEDPATH, "cannot open producer directory '" + prod_dir_ + "'",
+                      errno);
 
     auto mode = parse_dtl_mode(opts_.mode);
     if (!mode) return mode.status();
     for (const auto& b : dtl::backends()) {
         auto snd = b.make_sender();
         if (!snd) {
-            DYAD_WARN(kSub, "transport %s unavailable: %s", b.name.c_str(), snd.status().to_string().c_str());
+            DYAD_WARN(kSub, "transport %s unavailable: %s", b.name.c_str(),
+                      snd.status().to_string().c_str());
             continue;
         }
         senders_[b.name] = std::move(snd.value());
@@ -84,10 +90,14 @@ Status Service::start() {
         if (!ep) return ep.status();
         endpoints_.push_back(ep.value());
     }
-    if (endpoints_.empty()) return Status(DYAD_RC_BAD_CLI_PARSE, "nothing to listen on: give --listen or --socket", EINVAL);
+    if (endpoints_.empty())
+        return Status(DYAD_RC_BAD_CLI_PARSE, "nothing to listen on: give --listen or --socket",
+                      EINVAL);
 
-    server_->handle("dyad.fetch", [this](std::shared_ptr<rpc::Request> r) { on_fetch(std::move(r)); });
-    server_->handle("dyad.status", [this](std::shared_ptr<rpc::Request> r) { on_status(std::move(r)); });
+    server_->handle("dyad.fetch",
+                    [this](std::shared_ptr<rpc::Request> r) { on_fetch(std::move(r)); });
+    server_->handle("dyad.status",
+                    [this](std::shared_ptr<rpc::Request> r) { on_status(std::move(r)); });
 
     // Metadata: host the store, or register in the one given by --kvs.
     nlohmann::json reg = identity();
@@ -99,12 +109,14 @@ Status Service::start() {
         kvs::RpcStore remote(opts_.kvs_uri, std::make_shared<rpc::ConnectionPool>());
         auto v = remote.put(kServicesNamespace, id_, reg.dump(), Deadline::after(10));
         if (!v)
-            return Status(v.status()).wrap("cannot register in the metadata store at " + opts_.kvs_uri +
-                                           " (is the dyadd hosting it running?)");
+            return Status(v.status())
+                .wrap("cannot register in the metadata store at " + opts_.kvs_uri +
+                      " (is the dyadd hosting it running?)");
     }
     server_->set_hello_info(identity());
-    DYAD_INFO(kSub, "service %s ready: producer dir %s, endpoints %s, metadata %s", id_.c_str(), prod_dir_.c_str(),
-              nlohmann::json(endpoints_).dump().c_str(), opts_.kvs_uri.empty() ? "embedded" : opts_.kvs_uri.c_str());
+    DYAD_INFO(kSub, "service %s ready: producer dir %s, endpoints %s, metadata %s", id_.c_str(),
+              prod_dir_.c_str(), nlohmann::json(endpoints_).dump().c_str(),
+              opts_.kvs_uri.empty() ? "embedded" : opts_.kvs_uri.c_str());
     return Status::ok();
 }
 
@@ -134,7 +146,15 @@ void Service::run(bool handle_signals) {
     }
     // Keeps run() alive between requests; stop() ends the loop.
     auto guard = asio::make_work_guard(io_);
-    io_.run();
+    for (;;) {
+        try {
+            io_.run();
+            break;
+        } catch (const std::exception& e) {
+            // Handlers are guarded; this is the last line of defence.
+            DYAD_ERROR(kSub, "unexpected exception on the event loop: %s", e.what());
+        }
+    }
 }
 
 void Service::stop() {
@@ -148,7 +168,8 @@ void Service::stop() {
     });
 }
 
-void Service::fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport, const Status& st) {
+void Service::fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
+                   const Status& st) {
     total_.errors++;
     if (!transport.empty()) per_transport_[transport].errors++;
     DYAD_DEBUG(kSub, "fetch failed: %s", st.to_string().c_str());
@@ -159,18 +180,24 @@ void Service::fail(const std::shared_ptr<rpc::Request>& r, const std::string& tr
 void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
     total_.requests++;
     const auto& a = r->args();
-    std::string transport = a.value("transport", std::string("FLUX_RPC"));
+    std::string transport = "FLUX_RPC";
+    if (a.contains("transport") && a["transport"].is_string()) transport = a["transport"];
     auto canon = parse_dtl_mode(transport);
     auto it = canon ? senders_.find(canon.value()) : senders_.end();
     if (it == senders_.end()) {
         rejected_++;
         std::string served;
         for (auto& [n, s] : senders_) served += (served.empty() ? "" : ", ") + n;
-        return fail(r, "", Status(DYAD_RC_BADDTLMODE, "transport '" + transport + "' is not served here (served: " + served + ")", EINVAL));
+        return fail(
+            r, "",
+            Status(DYAD_RC_BADDTLMODE,
+                   "transport '" + transport + "' is not served here (served: " + served + ")",
+                   EINVAL));
     }
     transport = canon.value();
     if (!a.contains("upath") || !a["upath"].is_string())
-        return fail(r, transport, Status(DYAD_RC_BADUNPACK, "fetch request without 'upath'", EINVAL));
+        return fail(r, transport,
+                    Status(DYAD_RC_BADUNPACK, "fetch request without 'upath'", EINVAL));
     std::string raw = a["upath"];
     auto upath = normalize_upath(raw);
     if (!upath) return fail(r, transport, upath.status());
@@ -183,16 +210,22 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
         job->upath = up;
         job->transport_args = r->args();
         job->file_pool = &file_pool_;
+        job->idle_timeout_s = opts_.send_timeout;
         Status st;
         auto fd = open_beneath(prod_fd_.get(), up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
         if (!fd) {
             int e = fd.status().err();
             if (e == ENOENT)
-                st = Status(DYAD_RC_BADFIO, "no file '" + up + "' in producer directory " + prod_dir_, ENOENT);
+                st = Status(DYAD_RC_BADFIO,
+                            "no file '" + up + "' in producer directory " + prod_dir_, ENOENT);
             else if (e == EXDEV || e == ELOOP)
-                st = Status(DYAD_RC_BADFIO, "'" + up + "' resolves outside producer directory " + prod_dir_ + ": refused", EACCES);
+                st = Status(
+                    DYAD_RC_BADFIO,
+                    "'" + up + "' resolves outside producer directory " + prod_dir_ + ": refused",
+                    EACCES);
             else if (e == EACCES || e == EPERM)
-                st = Status(DYAD_RC_BADFIO, "service may not read '" + up + "' in " + prod_dir_, EACCES);
+                st = Status(DYAD_RC_BADFIO, "service may not read '" + up + "' in " + prod_dir_,
+                            EACCES);
             else
                 st = fd.status();
         } else {
@@ -209,8 +242,11 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
                 struct flock fl = {};
                 fl.l_type = F_RDLCK;
                 fl.l_whence = SEEK_SET;
-                while (::fcntl(fd->get(), F_OFD_SETLKW, &fl) != 0 && errno == EINTR) {
+                int lr;
+                while ((lr = ::fcntl(fd->get(), F_OFD_SETLKW, &fl)) != 0 && errno == EINTR) {
                 }
+                if (lr != 0)
+                    st = Status(DYAD_RC_BADFIO, "cannot take a shared lock on '" + up + "'", errno);
                 int fl_flags = ::fcntl(fd->get(), F_GETFL);
                 ::fcntl(fd->get(), F_SETFL, fl_flags & ~O_NONBLOCK);
                 if (::fstat(fd->get(), &sb) != 0) sb.st_size = 0;
@@ -221,15 +257,16 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
         asio::post(io_, [this, r, transport, job, st] {
             if (!st) return fail(r, transport, st);
             if (r->finished()) return;  // cancelled meanwhile
-            senders_[transport]->send(job, [this, r, transport, job](Status s, uint64_t bytes, std::string xxh) {
-                auto& c = per_transport_[transport];
-                c.bytes_sent += bytes;
-                total_.bytes_sent += bytes;
-                if (!s) return fail(r, transport, s);
-                c.served++;
-                total_.served++;
-                r->end({{"size", job->size}, {"xxh3", xxh}});
-            });
+            senders_[transport]->send(
+                job, [this, r, transport, job](Status s, uint64_t bytes, std::string xxh) {
+                    auto& c = per_transport_[transport];
+                    c.bytes_sent += bytes;
+                    total_.bytes_sent += bytes;
+                    if (!s) return fail(r, transport, s);
+                    c.served++;
+                    total_.served++;
+                    r->end({{"size", job->size}, {"xxh3", xxh}});
+                });
         });
     });
 }
@@ -238,17 +275,27 @@ nlohmann::json Service::status_json() const {
     nlohmann::json j = identity();
     nlohmann::json per = nlohmann::json::object();
     for (const auto& [name, c] : per_transport_)
-        per[name] = {{"requests", c.requests}, {"served", c.served}, {"errors", c.errors},
-                     {"bytes_sent", c.bytes_sent}, {"bytes_received", c.bytes_received}};
-    j["counters"] = {{"requests", total_.requests}, {"served", total_.served}, {"errors", total_.errors},
-                     {"bytes_sent", total_.bytes_sent}, {"bytes_received", total_.bytes_received},
-                     {"rejected", rejected_}, {"per_transport", per}};
+        per[name] = {{"requests", c.requests},
+                     {"served", c.served},
+                     {"errors", c.errors},
+                     {"bytes_sent", c.bytes_sent},
+                     {"bytes_received", c.bytes_received}};
+    j["counters"] = {{"requests", total_.requests},
+                     {"served", total_.served},
+                     {"errors", total_.errors},
+                     {"bytes_sent", total_.bytes_sent},
+                     {"bytes_received", total_.bytes_received},
+                     {"rejected", rejected_},
+                     {"per_transport", per}};
     j["connections"] = server_ ? server_->session_count() : 0;
-    j["uptime_s"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    j["uptime_s"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     if (store_) j["store"] = {{"keys", store_->key_count()}, {"waiters", store_->watcher_count()}};
     return j;
 }
 
-void Service::on_status(std::shared_ptr<rpc::Request> r) { r->end(status_json()); }
+void Service::on_status(std::shared_ptr<rpc::Request> r) {
+    r->end(status_json());
+}
 
 }  // namespace dyad::service

@@ -32,11 +32,12 @@ struct Options {
     std::string socket_path;                // unix socket, "" for none
     std::string kvs_uri;                    // "" hosts the embedded store
     unsigned io_threads = 4;
+    double send_timeout = 60;  // seconds without progress before a transfer is abandoned
     bool debug = false;
 };
 
 class Service {
-public:
+  public:
     explicit Service(Options opts);
     ~Service();
     // Opens the directory, listeners, transports; registers the service.
@@ -48,7 +49,7 @@ public:
     const std::string& id() const { return id_; }
     const std::vector<std::string>& endpoints() const { return endpoints_; }
 
-private:
+  private:
     struct Counters {
         uint64_t requests = 0;
         uint64_t served = 0;
@@ -61,7 +62,8 @@ private:
     void on_status(std::shared_ptr<rpc::Request> r);
     nlohmann::json identity() const;
     nlohmann::json status_json() const;
-    void fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport, const Status& st);
+    void fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
+              const Status& st);
 
     Options opts_;
     std::string id_;

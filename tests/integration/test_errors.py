@@ -138,3 +138,39 @@ def test_key_generation_vectors(cluster):
 def test_sigterm_stops_cleanly(cluster):
     assert cluster[1].stop(signal.SIGTERM) == 0
     assert cluster[0].stop(signal.SIGTERM) == 0
+
+
+def test_malformed_fields_do_not_kill_the_service(cluster):
+    prod = cluster[0]
+    r = Raw(prod.host, prod.port)
+    for topic, args in [("kvs.get", {"ns": "n", "key": "k", "wait": 1}),
+                        ("kvs.list", {"ns": "n", "prefix": 5}),
+                        ("dyad.fetch", {"upath": 5}),
+                        ("dyad.fetch", {"upath": "x", "transport": 3}),
+                        ("kvs.put", {"ns": "n", "key": "k", "value": 1}),
+                        ("dyad.status", {"timeout_ms": "5"})]:
+        f, _ = r.collect(r.request(topic, **args))
+        assert f["type"] in (ERROR, END), (topic, f)
+    assert prod.proc.poll() is None
+    assert_still_serving(prod)
+
+
+def test_consumer_that_stops_reading_is_dropped(cluster):
+    """The service abandons a transfer nobody reads (and so frees the file's lock)."""
+    prod = cluster[0]
+    prod.stop()
+    prod.start(["--send-timeout", "1"])
+    harness.write_file(prod.path("big.bin"), 128 << 20)
+    stalled = Raw(prod.host, prod.port)
+    stalled.request("dyad.fetch", upath="big.bin", transport="FLUX_RPC")
+    stalled.s.recv(1)
+    deadline = time.monotonic() + 10
+    errors = 0
+    while time.monotonic() < deadline:
+        errors = prod.status()["counters"]["errors"]
+        if errors:
+            break
+        time.sleep(0.1)
+    assert errors == 1
+    assert prod.status()["connections"] == 1  # only the status query itself
+    stalled.close()

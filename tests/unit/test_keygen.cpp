@@ -11,7 +11,9 @@ TEST(Keygen, MatchesDyadVectors) {
     EXPECT_EQ(gen_path_key("test_string", 3, 5).value(), "2.0.2.test_string");
 }
 
-TEST(Keygen, DepthZeroIsThePath) { EXPECT_EQ(gen_path_key("a/b", 0, 7).value(), "a/b"); }
+TEST(Keygen, DepthZeroIsThePath) {
+    EXPECT_EQ(gen_path_key("a/b", 0, 7).value(), "a/b");
+}
 
 TEST(Keygen, LongPathsAreHashedUnpadded) {
     std::string p(200, 'x');

@@ -12,14 +12,15 @@ using namespace dyad;
 
 namespace {
 class Loop {
-public:
+  public:
     Loop() : server(io, {{"service_id", "test"}}) {
         store_ = std::make_unique<kvs::MemoryStore>();
         kvs::serve(server, *store_);
         server.handle("test.stream", [](std::shared_ptr<rpc::Request> r) {
             int n = r->args().value("n", 0);
             auto data = std::make_shared<std::string>("chunk");
-            for (int i = 0; i < n; ++i) r->respond({{"i", i}}, asio::buffer(*data), [data](bool) {});
+            for (int i = 0; i < n; ++i)
+                r->respond({{"i", i}}, asio::buffer(*data), [data](bool) {});
             r->end({{"count", n}});
         });
         server.handle("test.hang", [](std::shared_ptr<rpc::Request>) {});
@@ -126,9 +127,12 @@ TEST(Kvs, DisconnectedWaiterIsRemoved) {
     Loop l;
     {
         auto c = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
-        ASSERT_TRUE(c->send_request("kvs.get", {{"ns", "n"}, {"key", "k"}, {"wait", true}}, Deadline::never()).is_ok());
+        ASSERT_TRUE(c->send_request("kvs.get", {{"ns", "n"}, {"key", "k"}, {"wait", true}},
+                                    Deadline::never())
+                        .is_ok());
         auto c2 = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
-        ASSERT_TRUE(c2->call("kvs.list", {{"ns", "n"}}, Deadline::after(5)).is_ok());  // the wait is registered
+        ASSERT_TRUE(c2->call("kvs.list", {{"ns", "n"}}, Deadline::after(5))
+                        .is_ok());  // the wait is registered
     }
     // After both disconnect, the store must hold no waiter.
     auto c3 = rpc::Connection::connect(l.uri, Deadline::after(5)).value();

@@ -13,14 +13,14 @@ extern "C" {
 
 /* Where a file lives. The first two fields are those of the original DYAD. */
 struct dyad_metadata {
-    char* fpath;          /* path relative to the managed directory */
-    uint32_t owner_rank;  /* numeric id of the owner's node */
-    char* owner_service;  /* id of the owning service */
-    char* owner_node;     /* node name of the owning service */
-    uint64_t size;        /* bytes */
-    int64_t mtime_ns;     /* producer-side modification time */
-    uint64_t generation;  /* 1 on first produce, +1 on each re-produce */
-    char* record;         /* the serialized record (used by dyad_consume_w_metadata) */
+    char* fpath;         /* path relative to the managed directory */
+    uint32_t owner_rank; /* numeric id of the owner's node */
+    char* owner_service; /* id of the owning service */
+    char* owner_node;    /* node name of the owning service */
+    uint64_t size;       /* bytes */
+    int64_t mtime_ns;    /* producer-side modification time */
+    uint64_t generation; /* 1 on first produce, +1 on each re-produce */
+    char* record;        /* the serialized record (used by dyad_consume_w_metadata) */
 };
 typedef struct dyad_metadata dyad_metadata_t;
 
@@ -42,8 +42,7 @@ dyad_rc_t dyad_free_metadata(dyad_metadata_t** mdata);
 dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname);
 
 /* As dyad_consume, with metadata from dyad_get_metadata (no lookup). */
-dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname,
-                                  const dyad_metadata_t* mdata);
+dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname, const dyad_metadata_t* mdata);
 
 #ifdef __cplusplus
 }

@@ -29,9 +29,9 @@ enum dyad_core_return_codes {
     DYAD_RC_BADPACK = -2005,
     DYAD_RC_BADUNPACK = -2006,
     DYAD_RC_RPC_FINISHED = -2007,
-    DYAD_RC_TIMEOUT = -2008,       /* new: a wait or transfer passed its deadline */
-    DYAD_RC_CONNFAIL = -2009,      /* new: the service could not be reached */
-    DYAD_RC_BADCHECKSUM = -2010,   /* new: received bytes do not match size/checksum */
+    DYAD_RC_TIMEOUT = -2008,     /* new: a wait or transfer passed its deadline */
+    DYAD_RC_CONNFAIL = -2009,    /* new: the service could not be reached */
+    DYAD_RC_BADCHECKSUM = -2010, /* new: received bytes do not match size/checksum */
     DYAD_RC_UCXINIT_FAIL = -3001,
     DYAD_RC_UCXWAIT_FAIL = -3002,
     DYAD_RC_UCXEP_FAIL = -3003,
