@@ -4,7 +4,7 @@ BUILD ?= build
 PY ?= /usr/bin/python3
 CMAKE_FLAGS ?= -DDYAD_WARNINGS_AS_ERRORS=ON
 
-.PHONY: all deps configure build test test-long demo bench format check-format clean
+.PHONY: all deps configure build test test-long test-asan demo bench format check-format clean
 
 all: build
 
@@ -25,6 +25,12 @@ test: build
 
 test-long: build
 	cd $(BUILD) && ctest --output-on-failure -L long --timeout 3000
+
+# The whole suite with AddressSanitizer, LeakSanitizer and UBSan.
+test-asan: deps
+	cmake -S . -B build-asan -G Ninja -DDYAD_ENABLE_ASAN=ON -DCMAKE_BUILD_TYPE=Debug
+	cmake --build build-asan -j2
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -LE long --timeout 900
 
 demo: build
 	$(PY) scripts/demo.py

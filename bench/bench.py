@@ -8,9 +8,15 @@ Workload 2: 2,000 files of 64 KiB, produced in one `dyad produce` call and
 
 Each workload runs a warm-up round and then 3 measured rounds (median
 reported), every round with fresh file names, and the baselines interleaved
-with DYAD in the same round. BENCH_QUICK=1: 1 round, 256 MiB and 200 files.
+with DYAD in the same round. The order of the file-writing methods rotates
+from round to round, and before each of them a scratch file of the same size
+is written and deleted (untimed), so that each writer starts from the same
+memory state (see prime_memory). BENCH_QUICK=1: 1 round, 256 MiB and 200 files.
 BENCH_SYNC=1: run `sync` (untimed) before every timed step, to keep the
 writeback of earlier steps out of the measurements. Page cache is never dropped.
+BENCH_DIR=/some/dir: put the simulated nodes' directories there (default: the
+system temporary directory, like the harness), e.g. /dev/shm to take the disk
+and file system out of the picture.
 
 Prints a table and writes bench/results/latest.json. Run: make bench
 """
@@ -23,6 +29,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,6 +45,7 @@ BIG_SIZE = (256 if QUICK else 1024) << 20
 SMALL_COUNT = 200 if QUICK else 2000
 SMALL_SIZE = 64 << 10
 SYNC = os.environ.get("BENCH_SYNC", "") not in ("", "0")
+BENCH_DIR = os.environ.get("BENCH_DIR") or None
 RESULTS = os.path.join(HERE, "results", "latest.json")
 
 GB = 1e9
@@ -148,16 +156,38 @@ class Iperf3:
 
 # ---------------------------------------------------------------- workloads
 
-def big_round(cluster, iperf, tag, seed):
+def prime_memory(directory, nbytes):
+    """Writes and deletes a scratch file of nbytes (untimed).
+
+    The next writer then gets recently freed page-cache pages. Without this,
+    whichever method writes first in a round pays for fresh memory (very
+    slow in a VM that backs guest memory lazily) and the methods that run
+    after a deletion look several times faster than they are.
+    """
+    path = os.path.join(directory, ".bench-scratch")
+    buf = bytes(1 << 20)
+    with open(path, "wb") as f:
+        left = nbytes
+        while left > 0:
+            left -= f.write(buf[:min(left, len(buf))])
+    os.remove(path)
+
+
+def rotated(methods, round_index):
+    k = round_index % len(methods)
+    return methods[k:] + methods[:k]
+
+
+def big_round(cluster, iperf, tag, index, seed):
     n0, n1 = cluster[0], cluster[1]
     rel = os.path.join("big", tag, "data.bin")
     src = n0.path(rel)
+    dst = n1.path(rel)
+    base_dst = n1.path(os.path.join("base-big", tag, "data.bin"))
     write_file(src, BIG_SIZE, seed=seed)
     r = {}
-    try:
-        r["produce_s"], _ = timed(n0.dyad, "produce", src)
 
-        dst = n1.path(rel)
+    def dyad_consume():
         r["consume_wall_s"], p = timed(n1.dyad, "--json", "consume", dst)
         rec = parse_consume(p.stdout, 1)[0]
         if rec["bytes"] != BIG_SIZE or not same_file(src, dst):
@@ -166,39 +196,49 @@ def big_round(cluster, iperf, tag, seed):
         r["wait_s"] = rec["wait_s"]
         rm(dst)
 
-        if iperf.exe:
-            r["iperf3"] = iperf.measure(BIG_SIZE)
+    def cp():
+        r["cp_s"], _ = timed(run, ["cp", src, base_dst])
+        if os.path.getsize(base_dst) != BIG_SIZE:
+            raise RuntimeError("cp copied the wrong number of bytes")
+        rm(base_dst)
 
-        cp_dst = n1.path(os.path.join("cp-big", tag, "data.bin"))
-        os.makedirs(os.path.dirname(cp_dst), exist_ok=True)
-        r["cp_s"], _ = timed(run, ["cp", src, cp_dst])
-        rm(cp_dst)
-
+    def dd():
         # informational: cp uses copy_file_range (in-kernel); dd copies through
         # user space with read()+write() like a network receiver has to
-        dd_dst = cp_dst + ".dd"
-        r["dd_s"], _ = timed(run, ["dd", f"if={src}", f"of={dd_dst}", "bs=1M", "status=none"])
-        if os.path.getsize(dd_dst) != BIG_SIZE:
+        r["dd_s"], _ = timed(run, ["dd", f"if={src}", f"of={base_dst}", "bs=1M", "status=none"])
+        if os.path.getsize(base_dst) != BIG_SIZE:
             raise RuntimeError("dd copied the wrong number of bytes")
-        rm(os.path.dirname(cp_dst))
+        rm(base_dst)
+
+    try:
+        r["produce_s"], _ = timed(n0.dyad, "produce", src)
+        os.makedirs(os.path.dirname(base_dst), exist_ok=True)
+        order = rotated([("dyad", dyad_consume), ("cp", cp), ("dd", dd)], index)
+        r["order"] = [name for name, _ in order]
+        for _, method in order:
+            prime_memory(n1.dir, BIG_SIZE)
+            method()
+        if iperf.exe:  # writes no file: order does not matter
+            r["iperf3"] = iperf.measure(BIG_SIZE)
     finally:
         rm(os.path.dirname(src))
-        rm(os.path.dirname(n1.path(rel)))
+        rm(os.path.dirname(dst))
+        rm(os.path.dirname(base_dst))
     return r
 
 
-def small_round(cluster, tag, seed):
+def small_round(cluster, tag, index, seed):
     n0, n1 = cluster[0], cluster[1]
     reldir = os.path.join("small", tag)
     src_dir = n0.path(reldir)
+    dst_dir = n1.path(reldir)
+    cp_parent = n1.path(os.path.join("base-small", tag))
     names = [f"f{i:05d}.bin" for i in range(SMALL_COUNT)]
     for i, name in enumerate(names):
         write_file(os.path.join(src_dir, name), SMALL_SIZE, seed=seed * 1_000_000 + i)
     r = {}
-    try:
-        r["produce_s"], _ = timed(n0.dyad, "produce", *[os.path.join(src_dir, n) for n in names])
 
-        dst_dir = n1.path(reldir)
+    def dyad_consume():
         r["consume_wall_s"], p = timed(n1.dyad, "--json", "consume",
                                        *[os.path.join(dst_dir, n) for n in names])
         recs = parse_consume(p.stdout, SMALL_COUNT)
@@ -208,17 +248,23 @@ def small_round(cluster, tag, seed):
         bad = [n for n in names if not same_file(os.path.join(src_dir, n), os.path.join(dst_dir, n))]
         if r["bytes"] != SMALL_COUNT * SMALL_SIZE or bad:
             raise RuntimeError(f"{len(bad)} consumed files differ, e.g. {bad[:3]}")
-        rm(dst_dir)
 
-        cp_parent = n1.path(os.path.join("cp-small", tag))
+    def cp_r():
         os.makedirs(cp_parent, exist_ok=True)
         r["cp_r_s"], _ = timed(run, ["cp", "-r", src_dir, cp_parent])
         if len(os.listdir(os.path.join(cp_parent, tag))) != SMALL_COUNT:
             raise RuntimeError("cp -r copied the wrong number of files")
-        rm(cp_parent)
-    finally:
-        rm(src_dir)
-        rm(n1.path(reldir))
+
+    # The files stay until the cluster is removed at the end: on ext4, creating
+    # files shortly after deleting thousands of others is several times slower
+    # (the inode allocator skips recently deleted inodes), which would slow
+    # every later round of both DYAD and cp -r. 3 x 128 MiB per round is fine.
+    r["produce_s"], _ = timed(n0.dyad, "produce", *[os.path.join(src_dir, n) for n in names])
+    order = rotated([("dyad", dyad_consume), ("cp -r", cp_r)], index)
+    r["order"] = [name for name, _ in order]
+    for _, method in order:
+        prime_memory(n1.dir, SMALL_COUNT * SMALL_SIZE)
+        method()
     return r
 
 
@@ -333,6 +379,25 @@ def log_problems(cluster):
     return out
 
 
+def cpu_busy_fraction(seconds=1.0):
+    """Fraction of all CPUs busy over a short sample (before the bench starts)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+        return 1.0 - (i1 - i0) / max(1, t1 - t0)
+    except OSError:
+        return None
+
+
+def binaries_mtime():
+    return {os.path.basename(p): os.path.getmtime(p) for p in (harness.DYADD, harness.DYAD)}
+
+
 def git_rev():
     try:
         return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -358,28 +423,34 @@ def main():
         f"big file {BIG_SIZE >> 20} MiB, {SMALL_COUNT} x {SMALL_SIZE >> 10} KiB files; "
         f"{os.cpu_count()} CPUs")
     load_start = os.getloadavg()
-    log(f"bench: load average at start {load_start[0]:.2f} (other busy processes skew results on few cores)")
+    busy = cpu_busy_fraction()
+    log(f"bench: load average at start {load_start[0]:.2f}, CPUs busy before start "
+        f"{'?' if busy is None else f'{busy:.0%}'}")
+    if busy is not None and busy > 0.25:
+        log("bench: WARNING: other processes are using the CPUs; results will be skewed")
+    bins_before = binaries_mtime()
     started = time.perf_counter()
-    cluster = Cluster(nodes=2)
+    root = tempfile.mkdtemp(prefix="dyad-bench-", dir=BENCH_DIR) if BENCH_DIR else None
+    cluster = Cluster(nodes=2, root=root)
     try:
         log(f"bench: cluster in {cluster.root}: node0 {cluster[0].uri} (metadata), node1 {cluster[1].uri}")
         big, small = [], []
         for i in range(REPS + 1):
             tag = "warmup" if i == 0 else f"r{i}"
-            r = big_round(cluster, iperf, tag, seed=i * 100_000)
+            r = big_round(cluster, iperf, tag, i, seed=i * 100_000)
             msg = (f"  big   {tag:<7} consume {r['consume_wall_s']:.3f} s (transfer {r['transfer_s']:.3f} s)"
                    f"  cp {r['cp_s']:.3f} s  dd {r['dd_s']:.3f} s")
             if "iperf3" in r:
                 msg += f"  iperf3 {r['iperf3']['bits_per_second'] / 8 / GB:.2f} GB/s"
-            log(msg)
+            log(msg + f"  [order {', '.join(r['order'])}]")
             if i:
                 big.append(r)
         rss_after_big = [dyadd_peak_rss_mib(n) for n in cluster.nodes]
         for i in range(REPS + 1):
             tag = "warmup" if i == 0 else f"r{i}"
-            r = small_round(cluster, tag, seed=i + 1)
+            r = small_round(cluster, tag, i, seed=i + 1)
             log(f"  small {tag:<7} produce {r['produce_s']:.3f} s  consume {r['consume_wall_s']:.3f} s"
-                f"  cp -r {r['cp_r_s']:.3f} s")
+                f"  cp -r {r['cp_r_s']:.3f} s  [order {', '.join(r['order'])}]")
             if i:
                 small.append(r)
         rss_end = [dyadd_peak_rss_mib(n) for n in cluster.nodes]
@@ -395,6 +466,7 @@ def main():
     print_table(s, iperf_ok)
     elapsed = time.perf_counter() - started
     load_end = os.getloadavg()
+    rebuilt = binaries_mtime() != bins_before
     log("")
     log("dyadd peak RSS MiB (node0, node1): after workload 1 "
         + ", ".join("?" if v is None else f"{v:.0f}" for v in rss_after_big)
@@ -403,6 +475,8 @@ def main():
         log(f"dyadd logged {len(problems)} warning/error line(s), first ones:")
         for line in problems[:10]:
             log("  " + line)
+    if rebuilt:
+        log("bench: WARNING: dyad/dyadd were rebuilt during the run; results mix two builds")
     log(f"consumer lock files left in node1/.dyad/locks: {lock_files}")
     log(f"bench: done in {elapsed:.0f} s; load average (1 min) at end {load_end[0]:.2f}")
 
@@ -412,7 +486,9 @@ def main():
         "host": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
                  "iperf3": iperf.exe},
         "git": git_rev(),
-        "loadavg_start": load_start, "loadavg_end": load_end,
+        "loadavg_start": load_start, "loadavg_end": load_end, "cpu_busy_before": busy,
+        "binaries_mtime": bins_before, "binaries_rebuilt_during_run": rebuilt,
+        "bench_dir": BENCH_DIR,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "elapsed_s": elapsed,
         "summary": s,

@@ -49,6 +49,7 @@ class Node:
         self.kvs_uri = kvs_uri
         self.proc = None
         self.log_path = os.path.join(cluster.root, f"{name}.log")
+        self.prefix = []  # e.g. ["ip", "netns", "exec", NS] to run inside a namespace
 
     @property
     def uri(self):
@@ -60,7 +61,7 @@ class Node:
             args += ["--kvs", self.kvs_uri]
         args += list(extra_args)
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.prefix + args, stdout=self.log, stderr=subprocess.STDOUT)
         wait_listening(self.host, self.port, proc=self.proc)
         return self
 
@@ -94,14 +95,14 @@ class Node:
     def dyad(self, *args, check=True, timeout=600, env_extra=None, **kw):
         """Runs the dyad tool as a process of this node."""
         env = self.env(**(env_extra or {}))
-        p = subprocess.run([DYAD, *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)
+        p = subprocess.run(self.prefix + [DYAD, *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)
         if check and p.returncode != 0:
             raise RuntimeError(f"dyad {' '.join(args)} failed ({p.returncode}): {p.stderr}")
         return p
 
     def dyad_async(self, *args, env_extra=None):
         env = self.env(**(env_extra or {}))
-        return subprocess.Popen([DYAD, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(self.prefix + [DYAD, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def path(self, rel):
         return os.path.join(self.dir, rel)
@@ -111,24 +112,81 @@ class Node:
 
 
 class Cluster:
-    """N simulated nodes on loopback addresses 127.0.0.1 .. 127.0.0.N."""
+    """N simulated nodes. With netns=True each node is a Linux network
+    namespace joined to the others by a veth pair on a bridge (10.213.X.N/24);
+    where namespaces cannot be made (not root, no ip), it falls back to
+    distinct loopback addresses 127.0.0.1 .. 127.0.0.N (self.mode says which)."""
 
-    def __init__(self, nodes=2, root=None, start=True):
+    def __init__(self, nodes=2, root=None, start=True, netns=False):
         self.root = root or tempfile.mkdtemp(prefix="dyad-cluster-")
         self.nodes = []
+        self.namespaces = []
+        self.bridge = None
+        self.mode = "loopback"
+        hosts = [f"127.0.0.{i + 1}" for i in range(nodes)]
+        if netns:
+            try:
+                hosts = self._make_namespaces(nodes)
+                self.mode = "netns"
+            except (OSError, subprocess.CalledProcessError) as e:
+                self._remove_namespaces()
+                print(f"harness: network namespaces unavailable ({e}); using loopback addresses")
         kvs = None
         for i in range(nodes):
-            host = f"127.0.0.{i + 1}"
-            port = free_port(host)
+            host = hosts[i]
+            port = free_port("127.0.0.1") if self.mode == "netns" else free_port(host)
             d = os.path.join(self.root, f"node{i}")
             os.makedirs(d, exist_ok=True)
             n = Node(self, i, f"node{i}", host, port, d, kvs)
+            if self.mode == "netns":
+                n.prefix = ["ip", "netns", "exec", self.namespaces[i]]
             self.nodes.append(n)
             if kvs is None:
                 kvs = n.uri
         if start:
-            for n in self.nodes:
-                n.start()
+            try:
+                for n in self.nodes:
+                    n.start()
+            except Exception:
+                self.cleanup()
+                raise
+
+    def _make_namespaces(self, nodes):
+        if os.geteuid() != 0 or not shutil.which("ip"):
+            raise OSError("needs root and iproute2")
+        tag = f"{os.getpid() % 100000}"
+        subnet = 1 + os.getpid() % 250
+
+        def ip(*a):
+            subprocess.run(["ip", *a], check=True, capture_output=True)
+
+        self.bridge = f"dybr{tag}"
+        ip("link", "add", self.bridge, "type", "bridge")
+        ip("addr", "add", f"10.213.{subnet}.254/24", "dev", self.bridge)
+        ip("link", "set", self.bridge, "up")
+        hosts = []
+        for i in range(nodes):
+            ns = f"dyad{tag}n{i}"
+            ip("netns", "add", ns)
+            self.namespaces.append(ns)
+            host_if = f"dyv{tag}n{i}"
+            ip("link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            ip("link", "set", host_if, "master", self.bridge)
+            ip("link", "set", host_if, "up")
+            addr = f"10.213.{subnet}.{i + 1}"
+            ip("netns", "exec", ns, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
+            ip("netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+            ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            hosts.append(addr)
+        return hosts
+
+    def _remove_namespaces(self):
+        for ns in self.namespaces:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        self.namespaces = []
+        if self.bridge:
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+            self.bridge = None
 
     def __getitem__(self, i):
         return self.nodes[i]
@@ -139,6 +197,7 @@ class Cluster:
 
     def cleanup(self):
         self.stop()
+        self._remove_namespaces()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self):
