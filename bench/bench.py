@@ -116,25 +116,27 @@ def tcp_listening(host, port):
 
 
 class Iperf3:
-    """One-shot iperf3 server on 127.0.0.1, client bound to 127.0.0.2."""
+    """One-shot iperf3 server on node0's address, client bound to node1's."""
 
     def __init__(self):
         self.exe = shutil.which("iperf3")
         self.server = None
+        self.server_host, self.client_host = "127.0.0.1", "127.0.0.2"
 
     def measure(self, nbytes):
-        port = free_port("127.0.0.1")
+        host = self.server_host
+        port = free_port(host)
         self.server = subprocess.Popen(
-            [self.exe, "-s", "-B", "127.0.0.1", "-p", str(port), "-1"],
+            [self.exe, "-s", "-B", host, "-p", str(port), "-1"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             # no probe connection: it would be the one client of `-1`
             deadline = time.monotonic() + 10
-            while not tcp_listening("127.0.0.1", port):
+            while not tcp_listening(host, port):
                 if self.server.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("iperf3 server did not start listening")
                 time.sleep(0.02)
-            wall, p = timed(run, [self.exe, "-c", "127.0.0.1", "-B", "127.0.0.2", "-p", str(port),
+            wall, p = timed(run, [self.exe, "-c", host, "-B", self.client_host, "-p", str(port),
                                   "-n", str(nbytes), "-J"], timeout=300)
             rx = json.loads(p.stdout)["end"]["sum_received"]
             self.server.wait(timeout=10)
@@ -334,7 +336,7 @@ def print_table(s, iperf_ok):
             ("DYAD consume (reported transfer_s)", b["dyad_transfer_s"], b["dyad_transfer_GBps"],
              b["dyad_transfer_GBps_range"])]
     if iperf_ok:
-        rows.append(("iperf3 TCP 127.0.0.2 -> 127.0.0.1", b["iperf3_s"], b["iperf3_GBps"], b["iperf3_GBps_range"]))
+        rows.append((f"iperf3 TCP {b['iperf3_path']}", b["iperf3_s"], b["iperf3_GBps"], b["iperf3_GBps_range"]))
     else:
         rows.append(("iperf3 (not installed: skipped)", None, None, None))
     rows.append(("cp node0 dir -> node1 dir", b["cp_s"], b["cp_GBps"], b["cp_GBps_range"]))
@@ -433,6 +435,7 @@ def main():
     root = tempfile.mkdtemp(prefix="dyad-bench-", dir=BENCH_DIR) if BENCH_DIR else None
     cluster = Cluster(nodes=2, root=root)
     try:
+        iperf.server_host, iperf.client_host = cluster[0].host, cluster[1].host
         log(f"bench: cluster in {cluster.root}: node0 {cluster[0].uri} (metadata), node1 {cluster[1].uri}")
         big, small = [], []
         for i in range(REPS + 1):
@@ -463,6 +466,8 @@ def main():
 
     iperf_ok = bool(iperf.exe)
     s = summarize(big, small, iperf_ok)
+    if iperf_ok:
+        s["big"]["iperf3_path"] = f"{iperf.client_host} -> {iperf.server_host}"
     print_table(s, iperf_ok)
     elapsed = time.perf_counter() - started
     load_end = os.getloadavg()
