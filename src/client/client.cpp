@@ -1,6 +1,7 @@
 #include "client.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@ namespace {
 
 constexpr const char* kSub = "client";
 constexpr double kControlTimeout = 30.0;  // connect, put, status
+constexpr uint64_t kLockStripes = 256;    // lock files per consumer directory
 
 double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -54,19 +56,6 @@ Result<UniqueFd> lock_file(const std::string& path) {
         return Status(DYAD_RC_BADFIO, "cannot lock '" + path + "'", errno);
     }
     return fd;
-}
-
-nlohmann::json read_state(int fd) {
-    char buf[4096];
-    ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-    if (n <= 0) return nullptr;
-    auto j = nlohmann::json::parse(std::string(buf, static_cast<size_t>(n)), nullptr, false);
-    return j.is_discarded() ? nlohmann::json(nullptr) : j;
-}
-
-void write_state(int fd, const nlohmann::json& j) {
-    std::string s = j.dump();
-    if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, s.data(), s.size(), 0);
 }
 
 std::string dirname_of(const std::string& p) {
@@ -316,35 +305,42 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
         return Status::ok();
     }
 
-    // One consumer per file per node moves it; the others find it present.
-    std::string locks = cons_.path() + "/.dyad/locks";
-    Status s = mkdir_p(locks, 02775);
-    if (!s) return s;
-    Xxh3 kh;
-    kh.update(up->data(), up->size());
-    auto lk = lock_file(locks + "/" + kh.hex() + ".lock");
-    if (!lk) return lk.status();
+    // A copy installed by DYAD carries the producer's size and mtime (set
+    // before the atomic rename): if they match the record, it is this
+    // generation and nothing moves. No lock is needed to see a whole file.
     std::string target = cons_.join(up.value());
-    nlohmann::json state = read_state(lk->get());
-    struct stat st;
-    // Generation alone is not enough: a restarted store counts from 1 again.
-    if (state.is_object() && state.value("generation", 0ull) == rec.generation &&
-        state.value("owner", "") == rec.owner &&
-        state.value("mtime_ns", static_cast<int64_t>(-1)) == rec.mtime_ns &&
-        ::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        static_cast<uint64_t>(st.st_size) == state.value("size", ~0ull)) {
+    auto present = [&] {
+        struct stat st;
+        return ::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+               static_cast<uint64_t>(st.st_size) == rec.size &&
+               static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec ==
+                   rec.mtime_ns;
+    };
+    auto done_present = [&] {
         rep->action = "present";
         rep->transport = "none";
         rep->bytes = 0;
         rep->transfer_s = since(t0);
         return Status::ok();
-    }
+    };
+    if (present()) return done_present();
+
+    // One consumer per file per node moves it; the others wait on the lock,
+    // then find it present. Locks are striped over a fixed set of files so
+    // the lock directory does not grow with the number of files.
+    std::string locks = cons_.path() + "/.dyad/locks";
+    Status s = mkdir_p(locks, 02775);
+    if (!s) return s;
+    Xxh3 kh;
+    kh.update(up->data(), up->size());
+    char stripe[32];
+    std::snprintf(stripe, sizeof stripe, "/%02x.lock",
+                  static_cast<unsigned>(kh.digest() % kLockStripes));
+    auto lk = lock_file(locks + stripe);
+    if (!lk) return lk.status();
+    if (present()) return done_present();
     s = fetch(up.value(), rec, svc.value(), rep);
     if (!s) return s;
-    write_state(lk->get(), {{"generation", rec.generation},
-                            {"owner", rec.owner},
-                            {"mtime_ns", rec.mtime_ns},
-                            {"size", rep->bytes}});
     rep->transfer_s = since(t0);
     return Status::ok();
 }

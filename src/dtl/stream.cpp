@@ -35,7 +35,10 @@ class StreamTransfer : public std::enable_shared_from_this<StreamTransfer> {
         arm_watchdog();
         job_->req->on_cancel(
             [self] { self->fail(Status(DYAD_RC_BADFETCH, "consumer went away", ECONNRESET)); });
-        job_->req->respond({{"size", job_->size}, {"transport", "FLUX_RPC"}});
+        // The first chunk travels with the first response (one frame, one
+        // write for a small file); an empty file gets the meta alone.
+        if (job_->size == 0) job_->req->respond(first_meta());
+        first_ = job_->size > 0;
         pump();
     }
 
@@ -87,16 +90,19 @@ class StreamTransfer : public std::enable_shared_from_this<StreamTransfer> {
         if (!st) return fail(st);
         ++writes_;
         auto self = shared_from_this();
-        job_->req->respond(nullptr, asio::buffer(bufs_[idx].data(), n), [self, idx, n](bool ok) {
-            --self->writes_;
-            self->free_.push_back(idx);
-            if (ok) self->arm_watchdog();
-            if (!ok)
-                return self->fail(
-                    Status(DYAD_RC_BADFETCH, "connection to consumer lost", ECONNRESET));
-            self->sent_ += n;
-            self->pump();
-        });
+        nlohmann::json meta = first_ ? first_meta() : nlohmann::json(nullptr);
+        first_ = false;
+        job_->req->respond(
+            std::move(meta), asio::buffer(bufs_[idx].data(), n), [self, idx, n](bool ok) {
+                --self->writes_;
+                self->free_.push_back(idx);
+                if (ok) self->arm_watchdog();
+                if (!ok)
+                    return self->fail(
+                        Status(DYAD_RC_BADFETCH, "connection to consumer lost", ECONNRESET));
+                self->sent_ += n;
+                self->pump();
+            });
         pump();
     }
 
@@ -117,6 +123,8 @@ class StreamTransfer : public std::enable_shared_from_this<StreamTransfer> {
             self->job_->req->close_connection();
         });
     }
+
+    nlohmann::json first_meta() const { return {{"size", job_->size}, {"transport", "FLUX_RPC"}}; }
 
     void fail(Status st) {
         if (finished_) return;
@@ -141,6 +149,7 @@ class StreamTransfer : public std::enable_shared_from_this<StreamTransfer> {
     int writes_ = 0;
     bool reading_ = false;
     bool finished_ = false;
+    bool first_ = false;
     Xxh3 hash_;
     std::unique_ptr<asio::steady_timer> watchdog_;
 };
