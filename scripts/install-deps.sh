@@ -10,7 +10,7 @@ PKGS=(
   libucx-dev ucx-utils libfabric-dev libfabric-bin
   etcd-server etcd-client
   iperf3 iproute2 procps psmisc
-  python3 python3-pytest python3-numpy
+  python3 python3-pytest python3-numpy python3-h5py python3-torch
 )
 
 missing=()

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <pthread.h>
 
 #include <dyad/client/dyad_client.h>
 #include <dyad/core/dyad_ctx.h>
@@ -62,7 +63,15 @@ dyad_rc_t guarded(F&& f) {
     }
 }
 
+// A forked child (DataLoader workers, multiprocessing) must not share the
+// parent's sockets.
+void after_fork_child() {
+    if (g_ctx && g_ctx->client) g_ctx->client->reset_after_fork();
+}
+
 dyad_rc_t init_with(dyad::Config cfg, bool reinit, dyad_dtl_comm_mode_t comm_mode) {
+    static std::once_flag atfork_once;
+    std::call_once(atfork_once, [] { pthread_atfork(nullptr, nullptr, after_fork_child); });
     std::lock_guard<std::mutex> lk(g_mu);
     if (g_ctx && !reinit) return ok();
     dyad::log::set_level(cfg.log_level);

@@ -20,6 +20,13 @@ constexpr const char* kSub = "client";
 constexpr double kControlTimeout = 30.0;  // connect, put, status
 constexpr uint64_t kLockStripes = 256;    // lock files per consumer directory
 
+std::string seconds_text(std::optional<double> s) {
+    if (!s) return "inf";
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", *s);
+    return b;
+}
+
 double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -140,6 +147,13 @@ std::string Client::key_of(const std::string& upath) const {
     return k ? k.value() : upath;
 }
 
+void Client::reset_after_fork() {
+    // Sockets shared with the parent must not carry the child's requests.
+    pool_ = std::make_shared<rpc::ConnectionPool>();
+    store_.reset();
+    svc_.reset();
+}
+
 Result<ServiceInfo> Client::service() {
     std::lock_guard<std::mutex> lk(mu_);
     if (svc_) return *svc_;
@@ -250,12 +264,10 @@ Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
     if (!e) {
         Status s = e.status();
         if (s.rc() == DYAD_RC_TIMEOUT)
-            return Status(
-                DYAD_RC_TIMEOUT,
-                "'" + up.value() + "' was not produced within DYAD_WAIT_TIMEOUT=" +
-                    (cfg_.wait_timeout ? std::to_string(*cfg_.wait_timeout) : std::string("inf")) +
-                    " s",
-                ETIMEDOUT);
+            return Status(DYAD_RC_TIMEOUT,
+                          "'" + up.value() + "' was not produced within DYAD_WAIT_TIMEOUT=" +
+                              seconds_text(cfg_.wait_timeout) + " s",
+                          ETIMEDOUT);
         if (s.rc() == DYAD_RC_NOTFOUND)
             return Status(DYAD_RC_NOTFOUND, "'" + up.value() + "' has not been produced (yet)",
                           ENOENT);

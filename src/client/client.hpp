@@ -77,6 +77,8 @@ class Client {
     Result<nlohmann::json> service_status(const std::string& uri = "");
     Result<ServiceInfo> service();
     std::string key_of(const std::string& upath) const;
+    // In a child after fork(): drop the connections shared with the parent.
+    void reset_after_fork();
 
   private:
     explicit Client(Config cfg);

@@ -1,0 +1,510 @@
+"""ctypes bindings to DYAD's public C API (libdyad.so).
+
+Only the public headers are relied on: ``dyad_ctx_t`` is opaque (a pointer),
+``struct dyad_metadata`` is mirrored exactly as in
+``include/dyad/client/dyad_client.h``.
+
+libdyad keeps one context per process; every :class:`Dyad` object of a
+process shares it. After ``fork()`` the child must not use connections
+inherited from its parent, so a :class:`Dyad` used in a child process drops
+the inherited context and initialises a new one with the same settings (see
+:meth:`Dyad._check_fork`).
+"""
+import ctypes
+import ctypes.util
+import enum
+import os
+import threading
+
+__all__ = [
+    "Dyad",
+    "DyadError",
+    "DyadLibraryError",
+    "DyadMetadata",
+    "DyadMetadataWrapper",
+    "DyadRC",
+    "DTLMode",
+    "DTLCommMode",
+    "find_library",
+    "load_library",
+    "rc_name",
+]
+
+
+class DyadRC(enum.IntEnum):
+    """Return codes of include/dyad/common/dyad_rc.h (same values as DYAD)."""
+
+    DYAD_RC_OK = 0
+    DYAD_RC_SYSFAIL = -1
+    DYAD_RC_NOCTX = -1000
+    DYAD_RC_BADMETADATA = -1001
+    DYAD_RC_BADFIO = -1002
+    DYAD_RC_BADMANAGEDPATH = -1003
+    DYAD_RC_BADDTLMODE = -1004
+    DYAD_RC_UNTRACKED = -1005
+    DYAD_RC_BAD_B64DECODE = -1006
+    DYAD_RC_BAD_COMM_MODE = -1007
+    DYAD_RC_BAD_CLI_ARG_DEF = -1008
+    DYAD_RC_BAD_CLI_PARSE = -1009
+    DYAD_RC_BADBUF = -1010
+    DYAD_RC_FLUXFAIL = -2000
+    DYAD_RC_BADCOMMIT = -2001
+    DYAD_RC_NOTFOUND = -2002
+    DYAD_RC_BADFETCH = -2003
+    DYAD_RC_BADRPC = -2004
+    DYAD_RC_BADPACK = -2005
+    DYAD_RC_BADUNPACK = -2006
+    DYAD_RC_RPC_FINISHED = -2007
+    DYAD_RC_TIMEOUT = -2008
+    DYAD_RC_CONNFAIL = -2009
+    DYAD_RC_BADCHECKSUM = -2010
+    DYAD_RC_UCXINIT_FAIL = -3001
+    DYAD_RC_UCXWAIT_FAIL = -3002
+    DYAD_RC_UCXEP_FAIL = -3003
+    DYAD_RC_UCXCOMM_FAIL = -3004
+    DYAD_RC_UCXMMAP_FAIL = -3005
+    DYAD_RC_UCXRKEY_PACK_FAILED = -3006
+    DYAD_RC_UCXRKEY_UNPACK_FAILED = -3007
+    DYAD_RC_MARGOINIT_FAIL = -4001
+    DYAD_RC_MARGO_BAD_PROTO = -4002
+
+
+def rc_name(rc):
+    """Symbolic name of a DYAD return code ("DYAD_RC_UNKNOWN(<n>)" if unknown)."""
+    try:
+        return DyadRC(int(rc)).name
+    except ValueError:
+        return f"DYAD_RC_UNKNOWN({int(rc)})"
+
+
+class DyadError(Exception):
+    """A DYAD call returned a negative code.
+
+    ``rc`` is the integer code, ``rc_name`` its name (``DYAD_RC_NOTFOUND``...),
+    ``message`` the explanation from ``dyad_last_error()``, ``call`` the C
+    function, ``path`` the file concerned (or None).
+    """
+
+    def __init__(self, rc, message="", call=None, path=None):
+        self.rc = int(rc)
+        self.rc_name = rc_name(self.rc)
+        self.message = message or ""
+        self.call = call
+        self.path = path
+        where = call or "dyad"
+        if path is not None:
+            where += f"({path!r})"
+        text = f"{where} failed: {self.rc_name} ({self.rc})"
+        if self.message:
+            text += f": {self.message}"
+        super().__init__(text)
+
+    def __reduce__(self):  # picklable, e.g. across DataLoader workers
+        return (DyadError, (self.rc, self.message, self.call, self.path))
+
+
+class DyadLibraryError(OSError):
+    """libdyad.so could not be found or loaded."""
+
+
+class DTLMode(enum.Enum):
+    """Transport names accepted by dyad_init (DYAD_DTL_MODE)."""
+
+    UCX = "UCX"
+    MARGO = "MARGO"
+    FLUX_RPC = "FLUX_RPC"
+    STREAM = "STREAM"  # this implementation's alias of FLUX_RPC
+    OFI = "OFI"  # alias of MARGO
+    LOCAL = "LOCAL"
+    AUTO = "AUTO"
+    # The original pydyad's member names.
+    DYAD_DTL_UCX = "UCX"
+    DYAD_DTL_MARGO = "MARGO"
+    DYAD_DTL_FLUX_RPC = "FLUX_RPC"
+
+
+class DTLCommMode(enum.IntEnum):
+    """dyad_dtl_comm_mode_t."""
+
+    DYAD_COMM_NONE = 0
+    DYAD_COMM_RECV = 1
+    DYAD_COMM_SEND = 2
+    DYAD_COMM_END = 3
+
+
+class DyadMetadata(ctypes.Structure):
+    """Mirror of ``struct dyad_metadata`` (include/dyad/client/dyad_client.h)."""
+
+    _fields_ = [
+        ("fpath", ctypes.c_char_p),
+        ("owner_rank", ctypes.c_uint32),
+        ("owner_service", ctypes.c_char_p),
+        ("owner_node", ctypes.c_char_p),
+        ("size", ctypes.c_uint64),
+        ("mtime_ns", ctypes.c_int64),
+        ("generation", ctypes.c_uint64),
+        ("record", ctypes.c_char_p),
+    ]
+
+
+_MetadataPtr = ctypes.POINTER(DyadMetadata)
+
+
+def _dec(b):
+    return None if b is None else os.fsdecode(b)
+
+
+class DyadMetadataWrapper:
+    """Metadata of a produced file, from :meth:`Dyad.get_metadata`.
+
+    Attributes: ``fpath`` (path relative to the managed directory),
+    ``owner_rank``, ``owner_service``, ``owner_node``, ``size``, ``mtime_ns``,
+    ``generation``. It owns the C struct (needed by
+    :meth:`Dyad.consume_w_metadata`) until :meth:`Dyad.free_metadata` or
+    garbage collection frees it.
+    """
+
+    def __init__(self, ptr, lib):
+        self._ptr = ptr
+        self._lib = lib
+        m = ptr.contents
+        self.fpath = _dec(m.fpath)
+        self.owner_rank = int(m.owner_rank)
+        self.owner_service = _dec(m.owner_service)
+        self.owner_node = _dec(m.owner_node)
+        self.size = int(m.size)
+        self.mtime_ns = int(m.mtime_ns)
+        self.generation = int(m.generation)
+
+    @property
+    def freed(self):
+        return not self._ptr
+
+    def _free(self):
+        if self._ptr:
+            self._lib.dyad_free_metadata(ctypes.byref(self._ptr))
+            self._ptr = _MetadataPtr()
+
+    def __del__(self):
+        try:
+            self._free()
+        except Exception:
+            pass
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in
+                ("fpath", "owner_rank", "owner_service", "owner_node", "size", "mtime_ns", "generation")}
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items())
+        return f"DyadMetadataWrapper({fields}{', freed' if self.freed else ''})"
+
+
+# ---------------------------------------------------------------------------
+# Loading the library
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+_RELATIVE_LIB = os.path.normpath(os.path.join(_PKG_DIR, "..", "..", "build", "lib", "libdyad.so"))
+
+_lib = None
+_lib_path = None
+_lib_lock = threading.Lock()
+
+
+def find_library():
+    """Where libdyad.so will be loaded from: $DYAD_LIBRARY if set, else
+    ../../build/lib/libdyad.so relative to this package, else
+    ctypes.util.find_library("dyad"). Raises DyadLibraryError if none."""
+    env = os.environ.get("DYAD_LIBRARY")
+    if env:
+        if not os.path.exists(env):
+            raise DyadLibraryError(f"DYAD_LIBRARY={env!r}: no such file")
+        return env
+    if os.path.exists(_RELATIVE_LIB):
+        return _RELATIVE_LIB
+    found = ctypes.util.find_library("dyad")
+    if found:
+        return found
+    raise DyadLibraryError(
+        "libdyad.so not found: DYAD_LIBRARY is not set, there is no "
+        f"{_RELATIVE_LIB} and ctypes.util.find_library('dyad') found nothing; "
+        "set DYAD_LIBRARY to the library's path")
+
+
+def _declare(lib):
+    c_rc = ctypes.c_int
+    ctx_p = ctypes.c_void_p
+    sigs = {
+        "dyad_ctx_get": ([], ctx_p),
+        "dyad_init": ([ctypes.c_bool, ctypes.c_bool, ctypes.c_bool, ctypes.c_bool, ctypes.c_bool,
+                       ctypes.c_bool, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_char_p,
+                       ctypes.c_char_p, ctypes.c_char_p, ctypes.c_bool, ctypes.c_char_p,
+                       ctypes.c_int, ctypes.c_void_p], c_rc),
+        "dyad_init_env": ([ctypes.c_int, ctypes.c_void_p], c_rc),
+        "dyad_finalize": ([], c_rc),
+        "dyad_last_error": ([], ctypes.c_char_p),
+        "dyad_produce": ([ctx_p, ctypes.c_char_p], c_rc),
+        "dyad_get_metadata": ([ctx_p, ctypes.c_char_p, ctypes.c_bool, ctypes.POINTER(_MetadataPtr)], c_rc),
+        "dyad_free_metadata": ([ctypes.POINTER(_MetadataPtr)], c_rc),
+        "dyad_consume": ([ctx_p, ctypes.c_char_p], c_rc),
+        "dyad_consume_w_metadata": ([ctx_p, ctypes.c_char_p, _MetadataPtr], c_rc),
+    }
+    for name, (argtypes, restype) in sigs.items():
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise DyadLibraryError(f"{lib._name}: does not export {name}: not a DYAD library?") from None
+        fn.argtypes = argtypes
+        fn.restype = restype
+
+
+def load_library():
+    """Loads (once) and returns libdyad as a ctypes.CDLL."""
+    global _lib, _lib_path
+    with _lib_lock:
+        if _lib is None:
+            path = find_library()
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                raise DyadLibraryError(f"cannot load {path}: {e}") from e
+            _declare(lib)
+            _lib, _lib_path = lib, path
+        return _lib
+
+
+def library_path():
+    """Path of the loaded libdyad (None before the first Dyad is created)."""
+    return _lib_path
+
+
+# ---------------------------------------------------------------------------
+# Fork handling: libdyad's context (and its pooled connections) belongs to the
+# process that created it.
+
+_ctx_pid = None  # pid of the process that created the live libdyad context
+_ctx_paths = None  # (producer, consumer) directories of the context pydyad created
+_state_lock = threading.RLock()
+
+
+def _after_fork_in_child():
+    global _state_lock
+    _state_lock = threading.RLock()  # another thread may have held it at fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _drop_inherited(lib):
+    """Called with _state_lock held: in a child after fork(), finalise the
+    context inherited from the parent. Its connections are copies of the
+    parent's sockets; finalising only closes this process's descriptors."""
+    global _ctx_pid, _ctx_paths
+    if _ctx_pid is not None and _ctx_pid != os.getpid():
+        lib.dyad_finalize()
+        _ctx_pid = None
+        _ctx_paths = None
+
+
+def _fspath(fname):
+    b = fname if isinstance(fname, bytes) else os.fsencode(os.fspath(fname))
+    if b"\0" in b:
+        raise ValueError(f"embedded null byte in path {fname!r}")
+    return b
+
+
+def _env_path(name):
+    v = os.environ.get(name)
+    return v if v else None
+
+
+class Dyad:
+    """DYAD's Python interface (same methods as the original pydyad.Dyad).
+
+    libdyad has one context per process: every Dyad object of a process
+    shares it, and init()/init_env() are no-ops (as in C) when it exists,
+    unless reinit is set. Every method raises :class:`DyadError` when the C
+    call returns a negative code.
+
+    ``prod_path`` / ``cons_path`` are the managed directories of the
+    context (None when not set), as pydyad knows them.
+    """
+
+    def __init__(self):
+        self._lib = load_library()
+        self._init_args = None  # ("init", kwargs) or ("init_env", kwargs)
+        self._pid = None
+        self.initialized = False
+        self.prod_path = None
+        self.cons_path = None
+
+    # -- errors ---------------------------------------------------------
+    def _check(self, rc, call, path=None):
+        if rc < 0:
+            msg = self._lib.dyad_last_error()
+            raise DyadError(rc, _dec(msg) if msg else "", call, path)
+        return rc
+
+    # -- context --------------------------------------------------------
+    @property
+    def ctx(self):
+        """The process's opaque dyad_ctx_t* (an int address), or None."""
+        return self._ctx_for_call()
+
+    def _ctx_for_call(self):
+        self._check_fork()
+        return self._lib.dyad_ctx_get()
+
+    def _check_fork(self):
+        """In a child process after fork(), drop the context inherited from the
+        parent and, if this object was initialised in another process,
+        initialise again with the same settings."""
+        pid = os.getpid()
+        if _ctx_pid in (None, pid) and (not self.initialized or self._pid == pid):
+            return  # the common case, without taking the lock
+        with _state_lock:
+            _drop_inherited(self._lib)
+            if self.initialized and self._pid != pid:
+                kind, kwargs = self._init_args
+                self.initialized = False
+                getattr(self, kind)(**kwargs)
+
+    def _initialise(self, kind, kwargs, call, paths):
+        """Runs call() (dyad_init or dyad_init_env) and records the outcome."""
+        global _ctx_pid, _ctx_paths
+        with _state_lock:
+            _drop_inherited(self._lib)
+            before = self._lib.dyad_ctx_get()
+            self._check(call(), "dyad_" + kind)
+            after = self._lib.dyad_ctx_get()
+            if after != before or _ctx_paths is None:
+                # A new context (dyad_init allocates the new one before
+                # freeing the old, so the addresses differ).
+                _ctx_paths = paths
+            # else: no-op, the existing context (and its directories) stays.
+            _ctx_pid = os.getpid()
+            self._init_args = (kind, kwargs)
+            self._pid = os.getpid()
+            self.initialized = True
+            self.prod_path, self.cons_path = _ctx_paths
+
+    def init(self, debug=False, check=False, shared_storage=False, reinit=False,
+             async_publish=False, fsync_write=False, key_depth=3, key_bins=1024,
+             service_mux=1, kvs_namespace=None, prod_managed_path=None,
+             cons_managed_path=None, relative_to_managed_path=False, dtl_mode=None,
+             dtl_comm_mode=DTLCommMode.DYAD_COMM_RECV, flux_handle=None):
+        """dyad_init with explicit values (flux_handle is accepted and
+        ignored). Settings the C function does not take (DYAD_SERVICE_URI,
+        DYAD_WAIT_TIMEOUT, DYAD_LOG_LEVEL...) come from the environment. As in
+        C, a no-op if the process already has a context and reinit is False."""
+        if isinstance(dtl_mode, DTLMode):
+            dtl_mode = dtl_mode.value
+        kwargs = dict(debug=debug, check=check, shared_storage=shared_storage, reinit=reinit,
+                      async_publish=async_publish, fsync_write=fsync_write,
+                      key_depth=key_depth, key_bins=key_bins, service_mux=service_mux,
+                      kvs_namespace=kvs_namespace, prod_managed_path=prod_managed_path,
+                      cons_managed_path=cons_managed_path,
+                      relative_to_managed_path=relative_to_managed_path, dtl_mode=dtl_mode,
+                      dtl_comm_mode=dtl_comm_mode)
+
+        def s(v):
+            return None if v is None else _fspath(v)
+
+        def call():
+            return self._lib.dyad_init(
+                bool(debug), bool(check), bool(shared_storage), bool(reinit), bool(async_publish),
+                bool(fsync_write), int(key_depth), int(key_bins), int(service_mux),
+                s(kvs_namespace), s(prod_managed_path), s(cons_managed_path),
+                bool(relative_to_managed_path), s(dtl_mode), int(dtl_comm_mode), None)
+
+        paths = tuple(os.fsdecode(p) if p else None for p in (prod_managed_path, cons_managed_path))
+        self._initialise("init", kwargs, call, paths)
+
+    def init_env(self, dtl_comm_mode=DTLCommMode.DYAD_COMM_RECV, flux_handle=None):
+        """dyad_init_env: initialise from DYAD's environment variables
+        (flux_handle is accepted and ignored)."""
+        paths = (_env_path("DYAD_PATH_PRODUCER"), _env_path("DYAD_PATH_CONSUMER"))
+        self._initialise("init_env", dict(dtl_comm_mode=dtl_comm_mode),
+                         lambda: self._lib.dyad_init_env(int(dtl_comm_mode), None), paths)
+
+    def finalize(self):
+        """dyad_finalize: tears the process's context down (for every Dyad
+        object of the process, as there is only one)."""
+        global _ctx_pid, _ctx_paths
+        with _state_lock:
+            self._check(self._lib.dyad_finalize(), "dyad_finalize")
+            _ctx_pid = None
+            _ctx_paths = None
+            self.initialized = False
+            self._init_args = None
+
+    # -- produce / consume ------------------------------------------------
+    def produce(self, fname):
+        """Publishes fname (under the producer-managed directory; other paths
+        are ignored)."""
+        ctx = self._ctx_for_call()
+        self._check(self._lib.dyad_produce(ctx, _fspath(fname)), "dyad_produce", os.fspath(fname))
+
+    def consume(self, fname):
+        """Waits for fname to be produced, then brings it into the
+        consumer-managed directory (unmanaged paths are ignored)."""
+        ctx = self._ctx_for_call()
+        self._check(self._lib.dyad_consume(ctx, _fspath(fname)), "dyad_consume", os.fspath(fname))
+
+    def get_metadata(self, fname, should_wait=False, raw=False):
+        """Metadata of fname (a consumer-managed path). Without waiting, a file
+        not produced yet raises DyadError(DYAD_RC_NOTFOUND); with waiting,
+        DYAD_WAIT_TIMEOUT bounds the wait (DYAD_RC_TIMEOUT).
+
+        Returns a DyadMetadataWrapper, or with raw=True the ctypes
+        POINTER(DyadMetadata) that the caller must pass to free_metadata."""
+        ctx = self._ctx_for_call()
+        ptr = _MetadataPtr()
+        rc = self._lib.dyad_get_metadata(ctx, _fspath(fname), bool(should_wait), ctypes.byref(ptr))
+        self._check(rc, "dyad_get_metadata", os.fspath(fname))
+        if raw:
+            return ptr
+        return DyadMetadataWrapper(ptr, self._lib)
+
+    def free_metadata(self, metadata):
+        """Frees metadata from get_metadata (a wrapper or a raw pointer).
+        Freeing twice is harmless."""
+        if metadata is None:
+            return
+        if isinstance(metadata, DyadMetadataWrapper):
+            metadata._free()
+            return
+        if isinstance(metadata, _MetadataPtr):
+            self._check(self._lib.dyad_free_metadata(ctypes.byref(metadata)), "dyad_free_metadata")
+            return
+        raise TypeError(f"free_metadata: expected metadata from get_metadata, got {type(metadata).__name__}")
+
+    def consume_w_metadata(self, fname, metadata):
+        """As consume, with metadata from get_metadata (no lookup, no wait).
+        metadata=None means "local": nothing to do, as in DYAD."""
+        if isinstance(metadata, DyadMetadataWrapper):
+            if metadata.freed:
+                raise DyadError(DyadRC.DYAD_RC_BADMETADATA, "the metadata was already freed",
+                                "dyad_consume_w_metadata", os.fspath(fname))
+            ptr = metadata._ptr
+        elif metadata is None:
+            ptr = _MetadataPtr()
+        elif isinstance(metadata, _MetadataPtr):
+            ptr = metadata
+        else:
+            raise TypeError("consume_w_metadata: expected metadata from get_metadata, "
+                            f"got {type(metadata).__name__}")
+        ctx = self._ctx_for_call()
+        self._check(self._lib.dyad_consume_w_metadata(ctx, _fspath(fname), ptr),
+                    "dyad_consume_w_metadata", os.fspath(fname))
+
+    # -- helpers ------------------------------------------------------------
+    def last_error(self):
+        """dyad_last_error() of the calling thread."""
+        msg = self._lib.dyad_last_error()
+        return _dec(msg) if msg else ""
+
+    def __repr__(self):
+        state = "initialised" if self.initialized else "not initialised"
+        return f"<pydyad.Dyad {state} producer={self.prod_path!r} consumer={self.cons_path!r}>"

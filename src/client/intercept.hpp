@@ -1,0 +1,48 @@
+// Interception policy for the LD_PRELOAD wrapper: decides, without
+// allocating, whether an open/close concerns a managed directory, and maps
+// DYAD failures to errno. The wrapper itself only resolves symbols and calls
+// this.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "client.hpp"
+
+namespace dyad::client {
+
+// Access intent of an open, from oflag & O_ACCMODE (never from the mode).
+struct OpenIntent {
+    bool read = false;
+    bool write = false;
+};
+OpenIntent intent_of_oflag(int oflag);
+// fopen/freopen mode strings: "r", "rb", "r+", "w", "a+", "wx", "re", ...
+OpenIntent intent_of_fmode(const char* mode);
+// The oflag equivalent of an fopen mode (for the consume decision).
+int oflag_of_fmode(const char* mode);
+
+class InterceptPolicy {
+  public:
+    explicit InterceptPolicy(const Client& c);
+    bool inert() const { return prod_.empty() && cons_.empty(); }
+    // Makes `path` (relative to the cwd, or to directory fd `dirfd` when not
+    // AT_FDCWD) absolute and lexically normal into out[cap]. No allocation;
+    // false if it does not fit or the dirfd cannot be resolved.
+    static bool absolute(int dirfd, const char* path, char* out, size_t cap);
+    // Lexical prefix tests against the managed directories (given and
+    // canonical forms); `abs` must come from absolute().
+    bool under_producer(const char* abs) const;
+    bool under_consumer(const char* abs) const;
+    // Whether an open with this oflag of a consumer path must consume first.
+    static bool should_consume(int oflag);
+
+  private:
+    static bool under(const std::string& dir, const char* abs);
+    std::string prod_, prod_canon_, cons_, cons_canon_;
+};
+
+// errno for a failed consume: ETIMEDOUT, ENOENT, ECONNREFUSED, EIO, ...
+int errno_for(const Status& s);
+
+}  // namespace dyad::client

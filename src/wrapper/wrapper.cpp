@@ -1,0 +1,386 @@
+// libdyad_wrapper.so: LD_PRELOAD shim. Thin by design: resolves the
+// originals once, keeps a per-thread reentrancy guard and a lock-free fd
+// table, and leaves every decision to dyad::client::InterceptPolicy and the
+// client. Files outside the managed directories pass through without
+// allocation or locking.
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <memory>
+#include <pthread.h>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client/client.hpp"
+#include "client/intercept.hpp"
+#include "common/config.hpp"
+#include "common/log.hpp"
+
+namespace {
+
+using dyad::client::InterceptPolicy;
+
+// ---- originals ----
+using open_fn = int (*)(const char*, int, ...);
+using openat_fn = int (*)(int, const char*, int, ...);
+using creat_fn = int (*)(const char*, mode_t);
+using open2_fn = int (*)(const char*, int);
+using openat2_fn = int (*)(int, const char*, int);
+using fopen_fn = FILE* (*)(const char*, const char*);
+using freopen_fn = FILE* (*)(const char*, const char*, FILE*);
+using close_fn = int (*)(int);
+using fclose_fn = int (*)(FILE*);
+using dup_fn = int (*)(int);
+using dup2_fn = int (*)(int, int);
+using dup3_fn = int (*)(int, int, int);
+using fcntl_fn = int (*)(int, int, ...);
+
+template <typename F>
+F resolve(F& slot, const char* name) {
+    F f = __atomic_load_n(&slot, __ATOMIC_ACQUIRE);
+    if (!f) {
+        f = reinterpret_cast<F>(dlsym(RTLD_NEXT, name));
+        __atomic_store_n(&slot, f, __ATOMIC_RELEASE);
+    }
+    return f;
+}
+
+#define REAL(type, name)                    \
+    static type real_##name = nullptr;      \
+    inline type orig_##name() {             \
+        return resolve(real_##name, #name); \
+    }
+
+REAL(open_fn, open)
+REAL(open_fn, open64)
+REAL(openat_fn, openat)
+REAL(openat_fn, openat64)
+REAL(creat_fn, creat)
+REAL(creat_fn, creat64)
+REAL(open2_fn, __open_2)
+REAL(open2_fn, __open64_2)
+REAL(openat2_fn, __openat_2)
+REAL(openat2_fn, __openat64_2)
+REAL(fopen_fn, fopen)
+REAL(fopen_fn, fopen64)
+REAL(freopen_fn, freopen)
+REAL(freopen_fn, freopen64)
+REAL(close_fn, close)
+REAL(fclose_fn, fclose)
+REAL(dup_fn, dup)
+REAL(dup2_fn, dup2)
+REAL(dup3_fn, dup3)
+REAL(fcntl_fn, fcntl)
+REAL(fcntl_fn, fcntl64)
+
+// ---- state ----
+__attribute__((tls_model("initial-exec"))) thread_local bool t_busy = false;
+
+struct Busy {
+    bool prev;
+    Busy() : prev(t_busy) { t_busy = true; }
+    ~Busy() { t_busy = prev; }
+};
+
+struct State {
+    std::shared_ptr<dyad::client::Client> client;
+    std::unique_ptr<InterceptPolicy> policy;
+    bool fsync_write = false;
+    bool check = false;
+};
+std::atomic<State*> g_state{nullptr};
+
+// A file opened for writing under the producer directory; shared by dups,
+// published when the last one closes.
+struct WriteEntry {
+    std::atomic<int> refs{1};
+    std::string path;
+};
+constexpr int kMaxFd = 1 << 16;
+std::atomic<WriteEntry*> g_fds[kMaxFd];
+
+State* active() {
+    if (t_busy) return nullptr;
+    return g_state.load(std::memory_order_acquire);
+}
+
+void publish(State* st, const std::string& path) {
+    Busy b;
+    dyad::Status s = st->client->produce(path);
+    if (!s) {
+        std::fprintf(stderr, "dyad: cannot publish '%s': %s\n", path.c_str(),
+                     s.to_string().c_str());
+        return;
+    }
+    if (st->check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
+}
+
+void release(WriteEntry* e) {
+    if (!e) return;
+    if (e->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (State* st = g_state.load(std::memory_order_acquire)) {
+        int saved = errno;
+        publish(st, e->path);
+        errno = saved;
+    }
+    delete e;
+}
+
+WriteEntry* take(int fd) {
+    if (fd < 0 || fd >= kMaxFd) return nullptr;
+    if (!g_fds[fd].load(std::memory_order_relaxed)) return nullptr;
+    return g_fds[fd].exchange(nullptr, std::memory_order_acq_rel);
+}
+
+void share(int from, int to) {
+    if (from < 0 || from >= kMaxFd || to < 0 || to >= kMaxFd) return;
+    WriteEntry* e = g_fds[from].load(std::memory_order_acquire);
+    if (!e) return;
+    e->refs.fetch_add(1, std::memory_order_relaxed);
+    release(g_fds[to].exchange(e, std::memory_order_acq_rel));
+}
+
+// Before the real open: consume if needed. Returns false (errno set) when
+// the consume failed. Fills abs with the absolute path when managed.
+bool before_open(State* st, int dirfd, const char* path, int oflag, char* abs,
+                 bool* managed_write) {
+    *managed_write = false;
+    if (!InterceptPolicy::absolute(dirfd, path, abs, PATH_MAX)) return true;
+    if (dyad::client::intent_of_oflag(oflag).write && st->policy->under_producer(abs))
+        *managed_write = true;
+    if (InterceptPolicy::should_consume(oflag) && st->policy->under_consumer(abs)) {
+        struct stat sb;
+        if (::stat(abs, &sb) == 0 && S_ISDIR(sb.st_mode)) return true;  // directories pass through
+        Busy b;
+        dyad::Status s = st->client->consume(abs);
+        if (!s) {
+            std::fprintf(stderr, "dyad: cannot open '%s': %s\n", abs, s.to_string().c_str());
+            errno = dyad::client::errno_for(s);
+            return false;
+        }
+        if (st->check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
+    }
+    return true;
+}
+
+void after_open(int fd, bool managed_write, const char* abs) {
+    if (fd < 0 || !managed_write) return;
+    if (fd >= kMaxFd) {
+        std::fprintf(stderr, "dyad: fd %d beyond the wrapper's table: '%s' will not be published\n",
+                     fd, abs);
+        return;
+    }
+    auto* e = new WriteEntry();
+    e->path = abs;
+    release(g_fds[fd].exchange(e, std::memory_order_acq_rel));
+}
+
+bool needs_mode(int oflag) {
+    return (oflag & O_CREAT) || ((oflag & O_TMPFILE) == O_TMPFILE);
+}
+
+template <typename Call>
+int do_open(int dirfd, const char* path, int oflag, Call call) {
+    State* st = active();
+    if (!st) return call();
+    char abs[PATH_MAX];
+    bool mw = false;
+    if (!before_open(st, dirfd, path, oflag, abs, &mw)) return -1;
+    int fd = call();
+    if (mw) after_open(fd, mw, abs);
+    return fd;
+}
+
+FILE* do_fopen(const char* path, const char* mode, FILE* (*call)(const char*, const char*)) {
+    State* st = active();
+    if (!st) return call(path, mode);
+    char abs[PATH_MAX];
+    bool mw = false;
+    if (!before_open(st, AT_FDCWD, path, dyad::client::oflag_of_fmode(mode), abs, &mw))
+        return nullptr;
+    FILE* f = call(path, mode);
+    if (f && mw) after_open(fileno(f), mw, abs);
+    return f;
+}
+
+int do_close(int fd) {
+    State* st = active();
+    WriteEntry* e = st ? take(fd) : nullptr;
+    if (e && st->fsync_write) ::fsync(fd);
+    int rc = orig_close()(fd);
+    release(e);
+    return rc;
+}
+
+void after_fork_child() {
+    if (State* st = g_state.load()) st->client->reset_after_fork();
+}
+
+__attribute__((constructor)) void wrapper_init() {
+    Busy b;
+    auto cfg = dyad::Config::from_env();
+    if (!cfg) {
+        std::fprintf(stderr, "dyad: wrapper disabled: %s\n", cfg.status().to_string().c_str());
+        return;
+    }
+    dyad::log::set_level(cfg->log_level);
+    if (cfg->prod_path.empty() && cfg->cons_path.empty()) return;  // inert
+    auto c = dyad::client::Client::create(cfg.value());
+    if (!c) {
+        std::fprintf(stderr, "dyad: wrapper disabled: %s\n", c.status().to_string().c_str());
+        return;
+    }
+    auto* st = new State();
+    st->client = std::move(c.value());
+    st->policy = std::make_unique<InterceptPolicy>(*st->client);
+    st->fsync_write = cfg->fsync_write;
+    st->check = cfg->check;
+    pthread_atfork(nullptr, nullptr, after_fork_child);
+    g_state.store(st, std::memory_order_release);
+}
+
+}  // namespace
+
+extern "C" {
+
+#define VA_MODE(oflag, mode)                         \
+    mode_t mode = 0;                                 \
+    if (needs_mode(oflag)) {                         \
+        va_list ap;                                  \
+        va_start(ap, oflag);                         \
+        mode = static_cast<mode_t>(va_arg(ap, int)); \
+        va_end(ap);                                  \
+    }
+
+__attribute__((visibility("default"))) int open(const char* path, int oflag, ...) {
+    VA_MODE(oflag, mode);
+    return do_open(AT_FDCWD, path, oflag, [&] { return orig_open()(path, oflag, mode); });
+}
+__attribute__((visibility("default"))) int open64(const char* path, int oflag, ...) {
+    VA_MODE(oflag, mode);
+    return do_open(AT_FDCWD, path, oflag, [&] { return orig_open64()(path, oflag, mode); });
+}
+__attribute__((visibility("default"))) int openat(int dirfd, const char* path, int oflag, ...) {
+    VA_MODE(oflag, mode);
+    return do_open(dirfd, path, oflag, [&] { return orig_openat()(dirfd, path, oflag, mode); });
+}
+__attribute__((visibility("default"))) int openat64(int dirfd, const char* path, int oflag, ...) {
+    VA_MODE(oflag, mode);
+    return do_open(dirfd, path, oflag, [&] { return orig_openat64()(dirfd, path, oflag, mode); });
+}
+__attribute__((visibility("default"))) int creat(const char* path, mode_t mode) {
+    return do_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC,
+                   [&] { return orig_creat()(path, mode); });
+}
+__attribute__((visibility("default"))) int creat64(const char* path, mode_t mode) {
+    return do_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC,
+                   [&] { return orig_creat64()(path, mode); });
+}
+__attribute__((visibility("default"))) int __open_2(const char* path, int oflag) {
+    return do_open(AT_FDCWD, path, oflag, [&] { return orig___open_2()(path, oflag); });
+}
+__attribute__((visibility("default"))) int __open64_2(const char* path, int oflag) {
+    return do_open(AT_FDCWD, path, oflag, [&] { return orig___open64_2()(path, oflag); });
+}
+__attribute__((visibility("default"))) int __openat_2(int dirfd, const char* path, int oflag) {
+    return do_open(dirfd, path, oflag, [&] { return orig___openat_2()(dirfd, path, oflag); });
+}
+__attribute__((visibility("default"))) int __openat64_2(int dirfd, const char* path, int oflag) {
+    return do_open(dirfd, path, oflag, [&] { return orig___openat64_2()(dirfd, path, oflag); });
+}
+__attribute__((visibility("default"))) FILE* fopen(const char* path, const char* mode) {
+    return do_fopen(path, mode, orig_fopen());
+}
+__attribute__((visibility("default"))) FILE* fopen64(const char* path, const char* mode) {
+    return do_fopen(path, mode, orig_fopen64());
+}
+
+static FILE* do_freopen(const char* path, const char* mode, FILE* stream, freopen_fn call) {
+    State* st = active();
+    if (!st) return call(path, mode, stream);
+    WriteEntry* old = stream ? take(fileno(stream)) : nullptr;
+    char abs[PATH_MAX];
+    bool mw = false;
+    if (path && !before_open(st, AT_FDCWD, path, dyad::client::oflag_of_fmode(mode), abs, &mw)) {
+        int saved = errno;
+        if (old) {
+            // The stream stays open on its old file; keep tracking it.
+            g_fds[fileno(stream)].store(old);
+        }
+        errno = saved;
+        return nullptr;
+    }
+    FILE* f = call(path, mode, stream);
+    release(old);
+    if (f && mw) after_open(fileno(f), mw, abs);
+    return f;
+}
+__attribute__((visibility("default"))) FILE* freopen(const char* path, const char* mode,
+                                                     FILE* stream) {
+    return do_freopen(path, mode, stream, orig_freopen());
+}
+__attribute__((visibility("default"))) FILE* freopen64(const char* path, const char* mode,
+                                                       FILE* stream) {
+    return do_freopen(path, mode, stream, orig_freopen64());
+}
+
+__attribute__((visibility("default"))) int close(int fd) {
+    return do_close(fd);
+}
+
+__attribute__((visibility("default"))) int fclose(FILE* f) {
+    State* st = active();
+    if (!st || !f) return orig_fclose()(f);
+    WriteEntry* e = take(fileno(f));
+    if (e && st->fsync_write) {
+        fflush(f);
+        ::fsync(fileno(f));
+    }
+    int rc = orig_fclose()(f);
+    release(e);
+    return rc;
+}
+
+__attribute__((visibility("default"))) int dup(int fd) {
+    int r = orig_dup()(fd);
+    if (r >= 0 && active()) share(fd, r);
+    return r;
+}
+__attribute__((visibility("default"))) int dup2(int fd, int fd2) {
+    int r = orig_dup2()(fd, fd2);
+    if (r >= 0 && fd != fd2 && active()) share(fd, fd2);
+    return r;
+}
+__attribute__((visibility("default"))) int dup3(int fd, int fd2, int flags) {
+    int r = orig_dup3()(fd, fd2, flags);
+    if (r >= 0 && active()) share(fd, fd2);
+    return r;
+}
+
+static int do_fcntl(fcntl_fn call, int fd, int cmd, void* arg) {
+    int r = call(fd, cmd, arg);
+    if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && active()) share(fd, r);
+    return r;
+}
+__attribute__((visibility("default"))) int fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    void* arg = va_arg(ap, void*);
+    va_end(ap);
+    return do_fcntl(orig_fcntl(), fd, cmd, arg);
+}
+__attribute__((visibility("default"))) int fcntl64(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    void* arg = va_arg(ap, void*);
+    va_end(ap);
+    return do_fcntl(orig_fcntl64(), fd, cmd, arg);
+}
+
+}  // extern "C"
