@@ -1,0 +1,197 @@
+"""Unmodified programs under LD_PRELOAD=libdyad_wrapper.so, across two nodes,
+consumer started first each time."""
+import ctypes
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import harness
+
+WRAPPER = os.path.join(harness.BUILD, "lib", "libdyad_wrapper.so")
+BIN = os.path.join(harness.BUILD, "bin")
+PY = "/usr/bin/python3"
+
+
+def wenv(node, **extra):
+    return node.env(**{"LD_PRELOAD": WRAPPER, "DYAD_WAIT_TIMEOUT": 60, **extra})
+
+
+def sha(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def run(cmd, env, **kw):
+    p = subprocess.run(cmd, env=env, capture_output=True, timeout=120, **kw)
+    assert p.returncode == 0, (cmd, p.returncode, p.stderr)
+    return p
+
+
+# Producers write `path` (on node0) from `src` (a local file outside DYAD).
+def produce_cp(node, src, path):
+    run(["cp", src, path], wenv(node))
+
+
+def produce_dd(node, src, path):
+    run(["dd", f"if={src}", f"of={path}", "bs=1M", "status=none"], wenv(node))
+
+
+def produce_python(node, src, path):
+    code = "import sys; data=open(sys.argv[1],'rb').read(); f=open(sys.argv[2],'wb'); f.write(data); f.close()"
+    run([PY, "-c", code, src, path], wenv(node))
+
+
+PRODUCERS = {"cp": produce_cp, "dd": produce_dd, "python": produce_python}
+
+# Consumers read `path` on node1 and return the bytes they saw.
+CONSUMERS = {
+    "cat": lambda node, path: ["cat", path],
+    "sha256sum": lambda node, path: ["sha256sum", path],
+    "head": lambda node, path: ["head", "-c", "100000", path],
+    "python": lambda node, path: [PY, "-c", "import sys; sys.stdout.buffer.write(open(sys.argv[1],'rb').read())", path],
+    "dd": lambda node, path: ["dd", f"if={path}", "bs=1M", "status=none"],
+}
+
+
+@pytest.fixture(scope="module")
+def mcluster():
+    c = harness.Cluster(nodes=2)
+    yield c
+    c.cleanup()
+
+
+@pytest.mark.parametrize("producer", sorted(PRODUCERS))
+@pytest.mark.parametrize("consumer", sorted(CONSUMERS))
+def test_tool_pairs(mcluster, tmp_path, producer, consumer):
+    prod, cons = mcluster[0], mcluster[1]
+    size = (100 << 20) if (producer, consumer) == ("cp", "sha256sum") else (3 << 20) + 17
+    src = str(tmp_path / "src.bin")
+    harness.write_file(src, size, seed=hash((producer, consumer)) & 0xffff)
+    name = f"pairs/{producer}-{consumer}.bin"
+    os.makedirs(prod.path("pairs"), exist_ok=True)
+    reader = subprocess.Popen(CONSUMERS[consumer](cons, cons.path(name)), env=wenv(cons),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.2)
+    assert reader.poll() is None, "the consumer must be waiting for the file"
+    PRODUCERS[producer](prod, src, prod.path(name))
+    out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, err
+    data = open(src, "rb").read()
+    if consumer == "sha256sum":
+        assert out.split()[0].decode() == hashlib.sha256(data).hexdigest()
+    elif consumer == "head":
+        assert out == data[:100000]
+    else:
+        assert out == data
+    assert sha(cons.path(name)) == sha(src)
+
+
+def test_eight_writer_threads_then_eight_reader_threads(mcluster):
+    prod, cons = mcluster[0], mcluster[1]
+    size = (2 << 20) + 3
+    d = "threads"
+    os.makedirs(prod.path(d), exist_ok=True)
+    reader = subprocess.Popen([os.path.join(BIN, "wrap_mt_reader"), cons.path(d), str(size)], env=wenv(cons),
+                              stderr=subprocess.PIPE, text=True)
+    time.sleep(0.2)
+    run([os.path.join(BIN, "wrap_mt_writer"), "many", prod.path(d), str(size)], wenv(prod))
+    _, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, err
+
+
+def test_one_file_written_by_eight_threads_is_published_once(mcluster):
+    prod, cons = mcluster[0], mcluster[1]
+    before = prod.status()["counters"]
+    p = prod.path("onefile.bin")
+    run([os.path.join(BIN, "wrap_mt_writer"), "one", p, str(8 << 20)], wenv(prod))
+    st = json.loads(cons.dyad("--json", "stat", cons.path("onefile.bin")).stdout)
+    assert st["generation"] == 1 and st["size"] == 8 << 20
+    run(["cat", cons.path("onefile.bin")], wenv(cons))
+    assert sha(cons.path("onefile.bin")) == sha(p)
+
+
+def test_dup_publishes_at_last_close(mcluster):
+    prod, cons = mcluster[0], mcluster[1]
+    p = prod.path("dup.txt")
+    proc = subprocess.Popen([os.path.join(BIN, "wrap_dup_close"), p], env=wenv(prod),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ONE-CLOSED"
+    assert cons.dyad("stat", cons.path("dup.txt"), check=False).returncode == 2  # not yet
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().strip() == "TWO-CLOSED"
+    assert cons.dyad("stat", cons.path("dup.txt"), check=False).returncode == 2  # still one open
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    assert proc.wait(timeout=30) == 0
+    st = json.loads(cons.dyad("--json", "stat", cons.path("dup.txt")).stdout)
+    assert st["size"] == len("first\nsecond\n") and st["generation"] == 1
+
+
+def test_rdwr_write_is_published_and_read_only_is_not(mcluster):
+    prod, cons = mcluster[0], mcluster[1]
+    code = ("import os, sys\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644); os.write(fd, b'rdwr'); os.close(fd)\n"
+            "open(sys.argv[2], 'rb').read()\n")
+    harness.write_file(prod.path("readonly.bin"), 100)
+    # Only a producer directory for this process, so reading is not consuming.
+    env = wenv(prod)
+    del env["DYAD_PATH_CONSUMER"]
+    run([PY, "-c", code, prod.path("rdwr.bin"), prod.path("readonly.bin")], env)
+    assert json.loads(cons.dyad("--json", "stat", cons.path("rdwr.bin")).stdout)["size"] == 4
+    assert cons.dyad("stat", cons.path("readonly.bin"), check=False).returncode == 2
+
+
+def test_unmanaged_files_untouched_even_without_a_service(tmp_path):
+    a, b = tmp_path / "a.bin", tmp_path / "b.bin"
+    harness.write_file(str(a), 1 << 20)
+    managed = tmp_path / "managed"
+    managed.mkdir()
+    env = dict(os.environ, LD_PRELOAD=WRAPPER, DYAD_PATH_PRODUCER=str(managed), DYAD_PATH_CONSUMER=str(managed),
+               DYAD_SERVICE_URI="tcp://127.0.0.1:1")
+    p = subprocess.run(["cp", str(a), str(b)], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stderr == ""
+    assert sha(str(a)) == sha(str(b))
+    p = subprocess.run(["sha256sum", str(b)], env=env, capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stderr == ""
+
+
+def test_failed_consume_fails_open_with_errno_and_message(mcluster):
+    cons = mcluster[1]
+    t0 = time.monotonic()
+    p = subprocess.run(["cat", cons.path("never.bin")], env=wenv(cons, DYAD_WAIT_TIMEOUT=1),
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1
+    assert "Connection timed out" in p.stderr and "never.bin" in p.stderr and "DYAD_WAIT_TIMEOUT" in p.stderr
+    assert time.monotonic() - t0 < 5
+    code = ("import errno, sys\n"
+            "try:\n open(sys.argv[1]).read()\nexcept OSError as e:\n print(errno.errorcode[e.errno])\n")
+    p = subprocess.run([PY, "-c", code, cons.path("never2.bin")], env=wenv(cons, DYAD_WAIT_TIMEOUT=0.5),
+                       capture_output=True, text=True, timeout=30)
+    assert p.stdout.strip() == "ETIMEDOUT"
+
+
+def test_sync_check_sets_sync_health(mcluster):
+    prod = mcluster[0]
+    code = ("import ctypes, sys\n"
+            "libc = ctypes.CDLL(None); libc.getenv.restype = ctypes.c_char_p\n"
+            "f = open(sys.argv[1], 'w'); f.write('x'); f.close()\n"
+            "print((libc.getenv(b'DYAD_SYNC_HEALTH') or b'').decode())\n")
+    p = run([PY, "-c", code, prod.path("health.txt")], wenv(prod, DYAD_SYNC_CHECK=1))
+    assert p.stdout.decode().strip() == "ok"
+
+
+def test_directories_and_probes_pass_through(mcluster):
+    cons = mcluster[1]
+    os.makedirs(cons.path("adir/sub"), exist_ok=True)
+    p = subprocess.run(["ls", cons.path("adir")], env=wenv(cons, DYAD_WAIT_TIMEOUT=1), capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0 and "sub" in p.stdout
