@@ -49,7 +49,12 @@ def produce_python(node, src, path):
     run([PY, "-c", code, src, path], wenv(node))
 
 
-PRODUCERS = {"cp": produce_cp, "dd": produce_dd, "python": produce_python}
+def produce_c_threads(node, src, path):
+    # 8 threads pwrite disjoint parts of one file (content from pattern.h).
+    run([os.path.join(BIN, "wrap_mt_writer"), "one", path, str(os.path.getsize(src))], wenv(node))
+
+
+PRODUCERS = {"cp": produce_cp, "dd": produce_dd, "python": produce_python, "c8threads": produce_c_threads}
 
 # Consumers read `path` on node1 and return the bytes they saw.
 CONSUMERS = {
@@ -84,14 +89,16 @@ def test_tool_pairs(mcluster, tmp_path, producer, consumer):
     PRODUCERS[producer](prod, src, prod.path(name))
     out, err = reader.communicate(timeout=120)
     assert reader.returncode == 0, err
-    data = open(src, "rb").read()
+    data = open(prod.path(name), "rb").read()
+    if producer != "c8threads":
+        assert data == open(src, "rb").read()
     if consumer == "sha256sum":
         assert out.split()[0].decode() == hashlib.sha256(data).hexdigest()
     elif consumer == "head":
         assert out == data[:100000]
     else:
         assert out == data
-    assert sha(cons.path(name)) == sha(src)
+    assert sha(cons.path(name)) == sha(prod.path(name))
 
 
 def test_eight_writer_threads_then_eight_reader_threads(mcluster):
