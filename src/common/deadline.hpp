@@ -11,6 +11,9 @@ class Deadline {
     using clock = std::chrono::steady_clock;
     static Deadline never() { return Deadline(); }
     static Deadline after(double seconds) {
+        // Beyond ~30 years is "never" for us, and converting more would
+        // overflow the clock's representation.
+        if (!(seconds < 1e9)) return never();
         Deadline d;
         d.infinite_ = false;
         d.tp_ = clock::now() + std::chrono::duration_cast<clock::duration>(

@@ -140,7 +140,7 @@ Result<UniqueFd> open_beneath(int dirfd, const std::string& upath, int flags, mo
     for (;;) {
         long fd = syscall(SYS_openat2, dirfd, upath.c_str(), &how, sizeof how);
         if (fd >= 0) return UniqueFd(static_cast<int>(fd));
-        if (errno == EINTR || errno == EAGAIN) continue;
+        if (errno == EINTR) continue;
         if (errno != ENOSYS) return Status::sys("open '" + upath + "'");
         break;
     }

@@ -1,6 +1,7 @@
 // FLUX_RPC / STREAM backend: file bytes travel as response frames of the
 // fetch RPC, in bounded chunks, with reads pipelined ahead of socket writes
 // (at most kStreamDepth chunks in memory per transfer).
+#include <algorithm>
 #include <cerrno>
 #include <deque>
 #include <unistd.h>
@@ -86,7 +87,7 @@ class StreamTransfer : public std::enable_shared_from_this<StreamTransfer> {
 
     void on_read(int idx, size_t n, Status st) {
         reading_ = false;
-        if (finished_) return;
+        if (finished_) return report();  // a failure waited for this read
         if (!st) return fail(st);
         ++writes_;
         auto self = shared_from_this();
@@ -110,8 +111,9 @@ class StreamTransfer : public std::enable_shared_from_this<StreamTransfer> {
     // file's shared lock) forever: no progress for idle_timeout_s ends it.
     void arm_watchdog() {
         if (finished_) return;
+        double s = std::min(job_->idle_timeout_s, 1e9);  // no overflow for huge values
         watchdog_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(job_->idle_timeout_s)));
+            std::chrono::duration<double>(s)));
         std::weak_ptr<StreamTransfer> weak = shared_from_this();
         watchdog_->async_wait([weak](asio::error_code ec) {
             auto self = weak.lock();
@@ -133,10 +135,18 @@ class StreamTransfer : public std::enable_shared_from_this<StreamTransfer> {
 
     void finish(Status st) {
         finished_ = true;
+        result_ = std::move(st);
         if (watchdog_) watchdog_->cancel();
+        report();
+    }
+
+    // Completion is reported only when no read is running on a file thread:
+    // the caller closes the file when told.
+    void report() {
+        if (reading_ || !done_) return;
         auto done = std::move(done_);
         done_ = nullptr;
-        if (done) done(std::move(st), sent_, st.is_ok() ? hash_.hex() : std::string());
+        done(result_, sent_, result_.is_ok() ? hash_.hex() : std::string());
     }
 
     std::shared_ptr<FetchJob> job_;
@@ -148,6 +158,7 @@ class StreamTransfer : public std::enable_shared_from_this<StreamTransfer> {
     uint64_t sent_ = 0;
     int writes_ = 0;
     bool reading_ = false;
+    Status result_;
     bool finished_ = false;
     bool first_ = false;
     Xxh3 hash_;

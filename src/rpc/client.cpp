@@ -204,7 +204,7 @@ Result<Frame> Connection::read_frame(Deadline deadline) {
         std::string meta(f.header.meta_len, '\0');
         s = read_exact(meta.data(), meta.size(), deadline);
         if (!s) return s;
-        f.meta = nlohmann::json::parse(meta, nullptr, false);
+        f.meta = parse_meta(meta);
         if (f.meta.is_discarded()) {
             broken_ = true;
             return Status(DYAD_RC_BADUNPACK, "malformed JSON in frame from " + uri_, EPROTO);

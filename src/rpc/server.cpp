@@ -1,5 +1,6 @@
 #include "server.hpp"
 
+#include <algorithm>
 #include <array>
 #include <deque>
 #include <sys/stat.h>
@@ -9,12 +10,26 @@
 
 namespace dyad::rpc {
 
+constexpr auto kHelloTimeout = std::chrono::seconds(10);
+constexpr size_t kMaxActive = 256;             // requests in progress per connection
+constexpr size_t kMaxQueuedBytes = 16u << 20;  // answer bytes waiting per connection
+constexpr int kMaxSessions = 4096;
+
 class Session : public std::enable_shared_from_this<Session> {
   public:
     Session(Server& srv, asio::io_context& io, asio::generic::stream_protocol::socket s)
-        : server_(srv), io_(io), sock_(std::move(s)) {}
+        : server_(srv), io_(io), sock_(std::move(s)), hello_timer_(io) {}
 
-    void start() { read_header(); }
+    void start() {
+        // A peer gets kHelloTimeout to say hello; then it is dropped.
+        std::weak_ptr<Session> weak = shared_from_this();
+        hello_timer_.expires_after(kHelloTimeout);
+        hello_timer_.async_wait([weak](asio::error_code ec) {
+            auto self = weak.lock();
+            if (!ec && self && !self->hello_done_) self->close();
+        });
+        read_header();
+    }
 
     void send(Header h, std::string meta, asio::const_buffer data, Request::WriteDone cb) {
         if (closed_) {
@@ -28,11 +43,15 @@ class Session : public std::enable_shared_from_this<Session> {
         o.meta = std::move(meta);
         o.data = data;
         o.cb = std::move(cb);
+        queued_bytes_ += o.meta.size() + kHeaderSize;
         q_.push_back(std::move(o));
         if (!writing_) write_next();
     }
 
-    void request_finished(uint32_t tag) { active_.erase(tag); }
+    void request_finished(uint32_t tag) {
+        active_.erase(tag);
+        maybe_resume();
+    }
 
     void close() {
         if (closed_) return;
@@ -40,6 +59,7 @@ class Session : public std::enable_shared_from_this<Session> {
         asio::error_code ec;
         sock_.shutdown(asio::socket_base::shutdown_both, ec);
         sock_.close(ec);
+        hello_timer_.cancel();
         auto active = std::move(active_);
         active_.clear();
         for (auto& [tag, r] : active) r->cancel(ECONNRESET);
@@ -76,15 +96,35 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     void read_body() {
+        // Clients send no raw data (hello, request and cancel carry JSON only):
+        // refusing it up front keeps a bare header from reserving 64 MiB.
+        if (h_.data_len != 0) {
+            protocol_error(h_.tag, "client frames carry no data");
+            return;
+        }
         meta_.resize(h_.meta_len);
-        data_.resize(h_.data_len);
         auto self = shared_from_this();
-        std::array<asio::mutable_buffer, 2> bufs = {asio::buffer(meta_), asio::buffer(data_)};
-        asio::async_read(sock_, bufs, [self](asio::error_code ec, size_t) {
+        asio::async_read(sock_, asio::buffer(meta_), [self](asio::error_code ec, size_t) {
             if (ec) return self->close();
             if (!self->handle_frame()) return;
+            if (self->overloaded()) {
+                self->paused_ = true;  // resume when answers drain
+                return;
+            }
             self->read_header();
         });
+    }
+
+    // Backpressure: a peer that keeps asking without reading the answers stops
+    // being read once it has too many requests or too many queued bytes.
+    bool overloaded() const {
+        return active_.size() >= kMaxActive || queued_bytes_ >= kMaxQueuedBytes;
+    }
+    void maybe_resume() {
+        if (paused_ && !closed_ && !overloaded()) {
+            paused_ = false;
+            read_header();
+        }
     }
 
     void protocol_error(uint32_t tag, const std::string& msg) {
@@ -99,8 +139,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
     // Returns false when the session must stop reading.
     bool handle_frame() {
-        nlohmann::json meta =
-            meta_.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(meta_, nullptr, false);
+        nlohmann::json meta = meta_.empty() ? nlohmann::json(nullptr) : parse_meta(meta_);
+        meta_.clear();
+        meta_.shrink_to_fit();
         if (meta.is_discarded()) {
             protocol_error(h_.tag, "malformed JSON in frame");
             return false;
@@ -111,7 +152,8 @@ class Session : public std::enable_shared_from_this<Session> {
                 return false;
             }
             hello_done_ = true;
-            peer_ = meta;
+            peer_ = std::move(meta);
+            hello_timer_.cancel();
             Header r;
             r.type = Type::hello;
             send(r, server_.hello_info().dump(), {}, {});
@@ -124,7 +166,7 @@ class Session : public std::enable_shared_from_this<Session> {
                     return false;
                 }
                 if (active_.count(h_.tag)) {
-                    protocol_error(h_.tag, "tag already in use");
+                    protocol_error(0, "tag " + std::to_string(h_.tag) + " already in use");
                     return false;
                 }
                 auto r = std::make_shared<Request>(weak_from_this(), io_, h_.tag, std::move(meta));
@@ -158,6 +200,7 @@ class Session : public std::enable_shared_from_this<Session> {
         asio::async_write(sock_, bufs, [self](asio::error_code ec, size_t) {
             Out done = std::move(self->q_.front());
             self->q_.pop_front();
+            self->queued_bytes_ -= done.meta.size() + kHeaderSize;
             if (done.cb) done.cb(!ec);
             if (ec) {
                 self->close();
@@ -172,6 +215,7 @@ class Session : public std::enable_shared_from_this<Session> {
                 self->write_next();
             else
                 self->writing_ = false;
+            self->maybe_resume();
         });
     }
 
@@ -181,7 +225,9 @@ class Session : public std::enable_shared_from_this<Session> {
     std::array<uint8_t, kHeaderSize> hdr_{};
     Header h_;
     std::string meta_;
-    std::vector<char> data_;
+    asio::steady_timer hello_timer_;
+    size_t queued_bytes_ = 0;
+    bool paused_ = false;
     bool hello_done_ = false;
     bool closed_ = false;
     bool writing_ = false;
@@ -293,6 +339,7 @@ void Request::arm_deadline() {
     auto it = args_.find("timeout_ms");
     if (it != args_.end() && it->is_number_integer()) ms = it->get<int64_t>();
     if (ms <= 0) return;
+    ms = std::min<int64_t>(ms, int64_t{1000} * 1000 * 1000 * 1000);  // ~30 years
     timer_ = std::make_unique<asio::steady_timer>(io_, std::chrono::milliseconds(ms));
     std::weak_ptr<Request> weak = shared_from_this();
     timer_->async_wait([weak](asio::error_code ec) {
@@ -311,7 +358,7 @@ void Request::close_connection() {
 // ---- Server ----
 
 Server::Server(asio::io_context& io, nlohmann::json hello_info)
-    : io_(io), hello_info_(std::move(hello_info)) {}
+    : io_(io), hello_info_(std::move(hello_info)), retry_tcp_(io), retry_unix_(io) {}
 
 Server::~Server() {
     stop();
@@ -379,7 +426,13 @@ void Server::accept_tcp() {
         } else if (ec == asio::error::operation_aborted) {
             return;
         } else {
-            DYAD_WARN("rpc", "accept failed: %s", ec.message().c_str());
+            // Out of fds (EMFILE) and the like: back off instead of spinning.
+            DYAD_WARN("rpc", "accept failed: %s; retrying in 100 ms", ec.message().c_str());
+            retry_tcp_.expires_after(std::chrono::milliseconds(100));
+            retry_tcp_.async_wait([this](asio::error_code e) {
+                if (!e && !stopped_) accept_tcp();
+            });
+            return;
         }
         accept_tcp();
     });
@@ -393,13 +446,23 @@ void Server::accept_unix() {
         } else if (ec == asio::error::operation_aborted) {
             return;
         } else {
-            DYAD_WARN("rpc", "accept failed: %s", ec.message().c_str());
+            // Out of fds (EMFILE) and the like: back off instead of spinning.
+            DYAD_WARN("rpc", "accept failed: %s; retrying in 100 ms", ec.message().c_str());
+            retry_unix_.expires_after(std::chrono::milliseconds(100));
+            retry_unix_.async_wait([this](asio::error_code e) {
+                if (!e && !stopped_) accept_unix();
+            });
+            return;
         }
         accept_unix();
     });
 }
 
 void Server::start_session(asio::generic::stream_protocol::socket sock) {
+    if (sessions_.size() >= static_cast<size_t>(kMaxSessions)) {
+        DYAD_WARN("rpc", "refusing a connection: %d connections already", kMaxSessions);
+        return;  // the socket closes here
+    }
     auto s = std::make_shared<Session>(*this, io_, std::move(sock));
     sessions_[s.get()] = s;
     s->start();
@@ -429,6 +492,8 @@ void Server::stop() {
     if (stopped_) return;
     stopped_ = true;
     asio::error_code ec;
+    retry_tcp_.cancel();
+    retry_unix_.cancel();
     if (tcp_) tcp_->close(ec);
     if (unix_) {
         unix_->close(ec);

@@ -108,6 +108,8 @@ class Server {
     std::string unix_path_;
     std::unordered_map<std::string, Handler> handlers_;
     std::unordered_map<Session*, std::weak_ptr<Session>> sessions_;
+    asio::steady_timer retry_tcp_;
+    asio::steady_timer retry_unix_;
     bool stopped_ = false;
 };
 

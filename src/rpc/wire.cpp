@@ -75,6 +75,29 @@ const char* type_name(Type t) {
     return "?";
 }
 
+nlohmann::json parse_meta(const std::string& text) {
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (char c : text) {
+        if (in_string) {
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
+            continue;
+        }
+        if (c == '"')
+            in_string = true;
+        else if (c == '[' || c == '{') {
+            if (++depth > kMaxJsonDepth) return nlohmann::json(nlohmann::json::value_t::discarded);
+        } else if (c == ']' || c == '}')
+            --depth;
+    }
+    return nlohmann::json::parse(text, nullptr, false);
+}
+
 std::string Uri::str() const {
     return is_unix ? "unix:" + path : "tcp://" + host + ":" + std::to_string(port);
 }

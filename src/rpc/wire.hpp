@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.hpp"
 
 namespace dyad::rpc {
@@ -39,6 +41,12 @@ void encode_header(const Header& h, uint8_t out[kHeaderSize]);
 // Checks magic, version, type and lengths; a bad header is EPROTO.
 Status decode_header(const uint8_t in[kHeaderSize], Header* h);
 const char* type_name(Type t);
+
+// Parses a frame's JSON meta, refusing nesting deeper than kMaxJsonDepth
+// (deep nesting would overflow the stack when the value is copied).
+// Returns a discarded value on any error.
+constexpr int kMaxJsonDepth = 32;
+nlohmann::json parse_meta(const std::string& text);
 
 // Parsed service address: "tcp://HOST:PORT" or "unix:PATH".
 struct Uri {

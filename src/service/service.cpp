@@ -1,6 +1,8 @@
 #include "service.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -205,70 +207,111 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
 
     // Open, check and lock on a file thread: never block the loop on disk.
     asio::post(file_pool_, [this, r, transport, up = upath.value()] {
+        if (r->finished()) return;  // consumer gone before we started
         auto job = std::make_shared<dtl::FetchJob>();
         job->req = r;
         job->upath = up;
         job->transport_args = r->args();
         job->file_pool = &file_pool_;
         job->idle_timeout_s = opts_.send_timeout;
-        Status st;
-        auto fd = open_beneath(prod_fd_.get(), up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-        if (!fd) {
-            int e = fd.status().err();
-            if (e == ENOENT)
-                st = Status(DYAD_RC_BADFIO,
-                            "no file '" + up + "' in producer directory " + prod_dir_, ENOENT);
-            else if (e == EXDEV || e == ELOOP)
-                st = Status(
-                    DYAD_RC_BADFIO,
-                    "'" + up + "' resolves outside producer directory " + prod_dir_ + ": refused",
-                    EACCES);
-            else if (e == EACCES || e == EPERM)
-                st = Status(DYAD_RC_BADFIO, "service may not read '" + up + "' in " + prod_dir_,
-                            EACCES);
-            else
-                st = fd.status();
-        } else {
-            struct stat sb;
-            if (::fstat(fd->get(), &sb) != 0) {
-                st = Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
-            } else if (S_ISDIR(sb.st_mode)) {
-                st = Status(DYAD_RC_BADFIO, "'" + up + "' is a directory, not a file", EISDIR);
-            } else if (!S_ISREG(sb.st_mode)) {
-                st = Status(DYAD_RC_BADFIO, "'" + up + "' is not a regular file", EINVAL);
-            } else {
-                // Shared lock for the whole transfer: a producer that rewrites
-                // the file under an exclusive lock waits until we are done.
-                struct flock fl = {};
-                fl.l_type = F_RDLCK;
-                fl.l_whence = SEEK_SET;
-                int lr;
-                while ((lr = ::fcntl(fd->get(), F_OFD_SETLKW, &fl)) != 0 && errno == EINTR) {
-                }
-                if (lr != 0)
-                    st = Status(DYAD_RC_BADFIO, "cannot take a shared lock on '" + up + "'", errno);
-                int fl_flags = ::fcntl(fd->get(), F_GETFL);
-                ::fcntl(fd->get(), F_SETFL, fl_flags & ~O_NONBLOCK);
-                if (::fstat(fd->get(), &sb) != 0) sb.st_size = 0;
-                job->size = static_cast<uint64_t>(sb.st_size);
-                job->fd = std::move(fd.value());
-            }
+        Status st = open_served_file(up, job.get());
+        if (!st) {
+            asio::post(io_, [this, r, transport, st] { fail(r, transport, st); });
+            return;
         }
-        asio::post(io_, [this, r, transport, job, st] {
-            if (!st) return fail(r, transport, st);
-            if (r->finished()) return;  // cancelled meanwhile
-            senders_[transport]->send(
-                job, [this, r, transport, job](Status s, uint64_t bytes, std::string xxh) {
-                    auto& c = per_transport_[transport];
-                    c.bytes_sent += bytes;
-                    total_.bytes_sent += bytes;
-                    if (!s) return fail(r, transport, s);
-                    c.served++;
-                    total_.served++;
-                    r->end({{"size", job->size}, {"xxh3", xxh}});
-                });
-        });
+        try_lock(r, transport, job, 0);
     });
+}
+
+Status Service::open_served_file(const std::string& up, dtl::FetchJob* job) {
+    auto fd = open_beneath(prod_fd_.get(), up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (!fd) {
+        int e = fd.status().err();
+        if (e == ENOENT)
+            return Status(DYAD_RC_BADFIO, "no file '" + up + "' in producer directory " + prod_dir_,
+                          ENOENT);
+        if (e == EXDEV || e == ELOOP)
+            return Status(
+                DYAD_RC_BADFIO,
+                "'" + up + "' resolves outside producer directory " + prod_dir_ + ": refused",
+                EACCES);
+        if (e == EACCES || e == EPERM)
+            return Status(DYAD_RC_BADFIO, "service may not read '" + up + "' in " + prod_dir_,
+                          EACCES);
+        return fd.status();
+    }
+    struct stat sb;
+    if (::fstat(fd->get(), &sb) != 0)
+        return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
+    if (S_ISDIR(sb.st_mode))
+        return Status(DYAD_RC_BADFIO, "'" + up + "' is a directory, not a file", EISDIR);
+    if (!S_ISREG(sb.st_mode))
+        return Status(DYAD_RC_BADFIO, "'" + up + "' is not a regular file", EINVAL);
+    int fl_flags = ::fcntl(fd->get(), F_GETFL);
+    ::fcntl(fd->get(), F_SETFL, fl_flags & ~O_NONBLOCK);
+    job->fd = std::move(fd.value());
+    return Status::ok();
+}
+
+// Runs on a file thread. A shared OFD lock is held for the whole transfer, so
+// a producer that rewrites the file under an exclusive lock waits for us and
+// we never serve a half-rewritten file. The attempt does not block: while the
+// producer holds its lock we retry from a loop timer (1 ms doubling to 50 ms),
+// so waiting fetches hold no thread and end as soon as their consumer goes.
+void Service::try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
+                       std::shared_ptr<dtl::FetchJob> job, int attempt) {
+    if (r->finished()) return release_fd(job);
+    struct flock fl = {};
+    fl.l_type = F_RDLCK;
+    fl.l_whence = SEEK_SET;
+    int lr;
+    while ((lr = ::fcntl(job->fd.get(), F_OFD_SETLK, &fl)) != 0 && errno == EINTR) {
+    }
+    int err = lr == 0 ? 0 : errno;
+    if (err == EAGAIN || err == EACCES) {
+        auto timer = std::make_shared<asio::steady_timer>(io_);
+        timer->expires_after(std::chrono::milliseconds(std::min(50, 1 << std::min(attempt, 6))));
+        timer->async_wait([this, r, transport, job, attempt, timer](asio::error_code ec) {
+            if (ec) return;
+            asio::post(file_pool_, [this, r, transport, job, attempt] {
+                try_lock(r, transport, job, attempt + 1);
+            });
+        });
+        return;
+    }
+    if (err != 0 && err != ENOLCK && err != ENOSYS && err != EOPNOTSUPP && err != EINVAL) {
+        Status st(DYAD_RC_BADFIO, "cannot take a shared lock on '" + job->upath + "'", err);
+        asio::post(io_, [this, r, transport, st] { fail(r, transport, st); });
+        return release_fd(job);
+    }
+    if (err != 0 && !warned_no_locks_.exchange(true))
+        DYAD_WARN(kSub,
+                  "the producer directory's filesystem has no OFD locks (%s): serving without them",
+                  std::strerror(err));
+    struct stat sb;
+    job->size = ::fstat(job->fd.get(), &sb) == 0 ? static_cast<uint64_t>(sb.st_size) : 0;
+    asio::post(io_, [this, r, transport, job] {
+        if (r->finished()) return release_fd(job);  // cancelled meanwhile
+        senders_[transport]->send(
+            job, [this, r, transport, job](Status s, uint64_t bytes, std::string xxh) {
+                auto& c = per_transport_[transport];
+                c.bytes_sent += bytes;
+                total_.bytes_sent += bytes;
+                release_fd(job);
+                if (!s) return fail(r, transport, s);
+                c.served++;
+                total_.served++;
+                r->end({{"size", job->size}, {"xxh3", xxh}});
+            });
+    });
+}
+
+// Closing the file drops its lock, which on a network filesystem is a
+// round trip: do it on a file thread, never on the loop.
+void Service::release_fd(const std::shared_ptr<dtl::FetchJob>& job) {
+    if (!job->fd.valid()) return;
+    auto fd = std::make_shared<UniqueFd>(std::move(job->fd));
+    asio::post(file_pool_, [fd] { fd->reset(); });
 }
 
 nlohmann::json Service::status_json() const {

@@ -60,6 +60,10 @@ class Service {
 
     void on_fetch(std::shared_ptr<rpc::Request> r);
     void on_status(std::shared_ptr<rpc::Request> r);
+    Status open_served_file(const std::string& upath, dtl::FetchJob* job);
+    void try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
+                  std::shared_ptr<dtl::FetchJob> job, int attempt);
+    void release_fd(const std::shared_ptr<dtl::FetchJob>& job);
     nlohmann::json identity() const;
     nlohmann::json status_json() const;
     void fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
@@ -78,6 +82,7 @@ class Service {
     std::map<std::string, Counters> per_transport_;
     Counters total_;
     uint64_t rejected_ = 0;
+    std::atomic<bool> warned_no_locks_{false};
     std::chrono::steady_clock::time_point started_;
     std::optional<asio::signal_set> signals_;
 };

@@ -174,3 +174,78 @@ def test_consumer_that_stops_reading_is_dropped(cluster):
     assert errors == 1
     assert prod.status()["connections"] == 1  # only the status query itself
     stalled.close()
+
+
+def test_deeply_nested_json_is_refused_not_fatal(cluster):
+    import socket
+    import struct as st
+    prod = cluster[0]
+    for typ in (1, 2):  # as a hello, then as a request after a proper hello
+        s = socket.create_connection((prod.host, prod.port))
+        if typ == 2:
+            m = b'{"version": 1}'
+            s.sendall(st.pack("<IHBBIiII", 0x44415944, 1, 1, 0, 0, 0, len(m), 0) + m)
+        meta = b"[" * 400000 + b"]" * 400000
+        s.sendall(st.pack("<IHBBIiII", 0x44415944, 1, typ, 0, 1, 0, len(meta), 0) + meta)
+        s.settimeout(5)
+        try:
+            while s.recv(65536):
+                pass
+        except OSError:
+            pass
+        s.close()
+    assert prod.proc.poll() is None
+    assert_still_serving(prod)
+
+
+def test_client_frames_with_data_are_refused(cluster):
+    prod = cluster[0]
+    r = Raw(prod.host, prod.port)
+    r.s.sendall(__import__("struct").pack("<IHBBIiII", 0x44415944, 1, 2, 0, 5, 0, 0, 64 << 20))
+    f = r.recv()
+    assert f["type"] == ERROR and "no data" in f["meta"]["msg"]
+    assert prod.proc.poll() is None
+    assert_still_serving(prod)
+
+
+def test_locked_file_waits_without_starving_other_transfers(cluster):
+    """A producer rewriting a file holds an exclusive lock: fetches of that file
+    wait (more of them than the service has file threads) while other files
+    keep flowing; when the lock goes, the waiting fetches complete."""
+    import fcntl
+    prod, cons = cluster[0], cluster[1]
+    harness.write_file(prod.path("locked.bin"), 1 << 20, seed=1)
+    harness.write_file(prod.path("free.bin"), 1 << 20, seed=2)
+    prod.dyad("produce", prod.path("free.bin"))
+    holder = open(prod.path("locked.bin"), "r+b")
+    fcntl.lockf(holder, fcntl.LOCK_EX)
+    waiting = []
+    for _ in range(8):  # the service has 4 file threads
+        r = Raw(prod.host, prod.port)
+        waiting.append((r, r.request("dyad.fetch", upath="locked.bin", transport="FLUX_RPC")))
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    p = cons.dyad("consume", cons.path("free.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 10})
+    assert p.returncode == 0 and time.monotonic() - t0 < 3
+    fcntl.lockf(holder, fcntl.LOCK_UN)
+    holder.close()
+    for r, tag in waiting:
+        f, data = r.collect(tag)
+        assert f["type"] == END and len(data) == 1 << 20
+        r.close()
+
+
+def test_sigterm_with_fetches_waiting_on_a_lock(cluster):
+    import fcntl
+    prod = cluster[0]
+    harness.write_file(prod.path("locked.bin"), 1000)
+    holder = open(prod.path("locked.bin"), "r+b")
+    fcntl.lockf(holder, fcntl.LOCK_EX)
+    rs = [Raw(prod.host, prod.port) for _ in range(6)]
+    for r in rs:
+        r.request("dyad.fetch", upath="locked.bin", transport="FLUX_RPC")
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    assert prod.stop(signal.SIGTERM, timeout=10) == 0
+    assert time.monotonic() - t0 < 5
+    holder.close()
