@@ -66,6 +66,7 @@ dyad_rc_t guarded(F&& f) {
 // A forked child (DataLoader workers, multiprocessing) must not share the
 // parent's sockets.
 void after_fork_child() {
+    new (&g_mu) std::mutex();  // a parent thread may have held it at fork time
     if (g_ctx && g_ctx->client) g_ctx->client->reset_after_fork();
 }
 

@@ -1,12 +1,14 @@
 #include "client.hpp"
 
 #include <cerrno>
+#include <new>
 #include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "common/checksum.hpp"
@@ -19,6 +21,14 @@ namespace {
 constexpr const char* kSub = "client";
 constexpr double kControlTimeout = 30.0;  // connect, put, status
 constexpr uint64_t kLockStripes = 256;    // lock files per consumer directory
+constexpr const char* kStampAttr = "user.dyad";
+
+// Identity of an installed copy: which produce (owner, generation, mtime) and
+// how many bytes were installed.
+std::string stamp(const Record& rec, uint64_t installed_size) {
+    return rec.owner + " " + std::to_string(rec.generation) + " " + std::to_string(rec.mtime_ns) +
+           " " + std::to_string(installed_size);
+}
 
 std::string seconds_text(std::optional<double> s) {
     if (!s) return "inf";
@@ -148,7 +158,11 @@ std::string Client::key_of(const std::string& upath) const {
 }
 
 void Client::reset_after_fork() {
-    // Sockets shared with the parent must not carry the child's requests.
+    // Another thread of the parent may have held the lock at fork time; in
+    // the child that thread does not exist, so start from a fresh mutex.
+    new (&mu_) std::mutex();
+    // Sockets shared with the parent must not carry the child's requests:
+    // the old pool closes the child's copies (its destructor takes no lock).
     pool_ = std::make_shared<rpc::ConnectionPool>();
     store_.reset();
     svc_.reset();
@@ -323,8 +337,15 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
     std::string target = cons_.join(up.value());
     auto present = [&] {
         struct stat st;
-        return ::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-               static_cast<uint64_t>(st.st_size) == rec.size &&
+        if (::stat(target.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+        char buf[512];
+        ssize_t n = ::getxattr(target.c_str(), kStampAttr, buf, sizeof buf - 1);
+        if (n >= 0)
+            return std::string(buf, static_cast<size_t>(n)) ==
+                   stamp(rec, static_cast<uint64_t>(st.st_size));
+        // No stamp (filesystem without user xattrs, or a file DYAD did not
+        // install): fall back to size and mtime, as rsync's quick check does.
+        return static_cast<uint64_t>(st.st_size) == rec.size &&
                static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec ==
                    rec.mtime_ns;
     };
@@ -444,6 +465,12 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
         ts[0].tv_nsec = ts[1].tv_nsec = rec.mtime_ns % 1000000000LL;
         ::futimens(fd.get(), ts);
     }
+    // The stamp says which produce this copy is; set before the rename so the
+    // file and its stamp appear together.
+    std::string st_value = stamp(rec, sink.bytes());
+    if (::fsetxattr(fd.get(), kStampAttr, st_value.data(), st_value.size(), 0) != 0 &&
+        errno != ENOTSUP && errno != EOPNOTSUPP)
+        DYAD_DEBUG(kSub, "cannot stamp '%s': %s", tmp_path.c_str(), std::strerror(errno));
     if (::rename(tmp_path.c_str(), target.c_str()) != 0)
         return Status(DYAD_RC_BADFIO, "cannot move '" + upath + "' into place at " + target, errno);
     cleanup.keep = true;

@@ -129,8 +129,21 @@ bool InterceptPolicy::under(const std::string& dir, const char* abs) {
 bool InterceptPolicy::under_producer(const char* abs) const {
     return under(prod_, abs) || (prod_canon_ != prod_ && under(prod_canon_, abs));
 }
+// DYAD's own files in a consumer directory (<dir>/.dyad/..., temporary
+// ".<name>.dyad-XXXXXX" files) are never consumed.
+static bool is_dyad_internal(const char* abs, size_t dir_len) {
+    const char* rel = abs + dir_len + 1;
+    if (std::strncmp(rel, ".dyad/", 6) == 0) return true;
+    const char* base = std::strrchr(abs, '/') + 1;
+    const char* tag = base[0] == '.' ? std::strstr(base, ".dyad-") : nullptr;
+    return tag && std::strlen(tag) == 12;
+}
+
 bool InterceptPolicy::under_consumer(const char* abs) const {
-    return under(cons_, abs) || (cons_canon_ != cons_ && under(cons_canon_, abs));
+    if (under(cons_, abs)) return !is_dyad_internal(abs, cons_.size());
+    if (cons_canon_ != cons_ && under(cons_canon_, abs))
+        return !is_dyad_internal(abs, cons_canon_.size());
+    return false;
 }
 
 bool InterceptPolicy::should_consume(int oflag) {

@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <memory>
+#include <mutex>
 #include <pthread.h>
 #include <string>
 #include <sys/stat.h>
@@ -99,9 +100,13 @@ std::atomic<State*> g_state{nullptr};
 // A file opened for writing under the producer directory; shared by dups,
 // published when the last one closes.
 struct WriteEntry {
-    std::atomic<int> refs{1};
+    int refs = 1;     // guarded by g_table_mu
+    pid_t owner = 0;  // only the process that opened it publishes it
     std::string path;
 };
+// Guards reference counts and slot changes of managed entries. The
+// pass-through path never takes it: it only sees an empty slot.
+std::mutex g_table_mu;
 constexpr int kMaxFd = 1 << 16;
 std::atomic<WriteEntry*> g_fds[kMaxFd];
 
@@ -121,29 +126,45 @@ void publish(State* st, const std::string& path) {
     if (st->check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
 }
 
+// Drops one reference (the caller took it out of the table under the
+// mutex); the last one publishes, in the process that opened the file.
 void release(WriteEntry* e) {
     if (!e) return;
-    if (e->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    if (State* st = g_state.load(std::memory_order_acquire)) {
-        int saved = errno;
-        publish(st, e->path);
-        errno = saved;
+    {
+        std::lock_guard<std::mutex> lk(g_table_mu);
+        if (--e->refs != 0) return;
+    }
+    if (e->owner == getpid()) {
+        if (State* st = g_state.load(std::memory_order_acquire)) {
+            int saved = errno;
+            publish(st, e->path);
+            errno = saved;
+        }
     }
     delete e;
 }
 
 WriteEntry* take(int fd) {
     if (fd < 0 || fd >= kMaxFd) return nullptr;
-    if (!g_fds[fd].load(std::memory_order_relaxed)) return nullptr;
+    if (!g_fds[fd].load(std::memory_order_acquire)) return nullptr;  // pass-through: no lock
+    std::lock_guard<std::mutex> lk(g_table_mu);
     return g_fds[fd].exchange(nullptr, std::memory_order_acq_rel);
 }
 
+// fd `to` now refers to what `from` does (dup & co.); what `to` referred to
+// before was implicitly closed.
 void share(int from, int to) {
     if (from < 0 || from >= kMaxFd || to < 0 || to >= kMaxFd) return;
-    WriteEntry* e = g_fds[from].load(std::memory_order_acquire);
-    if (!e) return;
-    e->refs.fetch_add(1, std::memory_order_relaxed);
-    release(g_fds[to].exchange(e, std::memory_order_acq_rel));
+    if (!g_fds[from].load(std::memory_order_acquire) && !g_fds[to].load(std::memory_order_acquire))
+        return;
+    WriteEntry* old;
+    {
+        std::lock_guard<std::mutex> lk(g_table_mu);
+        WriteEntry* e = g_fds[from].load(std::memory_order_acquire);
+        if (e) ++e->refs;
+        old = g_fds[to].exchange(e, std::memory_order_acq_rel);
+    }
+    release(old);
 }
 
 // Before the real open: consume if needed. Returns false (errno set) when
@@ -178,7 +199,13 @@ void after_open(int fd, bool managed_write, const char* abs) {
     }
     auto* e = new WriteEntry();
     e->path = abs;
-    release(g_fds[fd].exchange(e, std::memory_order_acq_rel));
+    e->owner = getpid();
+    WriteEntry* old;
+    {
+        std::lock_guard<std::mutex> lk(g_table_mu);
+        old = g_fds[fd].exchange(e, std::memory_order_acq_rel);
+    }
+    release(old);
 }
 
 bool needs_mode(int oflag) {
@@ -304,18 +331,31 @@ __attribute__((visibility("default"))) FILE* fopen64(const char* path, const cha
 static FILE* do_freopen(const char* path, const char* mode, FILE* stream, freopen_fn call) {
     State* st = active();
     if (!st) return call(path, mode, stream);
-    WriteEntry* old = stream ? take(fileno(stream)) : nullptr;
+    int old_fd = stream ? fileno(stream) : -1;
+    if (!path) {
+        // Same file, new mode: the entry (if any) follows the stream.
+        WriteEntry* old = take(old_fd);
+        FILE* f = call(path, mode, stream);
+        if (old) {
+            if (f && dyad::client::intent_of_fmode(mode).write && fileno(f) >= 0 &&
+                fileno(f) < kMaxFd) {
+                WriteEntry* displaced;
+                {
+                    std::lock_guard<std::mutex> lk(g_table_mu);
+                    displaced = g_fds[fileno(f)].exchange(old);
+                }
+                release(displaced);
+            } else {
+                release(old);  // reopened read-only (or failed): its writing ended
+            }
+        }
+        return f;
+    }
     char abs[PATH_MAX];
     bool mw = false;
-    if (path && !before_open(st, AT_FDCWD, path, dyad::client::oflag_of_fmode(mode), abs, &mw)) {
-        int saved = errno;
-        if (old) {
-            // The stream stays open on its old file; keep tracking it.
-            g_fds[fileno(stream)].store(old);
-        }
-        errno = saved;
+    if (!before_open(st, AT_FDCWD, path, dyad::client::oflag_of_fmode(mode), abs, &mw))
         return nullptr;
-    }
+    WriteEntry* old = take(old_fd);
     FILE* f = call(path, mode, stream);
     release(old);
     if (f && mw) after_open(fileno(f), mw, abs);

@@ -145,3 +145,37 @@ def test_four_concurrent_consumers_on_four_files(cluster):
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         assert digest(cons.path(f"c{i}.bin")) == digest(prod.path(f"c{i}.bin"))
+
+
+def test_reproduce_with_same_size_and_mtime_is_refetched(cluster):
+    """A re-produce the size+mtime quick check cannot see (same size, mtime
+    kept as cp -p or tar do) still reaches the consumer: the installed copy
+    carries the owner and generation it came from."""
+    prod, cons = cluster[0], cluster[1]
+    p = prod.path("same.txt")
+    with open(p, "w") as f:
+        f.write("aaaa")
+    st = os.stat(p)
+    prod.dyad("produce", p)
+    cons.dyad("consume", cons.path("same.txt"))
+    assert open(cons.path("same.txt")).read() == "aaaa"
+    with open(p, "w") as f:
+        f.write("bbbb")
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    prod.dyad("produce", p)
+    r = json.loads(cons.dyad("--json", "consume", cons.path("same.txt")).stdout)
+    assert r["action"] == "fetched"
+    assert open(cons.path("same.txt")).read() == "bbbb"
+    assert json.loads(cons.dyad("--json", "consume", cons.path("same.txt")).stdout)["action"] == "present"
+
+
+def test_file_grown_after_produce_is_not_refetched_forever(cluster):
+    prod, cons = cluster[0], cluster[1]
+    p = prod.path("grown.txt")
+    with open(p, "w") as f:
+        f.write("1234")
+    prod.dyad("produce", p)
+    with open(p, "a") as f:
+        f.write("5678")  # changed after produce, not re-produced
+    assert json.loads(cons.dyad("--json", "consume", cons.path("grown.txt")).stdout)["action"] == "fetched"
+    assert json.loads(cons.dyad("--json", "consume", cons.path("grown.txt")).stdout)["action"] == "present"

@@ -202,3 +202,37 @@ def test_directories_and_probes_pass_through(mcluster):
     p = subprocess.run(["ls", cons.path("adir")], env=wenv(cons, DYAD_WAIT_TIMEOUT=1), capture_output=True,
                        text=True, timeout=30)
     assert p.returncode == 0 and "sub" in p.stdout
+
+
+def test_forked_child_closing_an_inherited_fd_does_not_publish(mcluster):
+    prod, cons = mcluster[0], mcluster[1]
+    code = ("import os, sys\n"
+            "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)\n"
+            "os.write(fd, b'half')\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n    os.close(fd)\n    os._exit(0)\n"
+            "os.waitpid(pid, 0)\n"
+            "print('CHILD-DONE', flush=True); sys.stdin.readline()\n"
+            "os.write(fd, b' and whole'); os.close(fd)\n")
+    p = subprocess.Popen([PY, "-c", code, prod.path("forked.txt")], env=wenv(prod), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "CHILD-DONE"
+    assert cons.dyad("stat", cons.path("forked.txt"), check=False).returncode == 2  # not published by the child
+    p.stdin.write("\n")
+    p.stdin.flush()
+    assert p.wait(timeout=30) == 0
+    run(["cat", cons.path("forked.txt")], wenv(cons))
+    assert open(cons.path("forked.txt")).read() == "half and whole"
+
+
+def test_dyad_internal_files_are_not_consumed(mcluster):
+    prod, cons = mcluster[0], mcluster[1]
+    harness.write_file(prod.path("int.bin"), 10)
+    prod.dyad("produce", prod.path("int.bin"))
+    cons.dyad("consume", cons.path("int.bin"))
+    locks = os.listdir(cons.path(".dyad/locks"))
+    assert locks
+    t0 = time.monotonic()
+    p = subprocess.run(["cat", cons.path(".dyad/locks/" + locks[0])], env=wenv(cons, DYAD_WAIT_TIMEOUT=5),
+                       capture_output=True, timeout=30)
+    assert p.returncode == 0 and time.monotonic() - t0 < 2

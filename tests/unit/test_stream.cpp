@@ -73,3 +73,33 @@ TEST_F(Stream, NamesOfDyad) {
     static_assert(std::is_base_of_v<std::fstream, dyad::fstream_dyad>);
     SUCCEED();
 }
+
+TEST_F(Stream, ProcessesWithoutARoleUsePlainStreams) {
+    auto p = (dir_ / "managed" / "mine.txt").string();
+    {
+        std::ofstream raw(p);
+        raw << "42";
+    }
+    // Producer only: reading is not consuming.
+    unsetenv("DYAD_PATH_CONSUMER");
+    dyad_finalize();
+    {
+        dyad::ifstream_dyad in(p);
+        int v = 0;
+        in >> v;
+        EXPECT_EQ(v, 42) << in.dyad_error();
+    }
+    // No DYAD at all: both directions are plain streams.
+    unsetenv("DYAD_PATH_PRODUCER");
+    dyad_finalize();
+    {
+        dyad::ofstream_dyad out(p);
+        out << "43";
+        out.close();
+        EXPECT_TRUE(out.good()) << out.dyad_error();
+        dyad::ifstream_dyad in(p);
+        int v = 0;
+        in >> v;
+        EXPECT_EQ(v, 43);
+    }
+}

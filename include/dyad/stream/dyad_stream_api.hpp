@@ -33,16 +33,22 @@ class stream_core {
         }
         return c;
     }
+    // A process that is not a DYAD consumer (or producer) opens files as
+    // plain streams: "no context" and "no such managed directory" are not
+    // errors here.
     dyad_rc_t open_sync(const std::string& path) {
-        return record(dyad_consume(context(), path.c_str()));
+        return record(pass(dyad_consume(context(), path.c_str())));
     }
     dyad_rc_t close_sync(const std::string& path) {
-        return record(dyad_produce(context(), path.c_str()));
+        return record(pass(dyad_produce(context(), path.c_str())));
     }
     dyad_rc_t rc() const { return rc_; }
     const std::string& error() const { return error_; }
 
   private:
+    static dyad_rc_t pass(dyad_rc_t rc) {
+        return (rc == DYAD_RC_NOCTX || rc == DYAD_RC_BADMANAGEDPATH) ? DYAD_RC_OK : rc;
+    }
     dyad_rc_t record(dyad_rc_t rc) {
         rc_ = rc;
         error_ = DYAD_IS_ERROR(rc) ? std::string(dyad_last_error()) : std::string();
