@@ -221,3 +221,25 @@ def write_file(path, size, seed=0, chunk=1 << 20):
             f.write(prefix[: min(8, n)] + block[min(8, n):n])
             left -= n
             i += 1
+
+
+def sanitizer_runtime_env(lib):
+    """For a library built with AddressSanitizer (make test-asan): the ASan
+    runtime to preload into uninstrumented programs that load it, with leak
+    checking off for them. {} for an ordinary build."""
+    try:
+        ldd = subprocess.run(["ldd", lib], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    for line in ldd.splitlines():
+        if "libasan" in line and "=>" in line:
+            runtime = line.split("=>")[1].split("(")[0].strip()
+            return {"LD_PRELOAD": runtime, "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0"}
+    return {}
+
+
+def preload_env(lib):
+    """Environment to LD_PRELOAD `lib` into arbitrary programs."""
+    env = sanitizer_runtime_env(lib)
+    env["LD_PRELOAD"] = (env["LD_PRELOAD"] + ":" if "LD_PRELOAD" in env else "") + lib
+    return env

@@ -17,8 +17,11 @@ BIN = os.path.join(harness.BUILD, "bin")
 PY = "/usr/bin/python3"
 
 
+PRELOAD = harness.preload_env(WRAPPER)
+
+
 def wenv(node, **extra):
-    return node.env(**{"LD_PRELOAD": WRAPPER, "DYAD_WAIT_TIMEOUT": 60, **extra})
+    return node.env(**{**PRELOAD, "DYAD_WAIT_TIMEOUT": 60, **extra})
 
 
 def sha(path):
@@ -162,7 +165,7 @@ def test_unmanaged_files_untouched_even_without_a_service(tmp_path):
     harness.write_file(str(a), 1 << 20)
     managed = tmp_path / "managed"
     managed.mkdir()
-    env = dict(os.environ, LD_PRELOAD=WRAPPER, DYAD_PATH_PRODUCER=str(managed), DYAD_PATH_CONSUMER=str(managed),
+    env = dict(os.environ, **PRELOAD, DYAD_PATH_PRODUCER=str(managed), DYAD_PATH_CONSUMER=str(managed),
                DYAD_SERVICE_URI="tcp://127.0.0.1:1")
     p = subprocess.run(["cp", str(a), str(b)], env=env, capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and p.stderr == ""

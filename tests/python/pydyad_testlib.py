@@ -18,22 +18,9 @@ import harness  # noqa: E402
 LIBDYAD = os.environ.get("DYAD_LIBRARY") or os.path.join(harness.BUILD, "lib", "libdyad.so")
 
 
-def _sanitizer_env():
-    """A libdyad built with AddressSanitizer (make test-asan) loads into
-    Python only with the ASan runtime preloaded."""
-    try:
-        ldd = subprocess.run(["ldd", LIBDYAD], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    for line in ldd.splitlines():
-        if "libasan" in line and "=>" in line:
-            runtime = line.split("=>")[1].split("(")[0].strip()
-            return {"LD_PRELOAD": runtime,
-                    "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":detect_leaks=0"}
-    return {}
-
-
-SANITIZER_ENV = _sanitizer_env()
+# A libdyad built with AddressSanitizer loads into Python only with the ASan
+# runtime preloaded.
+SANITIZER_ENV = harness.sanitizer_runtime_env(LIBDYAD)
 
 
 def pyenv(node=None, producer=True, consumer=True, library=True, **extra):
