@@ -1,0 +1,172 @@
+// The chunk pipeline shared by the sending side of every transport: file
+// reads on the service's file pool run ahead of the transport's sends, at
+// most `depth` chunks of `chunk` bytes in memory per transfer, an XXH3 of the
+// bytes as they are read, and a watchdog for consumers that stop taking data.
+// A transport supplies write_chunk(); everything else is here.
+#pragma once
+
+#include <algorithm>
+#include <cerrno>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <unistd.h>
+
+#include "common/checksum.hpp"
+#include "dtl.hpp"
+
+namespace dyad::dtl {
+
+class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
+  public:
+    ChunkedTransfer(std::shared_ptr<FetchJob> job, SendDone done, size_t chunk, int depth)
+        : job_(std::move(job)), done_(std::move(done)), chunk_(chunk), bufs_(depth) {
+        for (int i = 0; i < depth; ++i) free_.push_back(i);
+    }
+
+    void start() {
+        auto self = shared_from_this();
+        watchdog_ = std::make_unique<asio::steady_timer>(job_->req->io());
+        arm_watchdog();
+        job_->req->on_cancel(
+            [self] { self->fail(Status(DYAD_RC_BADFETCH, "consumer went away", ECONNRESET)); });
+        // Transports that can, carry the first chunk in the first response
+        // (one frame, one write for a small file); otherwise, or for an empty
+        // file, the meta goes alone first.
+        bool inline_first = inline_first_chunk() && job_->size > 0;
+        if (!inline_first) job_->req->respond(first_meta());
+        first_ = inline_first;
+        pump();
+    }
+    virtual ~ChunkedTransfer() = default;
+
+  protected:
+    // How one chunk moves. `meta` is non-null only for an inlined first chunk.
+    // `done(ok)` must be called on the service loop once `p` may be reused.
+    virtual void write_chunk(const char* p, size_t n, nlohmann::json meta,
+                             std::function<void(bool)> done) = 0;
+    virtual bool inline_first_chunk() const = 0;
+    virtual nlohmann::json first_meta() const = 0;
+    FetchJob& job() { return *job_; }
+    const FetchJob& job() const { return *job_; }
+
+  private:
+    // Runs on the loop: starts the next read when a buffer is free, finishes
+    // when everything was read and written.
+    void pump() {
+        if (finished_) return;
+        if (read_off_ == job_->size && writes_ == 0 && !reading_) {
+            finish(Status::ok());
+            return;
+        }
+        if (reading_ || read_off_ == job_->size || free_.empty()) return;
+        reading_ = true;
+        int idx = free_.front();
+        free_.pop_front();
+        uint64_t off = read_off_;
+        size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_, job_->size - off));
+        read_off_ += n;
+        auto self = shared_from_this();
+        asio::post(*job_->file_pool, [self, idx, off, n] {
+            auto& buf = self->bufs_[idx];
+            if (buf.size() < n) buf.resize(self->chunk_);
+            Status st = self->read_chunk(buf.data(), n, off);
+            if (st) self->hash_.update(buf.data(), n);
+            asio::post(self->job_->req->io(), [self, idx, n, st] { self->on_read(idx, n, st); });
+        });
+    }
+
+    Status read_chunk(char* p, size_t n, uint64_t off) {
+        size_t got = 0;
+        while (got < n) {
+            ssize_t r = ::pread(job_->fd.get(), p + got, n - got, static_cast<off_t>(off + got));
+            if (r < 0) {
+                if (errno == EINTR) continue;
+                return Status(DYAD_RC_BADFIO, "read of '" + job_->upath + "' failed", errno);
+            }
+            if (r == 0)
+                return Status(DYAD_RC_BADFIO, "'" + job_->upath + "' shrank while being served",
+                              EIO);
+            got += static_cast<size_t>(r);
+        }
+        return Status::ok();
+    }
+
+    void on_read(int idx, size_t n, Status st) {
+        reading_ = false;
+        if (finished_) return report();  // a failure waited for this read
+        if (!st) return fail(st);
+        ++writes_;
+        auto self = shared_from_this();
+        nlohmann::json meta = first_ ? first_meta() : nlohmann::json(nullptr);
+        first_ = false;
+        write_chunk(bufs_[idx].data(), n, std::move(meta), [self, idx, n](bool ok) {
+            --self->writes_;
+            self->free_.push_back(idx);
+            if (ok) self->arm_watchdog();
+            if (!ok)
+                return self->fail(
+                    Status(DYAD_RC_BADFETCH, "connection to consumer lost", ECONNRESET));
+            self->sent_ += n;
+            self->pump();
+        });
+        pump();
+    }
+
+    // A consumer that stops reading must not hold the transfer (and the
+    // file's shared lock) forever: no progress for idle_timeout_s ends it.
+    void arm_watchdog() {
+        if (finished_) return;
+        double s = std::min(job_->idle_timeout_s, 1e9);  // no overflow for huge values
+        watchdog_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(s)));
+        std::weak_ptr<ChunkedTransfer> weak = shared_from_this();
+        watchdog_->async_wait([weak](asio::error_code ec) {
+            auto self = weak.lock();
+            if (ec || !self || self->finished_) return;
+            self->fail(Status(DYAD_RC_TIMEOUT,
+                              "consumer made no progress for " +
+                                  std::to_string(self->job_->idle_timeout_s) + " s",
+                              ETIMEDOUT));
+            self->job_->req->close_connection();
+        });
+    }
+
+    void fail(Status st) {
+        if (finished_) return;
+        finish(std::move(st));
+    }
+
+    void finish(Status st) {
+        finished_ = true;
+        result_ = std::move(st);
+        if (watchdog_) watchdog_->cancel();
+        report();
+    }
+
+    // Completion is reported only when no read is running on a file thread:
+    // the caller closes the file when told.
+    void report() {
+        if (reading_ || !done_) return;
+        auto done = std::move(done_);
+        done_ = nullptr;
+        done(result_, sent_, result_.is_ok() ? hash_.hex() : std::string());
+    }
+
+    std::shared_ptr<FetchJob> job_;
+    SendDone done_;
+    size_t chunk_;
+    std::vector<std::vector<char>> bufs_;
+    std::deque<int> free_;
+    uint64_t read_off_ = 0;
+    uint64_t sent_ = 0;
+    int writes_ = 0;
+    bool reading_ = false;
+    Status result_;
+    bool finished_ = false;
+    bool first_ = false;
+    Xxh3 hash_;
+    std::unique_ptr<asio::steady_timer> watchdog_;
+};
+
+}  // namespace dyad::dtl
