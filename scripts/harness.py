@@ -39,7 +39,7 @@ def wait_listening(host, port, timeout=10.0, proc=None):
 
 
 class Node:
-    def __init__(self, cluster, index, name, host, port, directory, kvs_uri):
+    def __init__(self, cluster, index, name, host, port, directory, kvs_uri, extra_env=None):
         self.cluster = cluster
         self.index = index
         self.name = name
@@ -50,6 +50,7 @@ class Node:
         self.proc = None
         self.log_path = os.path.join(cluster.root, f"{name}.log")
         self.prefix = []  # e.g. ["ip", "netns", "exec", NS] to run inside a namespace
+        self.extra_env = dict(extra_env or {})  # for the service and every client of this node
 
     @property
     def uri(self):
@@ -61,7 +62,8 @@ class Node:
             args += ["--kvs", self.kvs_uri]
         args += list(extra_args)
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.prefix + args, stdout=self.log, stderr=subprocess.STDOUT)
+        env = dict(os.environ, **self.extra_env)
+        self.proc = subprocess.Popen(self.prefix + args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         wait_listening(self.host, self.port, proc=self.proc)
         return self
 
@@ -84,6 +86,7 @@ class Node:
         e = dict(os.environ)
         for k in [k for k in e if k.startswith("DYAD_") and k != "DYAD_BUILD_DIR"]:
             del e[k]
+        e.update(self.extra_env)
         e["DYAD_SERVICE_URI"] = self.uri
         if producer:
             e["DYAD_PATH_PRODUCER"] = self.dir
@@ -117,7 +120,7 @@ class Cluster:
     where namespaces cannot be made (not root, no ip), it falls back to
     distinct loopback addresses 127.0.0.1 .. 127.0.0.N (self.mode says which)."""
 
-    def __init__(self, nodes=2, root=None, start=True, netns=False):
+    def __init__(self, nodes=2, root=None, start=True, netns=False, env=None):
         self.root = root or tempfile.mkdtemp(prefix="dyad-cluster-")
         self.nodes = []
         self.namespaces = []
@@ -137,7 +140,7 @@ class Cluster:
             port = free_port("127.0.0.1") if self.mode == "netns" else free_port(host)
             d = os.path.join(self.root, f"node{i}")
             os.makedirs(d, exist_ok=True)
-            n = Node(self, i, f"node{i}", host, port, d, kvs)
+            n = Node(self, i, f"node{i}", host, port, d, kvs, env)
             if self.mode == "netns":
                 n.prefix = ["ip", "netns", "exec", self.namespaces[i]]
             self.nodes.append(n)

@@ -31,6 +31,7 @@ struct Attributes {
     double bandwidth_gbps = 0;  // GB/s for large transfers
     bool rma_native = false;    // one-sided ops without software emulation
     uint64_t max_message = 0;   // largest efficient single message
+    std::string info;           // library version, transports in use...
     nlohmann::json to_json() const;
 };
 
@@ -80,7 +81,8 @@ struct Backend {
     std::vector<std::string> aliases;  // other accepted names
     std::function<Attributes()> attributes;
     std::function<Result<std::unique_ptr<Receiver>>()> make_receiver;
-    std::function<Result<std::unique_ptr<Sender>>()> make_sender;
+    // The sender lives on the service's event loop.
+    std::function<Result<std::unique_ptr<Sender>>(asio::io_context&)> make_sender;
 };
 
 // The backends compiled into this build, in preference order.

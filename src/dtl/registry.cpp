@@ -4,6 +4,22 @@
 
 namespace dyad::dtl {
 
+Backend stream_backend();
+#ifdef DYAD_ENABLE_UCX
+Backend ucx_backend();
+#endif
+
+// Every transport of this build, in one explicit list.
+const std::vector<Backend>& backends() {
+    static const std::vector<Backend> table = {
+        stream_backend(),
+#ifdef DYAD_ENABLE_UCX
+        ucx_backend(),
+#endif
+    };
+    return table;
+}
+
 Result<const Backend*> find_backend(const std::string& name) {
     std::string built;
     for (const auto& b : backends()) {

@@ -105,25 +105,23 @@ class StreamReceiver : public Receiver {
 
 nlohmann::json Attributes::to_json() const {
     return {{"name", name},
+            {"info", info},
             {"latency_us", latency_us},
             {"bandwidth_gbps", bandwidth_gbps},
             {"rma_native", rma_native},
             {"max_message", max_message}};
 }
 
-const std::vector<Backend>& backends() {
-    static const std::vector<Backend> table = {
-        {"FLUX_RPC",
-         {"STREAM"},
-         stream_attributes,
-         []() -> Result<std::unique_ptr<Receiver>> {
-             return std::unique_ptr<Receiver>(new StreamReceiver());
-         },
-         []() -> Result<std::unique_ptr<Sender>> {
-             return std::unique_ptr<Sender>(new StreamSender());
-         }},
-    };
-    return table;
+Backend stream_backend() {
+    return {"FLUX_RPC",
+            {"STREAM"},
+            stream_attributes,
+            []() -> Result<std::unique_ptr<Receiver>> {
+                return std::unique_ptr<Receiver>(new StreamReceiver());
+            },
+            [](asio::io_context&) -> Result<std::unique_ptr<Sender>> {
+                return std::unique_ptr<Sender>(new StreamSender());
+            }};
 }
 
 }  // namespace dyad::dtl

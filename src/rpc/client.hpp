@@ -31,6 +31,8 @@ class Connection {
     const nlohmann::json& peer_info() const { return peer_info_; }
     const std::string& uri() const { return uri_; }
     bool broken() const { return broken_; }
+    // The socket, for waiting on it together with other event sources.
+    int fd() const { return fd_.get(); }
 
     // Sends a request; returns its tag. args become the meta with "topic"
     // and, if propagate, "timeout_ms" (the time left before `deadline`) added:

@@ -64,7 +64,7 @@ Status Service::start() {
     auto mode = parse_dtl_mode(opts_.mode);
     if (!mode) return mode.status();
     for (const auto& b : dtl::backends()) {
-        auto snd = b.make_sender();
+        auto snd = b.make_sender(io_);
         if (!snd) {
             DYAD_WARN(kSub, "transport %s unavailable: %s", b.name.c_str(),
                       snd.status().to_string().c_str());

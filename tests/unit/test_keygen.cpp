@@ -39,3 +39,19 @@ TEST(Murmur3, KnownAnswer) {
     EXPECT_EQ(h[0], 0xcbd8a7b341bd9b02ULL);
     EXPECT_EQ(h[1], 0x5b1e906a48ae1d19ULL);
 }
+
+#include "common/base64.hpp"
+
+TEST(Base64, Rfc4648Vectors) {
+    const char* plain[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
+    const char* coded[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
+    for (int i = 0; i < 7; ++i) {
+        EXPECT_EQ(dyad::base64_encode(plain[i]), coded[i]);
+        EXPECT_EQ(dyad::base64_decode(coded[i]).value(), plain[i]);
+    }
+    std::string bin("\x00\xff\x10\x80", 4);
+    EXPECT_EQ(dyad::base64_decode(dyad::base64_encode(bin)).value(), bin);
+    EXPECT_FALSE(dyad::base64_decode("Zm9").is_ok());
+    EXPECT_FALSE(dyad::base64_decode("Zm!v").is_ok());
+    EXPECT_FALSE(dyad::base64_decode("Zg==Zg==").is_ok());
+}
