@@ -38,6 +38,7 @@ demo: build
 bench: build
 	$(PY) bench/bench.py
 	$(PY) bench/wrapper_overhead.py
+	$(PY) bench/ucx_bench.py
 
 format:
 	find include src tools tests -name '*.cpp' -o -name '*.hpp' -o -name '*.h' | xargs clang-format -i
