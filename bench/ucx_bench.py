@@ -67,7 +67,7 @@ def main():
                 cons.dyad("consume", *[cons.path(n) for n in names], env_extra=ucx, timeout=600)
                 if r:
                     small_times.append(time.monotonic() - t)
-        tag, put = perftest(tls, "tag_bw"), perftest(tls, "put_bw")
+        tag, put = perftest(tls, "tag_bw"), perftest(tls, "ucp_put_bw")
         big = BIG / statistics.median(big_times) / 1e9
         best = max(x for x in (tag, put) if x) if (tag or put) else None
         results[label] = {"UCX_TLS": tls, "dyad_GBps": big, "dyad_runs_s": big_times,
