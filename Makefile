@@ -30,7 +30,7 @@ test-long: build
 test-asan: deps
 	cmake -S . -B build-asan -G Ninja -DDYAD_ENABLE_ASAN=ON -DCMAKE_BUILD_TYPE=Debug
 	cmake --build build-asan -j2
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -LE long --timeout 900
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -LE long --timeout 900
 
 demo: build
 	$(PY) scripts/demo.py
