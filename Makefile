@@ -40,11 +40,13 @@ bench: build
 	$(PY) bench/wrapper_overhead.py
 	$(PY) bench/ucx_bench.py
 
+FORMATTED = find include src tools tests examples bench \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \)
+
 format:
-	find include src tools tests -name '*.cpp' -o -name '*.hpp' -o -name '*.h' | xargs clang-format -i
+	$(FORMATTED) | xargs clang-format -i
 
 check-format:
-	find include src tools tests -name '*.cpp' -o -name '*.hpp' -o -name '*.h' | xargs clang-format --dry-run -Werror
+	$(FORMATTED) | xargs clang-format --dry-run -Werror
 
 clean:
 	rm -rf $(BUILD)

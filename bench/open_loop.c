@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
         close(fd);
     }
     clock_gettime(CLOCK_MONOTONIC, &b);
-    printf("%.6f %ld\n", (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9, bytes);
+    printf("%.6f %ld\n", (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9,
+           bytes);
     return 0;
 }

@@ -246,3 +246,21 @@ def preload_env(lib):
     env = sanitizer_runtime_env(lib)
     env["LD_PRELOAD"] = (env["LD_PRELOAD"] + ":" if "LD_PRELOAD" in env else "") + lib
     return env
+
+
+def kill_when_transfer_starts(node, consumer, cons_dir, name, timeout=30):
+    """SIGKILLs `node`'s service as soon as bytes of `name` start landing in
+    the consumer's temporary file. True if it killed before `consumer` ended."""
+    import glob
+    pattern = os.path.join(cons_dir, os.path.dirname(name), "." + os.path.basename(name) + ".dyad-*")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and consumer.poll() is None:
+        tmp = glob.glob(pattern)
+        try:
+            if tmp and os.path.getsize(tmp[0]) > 0:
+                node.kill()
+                return True
+        except OSError:
+            pass  # renamed or removed between glob and stat
+        time.sleep(0.002)
+    return False

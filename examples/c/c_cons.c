@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
         close(fd);
         for (int k = 0; k < 10; ++k) {
             if (v[k] != i * 10 + k) {
-                fprintf(stderr, "File %d validation: BAD (value %d is %d, expected %d)\n", i, k, v[k], i * 10 + k);
+                fprintf(stderr, "File %d validation: BAD (value %d is %d, expected %d)\n", i, k,
+                        v[k], i * 10 + k);
                 return 1;
             }
         }

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
         std::string path = std::string(argv[2]) + "/data" + std::to_string(i) + ".txt";
         dyad::ifstream_dyad in(path, std::ios::binary);
         if (!in) {
-            std::cerr << "cpp_cons: " << (in.dyad_error().empty() ? path + ": cannot open" : in.dyad_error())
+            std::cerr << "cpp_cons: "
+                      << (in.dyad_error().empty() ? path + ": cannot open" : in.dyad_error())
                       << " [rc " << in.dyad_rc() << "]\n";
             return 2;
         }
@@ -25,7 +26,8 @@ int main(int argc, char** argv) {
             int v = -1;
             in.read(reinterpret_cast<char*>(&v), sizeof v);
             if (!in || v != i * 10 + k) {
-                std::cerr << "File " << i << " validation: BAD (value " << k << " is " << v << ")\n";
+                std::cerr << "File " << i << " validation: BAD (value " << k << " is " << v
+                          << ")\n";
                 return 1;
             }
         }

@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
         }
         out.close();
         if (!out) {
-            std::cerr << "cpp_prod: " << path << ": " << (out.dyad_error().empty() ? "write failed" : out.dyad_error())
-                      << "\n";
+            std::cerr << "cpp_prod: " << path << ": "
+                      << (out.dyad_error().empty() ? "write failed" : out.dyad_error()) << "\n";
             return 2;
         }
         std::cout << "produced " << path << "\n";

@@ -15,15 +15,7 @@ def test_producer_killed_mid_transfer_then_restarted(cluster3):
     target = cons.path("huge.bin")
     consumer = cons.dyad_async("consume", target, env_extra={"DYAD_WAIT_TIMEOUT": 30, "DYAD_TRANSFER_TIMEOUT": 20})
     # Kill the producer's service as soon as bytes start landing.
-    deadline = time.monotonic() + 30
-    killed = False
-    while time.monotonic() < deadline and consumer.poll() is None:
-        tmp = glob.glob(os.path.join(cons.dir, ".huge.bin.dyad-*"))
-        if tmp and os.path.getsize(tmp[0]) > 0:
-            prod.kill()
-            killed = True
-            break
-        time.sleep(0.002)
+    killed = harness.kill_when_transfer_starts(prod, consumer, cons.dir, "huge.bin")
     assert killed, "the transfer finished before it could be interrupted"
     t0 = time.monotonic()
     out, err = consumer.communicate(timeout=60)

@@ -100,15 +100,7 @@ def test_producer_killed_mid_transfer(ucluster):
     harness.write_file(prod.path("huge.bin"), 1 << 30, seed=3)
     prod.dyad("produce", prod.path("huge.bin"))
     p = cons.dyad_async("consume", cons.path("huge.bin"), env_extra=ucx(DYAD_TRANSFER_TIMEOUT=10))
-    deadline = time.monotonic() + 30
-    killed = False
-    while time.monotonic() < deadline and p.poll() is None:
-        tmp = glob.glob(os.path.join(cons.dir, ".huge.bin.dyad-*"))
-        if tmp and os.path.getsize(tmp[0]) > 0:
-            prod.kill()
-            killed = True
-            break
-        time.sleep(0.002)
+    killed = harness.kill_when_transfer_starts(prod, p, cons.dir, "huge.bin")
     assert killed, "the transfer ended before it could be interrupted"
     t0 = time.monotonic()
     _, err = p.communicate(timeout=60)

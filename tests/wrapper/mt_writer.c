@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
         }
     }
     pthread_t th[kThreads];
-    for (size_t i = 0; i < kThreads; ++i) pthread_create(&th[i], NULL, one ? part : whole, (void*)i);
+    for (size_t i = 0; i < kThreads; ++i)
+        pthread_create(&th[i], NULL, one ? part : whole, (void*)i);
     for (int i = 0; i < kThreads; ++i) pthread_join(th[i], NULL);
     if (one && close(g_fd) != 0) {
         perror("close");
