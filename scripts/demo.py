@@ -16,12 +16,6 @@ SIZES = [0, 1, 100, 4096, 65536, 100_000, 1 << 20, 3 << 20, 8 << 20, 16 << 20,
          64 << 20, 512, 2 << 20, 5 << 20, 10_000_000, 32 << 20, 7, 123_456, 48 << 20, 256 << 10]
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def main():
@@ -40,7 +34,7 @@ def main():
         for name, size in zip(names, SIZES):
             p = prod.path(name)
             harness.write_file(p, size, seed=hash(name) & 0xffff)
-            digests[name] = sha256(p)
+            digests[name] = harness.sha256(p)
             prod.dyad("produce", p)
         out, err = consumer.communicate(timeout=300)
         if consumer.returncode != 0:
@@ -51,7 +45,7 @@ def main():
         ok = True
         rows = []
         for name, size, r in zip(names, SIZES, reports):
-            got = sha256(cons.path(name))
+            got = harness.sha256(cons.path(name))
             match = got == digests[name]
             ok &= match
             mbps = (r["bytes"] / r["transfer_s"] / 1e6) if r["transfer_s"] > 0 and r["bytes"] else 0.0

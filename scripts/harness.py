@@ -4,6 +4,7 @@ Used by the demo, the integration tests and the benchmarks. Each node is a
 dyadd with its own loopback address (127.0.0.N) and its own directory; the
 first node hosts the metadata store, the others use it (--kvs).
 """
+import hashlib
 import json
 import os
 import shutil
@@ -264,3 +265,12 @@ def kill_when_transfer_starts(node, consumer, cons_dir, name, timeout=30):
             pass  # renamed or removed between glob and stat
         time.sleep(0.002)
     return False
+
+
+def sha256(path):
+    """SHA-256 of a file, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

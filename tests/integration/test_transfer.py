@@ -7,10 +7,9 @@ import time
 
 import harness
 
+digest = harness.sha256
 
-def digest(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+
 
 
 def test_consumer_first_100_files_nested(cluster):

@@ -12,6 +12,8 @@ import pytest
 
 import harness
 
+sha = harness.sha256
+
 TLS = {"tcp": "tcp", "shm-posix": "posix,self", "shm-sysv": "sysv,self"}
 
 
@@ -44,12 +46,6 @@ def ucx(**extra):
     return {"DYAD_DTL_MODE": "UCX", "DYAD_WAIT_TIMEOUT": 60, "DYAD_TRANSFER_TIMEOUT": 20, **extra}
 
 
-def sha(p):
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 def test_sizes_consumer_first(ucluster):

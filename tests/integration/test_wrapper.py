@@ -12,6 +12,8 @@ import pytest
 
 import harness
 
+sha = harness.sha256
+
 WRAPPER = os.path.join(harness.BUILD, "lib", "libdyad_wrapper.so")
 BIN = os.path.join(harness.BUILD, "bin")
 PY = "/usr/bin/python3"
@@ -24,12 +26,6 @@ def wenv(node, **extra):
     return node.env(**{**PRELOAD, "DYAD_WAIT_TIMEOUT": 60, **extra})
 
 
-def sha(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for b in iter(lambda: f.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 def run(cmd, env, **kw):

@@ -45,6 +45,19 @@ class stream_core {
     dyad_rc_t rc() const { return rc_; }
     const std::string& error() const { return error_; }
 
+    // Closes `stream` (a std file stream) and publishes `path` unless it is
+    // empty (not opened for writing) or a write failed; a failed publish
+    // sets failbit.
+    template <typename Stream, typename Base>
+    void close_and_publish(Stream& stream, Base& base, std::string& path) {
+        if (!stream.is_open()) return;
+        base.close();
+        std::string p;
+        p.swap(path);
+        if (p.empty() || stream.fail()) return;  // never publish a failed write
+        if (DYAD_IS_ERROR(close_sync(p))) stream.setstate(std::ios_base::failbit);
+    }
+
   private:
     static dyad_rc_t pass(dyad_rc_t rc) {
         return (rc == DYAD_RC_NOCTX || rc == DYAD_RC_BADMANAGEDPATH) ? DYAD_RC_OK : rc;
@@ -114,14 +127,7 @@ class basic_ofstream_dyad : public std::basic_ofstream<CharT, Traits> {
         open(std::string(path), mode);
     }
     // Closes, then publishes the file if it lies in the producer directory.
-    void close() {
-        if (!this->is_open()) return;
-        base::close();
-        std::string p;
-        p.swap(path_);
-        if (this->fail()) return;  // never publish a file whose writes failed
-        if (DYAD_IS_ERROR(core_.close_sync(p))) this->setstate(std::ios_base::failbit);
-    }
+    void close() { core_.close_and_publish(*this, static_cast<base&>(*this), path_); }
     dyad_rc_t dyad_rc() const { return core_.rc(); }
     const std::string& dyad_error() const { return core_.error(); }
 
@@ -161,14 +167,7 @@ class basic_fstream_dyad : public std::basic_fstream<CharT, Traits> {
         open(std::string(path), mode);
     }
     // Closes; a stream opened for writing is published.
-    void close() {
-        if (!this->is_open()) return;
-        base::close();
-        std::string p;
-        p.swap(path_);
-        if (p.empty() || this->fail()) return;
-        if (DYAD_IS_ERROR(core_.close_sync(p))) this->setstate(std::ios_base::failbit);
-    }
+    void close() { core_.close_and_publish(*this, static_cast<base&>(*this), path_); }
     dyad_rc_t dyad_rc() const { return core_.rc(); }
     const std::string& dyad_error() const { return core_.error(); }
 
