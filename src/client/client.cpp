@@ -138,6 +138,15 @@ Result<std::unique_ptr<Client>> Client::create(Config cfg) {
     if (cfg.key_bins == 0) return Status(DYAD_RC_NOCTX, "DYAD_KEY_BINS must be at least 1", EINVAL);
     std::unique_ptr<Client> c(new Client(std::move(cfg)));
     c->backend_ = b.value();
+    // A consumer usually starts before its data exists: set the transport up
+    // now rather than on the first fetch. A failure here is only logged; the
+    // first fetch reports it.
+    if (!c->cons_.empty() && c->backend_->warmup) {
+        Status w = c->backend_->warmup();
+        if (!w)
+            DYAD_WARN("client", "%s warm-up failed: %s", c->backend_->name.c_str(),
+                      w.to_string().c_str());
+    }
     return c;
 }
 

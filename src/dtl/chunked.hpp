@@ -47,6 +47,20 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
                              std::function<void(bool)> done) = 0;
     virtual bool inline_first_chunk() const = 0;
     virtual nlohmann::json first_meta() const = 0;
+    // The transfer is over (success or failure): drop queued work that holds
+    // references to it.
+    virtual void on_finish() {}
+    // Zero-copy transports whose destination memory is mapped here (a
+    // consumer's shared-memory window) have file reads land there directly:
+    // direct_target(n) gives the address for the next chunk, or nullptr when
+    // there is no room yet (then call resume() once there is). The chunk is
+    // then handed to write_chunk() at that address; no buffer is used.
+    virtual bool direct() const { return false; }
+    virtual char* direct_target(size_t n) {
+        (void)n;
+        return nullptr;
+    }
+    void resume() { pump(); }
     FetchJob& job() { return *job_; }
     const FetchJob& job() const { return *job_; }
 
@@ -59,20 +73,33 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             finish(Status::ok());
             return;
         }
-        if (reading_ || read_off_ == job_->size || free_.empty()) return;
-        reading_ = true;
-        int idx = free_.front();
-        free_.pop_front();
+        if (reading_ || read_off_ == job_->size) return;
         uint64_t off = read_off_;
         size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_, job_->size - off));
+        int idx = -1;
+        char* target = nullptr;
+        if (direct()) {
+            target = direct_target(n);
+            if (!target) return;  // resume() comes when there is room
+        } else {
+            if (free_.empty()) return;
+            idx = free_.front();
+            free_.pop_front();
+        }
+        reading_ = true;
         read_off_ += n;
         auto self = shared_from_this();
-        asio::post(*job_->file_pool, [self, idx, off, n] {
-            auto& buf = self->bufs_[idx];
-            if (buf.size() < n) buf.resize(self->chunk_);
-            Status st = self->read_chunk(buf.data(), n, off);
-            if (st) self->hash_.update(buf.data(), n);
-            asio::post(self->job_->req->io(), [self, idx, n, st] { self->on_read(idx, n, st); });
+        asio::post(*job_->file_pool, [self, idx, target, off, n] {
+            char* p = target;
+            if (!p) {
+                auto& buf = self->bufs_[idx];
+                if (buf.size() < n) buf.resize(self->chunk_);
+                p = buf.data();
+            }
+            Status st = self->read_chunk(p, n, off);
+            if (st) self->hash_.update(p, n);
+            asio::post(self->job_->req->io(),
+                       [self, idx, p, n, st] { self->on_read(idx, p, n, st); });
         });
     }
 
@@ -92,7 +119,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         return Status::ok();
     }
 
-    void on_read(int idx, size_t n, Status st) {
+    void on_read(int idx, const char* p, size_t n, Status st) {
         reading_ = false;
         if (finished_) return report();  // a failure waited for this read
         if (!st) return fail(st);
@@ -100,9 +127,9 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         auto self = shared_from_this();
         nlohmann::json meta = first_ ? first_meta() : nlohmann::json(nullptr);
         first_ = false;
-        write_chunk(bufs_[idx].data(), n, std::move(meta), [self, idx, n](bool ok) {
+        write_chunk(p, n, std::move(meta), [self, idx, n](bool ok) {
             --self->writes_;
-            self->free_.push_back(idx);
+            if (idx >= 0) self->free_.push_back(idx);
             if (ok) self->arm_watchdog();
             if (!ok)
                 return self->fail(
@@ -141,6 +168,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         finished_ = true;
         result_ = std::move(st);
         if (watchdog_) watchdog_->cancel();
+        on_finish();
         report();
     }
 

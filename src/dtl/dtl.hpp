@@ -74,6 +74,8 @@ class Sender {
     virtual const Attributes& attributes() const = 0;
     // Moves job->size bytes; calls done once, on the service loop.
     virtual void send(std::shared_ptr<FetchJob> job, SendDone done) = 0;
+    // Transport-specific state for `dyad service status` (on the loop).
+    virtual nlohmann::json stats() const { return nlohmann::json::object(); }
 };
 
 struct Backend {
@@ -83,6 +85,9 @@ struct Backend {
     std::function<Result<std::unique_ptr<Receiver>>()> make_receiver;
     // The sender lives on the service's event loop.
     std::function<Result<std::unique_ptr<Sender>>(asio::io_context&)> make_sender;
+    // Optional: prepares the consumer side ahead of the first fetch (called
+    // when a consumer context is created), so that cost is off the path.
+    std::function<Status()> warmup = nullptr;
 };
 
 // The backends compiled into this build, in preference order.

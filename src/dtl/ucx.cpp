@@ -1,7 +1,10 @@
-// UCX backend (DYAD_DTL_MODE=UCX). File bytes move as UCX tagged messages
-// from the service's worker to the consumer's worker; the fetch RPC carries
-// the request (the consumer's worker address and tag), the size, errors and
-// the end trailer.
+// UCX backend (DYAD_DTL_MODE=UCX). File bytes move from the service's worker
+// to the consumer's worker in one of two ways, chosen per endpoint:
+//   put: RMA puts into the consumer's registered window, where UCX does put
+//        natively (shared memory, RDMA): ucp_ep_print_info lists put lanes;
+//   tag: tagged messages, where put would be emulated in software (TCP).
+// The fetch RPC carries the request (worker address, tag, window rkey), the
+// size, the put notifications and credits, errors and the end trailer.
 //
 // Consumer: one process-wide UCP context and worker with the wakeup feature;
 // a bounded registered receive window (DYAD_UCX_WINDOW, default 64 MiB) cut
@@ -73,7 +76,7 @@ class Worker {
         ucp_params_t p;
         std::memset(&p, 0, sizeof p);
         p.field_mask = UCP_PARAM_FIELD_FEATURES;
-        p.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+        p.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
         s = ucp_init(&p, cfg, &w->ctx_);
         ucp_config_release(cfg);
         if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_init", s);
@@ -164,13 +167,26 @@ class UcxConsumer {
         static std::mutex mu;
         static UcxConsumer* inst = nullptr;
         static Status failed;
+        static pid_t owner = 0;
         std::lock_guard<std::mutex> lk(mu);
+        // UCX is not fork-safe: a forked child (a DataLoader worker) makes
+        // its own context and leaves the parent's alone (not destroyed: it
+        // shares state with the parent).
+        if (owner != ::getpid()) {
+            inst = nullptr;
+            failed = Status::ok();
+            owner = ::getpid();
+        }
         if (inst) return inst;
         if (!failed.is_ok()) return failed;
-        auto w = Worker::create();
-        if (!w) {
-            failed = w.status();
-            return failed;
+        std::string proto = "auto";
+        if (auto v = env("DYAD_UCX_PROTO"); v && !v->empty()) {
+            proto = *v;
+            if (proto != "auto" && proto != "tag" && proto != "put") {
+                failed = Status(DYAD_RC_BADDTLMODE,
+                                "DYAD_UCX_PROTO='" + proto + "': use auto, tag or put", EINVAL);
+                return failed;
+            }
         }
         size_t window = 64u << 20;
         if (auto v = env("DYAD_UCX_WINDOW"); v && !v->empty()) {
@@ -180,6 +196,11 @@ class UcxConsumer {
                 return failed;
             }
             window = u.value();
+        }
+        auto w = Worker::create();
+        if (!w) {
+            failed = w.status();
+            return failed;
         }
         ucp_mem_map_params_t mp;
         std::memset(&mp, 0, sizeof mp);
@@ -195,8 +216,20 @@ class UcxConsumer {
         ucp_mem_attr_t ma;
         ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
         ucp_mem_query(mem, &ma);
-        inst =
-            new UcxConsumer(std::move(w.value()), mem, static_cast<char*>(ma.address), ma.length);
+        // The window's remote key, packed once: producers put into it.
+        void* rk = nullptr;
+        size_t rklen = 0;
+        s = ucp_rkey_pack(w.value()->context(), mem, &rk, &rklen);
+        if (s != UCS_OK) {
+            ucp_mem_unmap(w.value()->context(), mem);
+            failed =
+                ucx_error(DYAD_RC_UCXRKEY_PACK_FAILED, "ucp_rkey_pack of the receive window", s);
+            return failed;
+        }
+        std::string rkey(static_cast<const char*>(rk), rklen);
+        ucp_rkey_buffer_release(rk);
+        inst = new UcxConsumer(std::move(w.value()), mem, static_cast<char*>(ma.address), ma.length,
+                               base64_encode(rkey), proto);
         return inst;
     }
 
@@ -206,19 +239,26 @@ class UcxConsumer {
     size_t window_size() const { return window_size_; }
     uint64_t next_tag() { return (static_cast<uint64_t>(::getpid()) << 32) | ++counter_; }
     const std::string& identity() const { return identity_; }
+    const std::string& rkey_b64() const { return rkey_b64_; }
+    const std::string& proto() const { return proto_; }
 
   private:
-    UcxConsumer(std::unique_ptr<Worker> w, ucp_mem_h mem, char* win, size_t len)
+    UcxConsumer(std::unique_ptr<Worker> w, ucp_mem_h mem, char* win, size_t len,
+                std::string rkey_b64, std::string proto)
         : worker_(std::move(w)),
           mem_(mem),
           window_(win),
           window_size_(len),
-          identity_(process_identity()) {}
+          identity_(process_identity()),
+          rkey_b64_(std::move(rkey_b64)),
+          proto_(std::move(proto)) {}
     std::unique_ptr<Worker> worker_;
     ucp_mem_h mem_;
     char* window_;
     size_t window_size_;
     std::string identity_;
+    std::string rkey_b64_;
+    std::string proto_;
     std::mutex mu_;
     std::atomic<uint32_t> counter_{0};
 };
@@ -231,7 +271,11 @@ class UcxReceiver : public Receiver {
         tag_ = c_->next_tag();
         return {{"ucx_worker", base64_encode(c_->worker().address())},
                 {"ucx_tag", tag_},
-                {"ucx_consumer", c_->identity()}};
+                {"ucx_consumer", c_->identity()},
+                {"ucx_proto", c_->proto()},
+                {"ucx_rkey", c_->rkey_b64()},
+                {"ucx_window", reinterpret_cast<uintptr_t>(c_->window())},
+                {"ucx_window_size", c_->window_size()}};
     }
 
     Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink,
@@ -250,6 +294,8 @@ class UcxReceiver : public Receiver {
         if (chunk == 0 || chunk > (64u << 20))
             return Status(DYAD_RC_BADRPC, "bad UCX chunk size", EPROTO);
         size_t nslots = std::max<size_t>(1, c_->window_size() / chunk);
+        if (f->meta.value("mode", std::string("tag")) == "put")
+            return receive_put(conn, tag, sink, idle_s, size, chunk, nslots);
         std::vector<RecvSlot> slots(nslots);
         uint64_t posted = 0, received = 0;  // bytes
         size_t head = 0, next = 0;          // slot indices (ring)
@@ -391,6 +437,68 @@ class UcxReceiver : public Receiver {
     }
 
   private:
+    // Put mode: the service writes chunk k into window slot k % nslots and
+    // says so on the RPC (`{"slot", "len"}`, in order); each slot written to
+    // the file goes back as a credit (an UPDATE frame).
+    Result<nlohmann::json> receive_put(rpc::Connection& conn, uint32_t tag, Sink& sink,
+                                       double idle_s, uint64_t size, size_t chunk, size_t nslots) {
+        if (chunk > c_->window_size())
+            return Status(DYAD_RC_BADRPC, "UCX put chunk larger than the window", EPROTO);
+        uint64_t received = 0;
+        size_t head = 0;
+        Deadline idle = Deadline::after(idle_s);
+        for (;;) {
+            // Emulated put (forced over TCP) needs this worker's progress;
+            // native put does not, and then this is one cheap call per chunk.
+            c_->worker().progress();
+            ucs_status_t as = ucp_worker_arm(c_->worker().get());
+            if (as == UCS_ERR_BUSY) continue;
+            if (as != UCS_OK) return ucx_error(DYAD_RC_UCXWAIT_FAIL, "ucp_worker_arm", as);
+            struct pollfd pf[2] = {{conn.fd(), POLLIN, 0}, {c_->worker().efd(), POLLIN, 0}};
+            int n = ::poll(pf, 2, idle.poll_ms());
+            if (n < 0 && errno == EINTR) continue;
+            if (n == 0 || idle.expired())
+                return Status(DYAD_RC_TIMEOUT,
+                              "no UCX put notice for " + std::to_string(idle_s) + " s", ETIMEDOUT);
+            if (!pf[0].revents) continue;  // UCX events only
+            idle = Deadline::after(idle_s);
+            auto g = conn.read_frame(Deadline::after(idle_s));
+            if (!g) return g.status();
+            const rpc::Frame& fr = g.value();
+            if (fr.header.type == rpc::Type::error)
+                return rpc::Connection::error_status(fr, "fetch");
+            if (fr.header.tag != tag || fr.header.data_len != 0)
+                return Status(DYAD_RC_BADRPC, "unexpected frame in a UCX put fetch", EPROTO);
+            if (fr.header.type == rpc::Type::end) {
+                if (received != size)
+                    return Status(DYAD_RC_BADFETCH,
+                                  "UCX put fetch ended after " + std::to_string(received) + " of " +
+                                      std::to_string(size) + " bytes",
+                                  EIO);
+                return fr.meta;
+            }
+            if (fr.header.type != rpc::Type::response || !fr.meta.is_object())
+                return Status(DYAD_RC_BADRPC, "unexpected frame in a UCX put fetch", EPROTO);
+            uint64_t slot = fr.meta.value("slot", ~0ull);
+            uint64_t len = fr.meta.value("len", ~0ull);
+            uint64_t expect = std::min<uint64_t>(chunk, size - received);
+            if (slot != head || len != expect)
+                return Status(DYAD_RC_BADFETCH,
+                              "UCX put notice for slot " + std::to_string(slot) + " (" +
+                                  std::to_string(len) + " bytes), expected slot " +
+                                  std::to_string(head) + " (" + std::to_string(expect) + ")",
+                              EPROTO);
+            Status w = sink.write(c_->window() + head * chunk, static_cast<size_t>(len));
+            if (!w) return w;
+            received += len;
+            head = (head + 1) % nslots;
+            if (received < size) {
+                Status u = conn.send_update(tag, {{"credit", 1}}, Deadline::after(idle_s));
+                if (!u) return u;
+            }
+        }
+    }
+
     UcxConsumer* c_;
     Attributes attrs_;
     uint64_t tag_ = 0;
@@ -420,7 +528,45 @@ struct EpEntry {
     int users = 0;
     bool broken = false;
     bool cached = true;
+    bool put_native = false;  // UCX lists put lanes for this endpoint
+    std::string transports;   // the endpoint's lanes, for logs
+    // The consumer's window key, unpacked once per endpoint (one window per
+    // consumer process); destroyed before the endpoint is closed.
+    std::string rkey_blob;
+    ucp_rkey_h rkey = nullptr;
+    // Where that window is mapped in this process, when UCX can map it
+    // (ucp_rkey_ptr: shared memory); null otherwise.
+    uint64_t window = 0;
+    char* window_here = nullptr;
 };
+
+// Whether UCX does put natively on this endpoint, from its own description
+// of the endpoint: with UCP_FEATURE_RMA, ucp_ep_print_info lists "put[N]"
+// ranges for every lane that does RMA in hardware or over shared memory;
+// when put would be emulated over active messages (TCP), there are none.
+// UCX 1.13 has no ucp_ep_query for transports, so this is how it tells us.
+void describe_endpoint(EpEntry& e) {
+    char* text = nullptr;
+    size_t len = 0;
+    FILE* f = open_memstream(&text, &len);
+    if (!f) return;
+    ucp_ep_print_info(e.ep, f);
+    std::fclose(f);
+    std::string out(text ? text : "", len);
+    std::free(text);
+    e.put_native = out.find("put[") != std::string::npos;
+    // The lanes, e.g. "sysv/memory.0 self/memory0.0".
+    size_t pos = 0;
+    while ((pos = out.find("lane[", pos)) != std::string::npos) {
+        size_t colon = out.find(':', pos);
+        size_t start = out.find_first_not_of(" 0123456789:", colon + 1);
+        size_t end = out.find(' ', start);
+        if (colon == std::string::npos || start == std::string::npos) break;
+        if (!e.transports.empty()) e.transports += ' ';
+        e.transports += out.substr(start, end - start);
+        pos = end;
+    }
+}
 
 class UcxTransfer : public ChunkedTransfer {
   public:
@@ -448,6 +594,101 @@ class UcxTransfer : public ChunkedTransfer {
     uint64_t tag_;
 };
 
+// Put mode: chunk k goes into the consumer's window slot k % nslots, then a
+// flush makes it visible there and a `{"slot", "len"}` response tells the
+// consumer, in order. The consumer returns each slot as a credit once its
+// bytes are in the file; with no credit, chunks wait here (their buffers
+// stay out of the read-ahead pool, which bounds memory).
+class UcxPutTransfer : public ChunkedTransfer {
+  public:
+    UcxPutTransfer(std::shared_ptr<FetchJob> job, SendDone done, UcxSender* s,
+                   std::shared_ptr<EpEntry> ep, uint64_t window, size_t nslots)
+        : ChunkedTransfer(std::move(job), std::move(done), kUcxChunk, kUcxDepth),
+          sender_(s),
+          ep_(std::move(ep)),
+          window_(window),
+          here_(ep_->window == window ? ep_->window_here : nullptr),
+          nslots_(nslots),
+          credits_(nslots) {
+        ++ep_->users;
+    }
+    ~UcxPutTransfer() override;
+
+    void start_put() {
+        std::weak_ptr<ChunkedTransfer> weak = shared_from_this();
+        job().req->on_update([weak](const nlohmann::json& m) {
+            auto self = std::static_pointer_cast<UcxPutTransfer>(weak.lock());
+            if (self) self->on_credit(m);
+        });
+        start();
+    }
+
+  protected:
+    void write_chunk(const char* p, size_t n, nlohmann::json,
+                     std::function<void(bool)> done) override {
+        if (here_) {  // already in the consumer's window
+            size_t slot = direct_slots_.front();
+            direct_slots_.pop_front();
+            job().req->respond({{"slot", slot}, {"len", n}});
+            asio::post(job().req->io(), [done = std::move(done)] { done(true); });
+            return;
+        }
+        waiting_.push_back(Chunk{p, n, std::move(done), false, false, 0});
+        issue();
+    }
+    bool inline_first_chunk() const override { return false; }
+    nlohmann::json first_meta() const override {
+        return {{"size", job().size}, {"transport", "UCX"}, {"chunk", kUcxChunk}, {"mode", "put"}};
+    }
+    // With the window mapped here, file reads land in it: no copy, no put.
+    bool direct() const override { return here_ != nullptr; }
+    char* direct_target(size_t n) override {
+        (void)n;
+        if (failed_ || credits_ == 0) return nullptr;
+        --credits_;
+        size_t slot = next_slot_;
+        next_slot_ = (next_slot_ + 1) % nslots_;
+        direct_slots_.push_back(slot);
+        return here_ + slot * kUcxChunk;
+    }
+
+  private:
+    struct Chunk {
+        const char* p;
+        size_t n;
+        std::function<void(bool)> done;
+        bool issued;
+        bool complete;
+        size_t slot;
+    };
+    void on_credit(const nlohmann::json& m) {
+        uint64_t k = m.is_object() ? m.value("credit", 0ull) : 0;
+        credits_ += k;
+        if (credits_ > nslots_) {
+            DYAD_WARN(kSub, "consumer returned more credits than window slots");
+            credits_ = nslots_;
+        }
+        if (here_)
+            resume();
+        else
+            issue();
+    }
+    void issue();
+    void completed(bool ok);
+    void on_finish() override { completed(false); }
+
+    UcxSender* sender_;
+    std::shared_ptr<EpEntry> ep_;
+    uint64_t window_;
+    char* here_;
+    std::deque<size_t> direct_slots_;  // slots being read into (direct mode)
+    size_t nslots_;
+    size_t credits_;
+    size_t next_slot_ = 0;
+    std::list<Chunk> waiting_;  // in file order; issued ones first (stable addresses)
+    bool failed_ = false;
+};
+
 class UcxSender : public Sender {
   public:
     static Result<std::unique_ptr<Sender>> create(asio::io_context& io) {
@@ -460,18 +701,40 @@ class UcxSender : public Sender {
             cap = u.value();
         }
         std::unique_ptr<UcxSender> s(new UcxSender(io, std::move(w.value()), cap));
+        if (auto v = env("DYAD_UCX_DIRECT"); v && !v->empty()) {
+            auto b = parse_bool("DYAD_UCX_DIRECT", *v);
+            if (!b) return b.status();
+            s->no_direct_ = !b.value();
+        }
         s->watch();
         return std::unique_ptr<Sender>(std::move(s));
     }
     ~UcxSender() override {
         asio::error_code ec;
         efd_.cancel(ec);
-        for (auto& e : lru_) close_ep(e->ep, true);
+        for (auto& e : lru_) {
+            e->broken = true;
+            close_ep(*e);
+        }
         lru_.clear();
         index_.clear();
         worker_->progress();
     }
     const Attributes& attributes() const override { return attrs_; }
+    nlohmann::json stats() const override {
+        nlohmann::json eps = nlohmann::json::array();
+        for (const auto& e : lru_)
+            eps.push_back({{"consumer", e->key},
+                           {"transports", e->transports},
+                           {"put", e->put_native ? "native" : "emulated"}});
+        return {
+            {"endpoints_created", {{"native_put", eps_native_}, {"emulated_put", eps_emulated_}}},
+            {"last_endpoint_transports", last_transports_},
+            {"put_transfers", put_transfers_},
+            {"direct_transfers", direct_transfers_},
+            {"tag_transfers", tag_transfers_},
+            {"endpoints", eps}};
+    }
 
     void send(std::shared_ptr<FetchJob> job, SendDone done) override {
         const auto& a = job->transport_args;
@@ -490,6 +753,36 @@ class UcxSender : public Sender {
             done(ep.status(), 0, "");
             return;
         }
+        std::string proto = a.value("ucx_proto", std::string("auto"));
+        bool put = proto == "put" || (proto == "auto" && ep.value()->put_native);
+        if (put) {
+            auto w = a.find("ucx_window");
+            auto ws = a.find("ucx_window_size");
+            auto rk = a.find("ucx_rkey");
+            if (w == a.end() || !w->is_number_unsigned() || ws == a.end() ||
+                !ws->is_number_unsigned() || rk == a.end() || !rk->is_string()) {
+                put = false;  // an older consumer: tagged messages
+            } else {
+                size_t nslots = ws->get<uint64_t>() / kUcxChunk;
+                Status st = rkey_for(*ep.value(), *rk, w->get<uint64_t>());
+                if (!st) {
+                    done(st, 0, "");
+                    return;
+                }
+                if (nslots == 0) {
+                    put = false;  // window smaller than one chunk
+                } else {
+                    ++put_transfers_;
+                    if (ep.value()->window_here) ++direct_transfers_;
+                    auto t =
+                        std::make_shared<UcxPutTransfer>(std::move(job), std::move(done), this,
+                                                         ep.value(), w->get<uint64_t>(), nslots);
+                    t->start_put();
+                    return;
+                }
+            }
+        }
+        ++tag_transfers_;
         std::make_shared<UcxTransfer>(std::move(job), std::move(done), this, ep.value(),
                                       tag_it->get<uint64_t>())
             ->start();
@@ -520,9 +813,43 @@ class UcxSender : public Sender {
         asio::post(io_, [d = std::move(d), ok] { d(ok); });
     }
 
+    // Puts n bytes at the consumer's `raddr`, then flushes the endpoint so
+    // they are visible there; done(ok) runs on the loop.
+    void put_chunk(EpEntry& ep, const char* p, size_t n, uint64_t raddr,
+                   std::function<void(bool)> done) {
+        if (ep.broken || !ep.rkey) {
+            asio::post(io_, [done = std::move(done)] { done(false); });
+            return;
+        }
+        ucp_request_param_t prm;
+        std::memset(&prm, 0, sizeof prm);
+        ucs_status_ptr_t r = ucp_put_nbx(ep.ep, p, n, raddr, ep.rkey, &prm);
+        if (UCS_PTR_IS_ERR(r)) {
+            DYAD_WARN(kSub, "ucp_put_nbx: %s", ucs_text(UCS_PTR_STATUS(r)).c_str());
+            asio::post(io_, [done = std::move(done)] { done(false); });
+            return;
+        }
+        if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);  // the flush below covers it
+        auto* ctx = new SendCtx{std::move(done)};
+        std::memset(&prm, 0, sizeof prm);
+        prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        prm.cb.send = send_cb;
+        prm.user_data = ctx;
+        ucs_status_ptr_t fl = ucp_ep_flush_nbx(ep.ep, &prm);
+        if (UCS_PTR_IS_PTR(fl)) {
+            kick();
+            return;
+        }
+        auto d = std::move(ctx->done);
+        delete ctx;
+        bool ok = UCS_PTR_STATUS(fl) == UCS_OK;
+        if (!ok) DYAD_WARN(kSub, "ucp_ep_flush_nbx: %s", ucs_text(UCS_PTR_STATUS(fl)).c_str());
+        asio::post(io_, [d = std::move(d), ok] { d(ok); });
+    }
+
     // A transfer let go of its endpoint.
     void release(EpEntry& e) {
-        if (--e.users == 0 && !e.cached) close_ep(e.ep, e.broken);
+        if (--e.users == 0 && !e.cached) close_ep(e);
     }
 
   private:
@@ -547,7 +874,8 @@ class UcxSender : public Sender {
         });
     }
     // After posting work: progress once on the loop (sends may need it
-    // before the fd ever fires).
+    // before the fd ever fires). A bounded spin while requests were in
+    // flight was measured and did not help (docs/design.md).
     void kick() {
         if (kick_pending_) return;
         kick_pending_ = true;
@@ -568,19 +896,23 @@ class UcxSender : public Sender {
                 self->index_.erase(e->key);
                 self->lru_.erase(it);
                 // Closing from inside the callback is not allowed: do it next.
-                if (e->users == 0)
-                    asio::post(self->io_, [self, e] { self->close_ep(e->ep, true); });
+                if (e->users == 0) asio::post(self->io_, [self, e] { self->close_ep(*e); });
                 break;
             }
         }
     }
 
-    void close_ep(ucp_ep_h ep, bool force) {
+    // The remote key goes first, then the endpoint (forcibly if broken).
+    void close_ep(EpEntry& e) {
+        if (!e.ep) return;
+        if (e.rkey) ucp_rkey_destroy(e.rkey);
+        e.rkey = nullptr;
         ucp_request_param_t p;
         std::memset(&p, 0, sizeof p);
         p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-        ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+        p.flags = e.broken ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        ucs_status_ptr_t r = ucp_ep_close_nbx(e.ep, &p);
+        e.ep = nullptr;
         if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);  // completes in the background
     }
 
@@ -615,6 +947,11 @@ class UcxSender : public Sender {
         auto e = std::make_shared<EpEntry>();
         e->key = key;
         e->ep = ep;
+        describe_endpoint(*e);
+        ++(e->put_native ? eps_native_ : eps_emulated_);
+        last_transports_ = e->transports;
+        DYAD_DEBUG(kSub, "endpoint to %s over %s: %s", key.c_str(), e->transports.c_str(),
+                   e->put_native ? "native put" : "put emulated, tagged messages");
         lru_.push_front(e);
         index_[key] = lru_.begin();
         while (lru_.size() > cap_) {  // evict the least recently used
@@ -622,13 +959,41 @@ class UcxSender : public Sender {
             lru_.pop_back();
             index_.erase(old->key);
             old->cached = false;
-            if (old->users == 0) close_ep(old->ep, false);
+            if (old->users == 0) close_ep(*old);
         }
         return e;
     }
 
+    // The consumer's window key for this endpoint.
+    Status rkey_for(EpEntry& e, const std::string& b64, uint64_t window) {
+        if (e.rkey && e.rkey_blob == b64 && e.window == window) return Status::ok();
+        auto blob = base64_decode(b64);
+        if (!blob) return blob.status();
+        ucp_rkey_h rk = nullptr;
+        ucs_status_t s = ucp_ep_rkey_unpack(e.ep, blob->data(), &rk);
+        if (s != UCS_OK)
+            return ucx_error(DYAD_RC_UCXRKEY_UNPACK_FAILED,
+                             "ucp_ep_rkey_unpack of the consumer's window", s);
+        if (e.rkey) ucp_rkey_destroy(e.rkey);  // a new window: a new key
+        e.rkey = rk;
+        e.rkey_blob = b64;
+        e.window = window;
+        void* here = nullptr;
+        e.window_here = ucp_rkey_ptr(rk, window, &here) == UCS_OK && !no_direct_
+                            ? static_cast<char*>(here)
+                            : nullptr;
+        return Status::ok();
+    }
+
   public:
     size_t cached_endpoints() const { return lru_.size(); }
+    bool no_direct_ = false;  // DYAD_UCX_DIRECT=0: always put, never read into the window
+    uint64_t put_transfers_ = 0;
+    uint64_t direct_transfers_ = 0;
+    uint64_t eps_native_ = 0;
+    uint64_t eps_emulated_ = 0;
+    std::string last_transports_;
+    uint64_t tag_transfers_ = 0;
 
   private:
     asio::io_context& io_;
@@ -650,6 +1015,53 @@ UcxTransfer::~UcxTransfer() {
     sender_->release(*ep_);
 }
 
+// Issues waiting chunks while the consumer has free slots.
+void UcxPutTransfer::issue() {
+    if (failed_) return;
+    for (auto& c : waiting_) {
+        if (c.issued) continue;
+        if (credits_ == 0) break;
+        --credits_;
+        c.issued = true;
+        c.slot = next_slot_;
+        next_slot_ = (next_slot_ + 1) % nslots_;
+        auto self = std::static_pointer_cast<UcxPutTransfer>(shared_from_this());
+        Chunk* cp = &c;
+        sender_->put_chunk(*ep_, c.p, c.n, window_ + c.slot * kUcxChunk, [self, cp](bool ok) {
+            cp->complete = true;
+            self->completed(ok);
+        });
+    }
+}
+
+// Completions are announced in file order. After a failure every chunk is
+// given back as failed, except puts still in flight: they finish first.
+void UcxPutTransfer::completed(bool ok) {
+    if (!ok) failed_ = true;
+    if (failed_) {
+        for (auto it = waiting_.begin(); it != waiting_.end();) {
+            if (it->issued && !it->complete) {
+                ++it;
+                continue;
+            }
+            auto done = std::move(it->done);
+            it = waiting_.erase(it);
+            if (done) done(false);
+        }
+        return;
+    }
+    while (!waiting_.empty() && waiting_.front().complete) {
+        Chunk c = std::move(waiting_.front());
+        waiting_.pop_front();
+        job().req->respond({{"slot", c.slot}, {"len", c.n}});
+        c.done(true);
+    }
+}
+
+UcxPutTransfer::~UcxPutTransfer() {
+    sender_->release(*ep_);
+}
+
 }  // namespace
 
 Backend ucx_backend() {
@@ -661,7 +1073,8 @@ Backend ucx_backend() {
                 if (!c) return c.status();
                 return std::unique_ptr<Receiver>(new UcxReceiver(c.value()));
             },
-            [](asio::io_context& io) { return UcxSender::create(io); }};
+            [](asio::io_context& io) { return UcxSender::create(io); },
+            []() -> Status { return UcxConsumer::instance().status(); }};
 }
 
 }  // namespace dyad::dtl

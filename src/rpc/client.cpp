@@ -235,6 +235,13 @@ Status Connection::send_cancel(uint32_t tag) {
     return send_frame(h, "", Deadline::after(1.0));
 }
 
+Status Connection::send_update(uint32_t tag, const nlohmann::json& meta, Deadline deadline) {
+    Header h;
+    h.type = Type::update;
+    h.tag = tag;
+    return send_frame(h, meta.dump(), deadline);
+}
+
 Status Connection::error_status(const Frame& f, const std::string& context) {
     std::string msg = "error";
     dyad_rc_t rc = DYAD_RC_BADRPC;

@@ -45,6 +45,8 @@ class Connection {
     Status read_data(void* buf, size_t n, Deadline deadline);
     Status skip_data(size_t n, Deadline deadline);
     Status send_cancel(uint32_t tag);
+    // More input for an active request (e.g. flow-control credits).
+    Status send_update(uint32_t tag, const nlohmann::json& meta, Deadline deadline);
 
     // Request with a single answer (response or end); errors become Status.
     // grace_s extends the wait for the answer past the deadline sent to the

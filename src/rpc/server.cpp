@@ -184,6 +184,12 @@ class Session : public std::enable_shared_from_this<Session> {
                 }
                 return true;
             }
+            case Type::update: {
+                // Late updates (the request already finished) are dropped.
+                auto it = active_.find(h_.tag);
+                if (it != active_.end()) it->second->deliver_update(meta);
+                return true;
+            }
             default:
                 protocol_error(h_.tag, std::string("unexpected ") + type_name(h_.type) +
                                            " frame from a client");
@@ -302,6 +308,7 @@ void Request::finish() {
     finished_ = true;
     if (timer_) timer_->cancel();
     on_cancel_ = nullptr;
+    on_update_ = nullptr;
 }
 
 void Request::on_cancel(std::function<void()> fn) {
@@ -319,6 +326,7 @@ void Request::cancel(int why) {
     if (timer_) timer_->cancel();
     auto fn = std::move(on_cancel_);
     on_cancel_ = nullptr;
+    on_update_ = nullptr;
     if (fn) fn();
     if (auto s = session_.lock()) {
         if (why == ETIMEDOUT) {

@@ -51,6 +51,9 @@ class Request : public std::enable_shared_from_this<Request> {
     // Called once, on the loop, if the request is cancelled (peer gone,
     // cancel frame, deadline passed) before it finished.
     void on_cancel(std::function<void()> fn);
+    // Called on the loop for each UPDATE frame the client sends for this
+    // request (flow-control credits and the like); dropped when unset.
+    void on_update(std::function<void(const nlohmann::json&)> fn) { on_update_ = std::move(fn); }
 
     // Closes the whole connection (a peer that stopped reading).
     void close_connection();
@@ -58,6 +61,9 @@ class Request : public std::enable_shared_from_this<Request> {
     // Internal (Session).
     void cancel(int why_errnum);
     void arm_deadline();
+    void deliver_update(const nlohmann::json& meta) {
+        if (on_update_ && !finished_) on_update_(meta);
+    }
 
   private:
     void finish();
@@ -71,6 +77,7 @@ class Request : public std::enable_shared_from_this<Request> {
     std::atomic<bool> finished_{false};  // set on the loop once the answer is queued
     std::atomic<bool> cancelled_{false};
     std::function<void()> on_cancel_;
+    std::function<void(const nlohmann::json&)> on_update_;
     std::unique_ptr<asio::steady_timer> timer_;
 };
 

@@ -44,7 +44,7 @@ Status decode_header(const uint8_t in[kHeaderSize], Header* h) {
                           ": run the same DYAD version on both sides",
                       EPROTO);
     uint8_t t = in[6];
-    if (t < 1 || t > 6)
+    if (t < 1 || t > 7)
         return Status(DYAD_RC_BADRPC, "unknown frame type " + std::to_string(t), EPROTO);
     h->type = static_cast<Type>(t);
     h->flags = in[7];
@@ -71,6 +71,8 @@ const char* type_name(Type t) {
             return "error";
         case Type::cancel:
             return "cancel";
+        case Type::update:
+            return "update";
     }
     return "?";
 }

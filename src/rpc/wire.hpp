@@ -25,6 +25,7 @@ enum class Type : uint8_t {
     end = 4,       // last frame of a successful answer (DYAD's ENODATA)
     error = 5,     // last frame of a failed answer: errnum + {"msg": ..., "rc": ...}
     cancel = 6,    // client -> server: stop working on request `tag`
+    update = 7,    // client -> server: more input for request `tag` (e.g. credits)
 };
 
 struct Header {

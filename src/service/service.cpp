@@ -317,12 +317,18 @@ void Service::release_fd(const std::shared_ptr<dtl::FetchJob>& job) {
 nlohmann::json Service::status_json() const {
     nlohmann::json j = identity();
     nlohmann::json per = nlohmann::json::object();
-    for (const auto& [name, c] : per_transport_)
+    for (const auto& [name, c] : per_transport_) {
         per[name] = {{"requests", c.requests},
                      {"served", c.served},
                      {"errors", c.errors},
                      {"bytes_sent", c.bytes_sent},
                      {"bytes_received", c.bytes_received}};
+        auto it = senders_.find(name);
+        if (it != senders_.end()) {
+            auto extra = it->second->stats();
+            if (extra.is_object() && !extra.empty()) per[name]["transport"] = extra;
+        }
+    }
     j["counters"] = {{"requests", total_.requests},
                      {"served", total_.served},
                      {"errors", total_.errors},

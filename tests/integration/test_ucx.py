@@ -104,3 +104,74 @@ def test_producer_killed_mid_transfer(ucluster):
     assert time.monotonic() - t0 < 12
     assert not os.path.exists(cons.path("huge.bin"))
     assert glob.glob(os.path.join(cons.dir, ".huge.bin.dyad-*")) == []
+
+
+def test_protocol_follows_what_ucx_reports(ucluster):
+    """Shared memory does put natively: bytes land in the consumer's window
+    (read there directly by the service); TCP would emulate put: tags."""
+    prod, cons = ucluster[0], ucluster[1]
+    harness.write_file(prod.path("rule.bin"), (9 << 20) + 7, seed=9)
+    prod.dyad("produce", prod.path("rule.bin"))
+    cons.dyad("consume", cons.path("rule.bin"), env_extra=ucx())
+    assert sha(cons.path("rule.bin")) == sha(prod.path("rule.bin"))
+    t = prod.status()["counters"]["per_transport"]["UCX"]["transport"]
+    # (the endpoint itself may already be gone: the consumer exited)
+    tls = ucluster.nodes[0].extra_env["UCX_TLS"]
+    assert tls.split(",")[0] in t["last_endpoint_transports"]
+    if tls == "tcp":
+        assert t["endpoints_created"] == {"native_put": 0, "emulated_put": 1}
+        assert t["tag_transfers"] == 1 and t["put_transfers"] == 0
+    else:
+        assert t["endpoints_created"] == {"native_put": 1, "emulated_put": 0}
+        assert t["put_transfers"] == 1 and t["direct_transfers"] == 1 and t["tag_transfers"] == 0
+
+
+@pytest.mark.parametrize("proto", ["tag", "put"])
+def test_forced_protocol(ucluster, proto):
+    """Either protocol works on every transport when asked for (put over TCP
+    is UCX's software emulation: slow, but correct)."""
+    prod, cons = ucluster[0], ucluster[1]
+    window = 8 << 20
+    sizes = [0, 1, 4096, window + 1, (20 << 20) + 3]
+    names = [f"forced/{proto}{s}.bin" for s in sizes]
+    for n, s in zip(names, sizes):
+        harness.write_file(prod.path(n), s, seed=s + 1)
+    prod.dyad("produce", *[prod.path(n) for n in names])
+    cons.dyad("consume", *[cons.path(n) for n in names], env_extra=ucx(DYAD_UCX_PROTO=proto, DYAD_UCX_WINDOW=window))
+    for n in names:
+        assert sha(cons.path(n)) == sha(prod.path(n)), n
+    t = prod.status()["counters"]["per_transport"]["UCX"]["transport"]
+    assert t[f"{proto}_transfers"] == len(sizes)
+
+
+def test_put_without_direct_mapping():
+    """DYAD_UCX_DIRECT=0 on the service: native put from the service's
+    buffers instead of reading into the mapped window."""
+    if not BUILT:
+        pytest.skip("this build has no UCX transport")
+    tls = next((t for t in ("sysv,self", "posix,self") if t.split(",")[0] in AVAILABLE), None)
+    if not tls:
+        pytest.skip("no UCX shared-memory transport (sysv, posix) on this machine")
+    with harness.Cluster(nodes=2, env={"UCX_TLS": tls, "UCX_WARN_UNUSED_ENV_VARS": "n", "DYAD_UCX_DIRECT": "0"}) as c:
+        prod, cons = c[0], c[1]
+        window = 4 << 20
+        sizes = [1, window - 1, window, 3 * window + 5, 40 << 20]
+        names = [f"nd{s}.bin" for s in sizes]
+        for n, s in zip(names, sizes):
+            harness.write_file(prod.path(n), s, seed=s)
+        prod.dyad("produce", *[prod.path(n) for n in names])
+        cons.dyad("consume", *[cons.path(n) for n in names], env_extra=ucx(DYAD_UCX_WINDOW=window))
+        for n in names:
+            assert sha(cons.path(n)) == sha(prod.path(n)), n
+        t = prod.status()["counters"]["per_transport"]["UCX"]["transport"]
+        assert t["put_transfers"] == len(sizes) and t["direct_transfers"] == 0
+
+
+def test_bad_protocol_name_is_refused(ucluster):
+    prod, cons = ucluster[0], ucluster[1]
+    harness.write_file(prod.path("p.bin"), 10, seed=1)
+    prod.dyad("produce", prod.path("p.bin"))
+    p = cons.dyad("consume", cons.path("p.bin"), check=False, timeout=60, env_extra=ucx(DYAD_UCX_PROTO="rdma"))
+    assert p.returncode != 0
+    assert "DYAD_UCX_PROTO='rdma'" in p.stderr and "auto, tag or put" in p.stderr
+    assert not os.path.exists(cons.path("p.bin"))
