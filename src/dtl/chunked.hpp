@@ -61,6 +61,8 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         return nullptr;
     }
     void resume() { pump(); }
+    // Ends the transfer with an error (on the loop).
+    void abort(Status st) { fail(std::move(st)); }
     FetchJob& job() { return *job_; }
     const FetchJob& job() const { return *job_; }
 

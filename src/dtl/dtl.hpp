@@ -61,7 +61,8 @@ struct FetchJob {
     UniqueFd fd;        // open, shared-locked, regular file
     uint64_t size = 0;  // bytes to send
     std::string upath;
-    nlohmann::json transport_args;           // what the consumer's describe() sent
+    std::string local_host;         // the service address the consumer reached (empty: unix socket)
+    nlohmann::json transport_args;  // what the consumer's describe() sent
     asio::thread_pool* file_pool = nullptr;  // blocking file reads run here
     double idle_timeout_s = 60;  // no write progress for this long: abandon, close the connection
 };

@@ -8,6 +8,9 @@ Backend stream_backend();
 #ifdef DYAD_ENABLE_UCX
 Backend ucx_backend();
 #endif
+#ifdef DYAD_ENABLE_OFI
+Backend ofi_backend();
+#endif
 
 // Every transport of this build, in one explicit list.
 const std::vector<Backend>& backends() {
@@ -15,6 +18,9 @@ const std::vector<Backend>& backends() {
         stream_backend(),
 #ifdef DYAD_ENABLE_UCX
         ucx_backend(),
+#endif
+#ifdef DYAD_ENABLE_OFI
+        ofi_backend(),
 #endif
     };
     return table;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,6 +70,19 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     const nlohmann::json& peer() const { return peer_; }
+    std::string local_host() {
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        if (::getsockname(sock_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+            return "";
+        char buf[INET6_ADDRSTRLEN] = {0};
+        if (ss.ss_family == AF_INET)
+            ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+        else if (ss.ss_family == AF_INET6)
+            ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf,
+                        sizeof buf);
+        return buf;
+    }
 
   private:
     struct Out {
@@ -250,6 +266,11 @@ Request::Request(std::weak_ptr<Session> s, asio::io_context& io, uint32_t tag, n
 }
 
 Request::~Request() = default;
+
+std::string Request::local_host() const {
+    auto s = session_.lock();
+    return s ? s->local_host() : std::string();
+}
 
 const nlohmann::json& Request::peer() const {
     static const nlohmann::json empty;

@@ -38,6 +38,8 @@ class Request : public std::enable_shared_from_this<Request> {
     asio::io_context& io() { return io_; }
     // Peer info from the connection's hello (pid, ...).
     const nlohmann::json& peer() const;
+    // The local IP address the client connected to ("" for a Unix socket).
+    std::string local_host() const;
 
     // One part of the answer. `data` must stay valid until `done` runs
     // (with ok=false if the connection went away first).

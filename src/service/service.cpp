@@ -211,6 +211,7 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
         auto job = std::make_shared<dtl::FetchJob>();
         job->req = r;
         job->upath = up;
+        job->local_host = r->local_host();
         job->transport_args = r->args();
         job->file_pool = &file_pool_;
         job->idle_timeout_s = opts_.send_timeout;

@@ -1,0 +1,616 @@
+// libfabric transport (DYAD_DTL_MODE=MARGO, alias OFI): the pull model of
+// DYAD's Margo backend, built directly on libfabric.
+//
+// Service: for each chunk, file bytes are read straight into a buffer of a
+// pool registered once per protocol (FI_REMOTE_READ); the consumer is sent a
+// descriptor {seq, addr, key, len} on the fetch RPC; it pulls with fi_read and
+// acknowledges with an UPDATE frame {ack: seq}; the buffer goes back to the
+// pool. At most kDepth chunks per transfer and kPoolBuffers per protocol are
+// out, so the service's memory is bounded whatever the files and consumers.
+// A progress thread per manual-progress provider waits in fi_cq_sread.
+//
+// Consumer: one endpoint per process and protocol, a registered window of
+// kDepth chunk slots, service addresses in an AV with LRU eviction; waits are
+// fi_cq_sread with the inactivity deadline, and the RPC socket for frames.
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "chunked.hpp"
+#include "common/base64.hpp"
+#include "common/config.hpp"
+#include "common/log.hpp"
+#include "dtl.hpp"
+#include "ofi.hpp"
+
+namespace dyad::dtl {
+namespace {
+
+constexpr const char* kSub = "ofi";
+constexpr size_t kOfiChunk = 4u << 20;
+constexpr int kDepth = 4;            // descriptors out per transfer
+constexpr size_t kPoolBuffers = 16;  // registered chunk buffers per protocol (service)
+constexpr size_t kAvCacheSize = 64;  // service addresses kept per consumer endpoint
+
+Attributes ofi_attributes() {
+    Attributes a;
+    a.name = "MARGO";
+    a.latency_us = 20;
+    a.bandwidth_gbps = 2.0;
+    a.rma_native = true;  // the consumer reads the service's memory
+    a.max_message = kOfiChunk;
+    auto avail = ofi::available_protocols();
+    std::string list;
+    for (const auto& p : avail) list += (list.empty() ? "" : " ") + p;
+    std::string proto = ofi::configured_protocol();
+    std::string prov;
+    for (const auto& p : ofi::protocols())
+        if (proto == p.name) prov = std::string(" (") + p.provider + ")";
+    a.info = "libfabric " + ofi::library_version() + ", DYAD_MARGO_PROTO=" + proto + prov +
+             ", available: " + (list.empty() ? "none" : list);
+    return a;
+}
+
+// ---------------- consumer side ----------------
+
+struct ReadOp {
+    fi_context2 ctx;  // first: libfabric hands it back in completions
+    size_t slot = 0;
+    uint64_t seq = 0;
+    size_t len = 0;
+    bool posted = false;
+    bool done = false;
+    int err = 0;
+};
+
+class OfiConsumer {
+  public:
+    static Result<OfiConsumer*> instance(const std::string& proto_name) {
+        static std::mutex mu;
+        static std::map<std::string, OfiConsumer*> insts;
+        static pid_t owner = 0;
+        std::lock_guard<std::mutex> lk(mu);
+        if (owner != ::getpid()) {  // a forked child builds its own (not fork-safe)
+            insts.clear();
+            owner = ::getpid();
+        }
+        auto it = insts.find(proto_name);
+        if (it != insts.end() && !it->second->poisoned_) return it->second;
+        // A poisoned instance (reads that could not be cancelled) is leaked:
+        // the provider may still write into its window.
+        auto proto = ofi::validate_protocol(proto_name);
+        if (!proto) return proto.status();
+        auto ep = ofi::Endpoint::open(*proto.value(), nullptr);
+        if (!ep) return ep.status();
+        auto* c = new OfiConsumer(std::move(ep.value()));
+        c->window_.resize(kDepth * kOfiChunk);
+        auto r = c->ep_->register_memory(c->window_.data(), c->window_.size(), FI_READ);
+        if (!r) {
+            delete c;
+            return r.status();
+        }
+        c->region_ = r.value();
+        insts[proto_name] = c;
+        return c;
+    }
+    ~OfiConsumer() {
+        for (auto& [k, v] : av_) fi_av_remove(ep_->av(), &v->second, 1, 0);
+        ep_->release(region_);
+    }
+
+    std::mutex& mutex() { return mu_; }
+    ofi::Endpoint& ep() { return *ep_; }
+    char* slot(size_t i) { return window_.data() + i * kOfiChunk; }
+    void* desc() { return region_.desc; }
+    void poison() { poisoned_ = true; }
+
+    // The service's address in the AV (inserted once; LRU eviction).
+    Result<fi_addr_t> peer(const std::string& addr) {
+        auto it = av_.find(addr);
+        if (it != av_.end()) {
+            lru_.splice(lru_.begin(), lru_, it->second);
+            return it->second->second;
+        }
+        fi_addr_t fa = FI_ADDR_UNSPEC;
+        int n = fi_av_insert(ep_->av(), addr.data(), 1, &fa, 0, nullptr);
+        if (n != 1) return ofi::fi_error(DYAD_RC_BADFETCH, "fi_av_insert of the service", n);
+        lru_.emplace_front(addr, fa);
+        av_[addr] = lru_.begin();
+        while (lru_.size() > kAvCacheSize) {
+            auto& old = lru_.back();
+            fi_av_remove(ep_->av(), &old.second, 1, 0);
+            av_.erase(old.first);
+            lru_.pop_back();
+        }
+        return fa;
+    }
+
+  private:
+    explicit OfiConsumer(std::unique_ptr<ofi::Endpoint> ep) : ep_(std::move(ep)) {}
+    std::unique_ptr<ofi::Endpoint> ep_;
+    std::vector<char> window_;
+    ofi::Region region_;
+    std::mutex mu_;
+    bool poisoned_ = false;
+    std::list<std::pair<std::string, fi_addr_t>> lru_;
+    std::unordered_map<std::string, std::list<std::pair<std::string, fi_addr_t>>::iterator> av_;
+};
+
+class OfiReceiver : public Receiver {
+  public:
+    OfiReceiver(OfiConsumer* c, std::string proto)
+        : c_(c), proto_(std::move(proto)), attrs_(ofi_attributes()) {}
+    const Attributes& attributes() const override { return attrs_; }
+    nlohmann::json describe() override { return {{"ofi_proto", proto_}}; }
+
+    Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink,
+                                   double idle_s) override {
+        std::lock_guard<std::mutex> lk(c_->mutex());
+        auto f = conn.read_frame(Deadline::after(idle_s));
+        if (!f) return f.status();
+        if (f->header.type == rpc::Type::error)
+            return rpc::Connection::error_status(f.value(), "fetch");
+        if (f->header.type != rpc::Type::response || f->header.tag != tag ||
+            f->header.data_len != 0 || !f->meta.is_object())
+            return Status(DYAD_RC_BADRPC, "unexpected first frame in an OFI fetch", EPROTO);
+        uint64_t size = f->meta.value("size", 0ull);
+        if (f->meta.value("chunk", 0ull) != kOfiChunk)
+            return Status(DYAD_RC_BADRPC, "OFI chunk size differs between service and consumer",
+                          EPROTO);
+        auto addr = base64_decode(f->meta.value("ofi_addr", std::string()));
+        if (!addr || addr->empty())
+            return Status(DYAD_RC_BADRPC, "OFI fetch without the service's address", EPROTO);
+        auto peer = c_->peer(std::string(addr->begin(), addr->end()));
+        if (!peer) return peer.status();
+
+        std::deque<ReadOp> ops;  // in file order
+        std::vector<bool> busy(kDepth, false);
+        uint64_t received = 0, announced = 0;
+        Status err;
+        auto fail = [&](Status st) {
+            cancel_all(ops);
+            return st;
+        };
+        while (received < size) {
+            // 1. Take descriptors: block for one when nothing is in flight,
+            //    otherwise only those already here.
+            while (ops.size() < static_cast<size_t>(kDepth) && announced < size) {
+                if (!ops.empty()) {
+                    struct pollfd pf = {conn.fd(), POLLIN, 0};
+                    if (::poll(&pf, 1, 0) <= 0) break;
+                }
+                auto g = conn.read_frame(Deadline::after(idle_s));
+                if (!g) return fail(g.status());
+                const rpc::Frame& fr = g.value();
+                if (fr.header.type == rpc::Type::error)
+                    return fail(rpc::Connection::error_status(fr, "fetch"));
+                if (fr.header.type != rpc::Type::response || fr.header.tag != tag ||
+                    !fr.meta.is_object())
+                    return fail(Status(DYAD_RC_BADRPC, "unexpected frame in an OFI fetch", EPROTO));
+                uint64_t seq = fr.meta.value("seq", ~0ull);
+                uint64_t len = fr.meta.value("len", 0ull);
+                uint64_t raddr = fr.meta.value("addr", 0ull);
+                uint64_t key = fr.meta.value("key", 0ull);
+                uint64_t expect = std::min<uint64_t>(kOfiChunk, size - announced);
+                if (seq != announced / kOfiChunk || len != expect)
+                    return fail(Status(DYAD_RC_BADFETCH, "out-of-order OFI descriptor", EPROTO));
+                size_t slot = 0;
+                while (busy[slot]) ++slot;
+                busy[slot] = true;
+                ops.emplace_back();
+                ReadOp& op = ops.back();
+                op.slot = slot;
+                op.seq = seq;
+                op.len = len;
+                announced += len;
+                Status st = post_read(op, peer.value(), raddr, key, Deadline::after(idle_s));
+                if (!st) return fail(st);
+            }
+            // 2. Wait for the oldest read; hand finished ones over in order.
+            if (ops.empty()) continue;
+            if (!ops.front().done) {
+                Status st = wait_completion(Deadline::after(idle_s));
+                if (!st) return fail(st);
+            }
+            while (!ops.empty() && ops.front().done) {
+                ReadOp& op = ops.front();
+                if (op.err)
+                    return fail(Status(
+                        DYAD_RC_BADFETCH,
+                        std::string("fi_read from the service failed: ") + fi_strerror(op.err),
+                        EIO));
+                Status w = sink.write(c_->slot(op.slot), op.len);
+                if (!w) return fail(w);
+                received += op.len;
+                busy[op.slot] = false;
+                Status u = conn.send_update(tag, {{"ack", op.seq}}, Deadline::after(idle_s));
+                if (!u) return fail(u);
+                ops.pop_front();
+            }
+        }
+        auto g = conn.read_frame(Deadline::after(idle_s));
+        if (!g) return g.status();
+        if (g->header.type == rpc::Type::error)
+            return rpc::Connection::error_status(g.value(), "fetch");
+        if (g->header.type != rpc::Type::end || g->header.tag != tag)
+            return Status(DYAD_RC_BADRPC, "expected the end of an OFI fetch", EPROTO);
+        return g->meta;
+    }
+
+  private:
+    Status post_read(ReadOp& op, fi_addr_t peer, uint64_t raddr, uint64_t key, Deadline d) {
+        for (;;) {
+            ssize_t ret = fi_read(c_->ep().ep(), c_->slot(op.slot), op.len, c_->desc(), peer, raddr,
+                                  key, &op.ctx);
+            if (ret == 0) {
+                op.posted = true;
+                return Status::ok();
+            }
+            if (ret != -FI_EAGAIN) return ofi::fi_error(DYAD_RC_BADFETCH, "fi_read", ret);
+            // Queue full: completions (and progress) make room.
+            Status st = drain(0);
+            if (!st) return st;
+            if (d.expired()) return Status(DYAD_RC_TIMEOUT, "fi_read queue stayed full", ETIMEDOUT);
+        }
+    }
+
+    // Reads completions without waiting (timeout_ms 0) or waits for one.
+    Status drain(int timeout_ms) {
+        fi_cq_entry e[8];
+        ssize_t n;
+        if (timeout_ms > 0 && c_->ep().can_wait())
+            n = fi_cq_sread(c_->ep().cq(), e, 8, nullptr, timeout_ms);
+        else
+            n = fi_cq_read(c_->ep().cq(), e, 8);
+        if (n == -FI_EAGAIN) return Status::ok();
+        if (n == -FI_EAVAIL) {
+            fi_cq_err_entry ee;
+            std::memset(&ee, 0, sizeof ee);
+            if (fi_cq_readerr(c_->ep().cq(), &ee, 0) == 1 && ee.op_context) {
+                auto* op = static_cast<ReadOp*>(ee.op_context);
+                op->done = true;
+                op->err = ee.err ? ee.err : FI_EIO;
+                ++completed_;
+            }
+            return Status::ok();
+        }
+        if (n < 0) return ofi::fi_error(DYAD_RC_BADFETCH, "fi_cq_read", n);
+        for (ssize_t i = 0; i < n; ++i) static_cast<ReadOp*>(e[i].op_context)->done = true;
+        completed_ += static_cast<size_t>(n);
+        return Status::ok();
+    }
+
+    Status wait_completion(Deadline d) {
+        size_t before = completed_;
+        while (completed_ == before) {
+            if (d.expired())
+                return Status(DYAD_RC_TIMEOUT, "no OFI read completed in time", ETIMEDOUT);
+            // Providers without a wait object are read in a loop bounded by
+            // the deadline (none of the protocols here needs it).
+            Status st = drain(c_->ep().can_wait() ? std::max(1, d.poll_ms()) : 0);
+            if (!st) return st;
+            if (!c_->ep().can_wait()) std::this_thread::yield();
+        }
+        return Status::ok();
+    }
+
+    void cancel_all(std::deque<ReadOp>& ops) {
+        bool pending = false;
+        for (auto& op : ops)
+            if (op.posted && !op.done) {
+                fi_cancel(&c_->ep().ep()->fid, &op.ctx);
+                pending = true;
+            }
+        Deadline d = Deadline::after(2.0);
+        while (pending && !d.expired()) {
+            drain(50);
+            pending = false;
+            for (auto& op : ops) pending |= op.posted && !op.done;
+        }
+        if (pending) {
+            DYAD_WARN(kSub, "OFI reads could not be cancelled; this endpoint is retired");
+            c_->poison();
+        }
+    }
+
+    OfiConsumer* c_;
+    std::string proto_;
+    Attributes attrs_;
+    size_t completed_ = 0;  // completions seen, successful or not
+};
+
+}  // namespace
+}  // namespace dyad::dtl
+
+namespace dyad::dtl {
+namespace {
+
+// ---------------- service side ----------------
+
+class OfiTransfer;
+
+// One protocol served by this dyadd: its endpoint, the registered buffer
+// pool (grown on demand up to kPoolBuffers, registered once) and the
+// progress thread for providers whose data progress is manual.
+class ServedProtocol {
+  public:
+    static Result<std::shared_ptr<ServedProtocol>> open(const ofi::Protocol& p,
+                                                        const std::string& node,
+                                                        asio::io_context& io) {
+        auto ep = ofi::Endpoint::open(p, node.empty() ? nullptr : node.c_str());
+        if (!ep) return ep.status();
+        auto sp = std::shared_ptr<ServedProtocol>(new ServedProtocol(std::move(ep.value()), io));
+        if (sp->ep_->manual_progress() && !env("DYAD_OFI_NO_PROGRESS_THREAD"))
+            sp->progress_ = std::thread([raw = sp.get()] { raw->run(); });
+        DYAD_INFO(kSub, "serving %s (provider %s): %s progress, CQ %s", p.name, p.provider,
+                  sp->ep_->manual_progress() ? "manual" : "automatic",
+                  sp->ep_->can_wait() ? "with a wait fd" : "without a wait object");
+        return sp;
+    }
+    ~ServedProtocol() {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            stop_ = true;
+        }
+        busy_cv_.notify_all();
+        if (progress_.joinable()) progress_.join();
+        for (auto& r : regions_) ep_->release(r);
+    }
+
+    const std::string& address() const { return ep_->address(); }
+    const ofi::Protocol& protocol() const { return ep_->protocol(); }
+
+    // A free registered buffer (index), -1 when none (then `waiter` is
+    // resumed on the loop when one frees), or an error.
+    Result<int> acquire(std::weak_ptr<OfiTransfer> waiter);
+    void release(int idx);
+    char* buffer(int idx) { return bufs_[static_cast<size_t>(idx)].get(); }
+    const ofi::Region& region(int idx) const { return regions_[static_cast<size_t>(idx)]; }
+    size_t pool_size() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        return bufs_.size();
+    }
+
+  private:
+    ServedProtocol(std::unique_ptr<ofi::Endpoint> ep, asio::io_context& io)
+        : ep_(std::move(ep)), io_(io) {}
+
+    // Drives the provider so consumers' reads of our memory complete. The
+    // service posts no operations itself, so completions are not expected;
+    // the wait (with a timeout, to notice shutdown) is what makes progress.
+    // A CQ without a wait object (shm) is read in a yielding loop, but only
+    // while buffers are out to consumers; otherwise the thread sleeps.
+    void run() {
+        fi_cq_entry e[8];
+        while (!stop_) {
+            if (!ep_->can_wait()) {
+                std::unique_lock<std::mutex> lk(mu_);
+                busy_cv_.wait(lk, [this] { return stop_ || out_ > 0; });
+                if (stop_) break;
+            }
+            ssize_t n = ep_->can_wait() ? fi_cq_sread(ep_->cq(), e, 8, nullptr, 200)
+                                        : fi_cq_read(ep_->cq(), e, 8);
+            if (n == -FI_EAVAIL) {
+                fi_cq_err_entry ee;
+                std::memset(&ee, 0, sizeof ee);
+                fi_cq_readerr(ep_->cq(), &ee, 0);
+                DYAD_WARN(kSub, "completion error: %s", fi_strerror(ee.err));
+            } else if (n < 0 && n != -FI_EAGAIN) {
+                DYAD_ERROR(kSub, "fi_cq_sread: %s", fi_strerror(static_cast<int>(-n)));
+                break;
+            } else if (!ep_->can_wait()) {
+                std::this_thread::yield();
+            }
+        }
+    }
+
+    std::unique_ptr<ofi::Endpoint> ep_;
+    asio::io_context& io_;
+    mutable std::mutex mu_;
+    std::vector<std::unique_ptr<char[]>> bufs_;
+    std::vector<ofi::Region> regions_;
+    std::vector<int> free_;
+    std::deque<std::weak_ptr<OfiTransfer>> waiters_;
+    std::atomic<bool> stop_{false};  // set under mu_ (for busy_cv_)
+    size_t out_ = 0;                 // buffers not in the free list (under mu_)
+    std::condition_variable busy_cv_;
+    std::thread progress_;
+};
+
+// Chunks are read straight into pool buffers (the direct mode of the chunk
+// pipeline); each is announced by a descriptor and returned on the
+// consumer's acknowledgement.
+class OfiTransfer : public ChunkedTransfer {
+  public:
+    OfiTransfer(std::shared_ptr<FetchJob> job, SendDone done, std::shared_ptr<ServedProtocol> sp)
+        : ChunkedTransfer(std::move(job), std::move(done), kOfiChunk, kDepth), sp_(std::move(sp)) {}
+    ~OfiTransfer() override {
+        for (int idx : reading_) sp_->release(idx);
+        for (auto& [seq, p] : pending_) sp_->release(p.idx);
+    }
+
+    void start_ofi() {
+        std::weak_ptr<ChunkedTransfer> weak = shared_from_this();
+        job().req->on_update([weak](const nlohmann::json& m) {
+            auto self = std::static_pointer_cast<OfiTransfer>(weak.lock());
+            if (self) self->on_ack(m);
+        });
+        start();
+    }
+    void wake() { resume(); }
+
+  protected:
+    bool inline_first_chunk() const override { return false; }
+    nlohmann::json first_meta() const override {
+        return {{"size", job().size},
+                {"transport", "MARGO"},
+                {"chunk", kOfiChunk},
+                {"proto", sp_->protocol().name},
+                {"ofi_addr", base64_encode(sp_->address())}};
+    }
+    bool direct() const override { return true; }
+    char* direct_target(size_t) override {
+        if (over_ || reading_.size() + pending_.size() >= static_cast<size_t>(kDepth))
+            return nullptr;  // resumed by an acknowledgement
+        auto idx = sp_->acquire(std::static_pointer_cast<OfiTransfer>(shared_from_this()));
+        if (!idx) {
+            auto self = std::static_pointer_cast<OfiTransfer>(shared_from_this());
+            asio::post(job().req->io(), [self, st = idx.status()] { self->abort(st); });
+            return nullptr;
+        }
+        if (idx.value() < 0) return nullptr;  // resumed when a buffer frees
+        reading_.push_back(idx.value());
+        return sp_->buffer(idx.value());
+    }
+    void write_chunk(const char*, size_t n, nlohmann::json,
+                     std::function<void(bool)> done) override {
+        int idx = reading_.front();
+        reading_.pop_front();
+        uint64_t seq = next_seq_++;
+        pending_[seq] = Pending{idx, std::move(done)};
+        const auto& r = sp_->region(idx);
+        job().req->respond({{"seq", seq}, {"addr", r.base}, {"key", r.key}, {"len", n}});
+    }
+    void on_finish() override {
+        over_ = true;
+        // Announced buffers go back (the consumer has failed or is gone);
+        // a buffer still being read from the file goes back in the destructor.
+        for (auto& [seq, p] : pending_) sp_->release(p.idx);
+        pending_.clear();
+    }
+
+  private:
+    struct Pending {
+        int idx;
+        std::function<void(bool)> done;
+    };
+    void on_ack(const nlohmann::json& m) {
+        uint64_t seq = m.is_object() ? m.value("ack", ~0ull) : ~0ull;
+        auto it = pending_.find(seq);
+        if (it == pending_.end()) {
+            DYAD_WARN(kSub, "acknowledgement of an unknown chunk %llu",
+                      static_cast<unsigned long long>(seq));
+            return;
+        }
+        auto p = std::move(it->second);
+        pending_.erase(it);
+        sp_->release(p.idx);
+        p.done(true);
+    }
+
+    std::shared_ptr<ServedProtocol> sp_;
+    std::deque<int> reading_;  // buffers being filled from the file, in order
+    std::map<uint64_t, Pending> pending_;
+    uint64_t next_seq_ = 0;
+    bool over_ = false;
+};
+
+Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter) {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (!free_.empty()) {
+        int idx = free_.back();
+        free_.pop_back();
+        if (out_++ == 0) busy_cv_.notify_all();
+        return idx;
+    }
+    if (bufs_.size() < kPoolBuffers) {
+        std::unique_ptr<char[]> b(new char[kOfiChunk]);
+        auto r = ep_->register_memory(b.get(), kOfiChunk, FI_REMOTE_READ);
+        if (!r) return r.status();
+        bufs_.push_back(std::move(b));
+        regions_.push_back(r.value());
+        if (out_++ == 0) busy_cv_.notify_all();
+        return static_cast<int>(bufs_.size() - 1);
+    }
+    waiters_.push_back(std::move(waiter));
+    return -1;
+}
+
+void ServedProtocol::release(int idx) {
+    std::weak_ptr<OfiTransfer> next;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        free_.push_back(idx);
+        --out_;
+        while (!waiters_.empty() && next.expired()) {
+            next = waiters_.front();
+            waiters_.pop_front();
+        }
+    }
+    asio::post(io_, [next] {
+        if (auto t = next.lock()) t->wake();
+    });
+}
+
+class OfiSender : public Sender {
+  public:
+    explicit OfiSender(asio::io_context& io) : io_(io), attrs_(ofi_attributes()) {}
+    const Attributes& attributes() const override { return attrs_; }
+    nlohmann::json stats() const override {
+        nlohmann::json served = nlohmann::json::object();
+        for (const auto& [k, sp] : served_)
+            served[k] = {{"provider", sp->protocol().provider}, {"pool_buffers", sp->pool_size()}};
+        return {{"protocols", served}, {"pool_limit_bytes", kPoolBuffers * kOfiChunk}};
+    }
+
+    void send(std::shared_ptr<FetchJob> job, SendDone done) override {
+        auto it = job->transport_args.find("ofi_proto");
+        if (it == job->transport_args.end() || !it->is_string()) {
+            done(Status(DYAD_RC_BADUNPACK, "OFI fetch without ofi_proto", EINVAL), 0, "");
+            return;
+        }
+        auto sp = served(it->get<std::string>(), job->local_host);
+        if (!sp) {
+            done(sp.status(), 0, "");
+            return;
+        }
+        std::make_shared<OfiTransfer>(std::move(job), std::move(done), sp.value())->start_ofi();
+    }
+
+  private:
+    Result<std::shared_ptr<ServedProtocol>> served(const std::string& name,
+                                                   const std::string& host) {
+        std::string key = name + "@" + host;
+        auto it = served_.find(key);
+        if (it != served_.end()) return it->second;
+        auto p = ofi::validate_protocol(name);
+        if (!p) return p.status();
+        auto sp = ServedProtocol::open(*p.value(), host, io_);
+        if (!sp) return sp.status();
+        served_[key] = sp.value();
+        return sp.value();
+    }
+
+    asio::io_context& io_;
+    Attributes attrs_;
+    std::map<std::string, std::shared_ptr<ServedProtocol>> served_;
+};
+
+}  // namespace
+
+Backend ofi_backend() {
+    return {"MARGO",
+            {"OFI"},
+            ofi_attributes,
+            []() -> Result<std::unique_ptr<Receiver>> {
+                std::string proto = ofi::configured_protocol();
+                auto c = OfiConsumer::instance(proto);
+                if (!c) return c.status();
+                return std::unique_ptr<Receiver>(new OfiReceiver(c.value(), proto));
+            },
+            [](asio::io_context& io) -> Result<std::unique_ptr<Sender>> {
+                return std::unique_ptr<Sender>(new OfiSender(io));
+            },
+            []() -> Status { return OfiConsumer::instance(ofi::configured_protocol()).status(); }};
+}
+
+}  // namespace dyad::dtl
