@@ -127,6 +127,11 @@ int main(int argc, char** argv) {
             std::cout << "transports built:";
             for (auto& b : t) std::cout << " " << b["name"].get<std::string>();
             std::cout << "\n";
+            for (auto& b : t) {
+                std::string info = b.value("info", std::string());
+                if (!info.empty())
+                    std::cout << "  " << b["name"].get<std::string>() << ": " << info << "\n";
+            }
         }
         return 0;
     }

@@ -52,6 +52,36 @@ const char* rc_name(dyad_rc_t rc) {
             return "DYAD_RC_CONNFAIL";
         case DYAD_RC_BADCHECKSUM:
             return "DYAD_RC_BADCHECKSUM";
+        case DYAD_RC_BADBUF:
+            return "DYAD_RC_BADBUF";
+        case DYAD_RC_BAD_B64DECODE:
+            return "DYAD_RC_BAD_B64DECODE";
+        case DYAD_RC_BAD_CLI_ARG_DEF:
+            return "DYAD_RC_BAD_CLI_ARG_DEF";
+        case DYAD_RC_BAD_CLI_PARSE:
+            return "DYAD_RC_BAD_CLI_PARSE";
+        case DYAD_RC_BAD_COMM_MODE:
+            return "DYAD_RC_BAD_COMM_MODE";
+        case DYAD_RC_FLUXFAIL:
+            return "DYAD_RC_FLUXFAIL";
+        case DYAD_RC_MARGOINIT_FAIL:
+            return "DYAD_RC_MARGOINIT_FAIL";
+        case DYAD_RC_MARGO_BAD_PROTO:
+            return "DYAD_RC_MARGO_BAD_PROTO";
+        case DYAD_RC_UCXCOMM_FAIL:
+            return "DYAD_RC_UCXCOMM_FAIL";
+        case DYAD_RC_UCXEP_FAIL:
+            return "DYAD_RC_UCXEP_FAIL";
+        case DYAD_RC_UCXINIT_FAIL:
+            return "DYAD_RC_UCXINIT_FAIL";
+        case DYAD_RC_UCXMMAP_FAIL:
+            return "DYAD_RC_UCXMMAP_FAIL";
+        case DYAD_RC_UCXRKEY_PACK_FAILED:
+            return "DYAD_RC_UCXRKEY_PACK_FAILED";
+        case DYAD_RC_UCXRKEY_UNPACK_FAILED:
+            return "DYAD_RC_UCXRKEY_UNPACK_FAILED";
+        case DYAD_RC_UCXWAIT_FAIL:
+            return "DYAD_RC_UCXWAIT_FAIL";
         default:
             return "DYAD_RC_(other)";
     }

@@ -41,22 +41,25 @@ constexpr int kDepth = 4;            // descriptors out per transfer
 constexpr size_t kPoolBuffers = 16;  // registered chunk buffers per protocol (service)
 constexpr size_t kAvCacheSize = 64;  // service addresses kept per consumer endpoint
 
-Attributes ofi_attributes() {
+// `probe` lists the protocols that work here: libfabric's first fi_getinfo
+// in a process loads every provider (about 0.3 s here), so only `dyad
+// config` pays for it, not every dyadd start.
+Attributes ofi_attributes(bool probe) {
     Attributes a;
     a.name = "MARGO";
     a.latency_us = 20;
     a.bandwidth_gbps = 2.0;
     a.rma_native = true;  // the consumer reads the service's memory
     a.max_message = kOfiChunk;
-    auto avail = ofi::available_protocols();
     std::string list;
-    for (const auto& p : avail) list += (list.empty() ? "" : " ") + p;
+    if (probe)
+        for (const auto& p : ofi::available_protocols()) list += (list.empty() ? "" : " ") + p;
     std::string proto = ofi::configured_protocol();
     std::string prov;
     for (const auto& p : ofi::protocols())
         if (proto == p.name) prov = std::string(" (") + p.provider + ")";
-    a.info = "libfabric " + ofi::library_version() + ", DYAD_MARGO_PROTO=" + proto + prov +
-             ", available: " + (list.empty() ? "none" : list);
+    a.info = "libfabric " + ofi::library_version() + ", DYAD_MARGO_PROTO=" + proto + prov;
+    if (probe) a.info += ", available: " + (list.empty() ? std::string("none") : list);
     return a;
 }
 
@@ -148,7 +151,7 @@ class OfiConsumer {
 class OfiReceiver : public Receiver {
   public:
     OfiReceiver(OfiConsumer* c, std::string proto)
-        : c_(c), proto_(std::move(proto)), attrs_(ofi_attributes()) {}
+        : c_(c), proto_(std::move(proto)), attrs_(ofi_attributes(false)) {}
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json describe() override { return {{"ofi_proto", proto_}}; }
 
@@ -161,7 +164,10 @@ class OfiReceiver : public Receiver {
             return rpc::Connection::error_status(f.value(), "fetch");
         if (f->header.type != rpc::Type::response || f->header.tag != tag ||
             f->header.data_len != 0 || !f->meta.is_object())
-            return Status(DYAD_RC_BADRPC, "unexpected first frame in an OFI fetch", EPROTO);
+            return Status(DYAD_RC_BADRPC,
+                          std::string("unexpected first frame in an OFI fetch: ") +
+                              rpc::type_name(f->header.type) + " " + f->meta.dump(),
+                          EPROTO);
         uint64_t size = f->meta.value("size", 0ull);
         if (f->meta.value("chunk", 0ull) != kOfiChunk)
             return Status(DYAD_RC_BADRPC, "OFI chunk size differs between service and consumer",
@@ -553,7 +559,7 @@ void ServedProtocol::release(int idx) {
 
 class OfiSender : public Sender {
   public:
-    explicit OfiSender(asio::io_context& io) : io_(io), attrs_(ofi_attributes()) {}
+    explicit OfiSender(asio::io_context& io) : io_(io), attrs_(ofi_attributes(false)) {}
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json stats() const override {
         nlohmann::json served = nlohmann::json::object();
@@ -600,7 +606,7 @@ class OfiSender : public Sender {
 Backend ofi_backend() {
     return {"MARGO",
             {"OFI"},
-            ofi_attributes,
+            [] { return ofi_attributes(true); },
             []() -> Result<std::unique_ptr<Receiver>> {
                 std::string proto = ofi::configured_protocol();
                 auto c = OfiConsumer::instance(proto);
@@ -614,3 +620,8 @@ Backend ofi_backend() {
 }
 
 }  // namespace dyad::dtl
+
+// The plugin's entry point (registry.cpp loads it with dlopen).
+extern "C" __attribute__((visibility("default"))) dyad::dtl::Backend* dyad_ofi_backend() {
+    return new dyad::dtl::Backend(dyad::dtl::ofi_backend());
+}

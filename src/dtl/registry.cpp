@@ -1,4 +1,7 @@
+#include <dlfcn.h>
 #include <strings.h>
+
+#include <mutex>
 
 #include "dtl.hpp"
 
@@ -9,7 +12,74 @@ Backend stream_backend();
 Backend ucx_backend();
 #endif
 #ifdef DYAD_ENABLE_OFI
-Backend ofi_backend();
+namespace {
+// libdyad_ofi.so, next to the library or program holding this code (lib/,
+// or ../lib from bin/), loaded once on first use.
+Result<const Backend*> load_ofi() {
+    static std::once_flag once;
+    static const Backend* loaded = nullptr;
+    static Status failed;
+    std::call_once(once, [] {
+        Dl_info info{};
+        std::string dir = ".";
+        if (dladdr(reinterpret_cast<void*>(&load_ofi), &info) && info.dli_fname) {
+            dir = info.dli_fname;
+            dir = dir.substr(
+                0, dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/'));
+        }
+        std::string tried, err;
+        for (const std::string& path : {dir + "/libdyad_ofi.so", dir + "/../lib/libdyad_ofi.so"}) {
+            void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (!h) {
+                err = dlerror();
+                tried += (tried.empty() ? "" : ", ") + path;
+                continue;
+            }
+            auto fn = reinterpret_cast<Backend* (*)()>(dlsym(h, "dyad_ofi_backend"));
+            if (fn) {
+                loaded = fn();
+                return;
+            }
+            err = "no dyad_ofi_backend in " + path;
+        }
+        failed = Status(DYAD_RC_MARGOINIT_FAIL,
+                        "cannot load the libfabric transport plugin (tried " + tried + "): " + err,
+                        ENOENT);
+    });
+    if (loaded) return loaded;
+    return failed;
+}
+
+Backend ofi_backend() {
+    Backend b;
+    b.name = "MARGO";
+    b.aliases = {"OFI"};
+    b.attributes = [] {
+        auto l = load_ofi();
+        if (l) return l.value()->attributes();
+        Attributes a;
+        a.name = "MARGO";
+        a.info = l.status().message();
+        return a;
+    };
+    b.make_receiver = []() -> Result<std::unique_ptr<Receiver>> {
+        auto l = load_ofi();
+        if (!l) return l.status();
+        return l.value()->make_receiver();
+    };
+    b.make_sender = [](asio::io_context& io) -> Result<std::unique_ptr<Sender>> {
+        auto l = load_ofi();
+        if (!l) return l.status();
+        return l.value()->make_sender(io);
+    };
+    b.warmup = []() -> Status {
+        auto l = load_ofi();
+        if (!l) return l.status();
+        return l.value()->warmup ? l.value()->warmup() : Status::ok();
+    };
+    return b;
+}
+}  // namespace
 #endif
 
 // Every transport of this build, in one explicit list.
