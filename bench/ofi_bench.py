@@ -9,11 +9,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import harness  # noqa: E402
-from ucx_bench import cp_rate  # noqa: E402
+import transport_runs  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -56,30 +55,8 @@ def main():
     for proto in protos:
         with harness.Cluster(nodes=2, env={"DYAD_MARGO_PROTO": proto}) as c:
             prod, cons = c[0], c[1]
-            harness.write_file(prod.path("big.bin"), BIG, seed=1)
-            prod.dyad("produce", prod.path("big.bin"))
-            os.sync()
-            runs = {"dyad": [], "cp": []}
-            for r in range(REPS + 1):  # round 0 warms the page cache up
-                for what in (["dyad", "cp"] if r % 2 else ["cp", "dyad"]):
-                    if what == "cp":
-                        rate = cp_rate(prod.path("big.bin"), cons.dir)
-                    else:
-                        t = time.monotonic()
-                        cons.dyad("consume", cons.path("big.bin"), env_extra={"DYAD_DTL_MODE": "MARGO", "DYAD_WAIT_TIMEOUT": 60})
-                        rate = BIG / (time.monotonic() - t) / 1e9
-                        os.unlink(cons.path("big.bin"))
-                    if r:
-                        runs[what].append(rate)
-            small = []
-            for r in range(REPS):
-                names = [f"s{r}/f{i:04d}" for i in range(SMALL_N)]
-                for i, n in enumerate(names):
-                    harness.write_file(prod.path(n), 65536, seed=i)
-                prod.dyad("produce", *[prod.path(n) for n in names])
-                t = time.monotonic()
-                cons.dyad("consume", *[cons.path(n) for n in names], env_extra={"DYAD_DTL_MODE": "MARGO", "DYAD_WAIT_TIMEOUT": 60}, timeout=600)
-                small.append(time.monotonic() - t)
+            runs = transport_runs.big_file_rates(prod, cons, BIG, REPS, {"dyad": {"DYAD_DTL_MODE": "MARGO"}})
+            small = transport_runs.small_file_times(prod, cons, SMALL_N, REPS, {"DYAD_DTL_MODE": "MARGO"})
         raw = raw_read_bw(proto)
         dyad = statistics.median(runs["dyad"])
         cp = statistics.median(runs["cp"])

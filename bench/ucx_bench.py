@@ -14,6 +14,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import harness  # noqa: E402
+import transport_runs  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = os.environ.get("BENCH_QUICK") == "1"
@@ -41,16 +42,6 @@ def perftest(tls, test):
     return float(m.group(1)) * (1 << 20) / 1e9 if m else None  # MiB/s -> GB/s
 
 
-def cp_rate(src, dst_dir):
-    """The machine's file-to-file ceiling for this file: cp on the same disk."""
-    dst = os.path.join(dst_dir, "cp-baseline.bin")
-    t = time.monotonic()
-    subprocess.run(["cp", src, dst], check=True)
-    dt = time.monotonic() - t
-    os.unlink(dst)
-    return os.path.getsize(src) / dt / 1e9
-
-
 def main():
     if "UCX" not in subprocess.run([harness.DYAD, "--json", "config"], capture_output=True, text=True).stdout:
         print("ucx bench: this build has no UCX transport; skipped")
@@ -60,35 +51,11 @@ def main():
         env = {"UCX_TLS": tls, "UCX_WARN_UNUSED_ENV_VARS": "n"}
         with harness.Cluster(nodes=2, env=env) as c:
             prod, cons = c[0], c[1]
-            harness.write_file(prod.path("big.bin"), BIG, seed=1)
-            prod.dyad("produce", prod.path("big.bin"))
-            os.sync()
-            runs = {"auto": [], "tag": [], "cp": []}
-            # Round 0 warms the page cache up; later rounds rotate the order.
-            for r in range(REPS + 1):
-                order = ["auto", "tag", "cp"]
-                order = order[r % 3:] + order[:r % 3]
-                for what in order:
-                    if what == "cp":
-                        rate = cp_rate(prod.path("big.bin"), cons.dir)
-                    else:
-                        t = time.monotonic()
-                        cons.dyad("consume", cons.path("big.bin"),
-                                  env_extra={"DYAD_DTL_MODE": "UCX", "DYAD_UCX_PROTO": what, "DYAD_WAIT_TIMEOUT": 60})
-                        rate = BIG / (time.monotonic() - t) / 1e9
-                        os.unlink(cons.path("big.bin"))
-                    if r:
-                        runs[what].append(rate)
+            runs = transport_runs.big_file_rates(prod, cons, BIG, REPS, {
+                "auto": {"DYAD_DTL_MODE": "UCX", "DYAD_UCX_PROTO": "auto"},
+                "tag": {"DYAD_DTL_MODE": "UCX", "DYAD_UCX_PROTO": "tag"}})
             mode = "put" if prod.status()["counters"]["per_transport"]["UCX"]["transport"]["put_transfers"] else "tag"
-            small_times = []
-            for r in range(REPS):
-                names = [f"s{r}/f{i:04d}" for i in range(SMALL_N)]
-                for i, n in enumerate(names):
-                    harness.write_file(prod.path(n), 65536, seed=i)
-                prod.dyad("produce", *[prod.path(n) for n in names])
-                t = time.monotonic()
-                cons.dyad("consume", *[cons.path(n) for n in names], env_extra={"DYAD_DTL_MODE": "UCX", "DYAD_WAIT_TIMEOUT": 60}, timeout=600)
-                small_times.append(time.monotonic() - t)
+            small_times = transport_runs.small_file_times(prod, cons, SMALL_N, REPS, {"DYAD_DTL_MODE": "UCX"})
         tag, put = perftest(tls, "tag_bw"), perftest(tls, "ucp_put_bw")
         auto = statistics.median(runs["auto"])
         best = max(x for x in (tag, put) if x) if (tag or put) else None

@@ -552,9 +552,10 @@ void ServedProtocol::release(int idx) {
             waiters_.pop_front();
         }
     }
-    asio::post(io_, [next] {
-        if (auto t = next.lock()) t->wake();
-    });
+    if (!next.expired())
+        asio::post(io_, [next] {
+            if (auto t = next.lock()) t->wake();
+        });
 }
 
 class OfiSender : public Sender {
@@ -563,7 +564,7 @@ class OfiSender : public Sender {
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json stats() const override {
         nlohmann::json served = nlohmann::json::object();
-        for (const auto& [k, sp] : served_)
+        for (const auto& [k, sp] : *served_)
             served[k] = {{"provider", sp->protocol().provider}, {"pool_buffers", sp->pool_size()}};
         return {{"protocols", served}, {"pool_limit_bytes", kPoolBuffers * kOfiChunk}};
     }
@@ -574,31 +575,48 @@ class OfiSender : public Sender {
             done(Status(DYAD_RC_BADUNPACK, "OFI fetch without ofi_proto", EINVAL), 0, "");
             return;
         }
-        auto sp = served(it->get<std::string>(), job->local_host);
-        if (!sp) {
-            done(sp.status(), 0, "");
+        std::string name = it->get<std::string>();
+        std::string key = name + "@" + job->local_host;
+        auto found = served_->find(key);
+        if (found != served_->end()) {
+            std::make_shared<OfiTransfer>(std::move(job), std::move(done), found->second)
+                ->start_ofi();
             return;
         }
-        std::make_shared<OfiTransfer>(std::move(job), std::move(done), sp.value())->start_ofi();
+        // Opening a protocol probes libfabric's providers (0.3 s for the
+        // first one in a process): off the event loop, on the file pool.
+        std::weak_ptr<Served> weak = served_;
+        asio::io_context& io = io_;
+        asio::thread_pool& pool = *job->file_pool;
+        asio::post(pool, [weak, &io, name, key, job = std::move(job),
+                          done = std::move(done)]() mutable {
+            Result<std::shared_ptr<ServedProtocol>> sp = Status::ok();
+            auto p = ofi::validate_protocol(name);
+            if (!p)
+                sp = p.status();
+            else
+                sp = ServedProtocol::open(*p.value(), job->local_host, io);
+            asio::post(io, [weak, key, sp = std::move(sp), job = std::move(job),
+                            done = std::move(done)]() mutable {
+                auto served = weak.lock();
+                if (!served) return;  // the service is shutting down
+                if (!sp) {
+                    done(sp.status(), 0, "");
+                    return;
+                }
+                // Two first fetches may both have opened it: keep the first.
+                auto ins = served->emplace(key, sp.value()).first->second;
+                std::make_shared<OfiTransfer>(std::move(job), std::move(done), ins)->start_ofi();
+            });
+        });
     }
 
   private:
-    Result<std::shared_ptr<ServedProtocol>> served(const std::string& name,
-                                                   const std::string& host) {
-        std::string key = name + "@" + host;
-        auto it = served_.find(key);
-        if (it != served_.end()) return it->second;
-        auto p = ofi::validate_protocol(name);
-        if (!p) return p.status();
-        auto sp = ServedProtocol::open(*p.value(), host, io_);
-        if (!sp) return sp.status();
-        served_[key] = sp.value();
-        return sp.value();
-    }
+    using Served = std::map<std::string, std::shared_ptr<ServedProtocol>>;
 
     asio::io_context& io_;
     Attributes attrs_;
-    std::map<std::string, std::shared_ptr<ServedProtocol>> served_;
+    std::shared_ptr<Served> served_ = std::make_shared<Served>();
 };
 
 }  // namespace

@@ -1,0 +1,54 @@
+"""Measurements shared by the transport rows of `make bench` (UCX, MARGO):
+a large file consumed with several settings side by side with cp of the
+same file, and many small files, on a running two-node Cluster."""
+import os
+import subprocess
+import time
+
+import harness
+
+
+def cp_rate(src, dst_dir):
+    """The machine's file-to-file ceiling for this file: cp on the same disk."""
+    dst = os.path.join(dst_dir, "cp-baseline.bin")
+    t = time.monotonic()
+    subprocess.run(["cp", src, dst], check=True)
+    dt = time.monotonic() - t
+    os.unlink(dst)
+    return os.path.getsize(src) / dt / 1e9
+
+
+def big_file_rates(prod, cons, size, reps, variants):
+    """GB/s per variant (name -> consumer env) and for "cp", `reps` rounds
+    after a warm-up round, the order rotated each round."""
+    harness.write_file(prod.path("big.bin"), size, seed=1)
+    prod.dyad("produce", prod.path("big.bin"))
+    os.sync()
+    order = list(variants) + ["cp"]
+    runs = {k: [] for k in order}
+    for r in range(reps + 1):
+        for what in order[r % len(order):] + order[:r % len(order)]:
+            if what == "cp":
+                rate = cp_rate(prod.path("big.bin"), cons.dir)
+            else:
+                t = time.monotonic()
+                cons.dyad("consume", cons.path("big.bin"), env_extra={**variants[what], "DYAD_WAIT_TIMEOUT": 60})
+                rate = size / (time.monotonic() - t) / 1e9
+                os.unlink(cons.path("big.bin"))
+            if r:
+                runs[what].append(rate)
+    return runs
+
+
+def small_file_times(prod, cons, count, reps, env):
+    """Seconds to consume `count` files of 64 KiB in one process, per round."""
+    times = []
+    for r in range(reps):
+        names = [f"s{r}/f{i:04d}" for i in range(count)]
+        for i, n in enumerate(names):
+            harness.write_file(prod.path(n), 65536, seed=i)
+        prod.dyad("produce", *[prod.path(n) for n in names])
+        t = time.monotonic()
+        cons.dyad("consume", *[cons.path(n) for n in names], env_extra={**env, "DYAD_WAIT_TIMEOUT": 60}, timeout=600)
+        times.append(time.monotonic() - t)
+    return times
