@@ -1,5 +1,6 @@
 #include "config.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <strings.h>
@@ -54,6 +55,29 @@ Result<double> parse_seconds(const std::string& name, const std::string& value) 
         return Status(DYAD_RC_NOCTX, name + "='" + value + "' is not a number of seconds >= 0",
                       EINVAL);
     return v;
+}
+
+Result<uint64_t> parse_size(const std::string& name, const std::string& value) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+    uint64_t mult = 1;
+    std::string unit(end ? end : "");
+    for (auto& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (unit == "K" || unit == "KIB" || unit == "KB")
+        mult = 1ull << 10;
+    else if (unit == "M" || unit == "MIB" || unit == "MB")
+        mult = 1ull << 20;
+    else if (unit == "G" || unit == "GIB" || unit == "GB")
+        mult = 1ull << 30;
+    else if (!unit.empty() && unit != "B")
+        mult = 0;
+    if (value.empty() || value[0] == '-' || end == value.c_str() || errno != 0 || mult == 0 ||
+        v > (~0ull) / mult)
+        return Status(DYAD_RC_NOCTX,
+                      name + "='" + value + "' is not a size (bytes, or a number with K, M or G)",
+                      EINVAL);
+    return static_cast<uint64_t>(v) * mult;
 }
 
 Result<std::string> parse_dtl_mode(const std::string& value) {

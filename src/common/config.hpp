@@ -22,6 +22,8 @@ Result<bool> parse_bool(const std::string& name, const std::string& value);
 Result<unsigned> parse_uint(const std::string& name, const std::string& value, unsigned min,
                             unsigned max);
 Result<double> parse_seconds(const std::string& name, const std::string& value);
+// A byte count: 1048576, 64K, 256M, 1G (binary units; KiB/MiB/GiB accepted).
+Result<uint64_t> parse_size(const std::string& name, const std::string& value);
 
 // Known transport names: FLUX_RPC (alias STREAM), UCX, MARGO (alias OFI),
 // LOCAL, AUTO. Returns the canonical name or an error naming the valid ones.

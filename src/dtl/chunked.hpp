@@ -12,6 +12,7 @@
 #include <memory>
 #include <unistd.h>
 
+#include "budget.hpp"
 #include "common/checksum.hpp"
 #include "dtl.hpp"
 
@@ -22,6 +23,12 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
     ChunkedTransfer(std::shared_ptr<FetchJob> job, SendDone done, size_t chunk, int depth)
         : job_(std::move(job)), done_(std::move(done)), chunk_(chunk), bufs_(depth) {
         for (int i = 0; i < depth; ++i) free_.push_back(i);
+        // Without the service's budget (tools, tests) the transfer gets one
+        // of its own, as large as its depth.
+        if (!job_->budget) {
+            own_budget_ = std::make_unique<MemoryBudget>(chunk * static_cast<size_t>(depth));
+            job_->budget = own_budget_.get();
+        }
     }
 
     void start() {
@@ -84,20 +91,19 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             target = direct_target(n);
             if (!target) return;  // resume() comes when there is room
         } else {
-            if (free_.empty()) return;
+            if (free_.empty() || parked_) return;
+            Buffer b = granted_ ? std::move(granted_) : job_->budget->try_get(job_->endpoint, chunk_);
+            if (!b) return park();
             idx = free_.front();
             free_.pop_front();
+            bufs_[idx] = std::move(b);
         }
         reading_ = true;
         read_off_ += n;
         auto self = shared_from_this();
         asio::post(*job_->file_pool, [self, idx, target, off, n] {
             char* p = target;
-            if (!p) {
-                auto& buf = self->bufs_[idx];
-                if (buf.size() < n) buf.resize(self->chunk_);
-                p = buf.data();
-            }
+            if (!p) p = self->bufs_[idx].data();
             Status st = self->read_chunk(p, n, off);
             if (st) self->hash_.update(p, n);
             asio::post(self->job_->req->io(),
@@ -131,7 +137,10 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         first_ = false;
         write_chunk(p, n, std::move(meta), [self, idx, n](bool ok) {
             --self->writes_;
-            if (idx >= 0) self->free_.push_back(idx);
+            if (idx >= 0) {
+                self->bufs_[idx].reset();  // back to the budget: may resume a parked transfer
+                self->free_.push_back(idx);
+            }
             if (ok) self->arm_watchdog();
             if (!ok)
                 return self->fail(
@@ -140,6 +149,25 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             self->pump();
         });
         pump();
+    }
+
+    // The budget is spent: wait on its pending queue. The grant comes back
+    // through the loop; a transfer that ended meanwhile returns the buffer.
+    void park() {
+        parked_ = true;
+        std::weak_ptr<ChunkedTransfer> weak = shared_from_this();
+        asio::io_context* io = &job_->req->io();
+        ticket_ = job_->budget->wait(job_->endpoint, chunk_, [weak, io](Buffer b) {
+            auto hold = std::make_shared<Buffer>(std::move(b));
+            asio::post(*io, [weak, hold] {
+                auto self = weak.lock();
+                if (!self || self->finished_) return;  // `hold` returns the buffer
+                self->parked_ = false;
+                self->ticket_ = 0;
+                self->granted_ = std::move(*hold);
+                self->pump();
+            });
+        });
     }
 
     // A consumer that stops reading must not hold the transfer (and the
@@ -153,6 +181,8 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         watchdog_->async_wait([weak](asio::error_code ec) {
             auto self = weak.lock();
             if (ec || !self || self->finished_) return;
+            // Waiting for the service's memory is not the consumer's fault.
+            if (self->parked_) return self->arm_watchdog();
             self->fail(Status(DYAD_RC_TIMEOUT,
                               "consumer made no progress for " +
                                   std::to_string(self->job_->idle_timeout_s) + " s",
@@ -170,6 +200,8 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         finished_ = true;
         result_ = std::move(st);
         if (watchdog_) watchdog_->cancel();
+        if (parked_ && ticket_) job_->budget->cancel(job_->endpoint, ticket_);
+        granted_.reset();
         on_finish();
         report();
     }
@@ -186,7 +218,11 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
     std::shared_ptr<FetchJob> job_;
     SendDone done_;
     size_t chunk_;
-    std::vector<std::vector<char>> bufs_;
+    std::unique_ptr<MemoryBudget> own_budget_;  // before bufs_: destroyed after them
+    std::vector<Buffer> bufs_;
+    Buffer granted_;  // from the pending queue, for the next read
+    bool parked_ = false;
+    uint64_t ticket_ = 0;
     std::deque<int> free_;
     uint64_t read_off_ = 0;
     uint64_t sent_ = 0;

@@ -24,6 +24,8 @@
 
 namespace dyad::dtl {
 
+class MemoryBudget;
+
 // What a backend tells the selector about itself.
 struct Attributes {
     std::string name;
@@ -65,6 +67,8 @@ struct FetchJob {
     nlohmann::json transport_args;  // what the consumer's describe() sent
     asio::thread_pool* file_pool = nullptr;  // blocking file reads run here
     double idle_timeout_s = 60;  // no write progress for this long: abandon, close the connection
+    MemoryBudget* budget = nullptr;  // the service's transfer memory (null: the transfer's own)
+    uint64_t endpoint = 0;           // the consumer connection, for fairness in the budget
 };
 
 using SendDone = std::function<void(Status st, uint64_t bytes, std::string xxh3_hex)>;

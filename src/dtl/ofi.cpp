@@ -370,6 +370,7 @@ class ServedProtocol {
         busy_cv_.notify_all();
         if (progress_.joinable()) progress_.join();
         for (auto& r : regions_) ep_->release(r);
+        if (budget_) budget_->unreserve(reserved_);
     }
 
     const std::string& address() const { return ep_->address(); }
@@ -377,7 +378,9 @@ class ServedProtocol {
 
     // A free registered buffer (index), -1 when none (then `waiter` is
     // resumed on the loop when one frees), or an error.
-    Result<int> acquire(std::weak_ptr<OfiTransfer> waiter);
+    // The pool grows within the service's memory budget (its first buffer
+    // always: a protocol with no buffer could never serve).
+    Result<int> acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBudget* budget);
     void release(int idx);
     char* buffer(int idx) { return bufs_[static_cast<size_t>(idx)].get(); }
     const ofi::Region& region(int idx) const { return regions_[static_cast<size_t>(idx)]; }
@@ -426,6 +429,8 @@ class ServedProtocol {
     std::vector<ofi::Region> regions_;
     std::vector<int> free_;
     std::deque<std::weak_ptr<OfiTransfer>> waiters_;
+    MemoryBudget* budget_ = nullptr;  // the service's (loop thread); its bytes we hold
+    size_t reserved_ = 0;
     std::atomic<bool> stop_{false};  // set under mu_ (for busy_cv_)
     size_t out_ = 0;                 // buffers not in the free list (under mu_)
     std::condition_variable busy_cv_;
@@ -467,7 +472,8 @@ class OfiTransfer : public ChunkedTransfer {
     char* direct_target(size_t) override {
         if (over_ || reading_.size() + pending_.size() >= static_cast<size_t>(kDepth))
             return nullptr;  // resumed by an acknowledgement
-        auto idx = sp_->acquire(std::static_pointer_cast<OfiTransfer>(shared_from_this()));
+        auto idx = sp_->acquire(std::static_pointer_cast<OfiTransfer>(shared_from_this()),
+                                job().budget);
         if (!idx) {
             auto self = std::static_pointer_cast<OfiTransfer>(shared_from_this());
             asio::post(job().req->io(), [self, st = idx.status()] { self->abort(st); });
@@ -520,7 +526,7 @@ class OfiTransfer : public ChunkedTransfer {
     bool over_ = false;
 };
 
-Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter) {
+Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBudget* budget) {
     std::unique_lock<std::mutex> lk(mu_);
     if (!free_.empty()) {
         int idx = free_.back();
@@ -528,10 +534,25 @@ Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter) {
         if (out_++ == 0) busy_cv_.notify_all();
         return idx;
     }
-    if (bufs_.size() < kPoolBuffers) {
+    bool may_grow = bufs_.size() < kPoolBuffers;
+    if (may_grow && budget) {
+        budget_ = budget;
+        if (!budget->try_reserve(kOfiChunk)) {
+            may_grow = bufs_.empty();
+            if (may_grow) budget->force_reserve(kOfiChunk);
+        }
+        if (may_grow) reserved_ += kOfiChunk;
+    }
+    if (may_grow) {
         std::unique_ptr<char[]> b(new char[kOfiChunk]);
         auto r = ep_->register_memory(b.get(), kOfiChunk, FI_REMOTE_READ);
-        if (!r) return r.status();
+        if (!r) {
+            if (budget) {
+                budget->unreserve(kOfiChunk);
+                reserved_ -= kOfiChunk;
+            }
+            return r.status();
+        }
         bufs_.push_back(std::move(b));
         regions_.push_back(r.value());
         if (out_++ == 0) busy_cv_.notify_all();

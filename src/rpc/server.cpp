@@ -21,7 +21,12 @@ constexpr int kMaxSessions = 4096;
 class Session : public std::enable_shared_from_this<Session> {
   public:
     Session(Server& srv, asio::io_context& io, asio::generic::stream_protocol::socket s)
-        : server_(srv), io_(io), sock_(std::move(s)), hello_timer_(io) {}
+        : server_(srv), io_(io), sock_(std::move(s)), hello_timer_(io) {
+        static std::atomic<uint64_t> next{0};
+        id_ = ++next;
+    }
+
+    uint64_t id() const { return id_; }
 
     void start() {
         // A peer gets kHelloTimeout to say hello; then it is dropped.
@@ -85,6 +90,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
   private:
+    uint64_t id_ = 0;
     struct Out {
         std::array<uint8_t, kHeaderSize> hdr;
         std::string meta;
@@ -270,6 +276,11 @@ Request::~Request() = default;
 std::string Request::local_host() const {
     auto s = session_.lock();
     return s ? s->local_host() : std::string();
+}
+
+uint64_t Request::session_id() const {
+    auto s = session_.lock();
+    return s ? s->id() : 0;
 }
 
 const nlohmann::json& Request::peer() const {

@@ -40,6 +40,8 @@ class Request : public std::enable_shared_from_this<Request> {
     const nlohmann::json& peer() const;
     // The local IP address the client connected to ("" for a Unix socket).
     std::string local_host() const;
+    // A number unique to the connection this request came on (0 once it closed).
+    uint64_t session_id() const;
 
     // One part of the answer. `data` must stay valid until `done` runs
     // (with ok=false if the connection went away first).

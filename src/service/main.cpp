@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
     if (auto m = dyad::env("DYAD_DTL_MODE"); m && !m->empty()) o.mode = *m;
     if (auto n = dyad::env("DYAD_KVS_NAMESPACE"); n && !n->empty()) o.ns = *n;
     if (auto n = dyad::env("DYAD_NODE_ID"); n && !n->empty()) o.node = *n;
-    std::string info_log, error_log;
+    std::string info_log, error_log, memory;
+    if (auto m = dyad::env("DYAD_SERVICE_MEMORY"); m && !m->empty()) memory = *m;
 
     CLI::App app{
         "dyadd: the DYAD service of one node. Serves the files of its producer directory to\n"
@@ -45,12 +46,23 @@ int main(int argc, char** argv) {
            "seconds a transfer may make no progress (consumer not reading) before it is abandoned")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
+    app.add_option("--memory", memory,
+                   "memory for transfer buffers, all consumers together, e.g. 256M (default: "
+                   "$DYAD_SERVICE_MEMORY or 256M)");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
 
+    if (!memory.empty()) {
+        auto m = dyad::parse_size("--memory / DYAD_SERVICE_MEMORY", memory);
+        if (!m) {
+            std::fprintf(stderr, "dyadd: %s\n", m.status().message().c_str());
+            return 2;
+        }
+        o.memory = m.value();
+    }
     auto lvl = dyad::log::Level::info;
     if (auto l = dyad::env("DYAD_LOG_LEVEL");
         l && !l->empty() && !dyad::log::parse_level(*l, &lvl)) {

@@ -61,6 +61,12 @@ Status Service::start() {
         return Status(DYAD_RC_BADMANAGEDPATH, "cannot open producer directory '" + prod_dir_ + "'",
                       errno);
 
+    if (opts_.memory < (16ull << 20))
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      "the service memory budget (--memory / DYAD_SERVICE_MEMORY) must be at least "
+                      "16M: one transfer needs up to 16 MiB",
+                      EINVAL);
+    budget_ = std::make_unique<dtl::MemoryBudget>(opts_.memory);
     auto mode = parse_dtl_mode(opts_.mode);
     if (!mode) return mode.status();
     for (const auto& b : dtl::backends()) {
@@ -215,6 +221,8 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
         job->transport_args = r->args();
         job->file_pool = &file_pool_;
         job->idle_timeout_s = opts_.send_timeout;
+        job->budget = budget_.get();
+        job->endpoint = r->session_id();
         Status st = open_served_file(up, job.get());
         if (!st) {
             asio::post(io_, [this, r, transport, st] { fail(r, transport, st); });
@@ -338,6 +346,7 @@ nlohmann::json Service::status_json() const {
                      {"rejected", rejected_},
                      {"per_transport", per}};
     j["connections"] = server_ ? server_->session_count() : 0;
+    if (budget_) j["memory"] = budget_->stats();
     j["uptime_s"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     if (store_) j["store"] = {{"keys", store_->key_count()}, {"waiters", store_->watcher_count()}};

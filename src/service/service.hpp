@@ -15,6 +15,7 @@
 
 #include "common/fd.hpp"
 #include "common/status.hpp"
+#include "dtl/budget.hpp"
 #include "dtl/dtl.hpp"
 #include "kvs/store.hpp"
 #include "rpc/server.hpp"
@@ -33,6 +34,7 @@ struct Options {
     std::string kvs_uri;                    // "" hosts the embedded store
     unsigned io_threads = 4;
     double send_timeout = 60;  // seconds without progress before a transfer is abandoned
+    uint64_t memory = 256ull << 20;  // transfer buffers, all consumers together (DYAD_SERVICE_MEMORY)
     bool debug = false;
 };
 
@@ -78,6 +80,7 @@ class Service {
     std::unique_ptr<rpc::Server> server_;
     std::unique_ptr<kvs::MemoryStore> store_;
     std::vector<std::string> endpoints_;
+    std::unique_ptr<dtl::MemoryBudget> budget_;
     std::map<std::string, std::unique_ptr<dtl::Sender>> senders_;
     std::map<std::string, Counters> per_transport_;
     Counters total_;

@@ -1,0 +1,251 @@
+// The service's transfer memory: every chunk buffer a transfer holds comes
+// from one budget (DYAD_SERVICE_MEMORY, default 256 MiB), whatever the number
+// of consumers and the size of their files. A transfer that finds the budget
+// spent parks on the pending queue and is resumed, with its buffer, when
+// another transfer returns one. Waiting endpoints (consumer connections) are
+// served round-robin, and no endpoint holds more than its fair share
+// (per_endpoint), so one greedy or slow consumer cannot starve the others.
+//
+// Loop thread only (the service's event loop), except Buffer::data().
+#pragma once
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace dyad::dtl {
+
+class MemoryBudget;
+
+// One chunk buffer, returned to its budget when destroyed.
+class Buffer {
+  public:
+    Buffer() = default;
+    Buffer(MemoryBudget* b, uint64_t owner, char* p, size_t n)
+        : budget_(b), owner_(owner), p_(p), n_(n) {}
+    Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+    Buffer& operator=(Buffer&& o) noexcept;
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    ~Buffer() { reset(); }
+    char* data() const { return p_; }
+    size_t size() const { return n_; }
+    explicit operator bool() const { return p_ != nullptr; }
+    void reset();
+
+  private:
+    MemoryBudget* budget_ = nullptr;
+    uint64_t owner_ = 0;
+    char* p_ = nullptr;
+    size_t n_ = 0;
+};
+
+class MemoryBudget {
+  public:
+    using Grant = std::function<void(Buffer)>;
+
+    explicit MemoryBudget(uint64_t limit)
+        : limit_(limit), per_endpoint_(std::max<uint64_t>(limit / 8, 8u << 20)) {}
+    ~MemoryBudget() {
+        for (auto& [n, list] : cache_)
+            for (char* p : list) ::munmap(p, n);
+    }
+    MemoryBudget(const MemoryBudget&) = delete;
+    MemoryBudget& operator=(const MemoryBudget&) = delete;
+
+    uint64_t limit() const { return limit_; }
+    uint64_t in_use() const { return used_; }
+    uint64_t peak() const { return peak_; }
+
+    // A buffer of n bytes for `owner` now, or an empty one when the budget
+    // (or the owner's share) is spent or others are already waiting.
+    Buffer try_get(uint64_t owner, size_t n) {
+        if (!waiting_.empty() || !fits(owner, n)) return {};
+        return take(owner, n);
+    }
+    // Parks the request: `grant` runs (posted by the caller's resume path,
+    // on the loop) with the buffer once there is room. Returns a ticket for
+    // cancel().
+    uint64_t wait(uint64_t owner, size_t n, Grant grant) {
+        uint64_t t = ++tickets_;
+        auto& q = waiting_[owner];
+        if (q.empty()) ring_.push_back(owner);
+        q.push_back({t, n, std::move(grant)});
+        ++parked_total_;
+        serve();
+        return t;
+    }
+    void cancel(uint64_t owner, uint64_t ticket) {
+        auto it = waiting_.find(owner);
+        if (it == waiting_.end()) return;
+        auto& q = it->second;
+        for (auto w = q.begin(); w != q.end(); ++w)
+            if (w->ticket == ticket) {
+                q.erase(w);
+                break;
+            }
+        if (q.empty()) forget_owner(owner);
+    }
+    // Memory held outside Buffers (a transport's registered pool): counted
+    // against the same limit, never parked.
+    bool try_reserve(size_t n) {
+        if (used_ + n > limit_) return false;
+        used_ += n;
+        reserved_ += n;
+        peak_ = std::max(peak_, used_);
+        return true;
+    }
+    // The one exception: a transport that cannot work without its first
+    // buffer takes it even over the limit (counted, so others get less).
+    void force_reserve(size_t n) {
+        used_ += n;
+        reserved_ += n;
+        peak_ = std::max(peak_, used_);
+    }
+    void unreserve(size_t n) {
+        used_ -= n;
+        reserved_ -= n;
+        serve();
+    }
+
+    nlohmann::json stats() const {
+        size_t waiting = 0;
+        for (const auto& [o, q] : waiting_) waiting += q.size();
+        uint64_t cached = 0;
+        for (const auto& [n, list] : cache_) cached += n * list.size();
+        return {{"limit", limit_},        {"in_use", used_},
+                {"peak", peak_},          {"reserved", reserved_},
+                {"cached", cached},       {"per_endpoint", per_endpoint_},
+                {"waiting", waiting},     {"parked_total", parked_total_},
+                {"endpoints", held_.size()}};
+    }
+
+  private:
+    friend class Buffer;
+    struct Waiter {
+        uint64_t ticket;
+        size_t n;
+        Grant grant;
+    };
+
+    bool fits(uint64_t owner, size_t n) const {
+        if (used_ + n > limit_) return false;
+        auto it = held_.find(owner);
+        uint64_t mine = it == held_.end() ? 0 : it->second;
+        // An endpoint holding nothing may always have one buffer.
+        return mine == 0 || mine + n <= per_endpoint_;
+    }
+
+    Buffer take(uint64_t owner, size_t n) {
+        char* p = nullptr;
+        auto& list = cache_[n];
+        if (!list.empty()) {
+            p = list.back();
+            list.pop_back();
+            cached_ -= n;
+        } else {
+            void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (m == MAP_FAILED) return {};
+            p = static_cast<char*>(m);
+        }
+        used_ += n;
+        peak_ = std::max(peak_, used_);
+        held_[owner] += n;
+        return Buffer(this, owner, p, n);
+    }
+
+    void give_back(uint64_t owner, char* p, size_t n) {
+        auto it = held_.find(owner);
+        if (it != held_.end() && (it->second -= n) == 0) held_.erase(it);
+        used_ -= n;
+        // Idle buffers are kept for reuse up to a quarter of the limit (and
+        // within it); the rest goes back to the system at once.
+        if (used_ + cached_ + n <= limit_ && cached_ + n <= limit_ / 4) {
+            cache_[n].push_back(p);
+            cached_ += n;
+        } else {
+            ::munmap(p, n);
+        }
+        serve();
+    }
+
+    // Round-robin over waiting endpoints: each turn grants the first waiter
+    // of the next endpoint that fits.
+    void serve() {
+        if (serving_) return;  // a grant that frees memory re-enters here
+        serving_ = true;
+        size_t misses = 0;
+        while (!ring_.empty() && misses < ring_.size()) {
+            uint64_t owner = ring_.front();
+            ring_.pop_front();
+            auto& q = waiting_[owner];
+            Waiter& w = q.front();
+            if (!fits(owner, w.n)) {
+                ring_.push_back(owner);
+                ++misses;
+                continue;
+            }
+            misses = 0;
+            Buffer b = take(owner, w.n);
+            if (!b) {  // out of address space: try again on the next release
+                ring_.push_front(owner);
+                break;
+            }
+            Grant g = std::move(w.grant);
+            q.pop_front();
+            if (q.empty())
+                waiting_.erase(owner);
+            else
+                ring_.push_back(owner);
+            g(std::move(b));
+        }
+        serving_ = false;
+    }
+
+    void forget_owner(uint64_t owner) {
+        waiting_.erase(owner);
+        for (auto it = ring_.begin(); it != ring_.end(); ++it)
+            if (*it == owner) {
+                ring_.erase(it);
+                break;
+            }
+    }
+
+    uint64_t limit_;
+    uint64_t per_endpoint_;
+    uint64_t used_ = 0, peak_ = 0, reserved_ = 0, cached_ = 0;
+    uint64_t tickets_ = 0, parked_total_ = 0;
+    bool serving_ = false;
+    std::map<uint64_t, uint64_t> held_;  // owner -> bytes in Buffers
+    std::map<uint64_t, std::deque<Waiter>> waiting_;
+    std::deque<uint64_t> ring_;  // owners with waiters, in turn order
+    std::map<size_t, std::vector<char*>> cache_;
+};
+
+inline Buffer& Buffer::operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+        reset();
+        budget_ = std::exchange(o.budget_, nullptr);
+        owner_ = o.owner_;
+        p_ = std::exchange(o.p_, nullptr);
+        n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+}
+
+inline void Buffer::reset() {
+    if (p_ && budget_) budget_->give_back(owner_, p_, n_);
+    p_ = nullptr;
+    budget_ = nullptr;
+    n_ = 0;
+}
+
+}  // namespace dyad::dtl
