@@ -40,11 +40,12 @@ def big_file_rates(prod, cons, size, reps, variants):
     return runs
 
 
-def small_file_times(prod, cons, count, reps, env):
-    """Seconds to consume `count` files of 64 KiB in one process, per round."""
+def small_file_times(prod, cons, count, reps, env, tag=""):
+    """Seconds to consume `count` files of 64 KiB in one process, per round
+    (files named after `tag` and the round, so runs never reuse a copy)."""
     times = []
     for r in range(reps):
-        names = [f"s{r}/f{i:04d}" for i in range(count)]
+        names = [f"s{tag}{r}/f{i:04d}" for i in range(count)]
         for i, n in enumerate(names):
             harness.write_file(prod.path(n), 65536, seed=i)
         prod.dyad("produce", *[prod.path(n) for n in names])

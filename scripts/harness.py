@@ -115,6 +115,31 @@ class Node:
         return json.loads(self.dyad("--json", "service", "status").stdout)
 
 
+class NodeView(Node):
+    """Another process directory on an existing node: the same service (and
+    node id), its own consumer directory. The producer directory stays the
+    node's (a producer must use its service's)."""
+
+    def __init__(self, node, consumer_dir):
+        super().__init__(node.cluster, node.index, node.name, node.host, node.port, consumer_dir, node.kvs_uri,
+                         node.extra_env)
+        self.prefix = node.prefix
+        self.producer_dir = node.dir
+        os.makedirs(consumer_dir, exist_ok=True)
+
+    def start(self, extra_args=()):
+        raise RuntimeError("a NodeView has no service of its own")
+
+    def stop(self, sig=signal.SIGTERM, timeout=10):
+        return None
+
+    def env(self, producer=True, consumer=True, **extra):
+        e = super().env(producer=False, consumer=consumer, **extra)
+        if producer:
+            e["DYAD_PATH_PRODUCER"] = self.producer_dir
+        return e
+
+
 class Cluster:
     """N simulated nodes. With netns=True each node is a Linux network
     namespace joined to the others by a veth pair on a bridge (10.213.X.N/24);

@@ -84,6 +84,10 @@ int main(int argc, char** argv) {
     auto* consume =
         app.add_subcommand("consume", "wait for files and bring them into DYAD_PATH_CONSUMER");
     consume->add_option("FILE", files, "consumer-side paths")->required();
+    bool explain = false;
+    consume->add_flag("--explain", explain,
+                      "say which transport moved each file and why (DYAD_DTL_MODE=AUTO: every "
+                      "candidate with its estimate)");
     consume->add_option("--timeout", timeout,
                         "seconds to wait for each file to be produced (default DYAD_WAIT_TIMEOUT)");
     std::string stat_file;
@@ -173,7 +177,8 @@ int main(int argc, char** argv) {
                                             {"endpoint", r.endpoint},
                                             {"bytes", r.bytes},
                                             {"wait_s", r.wait_s},
-                                            {"transfer_s", r.transfer_s}}
+                                            {"transfer_s", r.transfer_s},
+                                            {"selection", r.selection}}
                                  .dump()
                           << "\n";
             } else {
@@ -183,6 +188,12 @@ int main(int argc, char** argv) {
                                 human_bytes(static_cast<double>(r.bytes)).c_str(),
                                 r.transport.c_str(), r.endpoint.c_str());
                 std::printf(" (waited %.3f s, transfer %.3f s)\n", r.wait_s, r.transfer_s);
+                if (explain)
+                    std::printf("  %s\n", r.explain.empty()
+                                               ? (r.action == "fetched"
+                                                      ? "fixed transport (DYAD_DTL_MODE)"
+                                                      : "nothing moved: the file was already here")
+                                               : r.explain.c_str());
             }
         }
         return rc;

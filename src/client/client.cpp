@@ -50,7 +50,13 @@ class FileSink : public dtl::Sink {
         bytes_ += n;
         return write_all(fd_, p, n, what_);
     }
+    int fd() const override { return fd_; }
+    void copied(uint64_t n) override {
+        bytes_ += n;
+        kernel_ = true;
+    }
     uint64_t bytes() const { return bytes_; }
+    bool kernel_copied() const { return kernel_; }
     std::string hex() const { return hash_.hex(); }
 
   private:
@@ -58,6 +64,7 @@ class FileSink : public dtl::Sink {
     std::string what_;
     Xxh3 hash_;
     uint64_t bytes_ = 0;
+    bool kernel_ = false;
 };
 
 // Exclusive OFD lock on a lock file: released when the fd closes, and not
@@ -133,18 +140,25 @@ Client::Client(Config cfg)
       pool_(std::make_shared<rpc::ConnectionPool>()) {}
 
 Result<std::unique_ptr<Client>> Client::create(Config cfg) {
-    auto b = dtl::find_backend(cfg.dtl_mode);
-    if (!b) return b.status();
+    const dtl::Backend* fixed = nullptr;
+    if (cfg.dtl_mode != "AUTO") {
+        auto b = dtl::find_backend(cfg.dtl_mode);
+        if (!b) return b.status();
+        fixed = b.value();
+    }
     if (cfg.key_bins == 0) return Status(DYAD_RC_NOCTX, "DYAD_KEY_BINS must be at least 1", EINVAL);
     std::unique_ptr<Client> c(new Client(std::move(cfg)));
-    c->backend_ = b.value();
+    c->backend_ = fixed;
     // A consumer usually starts before its data exists: set the transport up
     // now rather than on the first fetch. A failure here is only logged; the
-    // first fetch reports it.
-    if (!c->cons_.empty() && c->backend_->warmup) {
-        Status w = c->backend_->warmup();
+    // first fetch reports it. AUTO warms nothing up: a transport is set up
+    // when first chosen (UCX's context holds sockets and a shared-memory
+    // window that every forked worker would inherit, and libfabric's
+    // providers take 0.2 s to load), and most files never need one.
+    if (fixed && !c->cons_.empty() && fixed->warmup) {
+        Status w = fixed->warmup();
         if (!w)
-            DYAD_WARN("client", "%s warm-up failed: %s", c->backend_->name.c_str(),
+            DYAD_WARN("client", "%s warm-up failed: %s", fixed->name.c_str(),
                       w.to_string().c_str());
     }
     return c;
@@ -387,6 +401,70 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
     return Status::ok();
 }
 
+Result<nlohmann::json> Client::owner_info(const std::string& owner, const ServiceInfo& svc) {
+    if (owner == svc.id) return svc.raw;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        auto it = owners_.find(owner);
+        if (it != owners_.end()) return it->second;
+    }
+    auto st = store();
+    if (!st) return st.status();
+    auto e = st.value()->get(kvs::kServicesNamespace, owner, Deadline::after(kControlTimeout));
+    if (!e) return e.status();
+    auto j = nlohmann::json::parse(e->value, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+        return Status(DYAD_RC_BADMETADATA, "registry entry of service " + owner + " is not JSON",
+                      EPROTO);
+    std::lock_guard<std::mutex> lk(mu_);
+    owners_[owner] = j;
+    return j;
+}
+
+std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceInfo& svc,
+                                              ConsumeReport* rep) {
+    std::vector<const dtl::Backend*> out;
+    if (backend_) {
+        out.push_back(backend_);
+        return out;
+    }
+    std::vector<dtl::TransportRecord> records;
+    dtl::Placement where;
+    where.same_node = rec.node == svc.node;
+    auto info = owner_info(rec.owner, svc);
+    if (info) {
+        where.same_host = info->value("host_id", std::string()) == dtl::host_id() &&
+                          !dtl::host_id().empty();
+        if (info->contains("transports") && (*info)["transports"].is_array())
+            for (const auto& t : (*info)["transports"]) {
+                auto r = dtl::TransportRecord::from_json(t);
+                if (r) records.push_back(std::move(r.value()));
+            }
+    }
+    std::vector<std::string> mine;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (const auto& b : dtl::backends())
+            if (!unusable_.count(b.name)) mine.push_back(b.name);
+    }
+    dtl::Selection sel = dtl::select_transport(rec.size, where, records, mine);
+    rep->explain = sel.explain();
+    if (!info) rep->explain += "\n  (owner's records unavailable: " + info.status().message() + ")";
+    rep->selection = sel.to_json();
+    DYAD_DEBUG(kSub, "%s: %s", rec.upath.c_str(), rep->explain.c_str());
+    for (const auto& name : sel.order) {
+        auto b = dtl::find_backend(name);
+        if (b) out.push_back(b.value());
+    }
+    // Services that publish no records (older ones) all serve the stream.
+    if (out.empty()) {
+        auto b = dtl::find_backend("FLUX_RPC");
+        if (b) out.push_back(b.value());
+        rep->explain += "\n  no scored transport usable: FLUX_RPC";
+    }
+    return out;
+}
+
 Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                      ConsumeReport* rep) {
     std::string target = cons_.join(upath);
@@ -408,7 +486,25 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
         return Status(DYAD_RC_BADMETADATA,
                       "metadata of '" + upath + "' lists no reachable endpoint", EHOSTUNREACH);
     rep->endpoint = ep;
-    rep->transport = backend_->name;
+    Status last;
+    for (const dtl::Backend* b : plan(rec, svc, rep)) {
+        bool retry = false;
+        s = fetch_via(*b, upath, rec, ep, rep, &retry);
+        if (s || !retry || backend_) return s;
+        // This transport could not start here: note it, take the next one.
+        DYAD_DEBUG(kSub, "%s could not move '%s' (%s): trying the next transport",
+                   b->name.c_str(), upath.c_str(), s.to_string().c_str());
+        rep->explain += "\n  " + b->name + " failed to start: " + s.message();
+        last = s;
+    }
+    return last;
+}
+
+Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
+                         const std::string& ep, ConsumeReport* rep, bool* retry) {
+    std::string target = cons_.join(upath);
+    std::string dir = dirname_of(target);
+    rep->transport = b.name;
 
     std::string base = target.substr(dir.size() + 1);
     std::string tmpl = dir + "/." + base + ".dyad-XXXXXX";
@@ -426,8 +522,15 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
         }
     } cleanup{tmp_path};
 
-    auto recv = backend_->make_receiver();
-    if (!recv) return recv.status();
+    auto recv = b.make_receiver();
+    if (!recv) {
+        *retry = true;
+        if (!backend_) {
+            std::lock_guard<std::mutex> lk(mu_);
+            unusable_[b.name] = recv.status().message();
+        }
+        return recv.status();
+    }
     auto conn = pool_->get(ep, Deadline::after(kControlTimeout));
     if (!conn)
         return Status(DYAD_RC_CONNFAIL,
@@ -436,7 +539,7 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
                       conn.status().err());
     nlohmann::json args = recv.value()->describe();
     args["upath"] = upath;
-    args["transport"] = backend_->name;
+    args["transport"] = b.name;
     args["generation"] = rec.generation;
     auto tag =
         conn.value()->send_request("dyad.fetch", args, Deadline::after(kControlTimeout), false);
@@ -445,6 +548,14 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
     auto trailer = recv.value()->receive(*conn.value(), tag.value(), sink, cfg_.transfer_timeout);
     if (!trailer) {
         Status e = trailer.status();
+        // Nothing arrived, and the failure is the transport's own (the
+        // service does not serve it, or LOCAL cannot open the producer's
+        // file from here): another transport may work.
+        *retry = sink.bytes() == 0 &&
+                 (e.rc() == DYAD_RC_BADDTLMODE ||
+                  (b.name == "LOCAL" && (e.err() == EACCES || e.err() == EPERM ||
+                                         e.err() == ESTALE || e.err() == ENOENT ||
+                                         e.err() == ELOOP)));
         return Status(
             e.rc() == DYAD_RC_CONNFAIL ? DYAD_RC_BADFETCH : e.rc(),
             "fetch of '" + upath + "' from " + rec.owner + " (" + ep + ") failed: " + e.message(),
@@ -453,7 +564,9 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
     pool_->put(std::move(conn.value()));
     uint64_t want = trailer->value("size", ~0ull);
     std::string want_hash = trailer->value("xxh3", "");
-    if (sink.bytes() != want || sink.hex() != want_hash)
+    // In-kernel copies (LOCAL) never pass through this process: their size
+    // is checked, and the owner held the file's lock while they ran.
+    if (sink.bytes() != want || (!sink.kernel_copied() && sink.hex() != want_hash))
         return Status(DYAD_RC_BADCHECKSUM,
                       "'" + upath + "' arrived corrupted: " + std::to_string(sink.bytes()) +
                           " bytes, xxh3 " + sink.hex() + "; the service sent " +

@@ -2,6 +2,7 @@
 // used from any number of threads. The C API is a thin layer over this.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -50,6 +51,8 @@ struct ConsumeReport {
     uint64_t bytes = 0;
     double wait_s = 0;      // waiting for the file to be produced
     double transfer_s = 0;  // moving and storing its bytes
+    std::string explain;      // DYAD_DTL_MODE=AUTO: why this transport (scores)
+    nlohmann::json selection;  // the same, as data
 };
 
 class Client {
@@ -86,12 +89,23 @@ class Client {
     std::string ns(const ServiceInfo& svc) const;
     Status fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                  ConsumeReport* report);
+    // One attempt over one transport; *retry says another may still work
+    // (nothing was received and the failure is this transport's).
+    Status fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
+                     const std::string& ep, ConsumeReport* rep, bool* retry);
+    // AUTO: the transports to try for this file, best first.
+    std::vector<const dtl::Backend*> plan(const Record& rec, const ServiceInfo& svc,
+                                          ConsumeReport* rep);
+    // The owner service's registry entry (transport records, host), cached.
+    Result<nlohmann::json> owner_info(const std::string& owner, const ServiceInfo& svc);
     Deadline wait_deadline() const;
 
     Config cfg_;
     ManagedDir prod_;
     ManagedDir cons_;
-    const dtl::Backend* backend_ = nullptr;
+    const dtl::Backend* backend_ = nullptr;  // fixed mode; null for AUTO
+    std::map<std::string, nlohmann::json> owners_;      // under mu_
+    std::map<std::string, std::string> unusable_;       // transport -> why (under mu_)
     std::shared_ptr<rpc::ConnectionPool> pool_;
     std::mutex mu_;
     std::optional<ServiceInfo> svc_;

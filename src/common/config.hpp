@@ -36,7 +36,7 @@ struct Config {
     std::string kvs_namespace;  // empty: the namespace of the node's service
     std::string prod_path;
     std::string cons_path;
-    std::string dtl_mode = "FLUX_RPC";
+    std::string dtl_mode = "AUTO";
     bool relative_to_managed_path = false;
     bool shared_storage = false;
     bool async_publish = false;

@@ -21,6 +21,7 @@
 #include "common/status.hpp"
 #include "rpc/client.hpp"
 #include "rpc/server.hpp"
+#include "selector.hpp"
 
 namespace dyad::dtl {
 
@@ -42,6 +43,10 @@ class Sink {
   public:
     virtual ~Sink() = default;
     virtual Status write(const void* p, size_t n) = 0;
+    // For in-kernel copies (LOCAL): the destination file, or -1; then
+    // copied(n) accounts bytes that reached it without passing through here.
+    virtual int fd() const { return -1; }
+    virtual void copied(uint64_t n) { (void)n; }
 };
 
 class Receiver {
@@ -81,6 +86,23 @@ class Sender {
     virtual void send(std::shared_ptr<FetchJob> job, SendDone done) = 0;
     // Transport-specific state for `dyad service status` (on the loop).
     virtual nlohmann::json stats() const { return nlohmann::json::object(); }
+    // How consumers can reach this transport, with the figures the AUTO
+    // selector scores (selector.hpp). Default: one network record from the
+    // attributes. (Inline, like every member here: the libfabric plugin is
+    // loaded by programs that export no symbols to it.)
+    virtual std::vector<TransportRecord> records() const {
+        const Attributes& a = attributes();
+        TransportRecord r;
+        r.name = a.name;
+        r.reach = "network";
+        r.latency_us = a.latency_us;
+        r.bandwidth_gbps = a.bandwidth_gbps;
+        r.rma_native = a.rma_native;
+        r.max_message = a.max_message;
+        r.detail = a.info;
+        r.source = "configuration (measured with bench/auto_bench.py on the reference machine)";
+        return {r};
+    }
 };
 
 struct Backend {

@@ -47,8 +47,8 @@ constexpr size_t kAvCacheSize = 64;  // service addresses kept per consumer endp
 Attributes ofi_attributes(bool probe) {
     Attributes a;
     a.name = "MARGO";
-    a.latency_us = 20;
-    a.bandwidth_gbps = 2.0;
+    a.latency_us = 400;
+    a.bandwidth_gbps = 0.43;
     a.rma_native = true;  // the consumer reads the service's memory
     a.max_message = kOfiChunk;
     std::string list;

@@ -8,6 +8,7 @@
 namespace dyad::dtl {
 
 Backend stream_backend();
+Backend local_backend();
 #ifdef DYAD_ENABLE_UCX
 Backend ucx_backend();
 #endif
@@ -86,6 +87,7 @@ Backend ofi_backend() {
 const std::vector<Backend>& backends() {
     static const std::vector<Backend> table = {
         stream_backend(),
+        local_backend(),
 #ifdef DYAD_ENABLE_UCX
         ucx_backend(),
 #endif

@@ -17,8 +17,8 @@ namespace {
 Attributes stream_attributes() {
     Attributes a;
     a.name = "FLUX_RPC";
-    a.latency_us = 40;
-    a.bandwidth_gbps = 2.0;
+    a.latency_us = 100;
+    a.bandwidth_gbps = 1.2;
     a.rma_native = false;
     a.max_message = kStreamChunk;
     return a;

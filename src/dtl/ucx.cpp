@@ -22,7 +22,10 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <list>
@@ -53,8 +56,8 @@ Status ucx_error(dyad_rc_t rc, const std::string& what, ucs_status_t s) {
 Attributes ucx_attributes() {
     Attributes a;
     a.name = "UCX";
-    a.latency_us = 10;
-    a.bandwidth_gbps = 6.0;
+    a.latency_us = 160;
+    a.bandwidth_gbps = 1.0;
     a.rma_native = false;  // this backend moves bytes by tagged messages
     a.max_message = kUcxChunk;
     unsigned maj = 0, min = 0, rel = 0;
@@ -845,6 +848,56 @@ class UcxSender : public Sender {
         bool ok = UCS_PTR_STATUS(fl) == UCS_OK;
         if (!ok) DYAD_WARN(kSub, "ucp_ep_flush_nbx: %s", ucs_text(UCS_PTR_STATUS(fl)).c_str());
         asio::post(io_, [d = std::move(d), ok] { d(ok); });
+    }
+
+    // One record per kind of lane UCX offers here (ucp_context_print_info
+    // lists the transport resources of the context): shared memory for
+    // consumers on this machine, the network ones for everybody.
+    std::vector<TransportRecord> records() const override {
+        std::vector<std::string> tls;
+        char* text = nullptr;
+        size_t len = 0;
+        if (FILE* f = ::open_memstream(&text, &len)) {
+            ucp_context_print_info(worker_->context(), f);
+            std::fclose(f);
+        }
+        std::string all(text ? text : "", len);
+        std::free(text);
+        for (size_t pos = all.find("resource"); pos != std::string::npos;
+             pos = all.find("resource", pos + 1)) {
+            size_t eol = all.find('\n', pos);
+            std::string line = all.substr(pos, eol == std::string::npos ? eol : eol - pos);
+            size_t sp = line.find_last_of(" \t");
+            std::string tl = line.substr(sp + 1);
+            tl = tl.substr(0, tl.find('/'));
+            if (!tl.empty() && std::find(tls.begin(), tls.end(), tl) == tls.end())
+                tls.push_back(tl);
+        }
+        auto has = [&](std::initializer_list<const char*> names, std::string* which) {
+            for (const auto& t : tls)
+                for (const char* n : names)
+                    if (t.rfind(n, 0) == 0) *which += (which->empty() ? "" : ",") + t;
+            return !which->empty();
+        };
+        std::vector<TransportRecord> out;
+        auto rec = [&](const char* reach, double lat, double bw, bool native, std::string lanes) {
+            TransportRecord r;
+            r.name = "UCX";
+            r.reach = reach;
+            r.latency_us = lat;
+            r.bandwidth_gbps = bw;
+            r.rma_native = native;
+            r.max_message = kUcxChunk;
+            r.detail = "lanes " + lanes;
+            r.source = "lanes from ucp_context_print_info; figures: configuration (measured with "
+                       "bench/auto_bench.py and bench/ucx_bench.py)";
+            out.push_back(std::move(r));
+        };
+        std::string shm, rdma, tcp;
+        if (has({"sysv", "posix", "cma", "xpmem", "knem"}, &shm)) rec("host", 160, 0.9, true, shm);
+        if (has({"rc", "dc"}, &rdma)) rec("network", 20, 10.0, true, rdma);
+        if (has({"tcp"}, &tcp)) rec("network", 160, 1.0, false, tcp);
+        return out;
     }
 
     // A transfer let go of its endpoint.

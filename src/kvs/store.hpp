@@ -18,6 +18,9 @@
 
 namespace dyad::kvs {
 
+// Where services register themselves ({id, node, host, endpoints, transports}).
+constexpr const char* kServicesNamespace = "dyad.services";
+
 struct Entry {
     std::string value;
     uint64_t version = 0;

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     if (auto n = dyad::env("DYAD_NODE_ID"); n && !n->empty()) o.node = *n;
     std::string info_log, error_log, memory;
     if (auto m = dyad::env("DYAD_SERVICE_MEMORY"); m && !m->empty()) memory = *m;
+    if (auto f = dyad::env("DYAD_DTL_FIGURES"); f && !f->empty()) o.figures = *f;
 
     CLI::App app{
         "dyadd: the DYAD service of one node. Serves the files of its producer directory to\n"
@@ -46,6 +47,9 @@ int main(int argc, char** argv) {
            "seconds a transfer may make no progress (consumer not reading) before it is abandoned")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
+    app.add_option("--transports", o.transports,
+                   "serve only these transports (default: every one this build has)")
+        ->delimiter(',');
     app.add_option("--memory", memory,
                    "memory for transfer buffers, all consumers together, e.g. 256M (default: "
                    "$DYAD_SERVICE_MEMORY or 256M)");

@@ -69,7 +69,17 @@ Status Service::start() {
     budget_ = std::make_unique<dtl::MemoryBudget>(opts_.memory);
     auto mode = parse_dtl_mode(opts_.mode);
     if (!mode) return mode.status();
+    for (const auto& t : opts_.transports) {
+        auto b = dtl::find_backend(t);
+        if (!b) return Status(b.status()).wrap("--transports");
+    }
     for (const auto& b : dtl::backends()) {
+        if (!opts_.transports.empty() &&
+            std::none_of(opts_.transports.begin(), opts_.transports.end(), [&](const std::string& t) {
+                auto f = dtl::find_backend(t);
+                return f && f.value()->name == b.name;
+            }))
+            continue;
         auto snd = b.make_sender(io_);
         if (!snd) {
             DYAD_WARN(kSub, "transport %s unavailable: %s", b.name.c_str(),
@@ -79,8 +89,14 @@ Status Service::start() {
         senders_[b.name] = std::move(snd.value());
         per_transport_[b.name];
     }
-    if (!senders_.count(mode.value()))
-        return Status(dtl::find_backend(mode.value()).status()).wrap("--mode");
+    if (mode.value() != "AUTO" && !senders_.count(mode.value()))
+        return Status(DYAD_RC_BADDTLMODE,
+                      "--mode " + mode.value() + " is not served by this dyadd (see --transports)",
+                      EINVAL);
+    for (const auto& [name, snd] : senders_)
+        for (auto& r : snd->records()) records_.push_back(std::move(r));
+    s = dtl::apply_figures(opts_.figures, &records_);
+    if (!s) return s;
 
     server_ = std::make_unique<rpc::Server>(io_, nlohmann::json::object());
     if (!opts_.listen.empty()) {
@@ -130,9 +146,10 @@ Status Service::start() {
 
 nlohmann::json Service::identity() const {
     nlohmann::json transports = nlohmann::json::array();
-    for (const auto& [name, snd] : senders_) transports.push_back(snd->attributes().to_json());
+    for (const auto& r : records_) transports.push_back(r.to_json());
     return {{"service_id", id_},
             {"node", opts_.node},
+            {"host_id", dtl::host_id()},
             {"namespace", opts_.ns},
             {"producer_dir", prod_dir_},
             {"kvs", opts_.kvs_uri.empty() ? std::string("local") : opts_.kvs_uri},

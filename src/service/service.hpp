@@ -22,11 +22,11 @@
 
 namespace dyad::service {
 
-constexpr const char* kServicesNamespace = "dyad.services";
+using kvs::kServicesNamespace;
 
 struct Options {
     std::string producer_dir;
-    std::string mode = "FLUX_RPC";
+    std::string mode = "AUTO";
     std::string ns = "dyad";
     std::string node;                       // default: host name
     std::string listen = "127.0.0.1:7627";  // HOST:PORT, "" for none
@@ -34,6 +34,8 @@ struct Options {
     std::string kvs_uri;                    // "" hosts the embedded store
     unsigned io_threads = 4;
     double send_timeout = 60;  // seconds without progress before a transfer is abandoned
+    std::vector<std::string> transports;  // serve only these (empty: every built one)
+    std::string figures;                  // DYAD_DTL_FIGURES: overrides of the selector's figures
     uint64_t memory = 256ull << 20;  // transfer buffers, all consumers together (DYAD_SERVICE_MEMORY)
     bool debug = false;
 };
@@ -82,6 +84,7 @@ class Service {
     std::vector<std::string> endpoints_;
     std::unique_ptr<dtl::MemoryBudget> budget_;
     std::map<std::string, std::unique_ptr<dtl::Sender>> senders_;
+    std::vector<dtl::TransportRecord> records_;  // published for the AUTO selector
     std::map<std::string, Counters> per_transport_;
     Counters total_;
     uint64_t rejected_ = 0;

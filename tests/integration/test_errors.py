@@ -119,9 +119,9 @@ def test_cli_errors_name_the_problem(cluster):
     assert p.returncode == 4 and "start dyadd" in p.stderr
     p = cons.dyad("consume", cons.path("x"), check=False, env_extra={"DYAD_SHARED_STORAGE": "maybe"})
     assert p.returncode == 1 and "DYAD_SHARED_STORAGE" in p.stderr
-    # A transport this build does not have (LOCAL is issue 5).
-    p = cons.dyad("consume", cons.path("x"), check=False, env_extra={"DYAD_DTL_MODE": "LOCAL", "DYAD_WAIT_TIMEOUT": 1})
-    assert p.returncode == 1 and "LOCAL" in p.stderr and "available" in p.stderr
+    # A transport name that does not exist: the valid ones are listed.
+    p = cons.dyad("consume", cons.path("x"), check=False, env_extra={"DYAD_DTL_MODE": "RDMA", "DYAD_WAIT_TIMEOUT": 1})
+    assert p.returncode == 1 and "RDMA" in p.stderr and "LOCAL or AUTO" in p.stderr
     # A producer whose directory is not the one its service serves.
     p = subprocess.run([harness.DYAD, "produce", cons.path("f")], capture_output=True, text=True,
                        env=cons.env(DYAD_SERVICE_URI=prod.uri))

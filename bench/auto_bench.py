@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""AUTO rows of `make bench`: DYAD_DTL_MODE=AUTO beside every fixed mode this
+build has, in the same run, for each workload (a 256 MiB file, 1,000 files of
+64 KiB) and placement (the consumer on another node; on the producer's node
+with its own directory, where LOCAL applies), with the ratio AUTO / best
+fixed mode. Fixed modes that cannot serve a placement (LOCAL on another node)
+are left out of it."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import harness  # noqa: E402
+import transport_runs  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+REPS = 1 if QUICK else 3
+BIG = (64 << 20) if QUICK else (256 << 20)
+SMALL_N = 200 if QUICK else 1000
+ONLY = [m for m in os.environ.get("BENCH_MODES", "").split(",") if m]
+
+
+def built_modes():
+    cfg = json.loads(subprocess.run([harness.DYAD, "--json", "config"], capture_output=True, text=True,
+                                    check=True).stdout)
+    names = [t["name"] for t in cfg.get("transports_built", [])]
+    return [m for m in names if not ONLY or m in ONLY]
+
+
+def consumer_node(cluster, placement, tmp_root):
+    """The node whose dyad tool consumes: node1, or a second directory on
+    node0 (same node, same service, its own consumer directory)."""
+    if placement == "other-node":
+        return cluster[1]
+    n0 = cluster[0]
+    view = harness.NodeView(n0, os.path.join(tmp_root, "same-node-consumer"))
+    return view
+
+
+def run_placement(placement, modes):
+    res = {}
+    with harness.Cluster(nodes=2) as c:
+        prod = c[0]
+        cons = consumer_node(c, placement, c.root)
+        variants = {m: {"DYAD_DTL_MODE": m} for m in modes}
+        runs = transport_runs.big_file_rates(prod, cons, BIG, REPS, variants)
+        for m in modes:
+            res.setdefault(m, {})["big_GBps"] = statistics.median(runs[m])
+            res[m]["big_runs_GBps"] = runs[m]
+            res[m]["small_files_per_s"] = SMALL_N / statistics.median(
+                transport_runs.small_file_times(prod, cons, SMALL_N, REPS, {"DYAD_DTL_MODE": m}, tag=m))
+        res["cp"] = {"big_GBps": statistics.median(runs["cp"])}
+    return res
+
+
+def main():
+    modes = built_modes()
+    have_auto = "AUTO" in modes
+    results = {}
+    for placement in ("other-node", "same-node"):
+        ms = [m for m in modes if not (placement == "other-node" and m == "LOCAL")]
+        results[placement] = run_placement(placement, ms)
+    print(f"\nAUTO: {BIG >> 20} MiB file and {SMALL_N} x 64 KiB, median of {REPS} "
+          f"(GB/s | files/s); ratio = AUTO / best fixed mode")
+    for placement, r in results.items():
+        fixed = {m: v for m, v in r.items() if m not in ("AUTO", "cp")}
+        print(f"  {placement}:")
+        for m, v in r.items():
+            if m == "cp":
+                continue
+            print(f"    {m:9} {v['big_GBps']:6.2f} GB/s {v['small_files_per_s']:8.0f} files/s")
+        if have_auto and fixed:
+            best_big = max(fixed, key=lambda m: fixed[m]["big_GBps"])
+            best_small = max(fixed, key=lambda m: fixed[m]["small_files_per_s"])
+            r["ratio_big"] = r["AUTO"]["big_GBps"] / fixed[best_big]["big_GBps"]
+            r["ratio_small"] = r["AUTO"]["small_files_per_s"] / fixed[best_small]["small_files_per_s"]
+            r["best_fixed"] = {"big": best_big, "small": best_small}
+            print(f"    ratio AUTO/best: big {r['ratio_big']:.2f} (best {best_big}), "
+                  f"small {r['ratio_small']:.2f} (best {best_small}); cp {r['cp']['big_GBps']:.2f} GB/s")
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "results", "auto.json"), "w") as fh:
+        json.dump(results, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
