@@ -47,9 +47,10 @@ int main(int argc, char** argv) {
            "seconds a transfer may make no progress (consumer not reading) before it is abandoned")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    app.add_option("--transports", o.transports,
-                   "serve only these transports (default: every one this build has)")
-        ->delimiter(',');
+    std::string transports;
+    app.add_option("--transports", transports,
+                   "serve only these transports, comma-separated (default: every one this build "
+                   "has)");
     app.add_option("--memory", memory,
                    "memory for transfer buffers, all consumers together, e.g. 256M (default: "
                    "$DYAD_SERVICE_MEMORY or 256M)");
@@ -59,6 +60,12 @@ int main(int argc, char** argv) {
         return app.exit(e);
     }
 
+    for (size_t pos = 0; pos < transports.size();) {
+        size_t comma = transports.find(',', pos);
+        if (comma == std::string::npos) comma = transports.size();
+        if (comma > pos) o.transports.push_back(transports.substr(pos, comma - pos));
+        pos = comma + 1;
+    }
     if (!memory.empty()) {
         auto m = dyad::parse_size("--memory / DYAD_SERVICE_MEMORY", memory);
         if (!m) {
