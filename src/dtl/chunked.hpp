@@ -67,6 +67,17 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         (void)n;
         return nullptr;
     }
+    // Transports that send file chunks from the page cache (sendfile):
+    // reads only hash (through a small scratch buffer that stays in cache)
+    // and write_file_chunk() sends; no chunk buffer is held.
+    virtual bool file_send() const { return false; }
+    virtual void write_file_chunk(uint64_t off, size_t n, nlohmann::json meta,
+                                  std::function<void(bool)> done) {
+        (void)off;
+        (void)n;
+        (void)meta;
+        done(false);
+    }
     void resume() { pump(); }
     // Ends the transfer with an error (on the loop).
     void abort(Status st) { fail(std::move(st)); }
@@ -87,7 +98,9 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_, job_->size - off));
         int idx = -1;
         char* target = nullptr;
-        if (direct()) {
+        if (file_send()) {
+            if (writes_ >= static_cast<int>(bufs_.size())) return;  // depth
+        } else if (direct()) {
             target = direct_target(n);
             if (!target) return;  // resume() comes when there is room
         } else {
@@ -102,6 +115,12 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         read_off_ += n;
         auto self = shared_from_this();
         asio::post(*job_->file_pool, [self, idx, target, off, n] {
+            if (self->file_send()) {
+                Status st = self->hash_range(off, n);
+                asio::post(self->job_->req->io(),
+                           [self, off, n, st] { self->on_hashed(off, n, st); });
+                return;
+            }
             char* p = target;
             if (!p) p = self->bufs_[idx].data();
             Status st = self->read_chunk(p, n, off);
@@ -125,6 +144,43 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             got += static_cast<size_t>(r);
         }
         return Status::ok();
+    }
+
+    // File-send mode: the chunk's bytes, read through a 256 KiB scratch
+    // buffer of the file thread (so memory is per thread, not per
+    // transfer, and stays in cache), go into the checksum; the page cache
+    // now holds them for sendfile.
+    Status hash_range(uint64_t off, size_t n) {
+        constexpr size_t kScratch = 256u << 10;
+        thread_local std::vector<char> scratch(kScratch);
+        for (size_t done = 0; done < n;) {
+            size_t k = std::min(kScratch, n - done);
+            Status st = read_chunk(scratch.data(), k, off + done);
+            if (!st) return st;
+            hash_.update(scratch.data(), k);
+            done += k;
+        }
+        return Status::ok();
+    }
+
+    void on_hashed(uint64_t off, size_t n, Status st) {
+        reading_ = false;
+        if (finished_) return report();
+        if (!st) return fail(st);
+        ++writes_;
+        auto self = shared_from_this();
+        nlohmann::json meta = first_ ? first_meta() : nlohmann::json(nullptr);
+        first_ = false;
+        write_file_chunk(off, n, std::move(meta), [self, n](bool ok) {
+            --self->writes_;
+            if (ok) self->arm_watchdog();
+            if (!ok)
+                return self->fail(
+                    Status(DYAD_RC_BADFETCH, "connection to consumer lost", ECONNRESET));
+            self->sent_ += n;
+            self->pump();
+        });
+        pump();
     }
 
     void on_read(int idx, const char* p, size_t n, Status st) {

@@ -4,11 +4,14 @@
 #include <array>
 #include <deque>
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/sendfile.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fd.hpp"
 #include "common/log.hpp"
 
 namespace dyad::rpc {
@@ -56,6 +59,28 @@ class Session : public std::enable_shared_from_this<Session> {
         if (!writing_) write_next();
     }
 
+    // A frame whose data is `len` bytes of `fd` from `off` (sendfile).
+    void send_file(Header h, std::string meta, int fd, uint64_t off, size_t len,
+                   Request::WriteDone cb) {
+        int dup = closed_ ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (dup < 0) {
+            if (cb) asio::post(io_, [cb] { cb(false); });
+            return;
+        }
+        Out o;
+        h.meta_len = static_cast<uint32_t>(meta.size());
+        h.data_len = static_cast<uint32_t>(len);
+        encode_header(h, o.hdr.data());
+        o.meta = std::move(meta);
+        o.cb = std::move(cb);
+        o.file_fd = dup;
+        o.file_off = off;
+        o.file_len = len;
+        queued_bytes_ += o.meta.size() + kHeaderSize;
+        q_.push_back(std::move(o));
+        if (!writing_) write_next();
+    }
+
     void request_finished(uint32_t tag) {
         active_.erase(tag);
         maybe_resume();
@@ -96,6 +121,9 @@ class Session : public std::enable_shared_from_this<Session> {
         std::string meta;
         asio::const_buffer data;
         Request::WriteDone cb;
+        int file_fd = -1;  // data from this file instead (owned: a dup)
+        uint64_t file_off = 0;
+        size_t file_len = 0;
     };
 
     void read_header() {
@@ -226,25 +254,64 @@ class Session : public std::enable_shared_from_this<Session> {
                                                   o.data};
         auto self = shared_from_this();
         asio::async_write(sock_, bufs, [self](asio::error_code ec, size_t) {
-            Out done = std::move(self->q_.front());
-            self->q_.pop_front();
-            self->queued_bytes_ -= done.meta.size() + kHeaderSize;
-            if (done.cb) done.cb(!ec);
-            if (ec) {
-                self->close();
-                auto rest = std::move(self->q_);
-                self->q_.clear();
-                for (auto& o : rest)
-                    if (o.cb) o.cb(false);
-                self->writing_ = false;
-                return;
-            }
-            if (!self->q_.empty())
-                self->write_next();
-            else
-                self->writing_ = false;
-            self->maybe_resume();
+            if (!ec && self->q_.front().file_fd >= 0) return self->write_file_data();
+            self->front_written(ec);
         });
+    }
+
+    // The data of a file frame: sendfile until done, waiting for the socket
+    // to take more when it is full. A short file cannot complete the frame
+    // it announced: the connection is closed (the consumer sees the error).
+    void write_file_data() {
+        Out& o = q_.front();
+        asio::error_code ec;
+        if (!sock_.native_non_blocking()) sock_.native_non_blocking(true, ec);
+        while (!ec && o.file_len > 0) {
+            off_t off = static_cast<off_t>(o.file_off);
+            ssize_t n = ::sendfile(sock_.native_handle(), o.file_fd, &off,
+                                   std::min<size_t>(o.file_len, 1u << 30));
+            if (n > 0) {
+                o.file_off += static_cast<uint64_t>(n);
+                o.file_len -= static_cast<size_t>(n);
+            } else if (n < 0 && errno == EINTR) {
+                continue;
+            } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                auto self = shared_from_this();
+                sock_.async_wait(asio::socket_base::wait_write, [self](asio::error_code e) {
+                    if (e) return self->front_written(e);
+                    self->write_file_data();
+                });
+                return;
+            } else {
+                ec = n == 0 ? asio::error::eof
+                            : asio::error_code(errno, asio::error::get_system_category());
+            }
+        }
+        front_written(ec);
+    }
+
+    void front_written(asio::error_code ec) {
+        Out done = std::move(q_.front());
+        q_.pop_front();
+        if (done.file_fd >= 0) ::close(done.file_fd);
+        queued_bytes_ -= done.meta.size() + kHeaderSize;
+        if (done.cb) done.cb(!ec);
+        if (ec) {
+            close();
+            auto rest = std::move(q_);
+            q_.clear();
+            for (auto& o : rest) {
+                if (o.file_fd >= 0) ::close(o.file_fd);
+                if (o.cb) o.cb(false);
+            }
+            writing_ = false;
+            return;
+        }
+        if (!q_.empty())
+            write_next();
+        else
+            writing_ = false;
+        maybe_resume();
     }
 
     Server& server_;
@@ -301,6 +368,27 @@ void Request::respond(nlohmann::json meta, asio::const_buffer data, WriteDone do
         h.type = Type::response;
         h.tag = self->tag_;
         s->send(h, meta.is_null() ? std::string() : meta.dump(), data, std::move(done));
+    });
+}
+
+void Request::respond_file(nlohmann::json meta, int fd, uint64_t off, size_t len,
+                           WriteDone done) {
+    auto self = shared_from_this();
+    // The fd is duplicated now, on the caller's thread, so it may be closed
+    // as soon as this returns.
+    auto dup = std::make_shared<UniqueFd>(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    asio::dispatch(io_, [self, meta = std::move(meta), dup, off, len,
+                         done = std::move(done)]() mutable {
+        auto s = self->session_.lock();
+        if (self->finished_ || !s || !dup->valid()) {
+            if (done) done(false);
+            return;
+        }
+        Header h;
+        h.type = Type::response;
+        h.tag = self->tag_;
+        s->send_file(h, meta.is_null() ? std::string() : meta.dump(), dup->get(), off, len,
+                     std::move(done));
     });
 }
 

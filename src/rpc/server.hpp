@@ -46,6 +46,10 @@ class Request : public std::enable_shared_from_this<Request> {
     // One part of the answer. `data` must stay valid until `done` runs
     // (with ok=false if the connection went away first).
     void respond(nlohmann::json meta, asio::const_buffer data = {}, WriteDone done = {});
+    // The same, with `len` bytes of file `fd` from `off` as the data, sent by
+    // sendfile(2) from the page cache (no copy through this process). The
+    // fd is duplicated: the caller may close its own at once.
+    void respond_file(nlohmann::json meta, int fd, uint64_t off, size_t len, WriteDone done);
     void end(nlohmann::json meta = nullptr);
     void error(int errnum, const std::string& msg, dyad_rc_t rc = DYAD_RC_BADRPC);
 
