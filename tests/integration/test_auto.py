@@ -62,16 +62,19 @@ def test_same_node_other_directory_uses_local(cluster):
     prod = cluster[0]
     view = harness.NodeView(prod, os.path.join(cluster.root, "node0-other"))
     harness.write_file(prod.path("d/x.bin"), 9 << 20, seed=3)
-    harness.write_file(prod.path("d/empty.bin"), 0)
-    prod.dyad("produce", prod.path("d/x.bin"), prod.path("d/empty.bin"))
-    rs = consume(view, "d/x.bin", "d/empty.bin")
-    assert [r["transport"] for r in rs] == ["LOCAL", "LOCAL"], rs
-    assert sha(prod.path("d/x.bin")) == sha(view.path("d/x.bin"))
-    assert os.path.getsize(view.path("d/empty.bin")) == 0
+    harness.write_file(prod.path("d/y.bin"), 2 << 20, seed=4)
+    harness.write_file(prod.path("d/small.bin"), 4096, seed=5)
+    prod.dyad("produce", prod.path("d/x.bin"), prod.path("d/y.bin"), prod.path("d/small.bin"))
+    rs = consume(view, "d/x.bin", "d/y.bin", "d/small.bin")
+    # Large files by LOCAL; a small one is cheaper inline in the stream's
+    # first answer (one round trip instead of two) on these figures.
+    assert [r["transport"] for r in rs] == ["LOCAL", "LOCAL", "FLUX_RPC"], [r["selection"] for r in rs]
+    for f in ("x", "y", "small"):
+        assert sha(prod.path(f"d/{f}.bin")) == sha(view.path(f"d/{f}.bin"))
     # A copy, not a link: the producer rewriting its file does not touch it.
     assert os.stat(prod.path("d/x.bin")).st_ino != os.stat(view.path("d/x.bin")).st_ino
     local = prod.status()["counters"]["per_transport"]["LOCAL"]
-    assert local["served"] == 2 and local["transport"]["bytes_copied_by_consumers"] == 9 << 20
+    assert local["served"] == 2 and local["transport"]["bytes_copied_by_consumers"] == 11 << 20
     # The same directory as the producer: nothing moves at all.
     (r,) = consume(prod, "d/x.bin")
     assert r["action"] == "in-place"
