@@ -118,6 +118,14 @@ Status Service::start() {
         return Status(DYAD_RC_BAD_CLI_PARSE, "nothing to listen on: give --listen or --socket",
                       EINVAL);
 
+    // Every transport is reached through the fetch RPC first (UCX and
+    // libfabric exchange their own addresses on it), so a record's address
+    // is the service's endpoints unless the transport gave one.
+    std::string eps;
+    for (const auto& e : endpoints_) eps += (eps.empty() ? "" : " ") + e;
+    for (auto& r : records_)
+        if (r.address.empty()) r.address = eps;
+
     server_->handle("dyad.fetch",
                     [this](std::shared_ptr<rpc::Request> r) { on_fetch(std::move(r)); });
     server_->handle("dyad.status",

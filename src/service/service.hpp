@@ -74,6 +74,9 @@ class Service {
               const Status& st);
 
     Options opts_;
+    // Before the loop and the pool: handlers still queued there when the
+    // service is destroyed may hold buffers, which return to the budget.
+    std::unique_ptr<dtl::MemoryBudget> budget_;
     std::string id_;
     std::string prod_dir_;  // canonical
     UniqueFd prod_fd_;
@@ -82,7 +85,6 @@ class Service {
     std::unique_ptr<rpc::Server> server_;
     std::unique_ptr<kvs::MemoryStore> store_;
     std::vector<std::string> endpoints_;
-    std::unique_ptr<dtl::MemoryBudget> budget_;
     std::map<std::string, std::unique_ptr<dtl::Sender>> senders_;
     std::vector<dtl::TransportRecord> records_;  // published for the AUTO selector
     std::map<std::string, Counters> per_transport_;
