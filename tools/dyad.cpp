@@ -190,10 +190,10 @@ int main(int argc, char** argv) {
                 std::printf(" (waited %.3f s, transfer %.3f s)\n", r.wait_s, r.transfer_s);
                 if (explain)
                     std::printf("  %s\n", r.explain.empty()
-                                               ? (r.action == "fetched"
-                                                      ? "fixed transport (DYAD_DTL_MODE)"
-                                                      : "nothing moved: the file was already here")
-                                               : r.explain.c_str());
+                                              ? (r.action == "fetched"
+                                                     ? "fixed transport (DYAD_DTL_MODE)"
+                                                     : "nothing moved: the file was already here")
+                                              : r.explain.c_str());
             }
         }
         return rc;

@@ -433,8 +433,8 @@ std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceIn
     where.same_node = rec.node == svc.node;
     auto info = owner_info(rec.owner, svc);
     if (info) {
-        where.same_host = info->value("host_id", std::string()) == dtl::host_id() &&
-                          !dtl::host_id().empty();
+        where.same_host =
+            info->value("host_id", std::string()) == dtl::host_id() && !dtl::host_id().empty();
         if (info->contains("transports") && (*info)["transports"].is_array())
             for (const auto& t : (*info)["transports"]) {
                 auto r = dtl::TransportRecord::from_json(t);
@@ -492,8 +492,8 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
         s = fetch_via(*b, upath, rec, ep, rep, &retry);
         if (s || !retry || backend_) return s;
         // This transport could not start here: note it, take the next one.
-        DYAD_DEBUG(kSub, "%s could not move '%s' (%s): trying the next transport",
-                   b->name.c_str(), upath.c_str(), s.to_string().c_str());
+        DYAD_DEBUG(kSub, "%s could not move '%s' (%s): trying the next transport", b->name.c_str(),
+                   upath.c_str(), s.to_string().c_str());
         rep->explain += "\n  " + b->name + " failed to start: " + s.message();
         last = s;
     }
@@ -551,11 +551,11 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
         // Nothing arrived, and the failure is the transport's own (the
         // service does not serve it, or LOCAL cannot open the producer's
         // file from here): another transport may work.
-        *retry = sink.bytes() == 0 &&
-                 (e.rc() == DYAD_RC_BADDTLMODE ||
-                  (b.name == "LOCAL" && (e.err() == EACCES || e.err() == EPERM ||
-                                         e.err() == ESTALE || e.err() == ENOENT ||
-                                         e.err() == ELOOP)));
+        *retry =
+            sink.bytes() == 0 &&
+            (e.rc() == DYAD_RC_BADDTLMODE ||
+             (b.name == "LOCAL" && (e.err() == EACCES || e.err() == EPERM || e.err() == ESTALE ||
+                                    e.err() == ENOENT || e.err() == ELOOP)));
         return Status(
             e.rc() == DYAD_RC_CONNFAIL ? DYAD_RC_BADFETCH : e.rc(),
             "fetch of '" + upath + "' from " + rec.owner + " (" + ep + ") failed: " + e.message(),

@@ -49,9 +49,9 @@ struct ConsumeReport {
     std::string transport;
     std::string endpoint;
     uint64_t bytes = 0;
-    double wait_s = 0;      // waiting for the file to be produced
-    double transfer_s = 0;  // moving and storing its bytes
-    std::string explain;      // DYAD_DTL_MODE=AUTO: why this transport (scores)
+    double wait_s = 0;         // waiting for the file to be produced
+    double transfer_s = 0;     // moving and storing its bytes
+    std::string explain;       // DYAD_DTL_MODE=AUTO: why this transport (scores)
     nlohmann::json selection;  // the same, as data
 };
 
@@ -103,9 +103,9 @@ class Client {
     Config cfg_;
     ManagedDir prod_;
     ManagedDir cons_;
-    const dtl::Backend* backend_ = nullptr;  // fixed mode; null for AUTO
-    std::map<std::string, nlohmann::json> owners_;      // under mu_
-    std::map<std::string, std::string> unusable_;       // transport -> why (under mu_)
+    const dtl::Backend* backend_ = nullptr;         // fixed mode; null for AUTO
+    std::map<std::string, nlohmann::json> owners_;  // under mu_
+    std::map<std::string, std::string> unusable_;   // transport -> why (under mu_)
     std::shared_ptr<rpc::ConnectionPool> pool_;
     std::mutex mu_;
     std::optional<ServiceInfo> svc_;

@@ -121,10 +121,14 @@ class MemoryBudget {
         for (const auto& [o, q] : waiting_) waiting += q.size();
         uint64_t cached = 0;
         for (const auto& [n, list] : cache_) cached += n * list.size();
-        return {{"limit", limit_},        {"in_use", used_},
-                {"peak", peak_},          {"reserved", reserved_},
-                {"cached", cached},       {"per_endpoint", per_endpoint_},
-                {"waiting", waiting},     {"parked_total", parked_total_},
+        return {{"limit", limit_},
+                {"in_use", used_},
+                {"peak", peak_},
+                {"reserved", reserved_},
+                {"cached", cached},
+                {"per_endpoint", per_endpoint_},
+                {"waiting", waiting},
+                {"parked_total", parked_total_},
                 {"endpoints", held_.size()}};
     }
 
@@ -152,7 +156,8 @@ class MemoryBudget {
             list.pop_back();
             cached_ -= n;
         } else {
-            void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            void* m =
+                ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             if (m == MAP_FAILED) return {};
             p = static_cast<char*>(m);
         }

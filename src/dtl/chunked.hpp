@@ -105,7 +105,8 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             if (!target) return;  // resume() comes when there is room
         } else {
             if (free_.empty() || parked_) return;
-            Buffer b = granted_ ? std::move(granted_) : job_->budget->try_get(job_->endpoint, chunk_);
+            Buffer b =
+                granted_ ? std::move(granted_) : job_->budget->try_get(job_->endpoint, chunk_);
             if (!b) return park();
             idx = free_.front();
             free_.pop_front();

@@ -135,9 +135,9 @@ Status copy_into(int in, uint64_t size, Sink& sink, const std::string& what, std
     uint64_t done = 0;
     bool kernel = out >= 0;
     while (kernel && done < size) {
-        ssize_t r = ::copy_file_range(in, nullptr, out, nullptr,
-                                      static_cast<size_t>(std::min<uint64_t>(size - done, 1u << 30)),
-                                      0);
+        ssize_t r =
+            ::copy_file_range(in, nullptr, out, nullptr,
+                              static_cast<size_t>(std::min<uint64_t>(size - done, 1u << 30)), 0);
         if (r < 0) {
             if (errno == EINTR) continue;
             if (done == 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||

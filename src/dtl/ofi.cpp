@@ -472,8 +472,8 @@ class OfiTransfer : public ChunkedTransfer {
     char* direct_target(size_t) override {
         if (over_ || reading_.size() + pending_.size() >= static_cast<size_t>(kDepth))
             return nullptr;  // resumed by an acknowledgement
-        auto idx = sp_->acquire(std::static_pointer_cast<OfiTransfer>(shared_from_this()),
-                                job().budget);
+        auto idx =
+            sp_->acquire(std::static_pointer_cast<OfiTransfer>(shared_from_this()), job().budget);
         if (!idx) {
             auto self = std::static_pointer_cast<OfiTransfer>(shared_from_this());
             asio::post(job().req->io(), [self, st = idx.status()] { self->abort(st); });

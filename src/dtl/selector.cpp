@@ -165,8 +165,8 @@ std::string Selection::explain() const {
                       "): " + (chosen.empty() ? std::string("none usable") : chosen);
     for (const auto& s : scored) {
         out += "\n  " + s.name + (s.reach.empty() ? "" : "@" + s.reach) + ": ";
-        out += s.eligible ? fmt("%.0f us estimated, ", s.estimate_us) + s.why
-                          : "left out, " + s.why;
+        out +=
+            s.eligible ? fmt("%.0f us estimated, ", s.estimate_us) + s.why : "left out, " + s.why;
     }
     return out;
 }

@@ -23,8 +23,8 @@ constexpr uint64_t kSmallFile = 1u << 20;
 
 // One way of reaching a service's transport.
 struct TransportRecord {
-    std::string name;   // DYAD_DTL_MODE name: LOCAL, UCX, FLUX_RPC, MARGO
-    std::string reach;  // "node" (same DYAD node), "host" (same machine), "network"
+    std::string name;           // DYAD_DTL_MODE name: LOCAL, UCX, FLUX_RPC, MARGO
+    std::string reach;          // "node" (same DYAD node), "host" (same machine), "network"
     double latency_us = 0;      // fixed cost per file (request, set-up, first byte)
     double bandwidth_gbps = 0;  // streaming rate, GB/s
     bool rma_native = false;    // one-sided transfers without software emulation

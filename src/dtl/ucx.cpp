@@ -889,8 +889,9 @@ class UcxSender : public Sender {
             r.rma_native = native;
             r.max_message = kUcxChunk;
             r.detail = "lanes " + lanes;
-            r.source = "lanes from ucp_context_print_info; figures: configuration (measured with "
-                       "bench/auto_bench.py and bench/ucx_bench.py)";
+            r.source =
+                "lanes from ucp_context_print_info; figures: configuration (measured with "
+                "bench/auto_bench.py and bench/ucx_bench.py)";
             out.push_back(std::move(r));
         };
         std::string shm, rdma, tcp;

@@ -371,25 +371,24 @@ void Request::respond(nlohmann::json meta, asio::const_buffer data, WriteDone do
     });
 }
 
-void Request::respond_file(nlohmann::json meta, int fd, uint64_t off, size_t len,
-                           WriteDone done) {
+void Request::respond_file(nlohmann::json meta, int fd, uint64_t off, size_t len, WriteDone done) {
     auto self = shared_from_this();
     // The fd is duplicated now, on the caller's thread, so it may be closed
     // as soon as this returns.
     auto dup = std::make_shared<UniqueFd>(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-    asio::dispatch(io_, [self, meta = std::move(meta), dup, off, len,
-                         done = std::move(done)]() mutable {
-        auto s = self->session_.lock();
-        if (self->finished_ || !s || !dup->valid()) {
-            if (done) done(false);
-            return;
-        }
-        Header h;
-        h.type = Type::response;
-        h.tag = self->tag_;
-        s->send_file(h, meta.is_null() ? std::string() : meta.dump(), dup->get(), off, len,
-                     std::move(done));
-    });
+    asio::dispatch(io_,
+                   [self, meta = std::move(meta), dup, off, len, done = std::move(done)]() mutable {
+                       auto s = self->session_.lock();
+                       if (self->finished_ || !s || !dup->valid()) {
+                           if (done) done(false);
+                           return;
+                       }
+                       Header h;
+                       h.type = Type::response;
+                       h.tag = self->tag_;
+                       s->send_file(h, meta.is_null() ? std::string() : meta.dump(), dup->get(),
+                                    off, len, std::move(done));
+                   });
 }
 
 void Request::end(nlohmann::json meta) {

@@ -75,10 +75,11 @@ Status Service::start() {
     }
     for (const auto& b : dtl::backends()) {
         if (!opts_.transports.empty() &&
-            std::none_of(opts_.transports.begin(), opts_.transports.end(), [&](const std::string& t) {
-                auto f = dtl::find_backend(t);
-                return f && f.value()->name == b.name;
-            }))
+            std::none_of(opts_.transports.begin(), opts_.transports.end(),
+                         [&](const std::string& t) {
+                             auto f = dtl::find_backend(t);
+                             return f && f.value()->name == b.name;
+                         }))
             continue;
         auto snd = b.make_sender(io_);
         if (!snd) {

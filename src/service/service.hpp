@@ -33,10 +33,11 @@ struct Options {
     std::string socket_path;                // unix socket, "" for none
     std::string kvs_uri;                    // "" hosts the embedded store
     unsigned io_threads = 4;
-    double send_timeout = 60;  // seconds without progress before a transfer is abandoned
+    double send_timeout = 60;             // seconds without progress before a transfer is abandoned
     std::vector<std::string> transports;  // serve only these (empty: every built one)
     std::string figures;                  // DYAD_DTL_FIGURES: overrides of the selector's figures
-    uint64_t memory = 256ull << 20;  // transfer buffers, all consumers together (DYAD_SERVICE_MEMORY)
+    uint64_t memory =
+        256ull << 20;  // transfer buffers, all consumers together (DYAD_SERVICE_MEMORY)
     bool debug = false;
 };
 

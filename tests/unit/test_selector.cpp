@@ -209,7 +209,9 @@ TEST(Config, SizesParse) {
     EXPECT_EQ(parse_size("X", "4096").value(), 4096ull);
     for (const char* bad : {"", "-1", "M", "12Q", "1e3", "99999999999999999999G"})
         EXPECT_FALSE(parse_size("DYAD_SERVICE_MEMORY", bad).is_ok()) << bad;
-    EXPECT_NE(parse_size("DYAD_SERVICE_MEMORY", "lots").status().message().find(
-                  "DYAD_SERVICE_MEMORY='lots'"),
+    EXPECT_NE(parse_size("DYAD_SERVICE_MEMORY", "lots")
+                  .status()
+                  .message()
+                  .find("DYAD_SERVICE_MEMORY='lots'"),
               std::string::npos);
 }
