@@ -15,11 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import harness  # noqa: E402
 import transport_runs  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUICK = os.environ.get("BENCH_QUICK") == "1"
-REPS = 1 if QUICK else 3
-BIG = (64 << 20) if QUICK else (256 << 20)
-SMALL_N = 200 if QUICK else 1000
+from transport_runs import BIG, QUICK, REPS, ROOT, SMALL_N  # noqa: E402,F401
 ONLY = [m for m in os.environ.get("BENCH_MODES", "").split(",") if m]
 
 

@@ -7,6 +7,13 @@ import time
 
 import harness
 
+# The sizes every transport row uses: BENCH_QUICK=1 checks the scripts.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+REPS = 1 if QUICK else 3
+BIG = (64 << 20) if QUICK else (256 << 20)
+SMALL_N = 200 if QUICK else 1000
+
 
 def cp_rate(src, dst_dir):
     """The machine's file-to-file ceiling for this file: cp on the same disk."""
