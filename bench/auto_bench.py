@@ -57,7 +57,19 @@ def run_placement(placement, modes):
             res[m]["small_files_per_s"] = SMALL_N / statistics.median(small[m])
             res[m]["small_runs_files_per_s"] = [SMALL_N / t for t in small[m]]
         res["cp"] = {"big_GBps": statistics.median(runs["cp"])}
+        if "AUTO" in modes:
+            res["AUTO"]["chose"] = {k: auto_choice(prod, cons, n, size) for k, n, size in
+                                    (("big", "choice-big.bin", BIG), ("small", "choice-small.bin", 65536))}
     return res
+
+
+def auto_choice(prod, cons, name, size):
+    """The transport AUTO takes for a file of this size (untimed)."""
+    harness.write_file(prod.path(name), size, seed=5)
+    prod.dyad("produce", prod.path(name))
+    out = cons.dyad("--json", "consume", cons.path(name), env_extra={"DYAD_DTL_MODE": "AUTO",
+                                                                     "DYAD_WAIT_TIMEOUT": 60}).stdout
+    return json.loads(out.splitlines()[0])["transport"]
 
 
 def main():
@@ -75,7 +87,8 @@ def main():
         for m, v in r.items():
             if m == "cp":
                 continue
-            print(f"    {m:9} {v['big_GBps']:6.2f} GB/s {v['small_files_per_s']:8.0f} files/s")
+            chose = f"  (chose {v['chose']['big']} | {v['chose']['small']})" if "chose" in v else ""
+            print(f"    {m:9} {v['big_GBps']:6.2f} GB/s {v['small_files_per_s']:8.0f} files/s{chose}")
         if have_auto and fixed:
             best_big = max(fixed, key=lambda m: fixed[m]["big_GBps"])
             best_small = max(fixed, key=lambda m: fixed[m]["small_files_per_s"])
