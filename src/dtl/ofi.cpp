@@ -79,7 +79,9 @@ class OfiConsumer {
   public:
     static Result<OfiConsumer*> instance(const std::string& proto_name) {
         static std::mutex mu;
-        static std::map<std::string, OfiConsumer*> insts;
+        // Process-lifetime instances, reachable to the end (never destroyed:
+        // threads may still use them while the process exits).
+        static auto& insts = *new std::map<std::string, OfiConsumer*>();
         static pid_t owner = 0;
         std::lock_guard<std::mutex> lk(mu);
         if (owner != ::getpid()) {  // a forked child builds its own (not fork-safe)
