@@ -275,10 +275,14 @@ class OfiReceiver : public Receiver {
     Status drain(int timeout_ms) {
         fi_cq_entry e[8];
         ssize_t n;
-        if (timeout_ms > 0 && c_->ep().can_wait())
-            n = fi_cq_sread(c_->ep().cq(), e, 8, nullptr, timeout_ms);
-        else
+        // Read (which also drives progress); when there is nothing, sleep
+        // on the CQ's fd rather than in fi_cq_sread, which for tcp;ofi_rxm
+        // polls the provider in a loop and keeps a core busy.
+        n = fi_cq_read(c_->ep().cq(), e, 8);
+        if (n == -FI_EAGAIN && timeout_ms > 0 && c_->ep().can_wait()) {
+            c_->ep().sleep(timeout_ms);
             n = fi_cq_read(c_->ep().cq(), e, 8);
+        }
         if (n == -FI_EAGAIN) return Status::ok();
         if (n == -FI_EAVAIL) {
             fi_cq_err_entry ee;

@@ -65,6 +65,10 @@ class Endpoint {
         return av_;
     }
     bool can_wait() const { return can_wait_; }
+    // Sleeps until the CQ may have something (or timeout_ms): fi_trywait,
+    // then poll(2) on the CQ's wait fd. Returns at once when events are
+    // already pending or the CQ has no fd.
+    void sleep(int timeout_ms);
     bool manual_progress() const { return manual_; }
 
     Result<Region> register_memory(void* p, size_t n, uint64_t access);
@@ -81,6 +85,7 @@ class Endpoint {
     struct fid_ep* ep_ = nullptr;
     std::string addr_;
     bool can_wait_ = false;  // the CQ has a wait object (fi_cq_sread works)
+    int wait_fd_ = -1;       // that object's fd, when the provider gives one
     bool manual_ = false;    // data progress is driven by CQ reads
     uint64_t next_key_ = 1;  // for providers that take the key from us
 };

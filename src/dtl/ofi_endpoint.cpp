@@ -1,3 +1,4 @@
+#include <poll.h>
 #include <cstring>
 
 #include "common/config.hpp"
@@ -128,6 +129,7 @@ Result<std::unique_ptr<Endpoint>> Endpoint::open(const Protocol& p, const char* 
         ret = fi_cq_open(e->domain_, &cqa, &e->cq_, nullptr);
     }
     if (ret) return fi_error(DYAD_RC_MARGO_BAD_PROTO, what + "fi_cq_open", ret);
+    if (e->can_wait_ && fi_control(&e->cq_->fid, FI_GETWAIT, &e->wait_fd_) != 0) e->wait_fd_ = -1;
     fi_av_attr ava;
     std::memset(&ava, 0, sizeof ava);
     ava.type = FI_AV_UNSPEC;
@@ -180,6 +182,14 @@ Result<Region> Endpoint::register_memory(void* p, size_t n, uint64_t access) {
 void Endpoint::release(Region& r) {
     if (r.mr) fi_close(&r.mr->fid);
     r.mr = nullptr;
+}
+
+void Endpoint::sleep(int timeout_ms) {
+    if (wait_fd_ < 0) return;
+    struct fid* f = &cq_->fid;
+    if (fi_trywait(fabric_, &f, 1) != FI_SUCCESS) return;  // something to read already
+    struct pollfd pf = {wait_fd_, POLLIN, 0};
+    ::poll(&pf, 1, timeout_ms);
 }
 
 }  // namespace dyad::dtl::ofi
