@@ -119,7 +119,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             if (self->file_send()) {
                 Status st = self->hash_range(off, n);
                 asio::post(self->job_->req->io(),
-                           [self, off, n, st] { self->on_hashed(off, n, st); });
+                           [self, off, n, st] { self->on_read(-1, nullptr, off, n, st); });
                 return;
             }
             char* p = target;
@@ -127,7 +127,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             Status st = self->read_chunk(p, n, off);
             if (st) self->hash_.update(p, n);
             asio::post(self->job_->req->io(),
-                       [self, idx, p, n, st] { self->on_read(idx, p, n, st); });
+                       [self, idx, p, off, n, st] { self->on_read(idx, p, off, n, st); });
         });
     }
 
@@ -164,27 +164,8 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         return Status::ok();
     }
 
-    void on_hashed(uint64_t off, size_t n, Status st) {
-        reading_ = false;
-        if (finished_) return report();
-        if (!st) return fail(st);
-        ++writes_;
-        auto self = shared_from_this();
-        nlohmann::json meta = first_ ? first_meta() : nlohmann::json(nullptr);
-        first_ = false;
-        write_file_chunk(off, n, std::move(meta), [self, n](bool ok) {
-            --self->writes_;
-            if (ok) self->arm_watchdog();
-            if (!ok)
-                return self->fail(
-                    Status(DYAD_RC_BADFETCH, "connection to consumer lost", ECONNRESET));
-            self->sent_ += n;
-            self->pump();
-        });
-        pump();
-    }
-
-    void on_read(int idx, const char* p, size_t n, Status st) {
+    // A chunk is read (file-send mode: hashed; `p` is null): send it.
+    void on_read(int idx, const char* p, uint64_t off, size_t n, Status st) {
         reading_ = false;
         if (finished_) return report();  // a failure waited for this read
         if (!st) return fail(st);
@@ -192,19 +173,23 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         auto self = shared_from_this();
         nlohmann::json meta = first_ ? first_meta() : nlohmann::json(nullptr);
         first_ = false;
-        write_chunk(p, n, std::move(meta), [self, idx, n](bool ok) {
-            --self->writes_;
-            if (idx >= 0) {
-                self->bufs_[idx].reset();  // back to the budget: may resume a parked transfer
-                self->free_.push_back(idx);
-            }
-            if (ok) self->arm_watchdog();
-            if (!ok)
-                return self->fail(
-                    Status(DYAD_RC_BADFETCH, "connection to consumer lost", ECONNRESET));
-            self->sent_ += n;
-            self->pump();
-        });
+        auto done = [self, idx, n](bool ok) { self->written(idx, n, ok); };
+        if (p)
+            write_chunk(p, n, std::move(meta), std::move(done));
+        else
+            write_file_chunk(off, n, std::move(meta), std::move(done));
+        pump();
+    }
+
+    void written(int idx, size_t n, bool ok) {
+        --writes_;
+        if (idx >= 0) {
+            bufs_[idx].reset();  // back to the budget: may resume a parked transfer
+            free_.push_back(idx);
+        }
+        if (!ok) return fail(Status(DYAD_RC_BADFETCH, "connection to consumer lost", ECONNRESET));
+        arm_watchdog();
+        sent_ += n;
         pump();
     }
 
