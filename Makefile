@@ -41,6 +41,7 @@ bench: build
 	$(PY) bench/ucx_bench.py
 	$(PY) bench/ofi_bench.py
 	$(PY) bench/auto_bench.py
+	$(PY) bench/fairness_bench.py
 
 FORMATTED = find include src tools tests examples bench \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \)
 

@@ -2,6 +2,7 @@
 (docs/wire-protocol.md), to send requests the real client never would."""
 import json
 import socket
+import time
 import struct
 
 HDR = struct.Struct("<IHBBIiII")
@@ -57,3 +58,65 @@ class Raw:
 
     def close(self):
         self.s.close()
+
+
+class Stream:
+    """A minimal FLUX_RPC consumer that reads data into one reused buffer
+    (and can be told to read slowly), to load the service from one process."""
+
+    def __init__(self, node, upath):
+        self.s = socket.create_connection((node.host, node.port), timeout=120)
+        self._send(HELLO, 0, {"version": 1})
+        self._frame()
+        self._send(REQUEST, 1, {"topic": "dyad.fetch", "upath": upath, "transport": "FLUX_RPC"})
+        self.buf = bytearray(1 << 20)
+        self.bytes = 0
+        self.done = False
+        self.error = None
+
+    def _send(self, typ, tag, meta):
+        m = json.dumps(meta).encode()
+        self.s.sendall(HDR.pack(MAGIC, 1, typ, 0, tag, 0, len(m), 0) + m)
+
+    def _exact(self, view):
+        got = 0
+        while got < len(view):
+            n = self.s.recv_into(view[got:])
+            if n == 0:
+                raise ConnectionError("closed")
+            got += n
+
+    def _frame(self, rate=None):
+        h = bytearray(HDR.size)
+        self._exact(memoryview(h))
+        _, _, typ, _, tag, err, ml, dl = HDR.unpack(h)
+        meta = bytearray(ml)
+        self._exact(memoryview(meta))
+        left = dl
+        while left:
+            n = min(left, len(self.buf) if rate is None else 65536)
+            self._exact(memoryview(self.buf)[:n])
+            left -= n
+            self.bytes += n
+            if rate:
+                time.sleep(n / rate)
+        return typ, err
+
+    def run(self, rate=None, stall_after=None, stall_s=0):
+        try:
+            stalled = False
+            while True:
+                if stall_after is not None and not stalled and self.bytes >= stall_after:
+                    stalled = True
+                    time.sleep(stall_s)
+                typ, err = self._frame(rate)
+                if typ == END:
+                    self.done = True
+                    return
+                if typ == ERROR:
+                    self.error = err
+                    return
+        except OSError as e:
+            self.error = e
+        finally:
+            self.s.close()

@@ -5,13 +5,13 @@ and the service's memory under many and slow consumers."""
 import json
 import os
 import socket
-import struct
 import threading
 import time
 
 import pytest
 
 import harness
+from rawwire import Stream
 
 sha = harness.sha256
 WAIT = {"DYAD_WAIT_TIMEOUT": 30}
@@ -137,71 +137,6 @@ def test_service_offering_only_the_stream(cluster):
 
 # ---- the service's memory: raw stream consumers ----
 
-HDR = struct.Struct("<IHBBIiII")
-
-
-class Stream:
-    """A minimal FLUX_RPC consumer that reads data into one reused buffer
-    (and can be told to read slowly), to load the service from one process."""
-
-    def __init__(self, node, upath):
-        self.s = socket.create_connection((node.host, node.port), timeout=120)
-        self._send(1, 0, {"version": 1})
-        self._frame()
-        self._send(2, 1, {"topic": "dyad.fetch", "upath": upath, "transport": "FLUX_RPC"})
-        self.buf = bytearray(1 << 20)
-        self.bytes = 0
-        self.done = False
-        self.error = None
-
-    def _send(self, typ, tag, meta):
-        m = json.dumps(meta).encode()
-        self.s.sendall(HDR.pack(0x44415944, 1, typ, 0, tag, 0, len(m), 0) + m)
-
-    def _exact(self, view):
-        got = 0
-        while got < len(view):
-            n = self.s.recv_into(view[got:])
-            if n == 0:
-                raise ConnectionError("closed")
-            got += n
-
-    def _frame(self, rate=None):
-        h = bytearray(HDR.size)
-        self._exact(memoryview(h))
-        _, _, typ, _, tag, err, ml, dl = HDR.unpack(h)
-        meta = bytearray(ml)
-        self._exact(memoryview(meta))
-        left = dl
-        while left:
-            n = min(left, len(self.buf) if rate is None else 65536)
-            self._exact(memoryview(self.buf)[:n])
-            left -= n
-            self.bytes += n
-            if rate:
-                time.sleep(n / rate)
-        return typ, err
-
-    def run(self, rate=None, stall_after=None, stall_s=0):
-        try:
-            stalled = False
-            while True:
-                if stall_after is not None and not stalled and self.bytes >= stall_after:
-                    stalled = True
-                    time.sleep(stall_s)
-                typ, err = self._frame(rate)
-                if typ == 4:
-                    self.done = True
-                    return
-                if typ == 5:
-                    self.error = err
-                    return
-        except OSError as e:
-            self.error = e
-        finally:
-            self.s.close()
-
-
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as fh:
         f = dict(line.split(":", 1) for line in fh)
@@ -248,55 +183,49 @@ def test_32_consumers_of_1gib_stay_within_the_memory_budget():
 
 
 def test_a_slow_consumer_does_not_starve_fast_ones():
-    """Four fast consumers alone, then beside one that reads at 1 MB/s: they
-    keep at least 80% of their throughput (best of three rounds each,
-    alternating, on a shared 2-core machine), and the slow one keeps moving.
-    The default budget: the slow one holds only its own pipeline. (Turns
-    when the budget binds are unit-tested; the 32-consumer test binds it.)"""
-    c = harness.Cluster(nodes=1, start=False)
-    try:
-        node = c[0]
-        node.start()
-        with open(node.path("slow.bin"), "wb") as fh:
-            fh.truncate(256 << 20)
-        for i in range(16):
-            with open(node.path(f"fast{i}.bin"), "wb") as fh:
-                fh.truncate(128 << 20)
-
-        def fast_round(names):
-            streams = [Stream(node, n) for n in names]
-            threads = [threading.Thread(target=s.run) for s in streams]
-            t0 = time.monotonic()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            dt = time.monotonic() - t0
-            assert all(s.done for s in streams), [s.error for s in streams]
-            return sum(s.bytes for s in streams) / dt
-
-        # Files read once first: the rounds then measure the service, not
-        # the allocation of fresh page cache. Alone and beside the slow one
-        # alternate, so drift on a shared machine hits both.
-        for i in range(16):
-            with open(node.path(f"fast{i}.bin"), "rb") as fh:
-                while fh.read(1 << 24):
-                    pass
-        alone, with_slow, slow_bytes = [], [], 0
-        for k in (0, 8, 0):
-            alone.append(fast_round([f"fast{i}.bin" for i in range(k, k + 4)]))
+    """A consumer reading at 1 MB/s holds only its own pipeline, and fast
+    consumers beside it finish. On the default budget nobody waits for memory
+    at all; on the smallest budget (16M, where the slow one's share is 8M) the
+    budget binds, the fast ones wait their turns and still finish, and the slow
+    one keeps moving. (Throughput beside a slow consumer is a benchmark,
+    bench/fairness_bench.py, not an assertion: it moves with machine load.)"""
+    for memory in (None, "16M"):
+        c = harness.Cluster(nodes=1, start=False)
+        try:
+            node = c[0]
+            node.start([] if memory is None else ["--memory", memory])
+            with open(node.path("slow.bin"), "wb") as fh:
+                fh.truncate(256 << 20)
+            for i in range(4):
+                with open(node.path(f"fast{i}.bin"), "wb") as fh:
+                    fh.truncate(64 << 20)
             slow = Stream(node, "slow.bin")
             st = threading.Thread(target=slow.run, kwargs={"rate": 1e6})
             st.start()
-            time.sleep(0.3)
-            with_slow.append(fast_round([f"fast{i}.bin" for i in range(k + 4, k + 8)]))
-            slow_bytes += slow.bytes
+            deadline = time.monotonic() + 30
+            while slow.bytes == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)  # its pipeline fills
+            held = node.status()["memory"]["in_use"]
+            assert 0 < held <= 4 << 20, f"the slow consumer holds {held} bytes, more than its pipeline"
+            fast = [Stream(node, f"fast{i}.bin") for i in range(4)]
+            threads = [threading.Thread(target=s.run) for s in fast]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=120)
+            assert all(s.done and s.bytes == 64 << 20 for s in fast), [(s.bytes, s.error) for s in fast]
+            before = slow.bytes
+            time.sleep(0.5)
+            assert st.is_alive() and slow.error is None and slow.bytes > before, "the slow consumer stopped"
+            mem = node.status()["memory"]
             slow.s.shutdown(socket.SHUT_RDWR)
             st.join()
-        alone, with_slow = max(alone), max(with_slow)
-        print(f"4 fast consumers: {alone / 1e9:.2f} GB/s alone, {with_slow / 1e9:.2f} GB/s beside a 1 MB/s one")
-        assert slow_bytes > 0
-        assert with_slow >= 0.8 * alone, f"{with_slow / 1e9:.2f} GB/s vs {alone / 1e9:.2f} alone"
-        assert node.status()["memory"]["peak"] <= 5 * (4 << 20)
-    finally:
-        c.cleanup()
+            if memory is None:
+                assert mem["parked_total"] == 0, mem
+                assert mem["peak"] <= 5 * (4 << 20), mem
+            else:
+                assert mem["parked_total"] > 0, f"the 16M budget never bound: {mem}"
+                assert mem["peak"] <= 16 << 20, mem
+        finally:
+            c.cleanup()

@@ -84,7 +84,9 @@ def test_wait_timeout_two_seconds(cluster):
     dt = time.monotonic() - t0
     assert p.returncode == 3, p.stderr
     assert "never.bin" in p.stderr and "DYAD_WAIT_TIMEOUT" in p.stderr
-    assert 1.0 <= dt <= 3.0, dt
+    # The deadline held: not before it, and no hang after it (a loaded CI
+    # machine may be slow to start and stop the process).
+    assert 1.9 <= dt < 15, dt
     assert not os.path.exists(cons.path("never.bin"))
     # The abandoned wait left nothing behind in the store.
     assert cluster[0].status()["store"]["waiters"] == 0
