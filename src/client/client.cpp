@@ -55,6 +55,12 @@ class FileSink : public dtl::Sink {
         bytes_ += n;
         kernel_ = true;
     }
+    bool can_place() const override { return true; }
+    Status placed(const void* p, size_t n) override {
+        hash_.update(p, n);
+        bytes_ += n;
+        return Status::ok();
+    }
     uint64_t bytes() const { return bytes_; }
     bool kernel_copied() const { return kernel_; }
     std::string hex() const { return hash_.hex(); }

@@ -47,6 +47,16 @@ class Sink {
     // copied(n) accounts bytes that reached it without passing through here.
     virtual int fd() const { return -1; }
     virtual void copied(uint64_t n) { (void)n; }
+    // For transports that land bytes in the destination file themselves,
+    // through a shared mapping of fd() (the libfabric pull reads straight
+    // into it): each run, in file order, is reported here to be hashed and
+    // counted as if written.
+    virtual bool can_place() const { return false; }
+    virtual Status placed(const void* p, size_t n) {
+        (void)p;
+        (void)n;
+        return Status(DYAD_RC_SYSFAIL, "this sink takes no placed bytes", ENOTSUP);
+    }
 };
 
 class Receiver {

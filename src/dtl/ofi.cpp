@@ -12,7 +12,9 @@
 // Consumer: one endpoint per process and protocol, a registered window of
 // kDepth chunk slots, service addresses in an AV with LRU eviction; waits are
 // fi_cq_sread with the inactivity deadline, and the RPC socket for frames.
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -68,6 +70,8 @@ Attributes ofi_attributes(bool probe) {
 struct ReadOp {
     fi_context2 ctx;  // first: libfabric hands it back in completions
     size_t slot = 0;
+    char* dst = nullptr;  // where the bytes land: a window slot or the mapped file
+    ofi::Region mr;       // the mapped file's run, registered while the read is out
     uint64_t seq = 0;
     size_t len = 0;
     bool posted = false;
@@ -97,8 +101,15 @@ class OfiConsumer {
         auto ep = ofi::Endpoint::open(*proto.value(), nullptr);
         if (!ep) return ep.status();
         auto* c = new OfiConsumer(std::move(ep.value()));
-        c->window_.resize(kDepth * kOfiChunk);
-        auto r = c->ep_->register_memory(c->window_.data(), c->window_.size(), FI_READ);
+        // Mapped, not allocated: its pages are touched only by reads that
+        // use it (files that cannot be written in place).
+        void* w = ::mmap(nullptr, kWindow, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (w == MAP_FAILED) {
+            delete c;
+            return Status(DYAD_RC_SYSFAIL, "cannot map the OFI read window", errno);
+        }
+        c->window_ = static_cast<char*>(w);
+        auto r = c->ep_->register_memory(c->window_, kWindow, FI_READ);
         if (!r) {
             delete c;
             return r.status();
@@ -110,11 +121,12 @@ class OfiConsumer {
     ~OfiConsumer() {
         for (auto& [k, v] : av_) fi_av_remove(ep_->av(), &v->second, 1, 0);
         ep_->release(region_);
+        if (window_) ::munmap(window_, kWindow);
     }
 
     std::mutex& mutex() { return mu_; }
     ofi::Endpoint& ep() { return *ep_; }
-    char* slot(size_t i) { return window_.data() + i * kOfiChunk; }
+    char* slot(size_t i) { return window_ + i * kOfiChunk; }
     void* desc() { return region_.desc; }
     void poison() { poisoned_ = true; }
 
@@ -142,12 +154,49 @@ class OfiConsumer {
   private:
     explicit OfiConsumer(std::unique_ptr<ofi::Endpoint> ep) : ep_(std::move(ep)) {}
     std::unique_ptr<ofi::Endpoint> ep_;
-    std::vector<char> window_;
+    static constexpr size_t kWindow = kDepth * kOfiChunk;
+    char* window_ = nullptr;
     ofi::Region region_;
     std::mutex mu_;
     bool poisoned_ = false;
     std::list<std::pair<std::string, fi_addr_t>> lru_;
     std::unordered_map<std::string, std::list<std::pair<std::string, fi_addr_t>>::iterator> av_;
+};
+
+// The destination file, for the reads to land in directly (no copy through
+// the window and no write(2)). Its blocks are reserved first with fallocate,
+// so a full disk is an error here, never a SIGBUS in the middle of a read;
+// each read maps its own chunk of the file, unmapped once hashed, so the
+// consumer's footprint does not grow with the file.
+class Placement {
+  public:
+    // False (and no error) where the file system cannot reserve blocks: the
+    // reads then go through the window.
+    Result<bool> open(int fd, uint64_t size) {
+        if (fd < 0 || size == 0 || env("DYAD_OFI_NO_PLACEMENT")) return false;
+        int r = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+        if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) return false;
+        if (r != 0)
+            return Status(DYAD_RC_BADFIO,
+                          "cannot reserve " + std::to_string(size) + " bytes for the file", r);
+        fd_ = fd;
+        return true;
+    }
+    explicit operator bool() const { return fd_ >= 0; }
+    // Chunk offsets are multiples of the chunk size, so page-aligned.
+    Result<char*> map(uint64_t off, size_t len) {
+        void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(off));
+        if (m == MAP_FAILED)
+            return Status(DYAD_RC_BADFIO, "cannot map the file for OFI reads", errno);
+        return static_cast<char*>(m);
+    }
+    static void unmap(char* p, size_t len) { ::munmap(p, len); }
+    // Nothing was placed: the file goes back to empty (another transport may
+    // write it from the start).
+    void undo() { ::ftruncate(fd_, 0); }
+
+  private:
+    int fd_ = -1;
 };
 
 class OfiReceiver : public Receiver {
@@ -180,12 +229,24 @@ class OfiReceiver : public Receiver {
         auto peer = c_->peer(std::string(addr->begin(), addr->end()));
         if (!peer) return peer.status();
 
+        Placement place;
+        if (sink.can_place()) {
+            auto ok = place.open(sink.fd(), size);
+            if (!ok) return ok.status();
+        }
         std::deque<ReadOp> ops;  // in file order
         std::vector<bool> busy(kDepth, false);
         uint64_t received = 0, announced = 0;
         Status err;
         auto fail = [&](Status st) {
-            cancel_all(ops);
+            // Reads that could not be cancelled may still land: their
+            // mappings and registrations stay.
+            if (cancel_all(ops))
+                for (auto& op : ops) {
+                    c_->ep().release(op.mr);
+                    if (place && op.dst) Placement::unmap(op.dst, op.len);
+                }
+            if (place && received == 0) place.undo();
             return st;
         };
         while (received < size) {
@@ -219,6 +280,15 @@ class OfiReceiver : public Receiver {
                 op.slot = slot;
                 op.seq = seq;
                 op.len = len;
+                if (!place) op.dst = c_->slot(slot);
+                if (place) {
+                    auto m = place.map(announced, len);
+                    if (!m) return fail(m.status());
+                    op.dst = m.value();
+                    auto mr = c_->ep().register_memory(op.dst, len, FI_READ);
+                    if (!mr) return fail(mr.status());
+                    op.mr = mr.value();
+                }
                 announced += len;
                 Status st = post_read(op, peer.value(), raddr, key, Deadline::after(idle_s));
                 if (!st) return fail(st);
@@ -236,7 +306,10 @@ class OfiReceiver : public Receiver {
                         DYAD_RC_BADFETCH,
                         std::string("fi_read from the service failed: ") + fi_strerror(op.err),
                         EIO));
-                Status w = sink.write(c_->slot(op.slot), op.len);
+                c_->ep().release(op.mr);
+                Status w = place ? sink.placed(op.dst, op.len) : sink.write(op.dst, op.len);
+                if (place) Placement::unmap(op.dst, op.len);
+                op.dst = nullptr;
                 if (!w) return fail(w);
                 received += op.len;
                 busy[op.slot] = false;
@@ -257,8 +330,8 @@ class OfiReceiver : public Receiver {
   private:
     Status post_read(ReadOp& op, fi_addr_t peer, uint64_t raddr, uint64_t key, Deadline d) {
         for (;;) {
-            ssize_t ret = fi_read(c_->ep().ep(), c_->slot(op.slot), op.len, c_->desc(), peer, raddr,
-                                  key, &op.ctx);
+            ssize_t ret = fi_read(c_->ep().ep(), op.dst, op.len, op.mr.mr ? op.mr.desc : c_->desc(),
+                                  peer, raddr, key, &op.ctx);
             if (ret == 0) {
                 op.posted = true;
                 return Status::ok();
@@ -315,7 +388,8 @@ class OfiReceiver : public Receiver {
         return Status::ok();
     }
 
-    void cancel_all(std::deque<ReadOp>& ops) {
+    // False when some reads could not be cancelled (the endpoint is retired).
+    bool cancel_all(std::deque<ReadOp>& ops) {
         bool pending = false;
         for (auto& op : ops)
             if (op.posted && !op.done) {
@@ -331,7 +405,9 @@ class OfiReceiver : public Receiver {
         if (pending) {
             DYAD_WARN(kSub, "OFI reads could not be cancelled; this endpoint is retired");
             c_->poison();
+            return false;
         }
+        return true;
     }
 
     OfiConsumer* c_;

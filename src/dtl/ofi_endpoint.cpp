@@ -1,5 +1,7 @@
 #include <poll.h>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "common/config.hpp"
 #include "ofi.hpp"
@@ -8,6 +10,16 @@ namespace dyad::dtl::ofi {
 namespace {
 
 constexpr uint32_t kApi = FI_VERSION(1, 9);
+
+// Our defaults for provider settings libfabric reads from the environment
+// when it first initializes (the first fi_getinfo of the process); a value
+// the user set wins. DYAD sends no messages over libfabric, only RMA reads,
+// so ofi_rxm's bounce buffers (16 KiB x 1,024 x 4 pools by default: 68 MB
+// allocated and touched, ~40 ms of every consumer's start) can be small.
+void set_provider_defaults() {
+    static std::once_flag once;
+    std::call_once(once, [] { ::setenv("FI_OFI_RXM_BUFFER_SIZE", "4096", 0); });
+}
 
 struct InfoDeleter {
     void operator()(fi_info* i) const { fi_freeinfo(i); }
@@ -30,6 +42,7 @@ InfoPtr hints_for(const Protocol& p) {
 }
 
 Result<InfoPtr> get_info(const Protocol& p, const char* node) {
+    set_provider_defaults();
     InfoPtr h = hints_for(p);
     if (!h) return Status(DYAD_RC_SYSFAIL, "fi_allocinfo failed", ENOMEM);
     fi_info* out = nullptr;
