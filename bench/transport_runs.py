@@ -1,6 +1,7 @@
 """Measurements shared by the transport rows of `make bench` (UCX, MARGO):
 a large file consumed with several settings side by side with cp of the
 same file, and many small files, on a running two-node Cluster."""
+import json
 import os
 import subprocess
 import time
@@ -25,9 +26,12 @@ def cp_rate(src, dst_dir):
     return os.path.getsize(src) / dt / 1e9
 
 
-def big_file_rates(prod, cons, size, reps, variants):
+def big_file_rates(prod, cons, size, reps, variants, transfer=None):
     """GB/s per variant (name -> consumer env) and for "cp", `reps` rounds
-    after a warm-up round, the order rotated each round."""
+    after a warm-up round, the order rotated each round: the wall time of the
+    whole `dyad consume` process. When `transfer` is a dict, it gets the same
+    rounds' rates over the transfer alone (`transfer_s`: from the fetch's
+    start to the checked copy, without the process's start-up)."""
     harness.write_file(prod.path("big.bin"), size, seed=1)
     prod.dyad("produce", prod.path("big.bin"))
     os.sync()
@@ -39,9 +43,13 @@ def big_file_rates(prod, cons, size, reps, variants):
                 rate = cp_rate(prod.path("big.bin"), cons.dir)
             else:
                 t = time.monotonic()
-                cons.dyad("consume", cons.path("big.bin"), env_extra={**variants[what], "DYAD_WAIT_TIMEOUT": 60})
+                p = cons.dyad("--json", "consume", cons.path("big.bin"),
+                              env_extra={**variants[what], "DYAD_WAIT_TIMEOUT": 60})
                 rate = size / (time.monotonic() - t) / 1e9
                 os.unlink(cons.path("big.bin"))
+                if r and transfer is not None:
+                    report = json.loads(p.stdout.splitlines()[0])
+                    transfer.setdefault(what, []).append(size / report["transfer_s"] / 1e9)
             if r:
                 runs[what].append(rate)
     return runs
