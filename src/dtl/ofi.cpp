@@ -103,7 +103,8 @@ class OfiConsumer {
         auto* c = new OfiConsumer(std::move(ep.value()));
         // Mapped, not allocated: its pages are touched only by reads that
         // use it (files that cannot be written in place).
-        void* w = ::mmap(nullptr, kWindow, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void* w =
+            ::mmap(nullptr, kWindow, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (w == MAP_FAILED) {
             delete c;
             return Status(DYAD_RC_SYSFAIL, "cannot map the OFI read window", errno);
@@ -178,14 +179,17 @@ class Placement {
         if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) return false;
         if (r != 0)
             return Status(DYAD_RC_BADFIO,
-                          "cannot reserve " + std::to_string(size) + " bytes for the file", r);
+                          "cannot reserve " + std::to_string(size) +
+                              " bytes for the copy in the consumer's directory",
+                          r);
         fd_ = fd;
         return true;
     }
     explicit operator bool() const { return fd_ >= 0; }
     // Chunk offsets are multiples of the chunk size, so page-aligned.
     Result<char*> map(uint64_t off, size_t len) {
-        void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(off));
+        void* m =
+            ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, static_cast<off_t>(off));
         if (m == MAP_FAILED)
             return Status(DYAD_RC_BADFIO, "cannot map the file for OFI reads", errno);
         return static_cast<char*>(m);

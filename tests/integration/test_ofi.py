@@ -86,3 +86,41 @@ def test_bad_protocol_lists_the_available_ones(bad):
         assert "DYAD_RC_MARGO_BAD_PROTO" in p.stderr, p.stderr
         assert "available" in p.stderr and "ofi+tcp" in p.stderr, p.stderr
         assert not os.path.exists(cons.path("p.bin"))
+
+
+def test_sizes_through_the_window(ocluster):
+    """Reads land in the destination file itself where it can be reserved
+    (fallocate); without that they go through the registered window and
+    write(2). That path, forced, moves every size too."""
+    chunk = 4 << 20
+    sizes = {"zero": 0, "one": 1, "chunk+1": chunk + 1, "odd": 5 * chunk + 12345}
+    conformance.sizes_consumer_first(ocluster[0], ocluster[1], "MARGO", ofi(DYAD_OFI_NO_PLACEMENT=1), sizes)
+
+
+def test_no_room_for_the_file_is_a_clear_error():
+    """The consumer's directory is an 8 MiB tmpfs and the file 16 MiB: the
+    consume fails naming the file and the cause, whether the reads land in
+    the file (blocks reserved first: no SIGBUS) or go through the window,
+    and nothing is left behind."""
+    if not BUILT or "tcp" not in AVAILABLE:
+        pytest.skip("this build has no libfabric transport, or no tcp provider here")
+    with harness.Cluster(nodes=2) as c:
+        prod, cons = c[0], c[1]
+        os.makedirs(cons.path("tiny"))
+        m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", cons.path("tiny")],
+                           capture_output=True, text=True)
+        if m.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {m.stderr.strip()}")
+        try:
+            for k, extra in enumerate(({}, {"DYAD_OFI_NO_PLACEMENT": 1})):
+                name = f"tiny/big{k}.bin"
+                harness.write_file(prod.path(name), 16 << 20, seed=k)
+                prod.dyad("produce", prod.path(name))
+                p = cons.dyad("consume", cons.path(name), check=False, timeout=120, env_extra=ofi(**extra))
+                assert p.returncode != 0, extra
+                assert f"big{k}.bin" in p.stderr and "No space left on device" in p.stderr, p.stderr
+                assert os.listdir(cons.path("tiny")) == [], os.listdir(cons.path("tiny"))
+            assert_serving = cons.dyad("--json", "service", "status")
+            assert assert_serving.returncode == 0
+        finally:
+            subprocess.run(["umount", cons.path("tiny")], capture_output=True)
