@@ -175,7 +175,10 @@ class Placement {
     // reads then go through the window.
     Result<bool> open(int fd, uint64_t size) {
         if (fd < 0 || size == 0 || env("DYAD_OFI_NO_PLACEMENT")) return false;
-        int r = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+        // fallocate(2), not posix_fallocate: where the file system cannot
+        // reserve, glibc's emulation would write the whole file with zeros.
+        int r = 0;
+        while (::fallocate(fd, 0, 0, static_cast<off_t>(size)) != 0 && (r = errno) == EINTR) r = 0;
         if (r == EOPNOTSUPP || r == ENOSYS || r == EINVAL) return false;
         if (r != 0)
             return Status(DYAD_RC_BADFIO,
