@@ -97,9 +97,7 @@ def main():
             r["best_fixed"] = {"big": best_big, "small": best_small}
             print(f"    ratio AUTO/best: big {r['ratio_big']:.2f} (best {best_big}), "
                   f"small {r['ratio_small']:.2f} (best {best_small}); cp {r['cp']['big_GBps']:.2f} GB/s")
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "auto.json"), "w") as fh:
-        json.dump(results, fh, indent=2)
+    transport_runs.save("auto", results)
     return 0
 
 

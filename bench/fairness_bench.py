@@ -4,7 +4,6 @@ alone, then beside one consumer reading at 1 MB/s, alternating, with the
 ratio beside / alone (best round of each). Run on the default budget and on
 the smallest one (16M), where the slow consumer's share binds. The goal is a
 ratio near 1: a slow consumer holds its own pipeline and nothing more."""
-import json
 import os
 import socket
 import sys
@@ -16,7 +15,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "integration"))
 import harness  # noqa: E402
 from rawwire import Stream  # noqa: E402
-from transport_runs import QUICK, REPS, ROOT  # noqa: E402
+import transport_runs  # noqa: E402
+from transport_runs import QUICK, REPS  # noqa: E402
 
 FAST_SIZE = (32 << 20) if QUICK else (128 << 20)
 
@@ -72,9 +72,7 @@ def main():
         print(f"  budget {label:8} alone {max(r['alone_GBps']):5.2f} GB/s, beside a slow one "
               f"{max(r['beside_slow_GBps']):5.2f} GB/s, ratio {r['ratio']:.2f} "
               f"(parked {r['memory']['parked_total']})")
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "fairness.json"), "w") as fh:
-        json.dump(results, fh, indent=2)
+    transport_runs.save("fairness", results)
     return 0
 
 

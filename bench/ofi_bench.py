@@ -88,9 +88,7 @@ def main():
     print("  GB/s. transfer = DYAD's transfer_s (fetch start to checked copy) vs the raw fi_read loop (4 MiB reads,")
     print("  4 in flight, memory to memory); process = wall time of one `dyad consume` process vs the raw client")
     print("  process, both paying libfabric's start-up. DYAD also reads a file and writes one: cp is the other yardstick")
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "ofi.json"), "w") as fh:
-        json.dump(results, fh, indent=2)
+    transport_runs.save("ofi", results)
     return 0
 
 

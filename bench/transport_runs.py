@@ -16,6 +16,13 @@ BIG = (64 << 20) if QUICK else (256 << 20)
 SMALL_N = 200 if QUICK else 1000
 
 
+def save(name, results):
+    """Writes a bench row's results to bench/results/NAME.json."""
+    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "results", f"{name}.json"), "w") as fh:
+        json.dump(results, fh, indent=2)
+
+
 def cp_rate(src, dst_dir):
     """The machine's file-to-file ceiling for this file: cp on the same disk."""
     dst = os.path.join(dst_dir, "cp-baseline.bin")

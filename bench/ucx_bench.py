@@ -4,7 +4,6 @@ protocol UCX's endpoint calls for, and forced to tagged messages) and 1,000
 files of 64 KiB between two services, per UCX_TLS, side by side in the same
 run with ucx_perftest tag_bw and put_bw (same UCX_TLS, 4 MiB messages: the
 backend's chunk size) and cp of the same file, with the ratios."""
-import json
 import os
 import re
 import statistics
@@ -72,9 +71,7 @@ def main():
               f"{r['cp_GBps']:7.2f} {r['ratio_vs_cp']:6.2f} {r['small_files_per_s']:13.0f}")
     print("  ratio = DYAD auto / max(tag_bw, put_bw): perftest moves 4 MiB messages memory to memory (cache-hot);")
     print("  DYAD reads a file and writes a file, so cp of the same file on the same disk is the other yardstick")
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", "ucx.json"), "w") as fh:
-        json.dump(results, fh, indent=2)
+    transport_runs.save("ucx", results)
     return 0
 
 
