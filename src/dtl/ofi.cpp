@@ -9,9 +9,13 @@
 // out, so the service's memory is bounded whatever the files and consumers.
 // A progress thread per manual-progress provider waits in fi_cq_sread.
 //
-// Consumer: one endpoint per process and protocol, a registered window of
-// kDepth chunk slots, service addresses in an AV with LRU eviction; waits are
-// fi_cq_sread with the inactivity deadline, and the RPC socket for frames.
+// Consumer: one endpoint per process and protocol, service addresses in an AV
+// with LRU eviction. Reads land in the destination file (blocks reserved with
+// fallocate, one mapping per chunk, hashed in place: class Placement), or,
+// where the file system cannot reserve, in a registered window of kDepth
+// chunk slots written out with write(2). Waits sleep on the CQ's fd
+// (fi_trywait + poll) within the inactivity deadline, and on the RPC socket
+// for frames.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
