@@ -8,7 +8,6 @@ are left out of it."""
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
@@ -20,9 +19,7 @@ ONLY = [m for m in os.environ.get("BENCH_MODES", "").split(",") if m]
 
 
 def built_modes():
-    cfg = json.loads(subprocess.run([harness.DYAD, "--json", "config"], capture_output=True, text=True,
-                                    check=True).stdout)
-    names = [t["name"] for t in cfg.get("transports_built", [])] + ["AUTO"]
+    names = harness.built_transports() + ["AUTO"]
     return [m for m in names if not ONLY or m in ONLY]
 
 

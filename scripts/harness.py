@@ -20,6 +20,12 @@ DYADD = os.path.join(BUILD, "bin", "dyadd")
 DYAD = os.path.join(BUILD, "bin", "dyad")
 
 
+def built_transports():
+    """Names of the transports this build has (`dyad --json config`)."""
+    cfg = json.loads(subprocess.run([DYAD, "--json", "config"], capture_output=True, text=True, check=True).stdout)
+    return [t["name"] for t in cfg["transports_built"]]
+
+
 def free_port(host="127.0.0.1"):
     with socket.socket() as s:
         s.bind((host, 0))

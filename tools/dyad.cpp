@@ -8,6 +8,7 @@
 
 #include "client/client.hpp"
 #include "common/config.hpp"
+#include "common/settings.hpp"
 #include "common/keygen.hpp"
 #include "dtl/dtl.hpp"
 
@@ -94,8 +95,11 @@ int main(int argc, char** argv) {
     auto* stat = app.add_subcommand("stat", "show the metadata of a file");
     stat->add_option("FILE", stat_file, "consumer-side path")->required();
     auto* ls = app.add_subcommand("ls", "list the files produced in the namespace");
-    auto* config =
-        app.add_subcommand("config", "print the effective configuration and the transports");
+    auto* config = app.add_subcommand(
+        "config", "print every setting with its value and source, and the transports");
+    bool markdown = false;
+    config->add_flag("--markdown", markdown,
+                     "print the settings table of the user guide (generated from the table)");
     std::string key_path;
     auto* key = app.add_subcommand(
         "key", "print the metadata key of a path relative to a managed directory");
@@ -118,16 +122,25 @@ int main(int argc, char** argv) {
     if (timeout >= 0) cfg->wait_timeout = timeout;
     dyad::log::set_level(cfg->log_level);
 
+    if (*config && markdown) {
+        std::cout << dyad::settings::markdown();
+        return 0;
+    }
     if (*config) {
-        nlohmann::json j = {{"config", cfg->to_json()}};
+        nlohmann::json j = {{"config", cfg->to_json()}, {"settings", dyad::settings::describe()}};
         nlohmann::json t = nlohmann::json::array();
         for (const auto& b : dyad::dtl::backends()) t.push_back(b.attributes().to_json());
         j["transports_built"] = t;
         if (json) {
             std::cout << j.dump(2) << "\n";
         } else {
-            for (auto& [k, v] : j["config"].items())
-                std::cout << k << "=" << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+            // Like `ucx_info -c`: NAME=VALUE, then where the value came from.
+            for (const auto& s : j["settings"]) {
+                std::string line = s["name"].get<std::string>() + "=" +
+                                   (s["value"].is_null() ? "" : s["value"].get<std::string>());
+                std::cout << line << std::string(line.size() < 40 ? 40 - line.size() : 1, ' ')
+                          << "# " << s["source"].get<std::string>() << "\n";
+            }
             std::cout << "transports built:";
             for (auto& b : t) std::cout << " " << b["name"].get<std::string>();
             std::cout << "\n";

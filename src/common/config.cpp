@@ -8,13 +8,9 @@
 
 #include <dyad/common/dyad_envs.h>
 
-namespace dyad {
+#include "settings.hpp"
 
-std::optional<std::string> env(const char* name) {
-    const char* v = std::getenv(name);
-    if (!v) return std::nullopt;
-    return std::string(v);
-}
+namespace dyad {
 
 std::string hostname() {
     char buf[256] = {0};
@@ -97,21 +93,18 @@ Result<std::string> parse_dtl_mode(const std::string& value) {
 }
 
 Result<Config> Config::from_env() {
+    Status ok = settings::check();
+    if (!ok) return ok;
     Config c;
-    auto str = [](const char* n, std::string& out) {
-        if (auto v = env(n)) out = *v;
-    };
-    str(DYAD_KVS_NAMESPACE_ENV, c.kvs_namespace);
-    str(DYAD_PATH_PRODUCER_ENV, c.prod_path);
-    str(DYAD_PATH_CONSUMER_ENV, c.cons_path);
-    str(DYAD_SERVICE_URI_ENV, c.service_uri);
-    str(DYAD_NODE_ID_ENV, c.node_id);
+    c.kvs_namespace = settings::text("DYAD_KVS_NAMESPACE");
+    c.prod_path = settings::text("DYAD_PATH_PRODUCER");
+    c.cons_path = settings::text("DYAD_PATH_CONSUMER");
+    c.service_uri = settings::text("DYAD_SERVICE_URI");
+    c.node_id = settings::text("DYAD_NODE_ID");
     if (c.service_uri.empty()) c.service_uri = kDefaultServiceUri;
-    if (auto v = env(DYAD_DTL_MODE_ENV); v && !v->empty()) {
-        auto m = parse_dtl_mode(*v);
-        if (!m) return m.status();
-        c.dtl_mode = m.value();
-    }
+    auto mode = parse_dtl_mode(settings::text("DYAD_DTL_MODE"));
+    if (!mode) return mode.status();
+    c.dtl_mode = mode.value();
     struct {
         const char* name;
         bool* field;
@@ -125,11 +118,9 @@ Result<Config> Config::from_env() {
         {DYAD_REINIT_ENV, &c.reinit},
     };
     for (auto& f : flags) {
-        if (auto v = env(f.name)) {
-            auto b = parse_bool(f.name, *v);
-            if (!b) return b.status();
-            *f.field = b.value();
-        }
+        auto b = settings::flag(f.name);
+        if (!b) return b.status();
+        *f.field = b.value();
     }
     struct {
         const char* name;
@@ -141,33 +132,34 @@ Result<Config> Config::from_env() {
         {DYAD_SERVICE_MUX_ENV, &c.service_mux, 1, 1u << 20},
     };
     for (auto& i : ints) {
-        if (auto v = env(i.name)) {
-            auto u = parse_uint(i.name, *v, i.min, i.max);
-            if (!u) return u.status();
-            *i.field = u.value();
-        }
+        auto u = settings::count(i.name, i.min, i.max);
+        if (!u) return u.status();
+        *i.field = u.value();
     }
-    if (auto v = env(DYAD_WAIT_TIMEOUT_ENV); v && !v->empty()) {
-        auto s = parse_seconds(DYAD_WAIT_TIMEOUT_ENV, *v);
-        if (!s) return s.status();
-        c.wait_timeout = s.value();
-    }
-    if (auto v = env("DYAD_TRANSFER_TIMEOUT"); v && !v->empty()) {
-        auto s = parse_seconds("DYAD_TRANSFER_TIMEOUT", *v);
-        if (!s) return s.status();
-        if (s.value() <= 0)
-            return Status(DYAD_RC_NOCTX, "DYAD_TRANSFER_TIMEOUT must be > 0", EINVAL);
-        c.transfer_timeout = s.value();
-    }
-    if (c.debug) c.log_level = log::Level::debug;
-    if (auto v = env(DYAD_LOG_LEVEL_ENV); v && !v->empty()) {
-        if (!log::parse_level(*v, &c.log_level))
-            return Status(DYAD_RC_NOCTX,
-                          "DYAD_LOG_LEVEL='" + *v +
-                              "' is not a level: use trace, debug, info, warn, error or off",
-                          EINVAL);
-    }
+    auto wait = settings::seconds(DYAD_WAIT_TIMEOUT_ENV);
+    if (!wait) return wait.status();
+    c.wait_timeout = wait.value();
+    auto transfer = settings::seconds("DYAD_TRANSFER_TIMEOUT");
+    if (!transfer) return transfer.status();
+    if (!transfer.value() || *transfer.value() <= 0)
+        return Status(DYAD_RC_NOCTX, "DYAD_TRANSFER_TIMEOUT must be > 0", EINVAL);
+    c.transfer_timeout = *transfer.value();
+    auto lvl = dyad::log_level(c.debug ? log::Level::debug : log::Level::warn);
+    if (!lvl) return lvl.status();
+    c.log_level = lvl.value();
     return c;
+}
+
+Result<log::Level> log_level(log::Level fallback) {
+    settings::Value v = settings::lookup(DYAD_LOG_LEVEL_ENV);
+    if (v.source == settings::Source::defaults || !v.set()) return fallback;
+    log::Level l;
+    if (!log::parse_level(v.text, &l))
+        return Status(DYAD_RC_NOCTX,
+                      "DYAD_LOG_LEVEL='" + v.text +
+                          "' is not a level: use trace, debug, info, warn, error or off",
+                      EINVAL);
+    return l;
 }
 
 nlohmann::json Config::to_json() const {

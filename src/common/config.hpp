@@ -1,6 +1,7 @@
-// The typed configuration of a DYAD client, read from DYAD's environment
-// variables (the only place in the project that calls getenv). Precedence:
-// defaults < environment < explicit API arguments (dyad_init).
+// The typed configuration of a DYAD client, from the settings table
+// (settings.hpp: the only place in the project that reads DYAD_* variables).
+// Precedence: defaults < DYAD_CONFIG_FILE < environment < explicit API
+// arguments (dyad_init).
 #pragma once
 
 #include <optional>
@@ -29,7 +30,8 @@ Result<uint64_t> parse_size(const std::string& name, const std::string& value);
 // LOCAL, AUTO. Returns the canonical name or an error naming the valid ones.
 Result<std::string> parse_dtl_mode(const std::string& value);
 
-std::optional<std::string> env(const char* name);
+// DYAD_LOG_LEVEL when set, else `fallback` (clients: warn, dyadd: info).
+Result<log::Level> log_level(log::Level fallback);
 std::string hostname();
 
 struct Config {

@@ -34,6 +34,7 @@
 #include "chunked.hpp"
 #include "common/base64.hpp"
 #include "common/config.hpp"
+#include "common/settings.hpp"
 #include "common/log.hpp"
 #include "dtl.hpp"
 #include "ofi.hpp"
@@ -178,7 +179,10 @@ class Placement {
     // False (and no error) where the file system cannot reserve blocks: the
     // reads then go through the window.
     Result<bool> open(int fd, uint64_t size) {
-        if (fd < 0 || size == 0 || env("DYAD_OFI_NO_PLACEMENT")) return false;
+        if (fd < 0 || size == 0) return false;
+        auto off = settings::flag("DYAD_OFI_NO_PLACEMENT");
+        if (!off) return off.status();
+        if (off.value()) return false;
         // fallocate(2), not posix_fallocate: where the file system cannot
         // reserve, glibc's emulation would write the whole file with zeros.
         int r = 0;
@@ -448,7 +452,9 @@ class ServedProtocol {
         auto ep = ofi::Endpoint::open(p, node.empty() ? nullptr : node.c_str());
         if (!ep) return ep.status();
         auto sp = std::shared_ptr<ServedProtocol>(new ServedProtocol(std::move(ep.value()), io));
-        if (sp->ep_->manual_progress() && !env("DYAD_OFI_NO_PROGRESS_THREAD"))
+        auto no_thread = settings::flag("DYAD_OFI_NO_PROGRESS_THREAD");
+        if (!no_thread) return no_thread.status();
+        if (sp->ep_->manual_progress() && !no_thread.value())
             sp->progress_ = std::thread([raw = sp.get()] { raw->run(); });
         DYAD_INFO(kSub, "serving %s (provider %s): %s progress, CQ %s", p.name, p.provider,
                   sp->ep_->manual_progress() ? "manual" : "automatic",

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "common/config.hpp"
+#include "common/settings.hpp"
 #include "ofi.hpp"
 
 namespace dyad::dtl::ofi {
@@ -109,8 +110,7 @@ Result<const Protocol*> validate_protocol(const std::string& name) {
 }
 
 std::string configured_protocol() {
-    auto v = env("DYAD_MARGO_PROTO");
-    return v && !v->empty() ? *v : std::string("ofi+tcp");
+    return settings::text("DYAD_MARGO_PROTO");
 }
 
 std::string library_version() {

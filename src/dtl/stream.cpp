@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "common/checksum.hpp"
-#include "common/config.hpp"
+#include "common/settings.hpp"
 #include "common/log.hpp"
 #include "chunked.hpp"
 #include "dtl.hpp"
@@ -55,11 +55,8 @@ class StreamTransfer : public ChunkedTransfer {
 class StreamSender : public Sender {
   public:
     StreamSender() : attrs_(stream_attributes()) {
-        auto v = env("DYAD_STREAM_SENDFILE");
-        if (v && !v->empty()) {
-            auto b = parse_bool("DYAD_STREAM_SENDFILE", *v);
-            sendfile_ = b ? b.value() : false;
-        }
+        auto b = settings::flag("DYAD_STREAM_SENDFILE");
+        sendfile_ = b ? b.value() : false;
     }
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json stats() const override {

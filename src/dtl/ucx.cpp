@@ -35,6 +35,7 @@
 #include "chunked.hpp"
 #include "common/base64.hpp"
 #include "common/config.hpp"
+#include "common/settings.hpp"
 #include "common/log.hpp"
 #include "dtl.hpp"
 
@@ -62,9 +63,9 @@ Attributes ucx_attributes() {
     a.max_message = kUcxChunk;
     unsigned maj = 0, min = 0, rel = 0;
     ucp_get_version(&maj, &min, &rel);
-    auto tls = env("UCX_TLS");
+    const char* tls = std::getenv("UCX_TLS");  // UCX's own variable
     a.info = "UCX " + std::to_string(maj) + "." + std::to_string(min) + "." + std::to_string(rel) +
-             ", UCX_TLS=" + (tls ? *tls : std::string("all"));
+             ", UCX_TLS=" + (tls ? tls : "all");
     return a;
 }
 
@@ -182,24 +183,23 @@ class UcxConsumer {
         }
         if (inst) return inst;
         if (!failed.is_ok()) return failed;
-        std::string proto = "auto";
-        if (auto v = env("DYAD_UCX_PROTO"); v && !v->empty()) {
-            proto = *v;
-            if (proto != "auto" && proto != "tag" && proto != "put") {
-                failed = Status(DYAD_RC_BADDTLMODE,
-                                "DYAD_UCX_PROTO='" + proto + "': use auto, tag or put", EINVAL);
-                return failed;
-            }
+        std::string proto = settings::text("DYAD_UCX_PROTO");
+        if (proto != "auto" && proto != "tag" && proto != "put") {
+            failed = Status(DYAD_RC_BADDTLMODE,
+                            "DYAD_UCX_PROTO='" + proto + "': use auto, tag or put", EINVAL);
+            return failed;
         }
-        size_t window = 64u << 20;
-        if (auto v = env("DYAD_UCX_WINDOW"); v && !v->empty()) {
-            auto u = parse_uint("DYAD_UCX_WINDOW", *v, 2 * 65536, 1u << 31);
-            if (!u) {
-                failed = u.status();
-                return failed;
-            }
-            window = u.value();
+        auto win = settings::size("DYAD_UCX_WINDOW");
+        if (win && (win.value() < 2 * 65536 || win.value() > (1ull << 31)))
+            win =
+                Status(DYAD_RC_NOCTX,
+                       "DYAD_UCX_WINDOW=" + std::to_string(win.value()) + " is outside [128K, 2G]",
+                       EINVAL);
+        if (!win) {
+            failed = win.status();
+            return failed;
         }
+        size_t window = static_cast<size_t>(win.value());
         auto w = Worker::create();
         if (!w) {
             failed = w.status();
@@ -697,18 +697,12 @@ class UcxSender : public Sender {
     static Result<std::unique_ptr<Sender>> create(asio::io_context& io) {
         auto w = Worker::create();
         if (!w) return w.status();
-        size_t cap = 64;
-        if (auto v = env("DYAD_UCX_EP_CACHE_SIZE"); v && !v->empty()) {
-            auto u = parse_uint("DYAD_UCX_EP_CACHE_SIZE", *v, 1, 1u << 20);
-            if (!u) return u.status();
-            cap = u.value();
-        }
-        std::unique_ptr<UcxSender> s(new UcxSender(io, std::move(w.value()), cap));
-        if (auto v = env("DYAD_UCX_DIRECT"); v && !v->empty()) {
-            auto b = parse_bool("DYAD_UCX_DIRECT", *v);
-            if (!b) return b.status();
-            s->no_direct_ = !b.value();
-        }
+        auto cap = settings::count("DYAD_UCX_EP_CACHE_SIZE", 1, 1u << 20);
+        if (!cap) return cap.status();
+        auto direct = settings::flag("DYAD_UCX_DIRECT");
+        if (!direct) return direct.status();
+        std::unique_ptr<UcxSender> s(new UcxSender(io, std::move(w.value()), cap.value()));
+        s->no_direct_ = !direct.value();
         s->watch();
         return std::unique_ptr<Sender>(std::move(s));
     }

@@ -6,18 +6,26 @@
 
 #include "common/config.hpp"
 #include "common/log.hpp"
+#include "common/settings.hpp"
 #include "service.hpp"
 
 int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
+    namespace settings = dyad::settings;
     dyad::service::Options o;
-    if (auto p = dyad::env("DYAD_PATH_PRODUCER")) o.producer_dir = *p;
-    if (auto m = dyad::env("DYAD_DTL_MODE"); m && !m->empty()) o.mode = *m;
-    if (auto n = dyad::env("DYAD_KVS_NAMESPACE"); n && !n->empty()) o.ns = *n;
-    if (auto n = dyad::env("DYAD_NODE_ID"); n && !n->empty()) o.node = *n;
+    // Settings first (table defaults, DYAD_CONFIG_FILE, environment); the
+    // command line overrides them below.
+    if (dyad::Status s = settings::check(); !s) {
+        std::fprintf(stderr, "dyadd: %s\n", s.message().c_str());
+        return 2;
+    }
+    o.producer_dir = settings::text("DYAD_PATH_PRODUCER");
+    if (auto m = settings::lookup("DYAD_DTL_MODE"); m.source != settings::Source::defaults)
+        o.mode = m.text;
+    if (auto n = settings::text("DYAD_KVS_NAMESPACE"); !n.empty()) o.ns = n;
+    if (auto n = settings::text("DYAD_NODE_ID"); !n.empty()) o.node = n;
+    o.figures = settings::text("DYAD_DTL_FIGURES");
     std::string info_log, error_log, memory;
-    if (auto m = dyad::env("DYAD_SERVICE_MEMORY"); m && !m->empty()) memory = *m;
-    if (auto f = dyad::env("DYAD_DTL_FIGURES"); f && !f->empty()) o.figures = *f;
 
     CLI::App app{
         "dyadd: the DYAD service of one node. Serves the files of its producer directory to\n"
@@ -66,23 +74,25 @@ int main(int argc, char** argv) {
         if (comma > pos) o.transports.push_back(transports.substr(pos, comma - pos));
         pos = comma + 1;
     }
-    if (!memory.empty()) {
-        auto m = dyad::parse_size("--memory / DYAD_SERVICE_MEMORY", memory);
-        if (!m) {
-            std::fprintf(stderr, "dyadd: %s\n", m.status().message().c_str());
-            return 2;
-        }
-        o.memory = m.value();
-    }
-    auto lvl = dyad::log::Level::info;
-    if (auto l = dyad::env("DYAD_LOG_LEVEL");
-        l && !l->empty() && !dyad::log::parse_level(*l, &lvl)) {
-        std::fprintf(
-            stderr,
-            "dyadd: DYAD_LOG_LEVEL='%s' is not a level (trace, debug, info, warn, error, off)\n",
-            l->c_str());
+    // Options given on the command line are reported as such by
+    // `dyad service status`.
+    if (!memory.empty()) settings::set_option("DYAD_SERVICE_MEMORY", memory);
+    if (app.count("--mode")) settings::set_option("DYAD_DTL_MODE", o.mode);
+    if (app.count("--namespace")) settings::set_option("DYAD_KVS_NAMESPACE", o.ns);
+    if (app.count("--node")) settings::set_option("DYAD_NODE_ID", o.node);
+    if (app.count("producer_dir")) settings::set_option("DYAD_PATH_PRODUCER", o.producer_dir);
+    auto m = settings::size("DYAD_SERVICE_MEMORY");
+    if (!m) {
+        std::fprintf(stderr, "dyadd: --memory: %s\n", m.status().message().c_str());
         return 2;
     }
+    o.memory = m.value();
+    auto lv = dyad::log_level(dyad::log::Level::info);
+    if (!lv) {
+        std::fprintf(stderr, "dyadd: %s\n", lv.status().message().c_str());
+        return 2;
+    }
+    auto lvl = lv.value();
     if (o.debug) lvl = dyad::log::Level::debug;
     dyad::log::set_level(lvl);
     if (!info_log.empty() && !dyad::log::set_info_file(info_log)) {

@@ -10,6 +10,7 @@
 #include "common/config.hpp"
 #include "common/log.hpp"
 #include "common/paths.hpp"
+#include "common/settings.hpp"
 #include "rpc/wire.hpp"
 
 namespace dyad::service {
@@ -376,6 +377,11 @@ nlohmann::json Service::status_json() const {
     j["uptime_s"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     if (store_) j["store"] = {{"keys", store_->key_count()}, {"waiters", store_->watcher_count()}};
+    // The settings this service reads, with where each value came from.
+    nlohmann::json mine = nlohmann::json::array();
+    for (auto& s : settings::describe())
+        if (s["read_by"].get<std::string>().find("dyadd") != std::string::npos) mine.push_back(s);
+    j["settings"] = mine;
     return j;
 }
 

@@ -18,9 +18,7 @@ WAIT = {"DYAD_WAIT_TIMEOUT": 30}
 
 
 def built():
-    cfg = json.loads(harness.subprocess.run([harness.DYAD, "--json", "config"], capture_output=True, text=True,
-                                            check=True).stdout)
-    return [t["name"] for t in cfg["transports_built"]]
+    return harness.built_transports()
 
 
 def consume(node, *files, env=None):

@@ -20,7 +20,7 @@ def ucx_transports():
 
 
 def built(name):
-    return name in subprocess.run([harness.DYAD, "--json", "config"], capture_output=True, text=True).stdout
+    return name in harness.built_transports()
 
 
 def sparse_file(path):

@@ -23,7 +23,7 @@ def providers():
 
 
 AVAILABLE = providers()
-BUILT = "MARGO" in subprocess.run([harness.DYAD, "--json", "config"], capture_output=True, text=True).stdout
+BUILT = "MARGO" in harness.built_transports()
 
 
 @pytest.fixture(params=sorted(PROTOS))

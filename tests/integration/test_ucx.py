@@ -23,7 +23,7 @@ def ucx_transports():
 
 
 AVAILABLE = ucx_transports()
-BUILT = "UCX" in subprocess.run([harness.DYAD, "--json", "config"], capture_output=True, text=True).stdout
+BUILT = "UCX" in harness.built_transports()
 
 
 @pytest.fixture(params=sorted(TLS))

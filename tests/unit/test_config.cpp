@@ -1,4 +1,6 @@
 #include <cstdlib>
+#include <set>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include "common/config.hpp"
@@ -73,4 +75,108 @@ TEST(Config, RejectsBadValuesWithTheirName) {
         g.set("DYAD_WAIT_TIMEOUT", "soon");
         EXPECT_FALSE(Config::from_env().is_ok());
     }
+}
+
+// ---- the settings table ----
+
+#include <fstream>
+
+#include "common/settings.hpp"
+
+namespace settings = dyad::settings;
+
+TEST(Settings, EveryEntryIsComplete) {
+    std::set<std::string> names;
+    for (const auto& s : settings::table()) {
+        EXPECT_EQ(std::string(s.name).rfind("DYAD_", 0), 0u) << s.name;
+        EXPECT_TRUE(names.insert(s.name).second) << "listed twice: " << s.name;
+        EXPECT_NE(std::string(s.readers), "") << s.name;
+        EXPECT_NE(std::string(s.meaning), "") << s.name;
+    }
+    // Every default parses as its own type.
+    EXPECT_TRUE(settings::check().is_ok()) << settings::check().to_string();
+}
+
+TEST(Settings, BooleansMeanTheSameEverywhere) {
+    for (const char* off : {"0", "false", "no", "off", "OFF"}) {
+        EnvGuard g;
+        g.set("DYAD_OFI_NO_PLACEMENT", off);
+        auto b = settings::flag("DYAD_OFI_NO_PLACEMENT");
+        ASSERT_TRUE(b.is_ok());
+        EXPECT_FALSE(b.value()) << off;
+    }
+    for (const char* on : {"1", "true", "yes", "on", ""}) {
+        EnvGuard g;
+        g.set("DYAD_OFI_NO_PLACEMENT", on);
+        auto b = settings::flag("DYAD_OFI_NO_PLACEMENT");
+        ASSERT_TRUE(b.is_ok());
+        EXPECT_TRUE(b.value()) << on;
+    }
+    EXPECT_FALSE(settings::flag("DYAD_OFI_NO_PLACEMENT").value());  // default
+    EXPECT_TRUE(settings::flag("DYAD_UCX_DIRECT").value());         // default on
+}
+
+TEST(Settings, SourcesInOrderOfPrecedence) {
+    char path[] = "/tmp/dyad-settings-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    {
+        std::ofstream f(path);
+        f << "# a comment\n\nDYAD_KEY_BINS = 77\nDYAD_UCX_WINDOW=1M\n";
+    }
+    EnvGuard g;
+    EXPECT_EQ(settings::lookup("DYAD_KEY_BINS").source, settings::Source::defaults);
+    EXPECT_EQ(settings::lookup("DYAD_PATH_CONSUMER").source, settings::Source::none);
+    g.set("DYAD_CONFIG_FILE", path);
+    EXPECT_EQ(settings::lookup("DYAD_KEY_BINS").source, settings::Source::file);
+    EXPECT_EQ(settings::count("DYAD_KEY_BINS", 1, 1u << 30).value(), 77u);
+    EXPECT_EQ(settings::size("DYAD_UCX_WINDOW").value(), 1u << 20);
+    g.set("DYAD_KEY_BINS", "99");
+    EXPECT_EQ(settings::lookup("DYAD_KEY_BINS").source, settings::Source::env);
+    EXPECT_EQ(settings::count("DYAD_KEY_BINS", 1, 1u << 30).value(), 99u);
+    auto c = Config::from_env();
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_EQ(c->key_bins, 99u);
+    unlink(path);
+}
+
+TEST(Settings, BadFileAndBadValuesNameTheirSource) {
+    char path[] = "/tmp/dyad-settings-XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    {
+        std::ofstream f(path);
+        f << "DYAD_SERVICE_MEMORY=lots\n";
+    }
+    EnvGuard g;
+    g.set("DYAD_CONFIG_FILE", path);
+    auto m = settings::size("DYAD_SERVICE_MEMORY");
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_NE(m.status().message().find("DYAD_SERVICE_MEMORY"), std::string::npos);
+    EXPECT_NE(m.status().message().find("DYAD_CONFIG_FILE"), std::string::npos);
+    {
+        std::ofstream f(path);
+        f << "DYAD_NOT_A_SETTING=1\n";
+    }
+    g.set("DYAD_CONFIG_FILE", "/nonexistent/dyad.conf");
+    EXPECT_FALSE(settings::check().is_ok());
+    unlink(path);
+}
+
+TEST(Settings, DescribeListsEverySettingWithItsSource) {
+    EnvGuard g;
+    g.set("DYAD_MARGO_PROTO", "ofi+shm");
+    auto d = settings::describe();
+    ASSERT_EQ(d.size(), settings::table().size());
+    bool seen = false;
+    for (const auto& s : d)
+        if (s["name"] == "DYAD_MARGO_PROTO") {
+            EXPECT_EQ(s["value"], "ofi+shm");
+            EXPECT_EQ(s["source"], "env");
+            seen = true;
+        }
+    EXPECT_TRUE(seen);
+    EXPECT_NE(settings::markdown().find("`DYAD_MARGO_PROTO`"), std::string::npos);
 }

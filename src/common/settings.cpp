@@ -1,0 +1,334 @@
+#include "settings.hpp"
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+
+#include "config.hpp"
+#include "log.hpp"
+
+namespace dyad::settings {
+namespace {
+
+using T = Type;
+
+// clang-format off
+const std::vector<Setting> kTable = {
+    {"DYAD_SERVICE_URI", T::text, "tcp://127.0.0.1:7627", "client",
+     "this node's dyadd (`tcp://HOST:PORT` or `unix:PATH`)"},
+    {"DYAD_PATH_PRODUCER", T::text, nullptr, "client, dyadd",
+     "producer-managed directory; must be the directory the node's dyadd serves (dyadd's default PRODUCER_DIR)"},
+    {"DYAD_PATH_CONSUMER", T::text, nullptr, "client",
+     "consumer-managed directory"},
+    {"DYAD_KVS_NAMESPACE", T::text, nullptr, "client, dyadd",
+     "metadata namespace (unset: the service's, `dyad`)"},
+    {"DYAD_WAIT_TIMEOUT", T::seconds, nullptr, "client",
+     "seconds a consumer waits for a file to be produced (unset: forever)"},
+    {"DYAD_TRANSFER_TIMEOUT", T::seconds, "60", "client",
+     "seconds without progress before a transfer fails"},
+    {"DYAD_DTL_MODE", T::transport, "AUTO", "client, dyadd",
+     "transport: `AUTO` (per file, by score), `LOCAL`, `FLUX_RPC` (alias `STREAM`), `UCX`, `MARGO` (alias `OFI`)"},
+    {"DYAD_KEY_DEPTH", T::count, "3", "client",
+     "DYAD's metadata key scheme: levels; producers and consumers must agree"},
+    {"DYAD_KEY_BINS", T::count, "1024", "client",
+     "DYAD's metadata key scheme: bins per level; producers and consumers must agree"},
+    {"DYAD_PATH_RELATIVE", T::flag, "0", "client",
+     "paths not starting with `/` are relative to the managed directory"},
+    {"DYAD_SHARED_STORAGE", T::flag, "0", "client",
+     "storage visible to every node: consume only waits for the produce"},
+    {"DYAD_FSYNC_WRITE", T::flag, "0", "client",
+     "fsync files before publishing and after receiving"},
+    {"DYAD_ASYNC_PUBLISH", T::flag, "0", "client",
+     "accepted; publishing is synchronous (see design.md)"},
+    {"DYAD_SYNC_CHECK", T::flag, "0", "client",
+     "on success set `DYAD_SYNC_HEALTH=ok` in the process environment"},
+    {"DYAD_SYNC_DEBUG", T::flag, "0", "client",
+     "debug logging"},
+    {"DYAD_SERVICE_MUX", T::count, "1", "client",
+     "as in DYAD (no effect yet)"},
+    {"DYAD_REINIT", T::flag, "0", "client",
+     "as in DYAD"},
+    {"DYAD_LOG_LEVEL", T::level, "warn", "client, dyadd",
+     "`trace`, `debug`, `info`, `warn`, `error`, `off` (dyadd: `info` when unset)"},
+    {"DYAD_NODE_ID", T::text, nullptr, "client, dyadd",
+     "node id (unset: the host name); dyadd's default `--node`"},
+    {"DYAD_SERVICE_MEMORY", T::size, "256M", "dyadd",
+     "memory for transfer buffers, all consumers together (as `--memory`)"},
+    {"DYAD_DTL_FIGURES", T::text, nullptr, "dyadd",
+     "figures the AUTO selector scores, e.g. `UCX@network=20/10,FLUX_RPC=100/1.2`"},
+    {"DYAD_STREAM_SENDFILE", T::flag, "0", "dyadd (FLUX_RPC)",
+     "stream chunks by `sendfile(2)` (off: measured slower, see design.md)"},
+    {"DYAD_UCX_PROTO", T::text, "auto", "client (UCX)",
+     "`auto` (RMA put where UCX does it natively, else tags), `tag` or `put`"},
+    {"DYAD_UCX_WINDOW", T::size, "64M", "client (UCX)",
+     "UCX consumer's registered receive window (128K to 2G)"},
+    {"DYAD_UCX_EP_CACHE_SIZE", T::count, "64", "dyadd (UCX)",
+     "UCX endpoints a service keeps (LRU)"},
+    {"DYAD_UCX_DIRECT", T::flag, "1", "dyadd (UCX)",
+     "file reads land in a consumer's mapped window when UCX offers one"},
+    {"DYAD_MARGO_PROTO", T::text, "ofi+tcp", "client, dyadd (MARGO)",
+     "libfabric protocol: `ofi+tcp`, `ofi+sockets`, `ofi+shm`, `ofi+verbs`, `ofi+cxi`; `dyad config` lists those that work here"},
+    {"DYAD_OFI_NO_PLACEMENT", T::flag, "0", "client (MARGO)",
+     "reads go through a registered window and `write(2)` instead of landing in the destination file"},
+    {"DYAD_OFI_NO_PROGRESS_THREAD", T::flag, "0", "dyadd (MARGO)",
+     "no progress thread for providers that need manual progress (for tests)"},
+    {"DYAD_CONFIG_FILE", T::text, nullptr, "client, dyadd",
+     "a file of `NAME=VALUE` lines (`#` comments) for settings the environment does not set"},
+    {"DYAD_LIBRARY", T::text, nullptr, "pydyad",
+     "path of `libdyad.so` for the Python package (unset: the build or install beside it)"},
+};
+// clang-format on
+
+std::mutex g_mu;
+std::map<std::string, std::string, std::less<>> g_options;
+
+struct FileValues {
+    std::string path;
+    std::map<std::string, std::string, std::less<>> values;
+    Status status;
+};
+
+std::optional<std::string> getenv_str(const char* name) {
+    const char* v = std::getenv(name);
+    if (!v) return std::nullopt;
+    return std::string(v);
+}
+
+std::string trim(const std::string& s) {
+    size_t b = s.find_first_not_of(" \t\r");
+    if (b == std::string::npos) return "";
+    size_t e = s.find_last_not_of(" \t\r");
+    return s.substr(b, e - b + 1);
+}
+
+// The configuration file, read again only when DYAD_CONFIG_FILE changes.
+FileValues read_file(const std::string& path) {
+    FileValues f;
+    f.path = path;
+    std::ifstream in(path);
+    if (!in) {
+        f.status =
+            Status(DYAD_RC_NOCTX, "DYAD_CONFIG_FILE='" + path + "' cannot be read: fix or unset it",
+                   errno ? errno : ENOENT);
+        return f;
+    }
+    std::string line;
+    for (int n = 1; std::getline(in, line); ++n) {
+        line = trim(line);
+        if (line.empty() || line[0] == '#') continue;
+        size_t eq = line.find('=');
+        std::string name = eq == std::string::npos ? line : trim(line.substr(0, eq));
+        const Setting* s = find(name);
+        if (eq == std::string::npos || !s || name == "DYAD_CONFIG_FILE") {
+            if (f.status.is_ok())
+                f.status = Status(DYAD_RC_NOCTX,
+                                  path + ":" + std::to_string(n) + ": '" + line +
+                                      "' is not NAME=VALUE with a DYAD setting ('dyad config' "
+                                      "lists them)",
+                                  EINVAL);
+            continue;
+        }
+        f.values[name] = trim(line.substr(eq + 1));
+    }
+    return f;
+}
+
+std::optional<std::string> from_file(std::string_view name) {
+    auto path = getenv_str("DYAD_CONFIG_FILE");
+    if (!path || path->empty()) return std::nullopt;
+    static std::optional<FileValues> cached;
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!cached || cached->path != *path) cached = read_file(*path);
+    auto it = cached->values.find(name);
+    if (it == cached->values.end()) return std::nullopt;
+    return it->second;
+}
+
+Status file_status() {
+    auto path = getenv_str("DYAD_CONFIG_FILE");
+    if (!path || path->empty()) return Status::ok();
+    return read_file(*path).status;
+}
+
+Status bad(const Value& v, const Status& why) {
+    std::string from = v.source == Source::file ? " (from DYAD_CONFIG_FILE)" : "";
+    return Status(DYAD_RC_NOCTX, why.message() + from, why.err());
+}
+
+}  // namespace
+
+const std::vector<Setting>& table() {
+    return kTable;
+}
+
+const Setting* find(std::string_view name) {
+    for (const auto& s : kTable)
+        if (name == s.name) return &s;
+    return nullptr;
+}
+
+const char* type_name(Type t) {
+    switch (t) {
+        case T::text:
+            return "text";
+        case T::flag:
+            return "boolean";
+        case T::count:
+            return "integer";
+        case T::seconds:
+            return "seconds";
+        case T::size:
+            return "size";
+        case T::level:
+            return "log level";
+        case T::transport:
+            return "transport";
+    }
+    return "?";
+}
+
+const char* source_name(Source s) {
+    switch (s) {
+        case Source::none:
+            return "unset";
+        case Source::defaults:
+            return "default";
+        case Source::file:
+            return "file";
+        case Source::env:
+            return "env";
+        case Source::option:
+            return "option";
+    }
+    return "?";
+}
+
+Value lookup(std::string_view name) {
+    const Setting* s = find(name);
+    if (!s) {
+        DYAD_ERROR("config", "internal: '%.*s' is not in the settings table",
+                   static_cast<int>(name.size()), name.data());
+        return {};
+    }
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        auto it = g_options.find(name);
+        if (it != g_options.end()) return {it->second, Source::option};
+    }
+    auto usable = [s](const std::string& v) { return s->type == T::flag || !v.empty(); };
+    if (auto v = getenv_str(s->name); v && usable(*v)) return {*v, Source::env};
+    if (auto v = from_file(name); v && usable(*v)) return {*v, Source::file};
+    if (s->def) return {s->def, Source::defaults};
+    return {};
+}
+
+Result<bool> flag(std::string_view name) {
+    Value v = lookup(name);
+    if (!v.set()) return false;
+    auto b = parse_bool(std::string(name), v.text);
+    if (!b) return bad(v, b.status());
+    return b.value();
+}
+
+Result<uint64_t> size(std::string_view name) {
+    Value v = lookup(name);
+    if (!v.set()) return uint64_t{0};
+    auto b = parse_size(std::string(name), v.text);
+    if (!b) return bad(v, b.status());
+    return b.value();
+}
+
+Result<unsigned> count(std::string_view name, unsigned min, unsigned max) {
+    Value v = lookup(name);
+    if (!v.set()) return min;
+    auto b = parse_uint(std::string(name), v.text, min, max);
+    if (!b) return bad(v, b.status());
+    return b.value();
+}
+
+Result<std::optional<double>> seconds(std::string_view name) {
+    Value v = lookup(name);
+    if (!v.set()) return std::optional<double>();
+    auto b = parse_seconds(std::string(name), v.text);
+    if (!b) return bad(v, b.status());
+    return std::optional<double>(b.value());
+}
+
+std::string text(std::string_view name) {
+    return lookup(name).text;
+}
+
+void set_option(std::string_view name, std::string value) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_options[std::string(name)] = std::move(value);
+}
+
+Status check() {
+    Status f = file_status();
+    if (!f) return f;
+    for (const auto& s : kTable) {
+        Value v = lookup(s.name);
+        if (!v.set()) continue;
+        Status st;
+        switch (s.type) {
+            case T::flag:
+                st = flag(s.name).status();
+                break;
+            case T::size:
+                st = size(s.name).status();
+                break;
+            case T::count:
+                st = count(s.name, 0, ~0u).status();
+                break;
+            case T::seconds:
+                st = seconds(s.name).status();
+                break;
+            case T::transport: {
+                auto m = parse_dtl_mode(v.text);
+                if (!m) st = m.status();
+                break;
+            }
+            case T::level: {
+                log::Level l;
+                if (!log::parse_level(v.text, &l))
+                    st = Status(DYAD_RC_NOCTX,
+                                std::string(s.name) + "='" + v.text +
+                                    "' is not a level: use trace, debug, info, warn, error or off",
+                                EINVAL);
+                break;
+            }
+            case T::text:
+                break;
+        }
+        if (!st) return st;
+    }
+    return Status::ok();
+}
+
+nlohmann::json describe() {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& s : kTable) {
+        Value v = lookup(s.name);
+        out.push_back({{"name", s.name},
+                       {"value", v.set() ? nlohmann::json(v.text) : nlohmann::json(nullptr)},
+                       {"source", source_name(v.source)},
+                       {"type", type_name(s.type)},
+                       {"default", s.def ? nlohmann::json(s.def) : nlohmann::json(nullptr)},
+                       {"read_by", s.readers},
+                       {"meaning", s.meaning}});
+    }
+    return out;
+}
+
+std::string markdown() {
+    std::string out = "| variable | type | default | read by | meaning |\n|---|---|---|---|---|\n";
+    for (const auto& s : kTable) {
+        out += std::string("| `") + s.name + "` | " + type_name(s.type) + " | " +
+               (s.def ? std::string("`") + s.def + "`" : std::string("unset")) + " | " + s.readers +
+               " | " + s.meaning + " |\n";
+    }
+    return out;
+}
+
+}  // namespace dyad::settings
