@@ -14,6 +14,7 @@
 #include "common/checksum.hpp"
 #include "common/keygen.hpp"
 #include "common/log.hpp"
+#include "fetch_channel.hpp"
 
 namespace dyad::client {
 namespace {
@@ -547,11 +548,11 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
     args["upath"] = upath;
     args["transport"] = b.name;
     args["generation"] = rec.generation;
-    auto tag =
-        conn.value()->send_request("dyad.fetch", args, Deadline::after(kControlTimeout), false);
-    if (!tag) return Status(tag.status()).wrap("fetch of '" + upath + "' from " + ep);
+    RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
+    Status opened = ch.open(args, Deadline::after(kControlTimeout));
+    if (!opened) return opened.wrap("fetch of '" + upath + "' from " + ep);
     FileSink sink(fd.get(), "'" + tmp_path + "'");
-    auto trailer = recv.value()->receive(*conn.value(), tag.value(), sink, cfg_.transfer_timeout);
+    auto trailer = recv.value()->receive(ch, sink);
     if (!trailer) {
         Status e = trailer.status();
         // Nothing arrived, and the failure is the transport's own (the
@@ -567,17 +568,11 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
             "fetch of '" + upath + "' from " + rec.owner + " (" + ep + ") failed: " + e.message(),
             e.err());
     }
-    pool_->put(std::move(conn.value()));
-    uint64_t want = trailer->value("size", ~0ull);
-    std::string want_hash = trailer->value("xxh3", "");
-    // In-kernel copies (LOCAL) never pass through this process: their size
-    // is checked, and the owner held the file's lock while they ran.
-    if (sink.bytes() != want || (!sink.kernel_copied() && sink.hex() != want_hash))
-        return Status(DYAD_RC_BADCHECKSUM,
-                      "'" + upath + "' arrived corrupted: " + std::to_string(sink.bytes()) +
-                          " bytes, xxh3 " + sink.hex() + "; the service sent " +
-                          std::to_string(want) + " bytes, xxh3 " + want_hash,
-                      EIO);
+    if (ch.ended()) pool_->put(std::move(conn.value()));
+    Status s =
+        verify_trailer(trailer.value(), {sink.bytes(), sink.hex(), sink.kernel_copied()}, upath);
+    if (!s) return s;
+    uint64_t want = sink.bytes();
     if (want != rec.size)
         DYAD_WARN(kSub,
                   "'%s' is %llu bytes on its producer but was published with %llu: it changed "

@@ -12,6 +12,8 @@
 #include <memory>
 #include <unistd.h>
 
+#include <asio.hpp>
+
 #include "budget.hpp"
 #include "common/checksum.hpp"
 #include "dtl.hpp"
@@ -33,15 +35,15 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
 
     void start() {
         auto self = shared_from_this();
-        watchdog_ = std::make_unique<asio::steady_timer>(job_->req->io());
+        watchdog_ = std::make_unique<asio::steady_timer>(job_->ch->io());
         arm_watchdog();
-        job_->req->on_cancel(
+        job_->ch->on_cancel(
             [self] { self->fail(Status(DYAD_RC_BADFETCH, "consumer went away", ECONNRESET)); });
         // Transports that can, carry the first chunk in the first response
         // (one frame, one write for a small file); otherwise, or for an empty
         // file, the meta goes alone first.
         bool inline_first = inline_first_chunk() && job_->size > 0;
-        if (!inline_first) job_->req->respond(first_meta());
+        if (!inline_first) job_->ch->send(first_meta());
         first_ = inline_first;
         pump();
     }
@@ -118,7 +120,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         asio::post(*job_->file_pool, [self, idx, target, off, n] {
             if (self->file_send()) {
                 Status st = self->hash_range(off, n);
-                asio::post(self->job_->req->io(),
+                asio::post(self->job_->ch->io(),
                            [self, off, n, st] { self->on_read(-1, nullptr, off, n, st); });
                 return;
             }
@@ -126,7 +128,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             if (!p) p = self->bufs_[idx].data();
             Status st = self->read_chunk(p, n, off);
             if (st) self->hash_.update(p, n);
-            asio::post(self->job_->req->io(),
+            asio::post(self->job_->ch->io(),
                        [self, idx, p, off, n, st] { self->on_read(idx, p, off, n, st); });
         });
     }
@@ -198,7 +200,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
     void park() {
         parked_ = true;
         std::weak_ptr<ChunkedTransfer> weak = shared_from_this();
-        asio::io_context* io = &job_->req->io();
+        asio::io_context* io = &job_->ch->io();
         ticket_ = job_->budget->wait(job_->endpoint, chunk_, [weak, io](Buffer b) {
             auto hold = std::make_shared<Buffer>(std::move(b));
             asio::post(*io, [weak, hold] {
@@ -229,7 +231,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
                               "consumer made no progress for " +
                                   std::to_string(self->job_->idle_timeout_s) + " s",
                               ETIMEDOUT));
-            self->job_->req->close_connection();
+            self->job_->ch->close();
         });
     }
 

@@ -1,6 +1,7 @@
 // The Data Transport Layer: one small interface per side, backends listed in
-// one explicit table. Transports move bytes; the fetch RPC (request, end
-// trailer with size and checksum, errors) stays above them.
+// one explicit table. Transports move bytes; the fetch conversation
+// (request, end trailer with size and checksum, errors, cancel, deadlines)
+// is the fetch channel's (channel.hpp).
 //
 //   consumer: Receiver::describe() -> fields of the fetch request;
 //             Receiver::receive()  -> bytes into a Sink until end of stream.
@@ -13,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include <asio.hpp>
+#include <asio/io_context.hpp>
+#include <asio/thread_pool.hpp>
 #include <nlohmann/json.hpp>
 
+#include "channel.hpp"
 #include "common/deadline.hpp"
 #include "common/fd.hpp"
 #include "common/status.hpp"
-#include "rpc/client.hpp"
-#include "rpc/server.hpp"
 #include "selector.hpp"
 
 namespace dyad::dtl {
@@ -65,18 +66,17 @@ class Receiver {
     virtual const Attributes& attributes() const = 0;
     // Fields this transport adds to the fetch request (e.g. a worker address).
     virtual nlohmann::json describe() = 0;
-    // Reads the answer to fetch request `tag` on `conn`, delivering the file's
-    // bytes to `sink` in order. Returns the END trailer ({"size", "xxh3"}).
-    // Fails with TIMEOUT when no progress is made for idle_s seconds.
-    virtual Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink,
-                                           double idle_s) = 0;
+    // Reads the answer to the fetch on `ch`, delivering the file's bytes to
+    // `sink` in order. Returns the END trailer ({"size", "xxh3"}).
+    // Fails with TIMEOUT when no progress is made for ch.idle_s() seconds.
+    [[nodiscard]] virtual Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) = 0;
 };
 
 // One file to move, prepared by the service's fetch handler.
 struct FetchJob {
-    std::shared_ptr<rpc::Request> req;
-    UniqueFd fd;        // open, shared-locked, regular file
-    uint64_t size = 0;  // bytes to send
+    std::shared_ptr<SendChannel> ch;  // the conversation with the consumer
+    UniqueFd fd;                      // open, shared-locked, regular file
+    uint64_t size = 0;                // bytes to send
     std::string upath;
     std::string local_host;         // the service address the consumer reached (empty: unix socket)
     nlohmann::json transport_args;  // what the consumer's describe() sent

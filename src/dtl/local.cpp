@@ -20,6 +20,8 @@
 #include <climits>
 #include <cstring>
 
+#include <asio/steady_timer.hpp>
+
 #include "common/fd.hpp"
 #include "common/log.hpp"
 #include "dtl.hpp"
@@ -79,7 +81,7 @@ class LocalSender : public Sender {
             asio::steady_timer timer;
             explicit State(asio::io_context& io) : timer(io) {}
         };
-        auto st = std::make_shared<State>(job->req->io());
+        auto st = std::make_shared<State>(job->ch->io());
         st->done = std::move(done);
         auto finish = [this, st, job](Status s, uint64_t bytes) {
             if (!st->done) return;
@@ -89,13 +91,13 @@ class LocalSender : public Sender {
             copied_ += bytes;
             d(std::move(s), bytes, "");
         };
-        job->req->on_update([finish, job](const nlohmann::json& m) {
-            uint64_t c = m.is_object() ? m.value("copied", ~0ull) : ~0ull;
-            if (c == ~0ull)
+        job->ch->on_update([finish, job](const nlohmann::json& m) {
+            auto c = meta_u64(m, "copied");
+            if (!c)
                 return finish(Status(DYAD_RC_BADRPC, "LOCAL update without 'copied'", EPROTO), 0);
-            finish(Status::ok(), c);
+            finish(Status::ok(), *c);
         });
-        job->req->on_cancel(
+        job->ch->on_cancel(
             [finish] { finish(Status(DYAD_RC_BADFETCH, "consumer went away", ECONNRESET), 0); });
         // The consumer copies while we hold the lock; it must not hold it
         // forever.
@@ -106,13 +108,13 @@ class LocalSender : public Sender {
             finish(Status(DYAD_RC_TIMEOUT, "consumer did not finish its local copy in time",
                           ETIMEDOUT),
                    0);
-            job->req->close_connection();
+            job->ch->close();
         });
-        job->req->respond({{"size", job->size},
-                           {"transport", "LOCAL"},
-                           {"path", std::string(path)},
-                           {"dev", static_cast<uint64_t>(sb.st_dev)},
-                           {"ino", static_cast<uint64_t>(sb.st_ino)}});
+        job->ch->send({{"size", job->size},
+                       {"transport", "LOCAL"},
+                       {"path", std::string(path)},
+                       {"dev", static_cast<uint64_t>(sb.st_dev)},
+                       {"ino", static_cast<uint64_t>(sb.st_ino)}});
     }
 
   private:
@@ -177,57 +179,40 @@ class LocalReceiver : public Receiver {
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json describe() override { return nlohmann::json::object(); }
 
-    Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink,
-                                   double idle_s) override {
-        auto f = conn.read_frame(Deadline::after(idle_s));
+    Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
+        auto f = ch.first("LOCAL");
         if (!f) return f.status();
-        if (f->header.type == rpc::Type::error)
-            return rpc::Connection::error_status(f.value(), "fetch");
-        if (f->header.type != rpc::Type::response || f->header.tag != tag ||
-            f->header.data_len != 0 || !f->meta.contains("path") || !f->meta["path"].is_string())
-            return Status(DYAD_RC_BADRPC, "unexpected first frame in a LOCAL fetch", EPROTO);
-        std::string path = f->meta["path"];
-        uint64_t size = f->meta.value("size", 0ull);
-        UniqueFd in(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
+        auto path = meta_str(f->meta, "path");
+        auto size = meta_u64(f->meta, "size");
+        if (!path || !size || f->data_len != 0)
+            return Status(DYAD_RC_BADRPC, "LOCAL answer without the file's path and size", EPROTO);
+        UniqueFd in(::open(path->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
         if (!in.valid())
             return Status(DYAD_RC_BADFIO,
-                          "LOCAL: cannot open the producer's file '" + path +
+                          "LOCAL: cannot open the producer's file '" + *path +
                               "' (the consumer needs read access to the producer's directory; "
                               "or use another DYAD_DTL_MODE)",
                           errno);
         struct stat sb;
         if (::fstat(in.get(), &sb) != 0 ||
-            static_cast<uint64_t>(sb.st_dev) != f->meta.value("dev", 0ull) ||
-            static_cast<uint64_t>(sb.st_ino) != f->meta.value("ino", 0ull))
+            static_cast<uint64_t>(sb.st_dev) != meta_u64(f->meta, "dev").value_or(0) ||
+            static_cast<uint64_t>(sb.st_ino) != meta_u64(f->meta, "ino").value_or(0))
             return Status(DYAD_RC_BADFIO,
-                          "LOCAL: '" + path +
+                          "LOCAL: '" + *path +
                               "' is not the file the owner service opened (another machine or "
                               "a file system view this consumer does not share)",
                           ESTALE);
         std::string how;
-        Status s = copy_into(in.get(), size, sink, "'" + path + "'", &how);
+        Status s = copy_into(in.get(), *size, sink, "'" + *path + "'", &how);
         if (!s) return s;
-        DYAD_DEBUG(kSub, "copied %s (%llu bytes) by %s", path.c_str(),
-                   static_cast<unsigned long long>(size), how.c_str());
-        s = conn.send_update(tag, {{"copied", size}}, Deadline::after(idle_s));
+        DYAD_DEBUG(kSub, "copied %s (%llu bytes) by %s", path->c_str(),
+                   static_cast<unsigned long long>(*size), how.c_str());
+        s = ch.update({{"copied", *size}});
         if (!s) return s;
-        for (;;) {
-            auto e = conn.read_frame(Deadline::after(idle_s));
-            if (!e) return e.status();
-            if (e->header.tag != tag) {
-                Status k = conn.skip_data(e->header.data_len, Deadline::after(idle_s));
-                if (!k) return k;
-                continue;
-            }
-            if (e->header.type == rpc::Type::error)
-                return rpc::Connection::error_status(e.value(), "fetch");
-            if (e->header.type == rpc::Type::end) {
-                nlohmann::json t = e->meta;
-                t["copy"] = how;
-                return t;
-            }
-            return Status(DYAD_RC_BADRPC, "unexpected frame in a LOCAL fetch", EPROTO);
-        }
+        auto t = ch.end("LOCAL");
+        if (!t) return t;
+        t.value()["copy"] = how;
+        return t;
     }
 
   private:

@@ -221,24 +221,20 @@ class OfiReceiver : public Receiver {
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json describe() override { return {{"ofi_proto", proto_}}; }
 
-    Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink,
-                                   double idle_s) override {
+    Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
         std::lock_guard<std::mutex> lk(c_->mutex());
-        auto f = conn.read_frame(Deadline::after(idle_s));
+        const double idle_s = ch.idle_s();
+        auto f = ch.first("OFI");
         if (!f) return f.status();
-        if (f->header.type == rpc::Type::error)
-            return rpc::Connection::error_status(f.value(), "fetch");
-        if (f->header.type != rpc::Type::response || f->header.tag != tag ||
-            f->header.data_len != 0 || !f->meta.is_object())
-            return Status(DYAD_RC_BADRPC,
-                          std::string("unexpected first frame in an OFI fetch: ") +
-                              rpc::type_name(f->header.type) + " " + f->meta.dump(),
+        auto size_field = meta_u64(f->meta, "size");
+        if (!size_field || f->data_len != 0)
+            return Status(DYAD_RC_BADRPC, "bad first answer in an OFI fetch: " + f->meta.dump(),
                           EPROTO);
-        uint64_t size = f->meta.value("size", 0ull);
-        if (f->meta.value("chunk", 0ull) != kOfiChunk)
+        uint64_t size = *size_field;
+        if (meta_u64(f->meta, "chunk") != kOfiChunk)
             return Status(DYAD_RC_BADRPC, "OFI chunk size differs between service and consumer",
                           EPROTO);
-        auto addr = base64_decode(f->meta.value("ofi_addr", std::string()));
+        auto addr = base64_decode(meta_str(f->meta, "ofi_addr").value_or(""));
         if (!addr || addr->empty())
             return Status(DYAD_RC_BADRPC, "OFI fetch without the service's address", EPROTO);
         auto peer = c_->peer(std::string(addr->begin(), addr->end()));
@@ -269,21 +265,18 @@ class OfiReceiver : public Receiver {
             //    otherwise only those already here.
             while (ops.size() < static_cast<size_t>(kDepth) && announced < size) {
                 if (!ops.empty()) {
-                    struct pollfd pf = {conn.fd(), POLLIN, 0};
+                    struct pollfd pf = {ch.fd(), POLLIN, 0};
                     if (::poll(&pf, 1, 0) <= 0) break;
                 }
-                auto g = conn.read_frame(Deadline::after(idle_s));
+                auto g = ch.next();
                 if (!g) return fail(g.status());
-                const rpc::Frame& fr = g.value();
-                if (fr.header.type == rpc::Type::error)
-                    return fail(rpc::Connection::error_status(fr, "fetch"));
-                if (fr.header.type != rpc::Type::response || fr.header.tag != tag ||
-                    !fr.meta.is_object())
+                if (g->kind != FetchChannel::Kind::data || g->data_len != 0)
                     return fail(Status(DYAD_RC_BADRPC, "unexpected frame in an OFI fetch", EPROTO));
-                uint64_t seq = fr.meta.value("seq", ~0ull);
-                uint64_t len = fr.meta.value("len", 0ull);
-                uint64_t raddr = fr.meta.value("addr", 0ull);
-                uint64_t key = fr.meta.value("key", 0ull);
+                const nlohmann::json& d = g->meta;
+                uint64_t seq = meta_u64(d, "seq").value_or(~0ull);
+                uint64_t len = meta_u64(d, "len").value_or(0);
+                uint64_t raddr = meta_u64(d, "addr").value_or(0);
+                uint64_t key = meta_u64(d, "key").value_or(0);
                 uint64_t expect = std::min<uint64_t>(kOfiChunk, size - announced);
                 if (seq != announced / kOfiChunk || len != expect)
                     return fail(Status(DYAD_RC_BADFETCH, "out-of-order OFI descriptor", EPROTO));
@@ -328,18 +321,12 @@ class OfiReceiver : public Receiver {
                 if (!w) return fail(w);
                 received += op.len;
                 busy[op.slot] = false;
-                Status u = conn.send_update(tag, {{"ack", op.seq}}, Deadline::after(idle_s));
+                Status u = ch.ack(op.seq);
                 if (!u) return fail(u);
                 ops.pop_front();
             }
         }
-        auto g = conn.read_frame(Deadline::after(idle_s));
-        if (!g) return g.status();
-        if (g->header.type == rpc::Type::error)
-            return rpc::Connection::error_status(g.value(), "fetch");
-        if (g->header.type != rpc::Type::end || g->header.tag != tag)
-            return Status(DYAD_RC_BADRPC, "expected the end of an OFI fetch", EPROTO);
-        return g->meta;
+        return ch.end("OFI");
     }
 
   private:
@@ -545,12 +532,12 @@ class OfiTransfer : public ChunkedTransfer {
         : ChunkedTransfer(std::move(job), std::move(done), kOfiChunk, kDepth), sp_(std::move(sp)) {}
     ~OfiTransfer() override {
         for (int idx : reading_) sp_->release(idx);
-        for (auto& [seq, p] : pending_) sp_->release(p.idx);
+        pending_.drain([this](Pending& p) { sp_->release(p.idx); });
     }
 
     void start_ofi() {
         std::weak_ptr<ChunkedTransfer> weak = shared_from_this();
-        job().req->on_update([weak](const nlohmann::json& m) {
+        job().ch->on_update([weak](const nlohmann::json& m) {
             auto self = std::static_pointer_cast<OfiTransfer>(weak.lock());
             if (self) self->on_ack(m);
         });
@@ -569,13 +556,13 @@ class OfiTransfer : public ChunkedTransfer {
     }
     bool direct() const override { return true; }
     char* direct_target(size_t) override {
-        if (over_ || reading_.size() + pending_.size() >= static_cast<size_t>(kDepth))
+        if (over_ || reading_.size() + pending_.outstanding() >= static_cast<size_t>(kDepth))
             return nullptr;  // resumed by an acknowledgement
         auto idx =
             sp_->acquire(std::static_pointer_cast<OfiTransfer>(shared_from_this()), job().budget);
         if (!idx) {
             auto self = std::static_pointer_cast<OfiTransfer>(shared_from_this());
-            asio::post(job().req->io(), [self, st = idx.status()] { self->abort(st); });
+            asio::post(job().ch->io(), [self, st = idx.status()] { self->abort(st); });
             return nullptr;
         }
         if (idx.value() < 0) return nullptr;  // resumed when a buffer frees
@@ -586,17 +573,15 @@ class OfiTransfer : public ChunkedTransfer {
                      std::function<void(bool)> done) override {
         int idx = reading_.front();
         reading_.pop_front();
-        uint64_t seq = next_seq_++;
-        pending_[seq] = Pending{idx, std::move(done)};
+        uint64_t seq = pending_.push(Pending{idx, std::move(done)});
         const auto& r = sp_->region(idx);
-        job().req->respond({{"seq", seq}, {"addr", r.base}, {"key", r.key}, {"len", n}});
+        job().ch->send({{"seq", seq}, {"addr", r.base}, {"key", r.key}, {"len", n}});
     }
     void on_finish() override {
         over_ = true;
         // Announced buffers go back (the consumer has failed or is gone);
         // a buffer still being read from the file goes back in the destructor.
-        for (auto& [seq, p] : pending_) sp_->release(p.idx);
-        pending_.clear();
+        pending_.drain([this](Pending& p) { sp_->release(p.idx); });
     }
 
   private:
@@ -605,23 +590,15 @@ class OfiTransfer : public ChunkedTransfer {
         std::function<void(bool)> done;
     };
     void on_ack(const nlohmann::json& m) {
-        uint64_t seq = m.is_object() ? m.value("ack", ~0ull) : ~0ull;
-        auto it = pending_.find(seq);
-        if (it == pending_.end()) {
-            DYAD_WARN(kSub, "acknowledgement of an unknown chunk %llu",
-                      static_cast<unsigned long long>(seq));
-            return;
-        }
-        auto p = std::move(it->second);
-        pending_.erase(it);
-        sp_->release(p.idx);
-        p.done(true);
+        auto p = pending_.ack(m);
+        if (!p) return;
+        sp_->release(p->idx);
+        p->done(true);
     }
 
     std::shared_ptr<ServedProtocol> sp_;
     std::deque<int> reading_;  // buffers being filled from the file, in order
-    std::map<uint64_t, Pending> pending_;
-    uint64_t next_seq_ = 0;
+    AckWindow<Pending> pending_{static_cast<size_t>(kDepth)};  // announced, not yet read
     bool over_ = false;
 };
 

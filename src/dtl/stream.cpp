@@ -34,11 +34,11 @@ class StreamTransfer : public ChunkedTransfer {
   protected:
     void write_chunk(const char* p, size_t n, nlohmann::json meta,
                      std::function<void(bool)> done) override {
-        job().req->respond(std::move(meta), asio::buffer(p, n), std::move(done));
+        job().ch->send(std::move(meta), asio::buffer(p, n), std::move(done));
     }
     void write_file_chunk(uint64_t off, size_t n, nlohmann::json meta,
                           std::function<void(bool)> done) override {
-        job().req->respond_file(std::move(meta), job().fd.get(), off, n, std::move(done));
+        job().ch->send_file(std::move(meta), job().fd.get(), off, n, std::move(done));
     }
     // Files of more than one chunk go by sendfile(2); a single chunk is
     // read and sent from one buffer (one read of the file, not two).
@@ -82,40 +82,18 @@ class StreamReceiver : public Receiver {
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json describe() override { return nlohmann::json::object(); }
 
-    Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink,
-                                   double idle_s) override {
+    Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
+        // The answer and each data frame carry file bytes, in order.
         for (;;) {
-            Deadline deadline = Deadline::after(idle_s);
-            auto f = conn.read_frame(deadline);
-            if (!f) return f.status();
-            const auto& h = f->header;
-            if (h.type == rpc::Type::error && h.tag == 0)
-                return rpc::Connection::error_status(f.value(), "fetch");
-            if (h.tag != tag) {
-                Status s = conn.skip_data(h.data_len, deadline);
-                if (!s) return s;
-                continue;
-            }
-            switch (h.type) {
-                case rpc::Type::response: {
-                    if (h.data_len == 0) break;
-                    if (buf_.size() < h.data_len) buf_.resize(h.data_len);
-                    Status s = conn.read_data(buf_.data(), h.data_len, deadline);
-                    if (!s) return s;
-                    s = sink.write(buf_.data(), h.data_len);
-                    if (!s) return s;
-                    break;
-                }
-                case rpc::Type::end:
-                    return f->meta;
-                case rpc::Type::error:
-                    return rpc::Connection::error_status(f.value(), "fetch");
-                default:
-                    return Status(
-                        DYAD_RC_BADRPC,
-                        std::string("unexpected ") + rpc::type_name(h.type) + " frame in fetch",
-                        EPROTO);
-            }
+            auto m = ch.next();
+            if (!m) return m.status();
+            if (m->kind == FetchChannel::Kind::end) return m->meta;
+            if (m->data_len == 0) continue;
+            if (buf_.size() < m->data_len) buf_.resize(m->data_len);
+            Status s = ch.read(buf_.data(), m->data_len);
+            if (!s) return s;
+            s = sink.write(buf_.data(), m->data_len);
+            if (!s) return s;
         }
     }
 

@@ -281,24 +281,21 @@ class UcxReceiver : public Receiver {
                 {"ucx_window_size", c_->window_size()}};
     }
 
-    Result<nlohmann::json> receive(rpc::Connection& conn, uint32_t tag, Sink& sink,
-                                   double idle_s) override {
+    Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
         std::lock_guard<std::mutex> lk(c_->mutex());  // the worker is single-threaded
-        // First frame: the size and chunk size (or an error).
-        auto f = conn.read_frame(Deadline::after(idle_s));
+        const double idle_s = ch.idle_s();
+        // First answer: the size and chunk size (or an error).
+        auto f = ch.first("UCX");
         if (!f) return f.status();
-        if (f->header.type == rpc::Type::error)
-            return rpc::Connection::error_status(f.value(), "fetch");
-        if (f->header.type != rpc::Type::response || f->header.tag != tag ||
-            f->header.data_len != 0)
-            return Status(DYAD_RC_BADRPC, "unexpected first frame in a UCX fetch", EPROTO);
-        uint64_t size = f->meta.value("size", 0ull);
-        size_t chunk = f->meta.value("chunk", static_cast<size_t>(kUcxChunk));
-        if (chunk == 0 || chunk > (64u << 20))
-            return Status(DYAD_RC_BADRPC, "bad UCX chunk size", EPROTO);
+        auto size_field = meta_u64(f->meta, "size");
+        size_t chunk = meta_u64(f->meta, "chunk").value_or(kUcxChunk);
+        if (!size_field || f->data_len != 0 || chunk == 0 || chunk > (64u << 20))
+            return Status(DYAD_RC_BADRPC, "bad first answer in a UCX fetch: " + f->meta.dump(),
+                          EPROTO);
+        uint64_t size = *size_field;
         size_t nslots = std::max<size_t>(1, c_->window_size() / chunk);
-        if (f->meta.value("mode", std::string("tag")) == "put")
-            return receive_put(conn, tag, sink, idle_s, size, chunk, nslots);
+        if (meta_str(f->meta, "mode").value_or("tag") == "put")
+            return receive_put(ch, sink, size, chunk, nslots);
         std::vector<RecvSlot> slots(nslots);
         uint64_t posted = 0, received = 0;  // bytes
         size_t head = 0, next = 0;          // slot indices (ring)
@@ -397,7 +394,7 @@ class UcxReceiver : public Receiver {
                 err = ucx_error(DYAD_RC_UCXWAIT_FAIL, "ucp_worker_arm", as);
                 break;
             }
-            struct pollfd pf[2] = {{c_->worker().efd(), POLLIN, 0}, {conn.fd(), POLLIN, 0}};
+            struct pollfd pf[2] = {{c_->worker().efd(), POLLIN, 0}, {ch.fd(), POLLIN, 0}};
             int n = ::poll(pf, 2, idle.poll_ms());
             if (n < 0 && errno == EINTR) continue;
             if (n == 0 || idle.expired()) {
@@ -406,36 +403,26 @@ class UcxReceiver : public Receiver {
                 break;
             }
             if (pf[1].revents) {
-                // The service spoke on the RPC: an error, or (rarely before the
-                // last chunk is processed here) the end trailer.
-                auto g = conn.read_frame(Deadline::after(idle_s));
+                // The service spoke: an error, or (rarely before the last
+                // chunk is processed here) the end trailer.
+                auto g = ch.next();
                 if (!g) {
                     err = g.status();
                     break;
                 }
-                if (g->header.type == rpc::Type::error) {
-                    err = rpc::Connection::error_status(g.value(), "fetch");
+                if (g->kind != FetchChannel::Kind::end) {
+                    err = Status(DYAD_RC_BADRPC, "unexpected frame in a UCX fetch", EPROTO);
                     break;
                 }
-                if (g->header.type == rpc::Type::end && g->header.tag == tag) {
-                    trailer = g->meta;
-                    have_trailer = true;
-                }
+                trailer = g->meta;
+                have_trailer = true;
             }
         }
         if (!err.is_ok()) {
             cancel_all();
             return err;
         }
-        if (!have_trailer) {
-            auto g = conn.read_frame(Deadline::after(idle_s));
-            if (!g) return g.status();
-            if (g->header.type == rpc::Type::error)
-                return rpc::Connection::error_status(g.value(), "fetch");
-            if (g->header.type != rpc::Type::end)
-                return Status(DYAD_RC_BADRPC, "expected the end of a UCX fetch", EPROTO);
-            trailer = g->meta;
-        }
+        if (!have_trailer) return ch.end("UCX");
         return trailer;
     }
 
@@ -443,12 +430,12 @@ class UcxReceiver : public Receiver {
     // Put mode: the service writes chunk k into window slot k % nslots and
     // says so on the RPC (`{"slot", "len"}`, in order); each slot written to
     // the file goes back as a credit (an UPDATE frame).
-    Result<nlohmann::json> receive_put(rpc::Connection& conn, uint32_t tag, Sink& sink,
-                                       double idle_s, uint64_t size, size_t chunk, size_t nslots) {
+    Result<nlohmann::json> receive_put(FetchChannel& ch, Sink& sink, uint64_t size, size_t chunk,
+                                       size_t nslots) {
         if (chunk > c_->window_size())
             return Status(DYAD_RC_BADRPC, "UCX put chunk larger than the window", EPROTO);
-        uint64_t received = 0;
-        size_t head = 0;
+        const double idle_s = ch.idle_s();
+        uint64_t received = 0, seq = 0;
         Deadline idle = Deadline::after(idle_s);
         for (;;) {
             // Emulated put (forced over TCP) needs this worker's progress;
@@ -457,7 +444,7 @@ class UcxReceiver : public Receiver {
             ucs_status_t as = ucp_worker_arm(c_->worker().get());
             if (as == UCS_ERR_BUSY) continue;
             if (as != UCS_OK) return ucx_error(DYAD_RC_UCXWAIT_FAIL, "ucp_worker_arm", as);
-            struct pollfd pf[2] = {{conn.fd(), POLLIN, 0}, {c_->worker().efd(), POLLIN, 0}};
+            struct pollfd pf[2] = {{ch.fd(), POLLIN, 0}, {c_->worker().efd(), POLLIN, 0}};
             int n = ::poll(pf, 2, idle.poll_ms());
             if (n < 0 && errno == EINTR) continue;
             if (n == 0 || idle.expired())
@@ -465,40 +452,36 @@ class UcxReceiver : public Receiver {
                               "no UCX put notice for " + std::to_string(idle_s) + " s", ETIMEDOUT);
             if (!pf[0].revents) continue;  // UCX events only
             idle = Deadline::after(idle_s);
-            auto g = conn.read_frame(Deadline::after(idle_s));
+            auto g = ch.next();
             if (!g) return g.status();
-            const rpc::Frame& fr = g.value();
-            if (fr.header.type == rpc::Type::error)
-                return rpc::Connection::error_status(fr, "fetch");
-            if (fr.header.tag != tag || fr.header.data_len != 0)
-                return Status(DYAD_RC_BADRPC, "unexpected frame in a UCX put fetch", EPROTO);
-            if (fr.header.type == rpc::Type::end) {
+            if (g->data_len != 0)
+                return Status(DYAD_RC_BADRPC, "unexpected data in a UCX put fetch", EPROTO);
+            if (g->kind == FetchChannel::Kind::end) {
                 if (received != size)
                     return Status(DYAD_RC_BADFETCH,
                                   "UCX put fetch ended after " + std::to_string(received) + " of " +
                                       std::to_string(size) + " bytes",
                                   EIO);
-                return fr.meta;
+                return g->meta;
             }
-            if (fr.header.type != rpc::Type::response || !fr.meta.is_object())
-                return Status(DYAD_RC_BADRPC, "unexpected frame in a UCX put fetch", EPROTO);
-            uint64_t slot = fr.meta.value("slot", ~0ull);
-            uint64_t len = fr.meta.value("len", ~0ull);
+            // Chunk `seq` is in slot seq % nslots: hand it over, acknowledge it.
+            auto slot = meta_u64(g->meta, "slot");
+            auto len = meta_u64(g->meta, "len");
             uint64_t expect = std::min<uint64_t>(chunk, size - received);
-            if (slot != head || len != expect)
+            if (!slot || !len || *slot != seq % nslots || *len != expect)
                 return Status(DYAD_RC_BADFETCH,
-                              "UCX put notice for slot " + std::to_string(slot) + " (" +
-                                  std::to_string(len) + " bytes), expected slot " +
-                                  std::to_string(head) + " (" + std::to_string(expect) + ")",
+                              "UCX put notice " + g->meta.dump() + ", expected slot " +
+                                  std::to_string(seq % nslots) + " (" + std::to_string(expect) +
+                                  " bytes)",
                               EPROTO);
-            Status w = sink.write(c_->window() + head * chunk, static_cast<size_t>(len));
+            Status w = sink.write(c_->window() + *slot * chunk, static_cast<size_t>(*len));
             if (!w) return w;
-            received += len;
-            head = (head + 1) % nslots;
+            received += *len;
             if (received < size) {
-                Status u = conn.send_update(tag, {{"credit", 1}}, Deadline::after(idle_s));
+                Status u = ch.ack(seq);
                 if (!u) return u;
             }
+            ++seq;
         }
     }
 
@@ -612,16 +595,16 @@ class UcxPutTransfer : public ChunkedTransfer {
           window_(window),
           here_(ep_->window == window ? ep_->window_here : nullptr),
           nslots_(nslots),
-          credits_(nslots) {
+          slots_(nslots) {
         ++ep_->users;
     }
     ~UcxPutTransfer() override;
 
     void start_put() {
         std::weak_ptr<ChunkedTransfer> weak = shared_from_this();
-        job().req->on_update([weak](const nlohmann::json& m) {
+        job().ch->on_update([weak](const nlohmann::json& m) {
             auto self = std::static_pointer_cast<UcxPutTransfer>(weak.lock());
-            if (self) self->on_credit(m);
+            if (self) self->on_ack(m);
         });
         start();
     }
@@ -632,8 +615,8 @@ class UcxPutTransfer : public ChunkedTransfer {
         if (here_) {  // already in the consumer's window
             size_t slot = direct_slots_.front();
             direct_slots_.pop_front();
-            job().req->respond({{"slot", slot}, {"len", n}});
-            asio::post(job().req->io(), [done = std::move(done)] { done(true); });
+            job().ch->send({{"slot", slot}, {"len", n}});
+            asio::post(job().ch->io(), [done = std::move(done)] { done(true); });
             return;
         }
         waiting_.push_back(Chunk{p, n, std::move(done), false, false, 0});
@@ -647,10 +630,9 @@ class UcxPutTransfer : public ChunkedTransfer {
     bool direct() const override { return here_ != nullptr; }
     char* direct_target(size_t n) override {
         (void)n;
-        if (failed_ || credits_ == 0) return nullptr;
-        --credits_;
-        size_t slot = next_slot_;
-        next_slot_ = (next_slot_ + 1) % nslots_;
+        if (failed_ || slots_.full()) return nullptr;
+        size_t slot = static_cast<size_t>(slots_.next_seq() % nslots_);
+        slots_.push(slot);
         direct_slots_.push_back(slot);
         return here_ + slot * kUcxChunk;
     }
@@ -664,13 +646,9 @@ class UcxPutTransfer : public ChunkedTransfer {
         bool complete;
         size_t slot;
     };
-    void on_credit(const nlohmann::json& m) {
-        uint64_t k = m.is_object() ? m.value("credit", 0ull) : 0;
-        credits_ += k;
-        if (credits_ > nslots_) {
-            DYAD_WARN(kSub, "consumer returned more credits than window slots");
-            credits_ = nslots_;
-        }
+    // The consumer took chunk k out of its window: slot k % nslots is free.
+    void on_ack(const nlohmann::json& m) {
+        if (!slots_.ack(m)) return;
         if (here_)
             resume();
         else
@@ -686,8 +664,7 @@ class UcxPutTransfer : public ChunkedTransfer {
     char* here_;
     std::deque<size_t> direct_slots_;  // slots being read into (direct mode)
     size_t nslots_;
-    size_t credits_;
-    size_t next_slot_ = 0;
+    AckWindow<size_t> slots_;   // window slots the consumer has not emptied yet
     std::list<Chunk> waiting_;  // in file order; issued ones first (stable addresses)
     bool failed_ = false;
 };
@@ -1068,11 +1045,10 @@ void UcxPutTransfer::issue() {
     if (failed_) return;
     for (auto& c : waiting_) {
         if (c.issued) continue;
-        if (credits_ == 0) break;
-        --credits_;
+        if (slots_.full()) break;
         c.issued = true;
-        c.slot = next_slot_;
-        next_slot_ = (next_slot_ + 1) % nslots_;
+        c.slot = static_cast<size_t>(slots_.next_seq() % nslots_);
+        slots_.push(c.slot);
         auto self = std::static_pointer_cast<UcxPutTransfer>(shared_from_this());
         Chunk* cp = &c;
         sender_->put_chunk(*ep_, c.p, c.n, window_ + c.slot * kUcxChunk, [self, cp](bool ok) {
@@ -1101,7 +1077,7 @@ void UcxPutTransfer::completed(bool ok) {
     while (!waiting_.empty() && waiting_.front().complete) {
         Chunk c = std::move(waiting_.front());
         waiting_.pop_front();
-        job().req->respond({{"slot", c.slot}, {"len", c.n}});
+        job().ch->send({{"slot", c.slot}, {"len", c.n}});
         c.done(true);
     }
 }

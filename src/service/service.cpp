@@ -12,6 +12,7 @@
 #include "common/paths.hpp"
 #include "common/settings.hpp"
 #include "rpc/wire.hpp"
+#include "send_channel.hpp"
 
 namespace dyad::service {
 namespace {
@@ -242,7 +243,7 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
     asio::post(file_pool_, [this, r, transport, up = upath.value()] {
         if (r->finished()) return;  // consumer gone before we started
         auto job = std::make_shared<dtl::FetchJob>();
-        job->req = r;
+        job->ch = std::make_shared<RequestChannel>(r);
         job->upath = up;
         job->local_host = r->local_host();
         job->transport_args = r->args();

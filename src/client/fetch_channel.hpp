@@ -1,0 +1,52 @@
+// The consumer's side of the fetch conversation over the rpc layer: sends
+// the `dyad.fetch` request, filters and checks the answer's frames for the
+// transport's receiver (dtl::FetchChannel), and checks the END trailer
+// against what arrived.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.hpp"
+#include "dtl/channel.hpp"
+#include "rpc/client.hpp"
+
+namespace dyad::client {
+
+class RpcFetchChannel final : public dtl::FetchChannel {
+  public:
+    RpcFetchChannel(rpc::Connection& conn, double idle_s) : conn_(conn), idle_s_(idle_s) {}
+
+    // Sends the fetch request (the receiver's fields plus what to fetch).
+    [[nodiscard]] Status open(const nlohmann::json& args, Deadline deadline);
+
+    Result<Message> next() override;
+    Status read(void* p, size_t n) override;
+    Status update(const nlohmann::json& meta) override;
+    int fd() const override { return conn_.fd(); }
+    double idle_s() const override { return idle_s_; }
+
+    bool ended() const { return ended_; }
+
+  private:
+    rpc::Connection& conn_;
+    double idle_s_;
+    uint32_t tag_ = 0;
+    bool opened_ = false;
+    bool answered_ = false;
+    bool ended_ = false;
+    size_t unread_ = 0;  // data of the last message not taken by read()
+};
+
+// What the sink took, against the END trailer.
+struct Received {
+    uint64_t bytes = 0;
+    std::string xxh3;            // of the bytes that passed through the sink
+    bool kernel_copied = false;  // in-kernel copy (LOCAL): no bytes to hash
+};
+// DYAD_RC_BADCHECKSUM (or BADRPC for a malformed trailer) naming the file.
+[[nodiscard]] Status verify_trailer(const nlohmann::json& trailer, const Received& got,
+                                    const std::string& upath);
+
+}  // namespace dyad::client

@@ -1,0 +1,445 @@
+// The fetch channel (consumer side, over a real rpc server on a socket), the
+// acknowledgement window, and the chunked send pipeline (through a
+// recording SendChannel on a real event loop and a real file).
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "client/fetch_channel.hpp"
+#include "common/checksum.hpp"
+#include "dtl/chunked.hpp"
+#include "rpc/client.hpp"
+#include "rpc/server.hpp"
+
+using namespace dyad;
+using Kind = dtl::FetchChannel::Kind;
+
+namespace {
+
+// A dyad.fetch handler that plays the script in the request's "script":
+// {"answer": meta, "data": text} (a response frame), {"end": meta},
+// {"error": msg, "errno": n, "rc": rc}, {"echo_updates": n} (answers each of
+// the next n updates with a response carrying it), {"hang": true}.
+void play(std::shared_ptr<rpc::Request> r, size_t from) {
+    const auto& script = r->args()["script"];
+    for (size_t i = from; i < script.size(); ++i) {
+        const auto& step = script[i];
+        if (step.contains("answer")) {
+            auto data = std::make_shared<std::string>(step.value("data", std::string()));
+            r->respond(step["answer"], asio::buffer(*data), [data](bool) {});
+        } else if (step.contains("end")) {
+            r->end(step["end"]);
+        } else if (step.contains("error")) {
+            r->error(step.value("errno", EIO), step["error"].get<std::string>(),
+                     static_cast<dyad_rc_t>(step.value("rc", static_cast<int>(DYAD_RC_BADFETCH))));
+        } else if (step.contains("echo_updates")) {
+            auto left = std::make_shared<int>(step["echo_updates"].get<int>());
+            std::weak_ptr<rpc::Request> weak = r;
+            r->on_update([weak, left, i](const nlohmann::json& m) {
+                auto self = weak.lock();
+                if (!self) return;
+                self->respond({{"echo", m}});
+                if (--*left == 0) play(self, i + 1);
+            });
+            return;
+        } else if (step.contains("hang")) {
+            return;
+        }
+    }
+}
+
+class Service {
+  public:
+    Service() : server(io, {{"service_id", "test"}}) {
+        server.handle("dyad.fetch", [](std::shared_ptr<rpc::Request> r) { play(r, 0); });
+        uri = server.listen_tcp("127.0.0.1", 0).value();
+        guard.emplace(asio::make_work_guard(io));
+        th = std::thread([this] { io.run(); });
+    }
+    ~Service() {
+        asio::post(io, [this] {
+            server.stop();
+            guard.reset();
+            io.stop();
+        });
+        th.join();
+    }
+    std::unique_ptr<rpc::Connection> connect() {
+        return rpc::Connection::connect(uri, Deadline::after(5)).value();
+    }
+    asio::io_context io;
+    rpc::Server server;
+    std::string uri;
+    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+    std::thread th;
+};
+
+nlohmann::json script(std::initializer_list<nlohmann::json> steps) {
+    return {{"script", nlohmann::json::array_t(steps)}};
+}
+
+std::string read_all(dtl::FetchChannel& ch, const dtl::FetchChannel::Message& m) {
+    std::string s(m.data_len, '\0');
+    EXPECT_TRUE(ch.read(s.data(), s.size()).is_ok());
+    return s;
+}
+
+}  // namespace
+
+TEST(FetchChannel, AnswerDataAndEndInOrder) {
+    Service svc;
+    auto c = svc.connect();
+    client::RpcFetchChannel ch(*c, 5);
+    ASSERT_TRUE(ch.open(script({{{"answer", {{"size", 10}}}, {"data", "hello"}},
+                                {{"answer", nullptr}, {"data", "world"}},
+                                {{"end", {{"size", 10}, {"xxh3", "x"}}}}}),
+                        Deadline::after(5))
+                    .is_ok());
+    auto a = ch.first("test");
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    EXPECT_EQ(a->kind, Kind::answer);
+    EXPECT_EQ(a->meta["size"], 10);
+    EXPECT_EQ(read_all(ch, a.value()), "hello");
+    auto d = ch.next();
+    ASSERT_TRUE(d.is_ok());
+    EXPECT_EQ(d->kind, Kind::data);
+    EXPECT_TRUE(d->meta.is_object());  // null meta reads as {}
+    EXPECT_EQ(read_all(ch, d.value()), "world");
+    auto e = ch.end("test");
+    ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+    EXPECT_EQ((*e)["size"], 10);
+    EXPECT_TRUE(ch.ended());
+    // Nothing after the end.
+    auto past = ch.next();
+    ASSERT_FALSE(past.is_ok());
+    EXPECT_EQ(past.status().rc(), DYAD_RC_BADRPC);
+}
+
+TEST(FetchChannel, UnreadDataIsSkipped) {
+    Service svc;
+    auto c = svc.connect();
+    client::RpcFetchChannel ch(*c, 5);
+    ASSERT_TRUE(ch.open(script({{{"answer", {{"n", 1}}}, {"data", std::string(100000, 'a')}},
+                                {{"answer", {{"n", 2}}}, {"data", "b"}},
+                                {{"end", {{"size", 0}, {"xxh3", ""}}}}}),
+                        Deadline::after(5))
+                    .is_ok());
+    ASSERT_EQ(ch.next()->meta["n"], 1);
+    auto m = ch.next();  // the first message's bytes were never read
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    EXPECT_EQ(m->meta["n"], 2);
+    EXPECT_EQ(read_all(ch, m.value()), "b");
+    std::string more(1, '\0');
+    EXPECT_FALSE(ch.read(more.data(), 1).is_ok());  // no more than the message has
+    EXPECT_EQ(ch.next()->kind, Kind::end);
+}
+
+TEST(FetchChannel, ErrorFramesBecomeTheirStatus) {
+    Service svc;
+    for (bool after_answer : {false, true}) {
+        auto c = svc.connect();
+        client::RpcFetchChannel ch(*c, 5);
+        nlohmann::json err = {{"error", "no file 'x' in producer directory"},
+                              {"errno", ENOENT},
+                              {"rc", static_cast<int>(DYAD_RC_BADFIO)}};
+        auto s = after_answer ? script({{{"answer", {{"size", 3}}}}, err}) : script({err});
+        ASSERT_TRUE(ch.open(s, Deadline::after(5)).is_ok());
+        if (after_answer) {
+            ASSERT_TRUE(ch.first("test").is_ok());
+        }
+        auto m = ch.next();
+        ASSERT_FALSE(m.is_ok());
+        EXPECT_EQ(m.status().rc(), DYAD_RC_BADFIO);
+        EXPECT_EQ(m.status().err(), ENOENT);
+        EXPECT_NE(m.status().message().find("no file 'x'"), std::string::npos);
+    }
+}
+
+TEST(FetchChannel, FirstMustBeAnAnswer) {
+    Service svc;
+    auto c = svc.connect();
+    client::RpcFetchChannel ch(*c, 5);
+    ASSERT_TRUE(ch.open(script({{{"end", {{"size", 0}}}}}), Deadline::after(5)).is_ok());
+    auto m = ch.first("test");
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_EQ(m.status().rc(), DYAD_RC_BADRPC);
+}
+
+TEST(FetchChannel, MetaThatIsNotAnObjectIsRefused) {
+    Service svc;
+    auto c = svc.connect();
+    client::RpcFetchChannel ch(*c, 5);
+    ASSERT_TRUE(
+        ch.open(script({{{"answer", nlohmann::json::array({1, 2})}}}), Deadline::after(5)).is_ok());
+    auto m = ch.next();
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_EQ(m.status().rc(), DYAD_RC_BADRPC);
+}
+
+TEST(FetchChannel, IdleDeadline) {
+    Service svc;
+    auto c = svc.connect();
+    client::RpcFetchChannel ch(*c, 0.3);
+    ASSERT_TRUE(ch.open(script({{{"answer", {{"size", 1}}}}, {{"hang", true}}}), Deadline::after(5))
+                    .is_ok());
+    ASSERT_TRUE(ch.first("test").is_ok());
+    auto t0 = std::chrono::steady_clock::now();
+    auto m = ch.next();
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_EQ(m.status().rc(), DYAD_RC_TIMEOUT);
+    EXPECT_GE(waited, 0.25);
+}
+
+TEST(FetchChannel, FramesOfOtherRequestsAreSkipped) {
+    Service svc;
+    auto c = svc.connect();
+    // Another request on the same connection, whose answer arrives first.
+    auto other = c->send_request(
+        "dyad.fetch",
+        script({{{"answer", {{"other", true}}}, {"data", "zzz"}}, {{"end", {{"other", true}}}}}),
+        Deadline::after(5));
+    ASSERT_TRUE(other.is_ok());
+    client::RpcFetchChannel ch(*c, 5);
+    ASSERT_TRUE(ch.open(script({{{"answer", {{"mine", true}}}}, {{"end", {{"mine", true}}}}}),
+                        Deadline::after(5))
+                    .is_ok());
+    auto a = ch.next();
+    ASSERT_TRUE(a.is_ok());
+    EXPECT_TRUE(a->meta.contains("mine"));
+    auto e = ch.next();
+    ASSERT_TRUE(e.is_ok());
+    EXPECT_EQ(e->kind, Kind::end);
+    EXPECT_TRUE(e->meta.contains("mine"));
+}
+
+TEST(FetchChannel, UpdatesReachTheService) {
+    Service svc;
+    auto c = svc.connect();
+    client::RpcFetchChannel ch(*c, 5);
+    ASSERT_TRUE(ch.open(script({{{"answer", {{"size", 0}}}},
+                                {{"echo_updates", 2}},
+                                {{"end", {{"size", 0}, {"xxh3", ""}}}}}),
+                        Deadline::after(5))
+                    .is_ok());
+    ASSERT_TRUE(ch.first("test").is_ok());
+    for (uint64_t seq : {7u, 8u}) {
+        ASSERT_TRUE(ch.ack(seq).is_ok());
+        auto m = ch.next();
+        ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+        EXPECT_EQ(m->meta["echo"]["ack"], seq);
+    }
+    EXPECT_EQ(ch.next()->kind, Kind::end);
+}
+
+TEST(FetchChannel, TrailerChecks) {
+    client::Received got{5, "abc", false};
+    EXPECT_TRUE(client::verify_trailer({{"size", 5}, {"xxh3", "abc"}}, got, "f").is_ok());
+    auto bad = client::verify_trailer({{"size", 5}, {"xxh3", "abd"}}, got, "f");
+    EXPECT_EQ(bad.rc(), DYAD_RC_BADCHECKSUM);
+    EXPECT_EQ(client::verify_trailer({{"size", 6}, {"xxh3", "abc"}}, got, "f").rc(),
+              DYAD_RC_BADCHECKSUM);
+    EXPECT_EQ(client::verify_trailer({{"size", "5"}, {"xxh3", "abc"}}, got, "f").rc(),
+              DYAD_RC_BADRPC);
+    EXPECT_EQ(client::verify_trailer(nlohmann::json::object(), got, "f").rc(), DYAD_RC_BADRPC);
+    // An in-kernel copy has no hash: only its size is checked.
+    client::Received kernel{5, "", true};
+    EXPECT_TRUE(client::verify_trailer({{"size", 5}, {"xxh3", ""}}, kernel, "f").is_ok());
+}
+
+// ---- the acknowledgement window ----
+
+TEST(AckWindow, BoundsOutstandingChunksAndIgnoresBogusAcks) {
+    dtl::AckWindow<int> w(3);
+    EXPECT_EQ(w.push(10), 0u);
+    EXPECT_EQ(w.push(11), 1u);
+    EXPECT_EQ(w.push(12), 2u);
+    EXPECT_TRUE(w.full());
+    // Out of order.
+    EXPECT_EQ(w.ack({{"ack", 1}}), 11);
+    EXPECT_FALSE(w.full());
+    EXPECT_EQ(w.push(13), 3u);
+    // Twice, unknown, malformed: ignored and counted.
+    EXPECT_FALSE(w.ack({{"ack", 1}}));
+    EXPECT_FALSE(w.ack({{"ack", 99}}));
+    EXPECT_FALSE(w.ack({{"ack", "0"}}));
+    EXPECT_FALSE(w.ack(nlohmann::json::array()));
+    EXPECT_EQ(w.bogus(), 4u);
+    EXPECT_EQ(w.ack({{"ack", 0}}), 10);
+    EXPECT_EQ(w.outstanding(), 2u);
+    std::vector<int> left;
+    w.drain([&](int v) { left.push_back(v); });
+    EXPECT_EQ(left, (std::vector<int>{12, 13}));
+    EXPECT_EQ(w.outstanding(), 0u);
+    EXPECT_EQ(w.next_seq(), 4u);  // numbering goes on after a drain
+}
+
+// ---- the chunked send pipeline ----
+
+namespace {
+
+// Records what a transfer sends; write completions are released by the test.
+class RecordingChannel : public dtl::SendChannel {
+  public:
+    explicit RecordingChannel(asio::io_context& io) : io_(io) {}
+    asio::io_context& io() override { return io_; }
+    void send(nlohmann::json meta, asio::const_buffer data, WriteDone done) override {
+        metas.push_back(meta);
+        bytes.append(static_cast<const char*>(data.data()), data.size());
+        if (done) pending.push_back(std::move(done));
+        max_pending = std::max(max_pending, pending.size());
+    }
+    void send_file(nlohmann::json, int, uint64_t, size_t, WriteDone done) override { done(false); }
+    void on_cancel(std::function<void()> fn) override { cancel = std::move(fn); }
+    void on_update(std::function<void(const nlohmann::json&)>) override {}
+    void close() override { closed = true; }
+
+    std::vector<nlohmann::json> metas;
+    std::string bytes;
+    std::deque<WriteDone> pending;
+    size_t max_pending = 0;
+    std::function<void()> cancel;
+    bool closed = false;
+
+  private:
+    asio::io_context& io_;
+};
+
+class TestTransfer : public dtl::ChunkedTransfer {
+  public:
+    using ChunkedTransfer::ChunkedTransfer;
+
+  protected:
+    void write_chunk(const char* p, size_t n, nlohmann::json meta,
+                     std::function<void(bool)> done) override {
+        job().ch->send(std::move(meta), asio::buffer(p, n), std::move(done));
+    }
+    bool inline_first_chunk() const override { return true; }
+    nlohmann::json first_meta() const override { return {{"size", job().size}}; }
+};
+
+struct Pipeline {
+    asio::io_context io;
+    asio::thread_pool files{1};
+    std::shared_ptr<RecordingChannel> ch = std::make_shared<RecordingChannel>(io);
+    std::string content;
+    std::string path;
+    bool finished = false;
+    Status result;
+    uint64_t sent = 0;
+    std::string hash;
+
+    explicit Pipeline(size_t size) {
+        char tmpl[] = "/tmp/dyad-chunked-XXXXXX";
+        int fd = mkstemp(tmpl);
+        path = tmpl;
+        content.resize(size);
+        for (size_t i = 0; i < size; ++i) content[i] = static_cast<char>(i * 131 % 251);
+        EXPECT_EQ(write(fd, content.data(), size), static_cast<ssize_t>(size));
+        close(fd);
+    }
+    ~Pipeline() {
+        // Callbacks the channel still holds keep the transfer alive.
+        ch->cancel = nullptr;
+        ch->pending.clear();
+        files.join();
+        unlink(path.c_str());
+    }
+    std::shared_ptr<TestTransfer> start(size_t chunk, int depth, double idle_s = 60) {
+        auto job = std::make_shared<dtl::FetchJob>();
+        job->ch = ch;
+        job->fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+        job->size = content.size();
+        job->upath = "f";
+        job->file_pool = &files;
+        job->idle_timeout_s = idle_s;
+        auto t = std::make_shared<TestTransfer>(
+            job,
+            [this](Status st, uint64_t n, std::string h) {
+                finished = true;
+                result = st;
+                sent = n;
+                hash = h;
+            },
+            chunk, depth);
+        t->start();
+        return t;
+    }
+    // Runs the loop until `pred` or a few seconds pass.
+    template <class P>
+    bool run_until(P pred) {
+        auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!pred() && std::chrono::steady_clock::now() < end) {
+            io.restart();
+            io.run_for(std::chrono::milliseconds(5));
+        }
+        return pred();
+    }
+};
+
+}  // namespace
+
+TEST(ChunkedTransfer, SendsEveryByteInOrderWithinItsDepth) {
+    Pipeline p(3 * 4096 + 100);
+    p.start(4096, 2);
+    // The consumer is slow: completions come one at a time, late.
+    while (!p.finished) {
+        ASSERT_TRUE(p.run_until([&] { return p.finished || !p.ch->pending.empty(); }));
+        if (p.finished) break;
+        EXPECT_LE(p.ch->pending.size(), 2u);  // never more than `depth` chunks out
+        auto done = std::move(p.ch->pending.front());
+        p.ch->pending.pop_front();
+        done(true);
+    }
+    ASSERT_TRUE(p.result.is_ok()) << p.result.to_string();
+    EXPECT_EQ(p.sent, p.content.size());
+    EXPECT_EQ(p.ch->bytes, p.content);
+    EXPECT_EQ(p.ch->max_pending, 2u);
+    Xxh3 h;
+    h.update(p.content.data(), p.content.size());
+    EXPECT_EQ(p.hash, h.hex());
+    EXPECT_EQ(p.ch->metas.front()["size"], p.content.size());  // first chunk carries the size
+}
+
+TEST(ChunkedTransfer, ALostConsumerFailsTheTransfer) {
+    Pipeline p(10 * 4096);
+    p.start(4096, 4);
+    ASSERT_TRUE(p.run_until([&] { return !p.ch->pending.empty(); }));
+    ASSERT_TRUE(p.ch->cancel);
+    p.ch->cancel();  // the consumer went away
+    for (auto& d : p.ch->pending) d(false);
+    p.ch->pending.clear();
+    ASSERT_TRUE(p.run_until([&] { return p.finished; }));
+    EXPECT_EQ(p.result.rc(), DYAD_RC_BADFETCH);
+    EXPECT_LT(p.ch->bytes.size(), p.content.size());
+}
+
+TEST(ChunkedTransfer, AConsumerThatStopsReadingTimesOut) {
+    Pipeline p(10 * 4096);
+    p.start(4096, 2, 0.2);
+    // Completions never come.
+    ASSERT_TRUE(p.run_until([&] { return p.finished; }));
+    EXPECT_EQ(p.result.rc(), DYAD_RC_TIMEOUT);
+    EXPECT_TRUE(p.ch->closed);  // the connection is dropped
+    for (auto& d : p.ch->pending) d(false);
+}
+
+TEST(ChunkedTransfer, AFileThatShrinksIsAnError) {
+    Pipeline p(8 * 4096);
+    ASSERT_EQ(truncate(p.path.c_str(), 4096), 0);  // after its size was taken
+    p.start(4096, 2);
+    ASSERT_TRUE(p.run_until([&] {
+        while (!p.ch->pending.empty()) {
+            auto d = std::move(p.ch->pending.front());
+            p.ch->pending.pop_front();
+            d(true);
+        }
+        return p.finished;
+    }));
+    EXPECT_EQ(p.result.rc(), DYAD_RC_BADFIO);
+    EXPECT_NE(p.result.message().find("shrank"), std::string::npos);
+}
