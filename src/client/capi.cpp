@@ -148,7 +148,7 @@ dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bo
         if (debug && cfg.log_level > dyad::log::Level::debug)
             cfg.log_level = dyad::log::Level::debug;
         if (dtl_mode_str && *dtl_mode_str) {
-            auto m = dyad::parse_dtl_mode(dtl_mode_str);
+            auto m = dyad::dtl::canonical_mode(dtl_mode_str);
             if (!m) return fail(m.status());
             cfg.dtl_mode = m.value();
         }

@@ -1,5 +1,6 @@
 #include "client.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <new>
 #include <cstdio>
@@ -148,7 +149,10 @@ Client::Client(Config cfg)
 
 Result<std::unique_ptr<Client>> Client::create(Config cfg) {
     const dtl::Backend* fixed = nullptr;
-    if (cfg.dtl_mode != "AUTO") {
+    auto mode = dtl::canonical_mode(cfg.dtl_mode);
+    if (!mode) return mode.status();
+    cfg.dtl_mode = mode.value();
+    if (cfg.dtl_mode != dtl::kAutoMode) {
         auto b = dtl::find_backend(cfg.dtl_mode);
         if (!b) return b.status();
         fixed = b.value();
@@ -465,9 +469,9 @@ std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceIn
     }
     // Services that publish no records (older ones) all serve the stream.
     if (out.empty()) {
-        auto b = dtl::find_backend("FLUX_RPC");
-        if (b) out.push_back(b.value());
-        rep->explain += "\n  no scored transport usable: FLUX_RPC";
+        const dtl::Backend& u = dtl::universal_backend();
+        out.push_back(&u);
+        rep->explain += "\n  no scored transport usable: " + u.name;
     }
     return out;
 }
@@ -558,11 +562,9 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
         // Nothing arrived, and the failure is the transport's own (the
         // service does not serve it, or LOCAL cannot open the producer's
         // file from here): another transport may work.
-        *retry =
-            sink.bytes() == 0 &&
-            (e.rc() == DYAD_RC_BADDTLMODE ||
-             (b.name == "LOCAL" && (e.err() == EACCES || e.err() == EPERM || e.err() == ESTALE ||
-                                    e.err() == ENOENT || e.err() == ELOOP)));
+        *retry = sink.bytes() == 0 && (e.rc() == DYAD_RC_BADDTLMODE ||
+                                       std::find(b.start_errnos.begin(), b.start_errnos.end(),
+                                                 e.err()) != b.start_errnos.end());
         return Status(
             e.rc() == DYAD_RC_CONNFAIL ? DYAD_RC_BADFETCH : e.rc(),
             "fetch of '" + upath + "' from " + rec.owner + " (" + ep + ") failed: " + e.message(),

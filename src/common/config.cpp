@@ -76,22 +76,6 @@ Result<uint64_t> parse_size(const std::string& name, const std::string& value) {
     return static_cast<uint64_t>(v) * mult;
 }
 
-Result<std::string> parse_dtl_mode(const std::string& value) {
-    static const struct {
-        const char* name;
-        const char* canonical;
-    } modes[] = {{"FLUX_RPC", "FLUX_RPC"}, {"STREAM", "FLUX_RPC"}, {"UCX", "UCX"},
-                 {"MARGO", "MARGO"},       {"OFI", "MARGO"},       {"LOCAL", "LOCAL"},
-                 {"AUTO", "AUTO"}};
-    for (const auto& m : modes)
-        if (strcasecmp(value.c_str(), m.name) == 0) return std::string(m.canonical);
-    return Status(DYAD_RC_BADDTLMODE,
-                  "DYAD_DTL_MODE='" + value +
-                      "' is not a transport: use FLUX_RPC (alias STREAM), UCX, "
-                      "MARGO (alias OFI), LOCAL or AUTO",
-                  EINVAL);
-}
-
 Result<Config> Config::from_env() {
     Status ok = settings::check();
     if (!ok) return ok;
@@ -102,9 +86,8 @@ Result<Config> Config::from_env() {
     c.service_uri = settings::text("DYAD_SERVICE_URI");
     c.node_id = settings::text("DYAD_NODE_ID");
     if (c.service_uri.empty()) c.service_uri = kDefaultServiceUri;
-    auto mode = parse_dtl_mode(settings::text("DYAD_DTL_MODE"));
-    if (!mode) return mode.status();
-    c.dtl_mode = mode.value();
+    // Checked against the table of backends by the client (dtl::canonical_mode).
+    c.dtl_mode = settings::text("DYAD_DTL_MODE");
     struct {
         const char* name;
         bool* field;

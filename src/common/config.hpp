@@ -26,10 +26,6 @@ Result<double> parse_seconds(const std::string& name, const std::string& value);
 // A byte count: 1048576, 64K, 256M, 1G (binary units; KiB/MiB/GiB accepted).
 Result<uint64_t> parse_size(const std::string& name, const std::string& value);
 
-// Known transport names: FLUX_RPC (alias STREAM), UCX, MARGO (alias OFI),
-// LOCAL, AUTO. Returns the canonical name or an error naming the valid ones.
-Result<std::string> parse_dtl_mode(const std::string& value);
-
 // DYAD_LOG_LEVEL when set, else `fallback` (clients: warn, dyadd: info).
 Result<log::Level> log_level(log::Level fallback);
 std::string hostname();

@@ -115,6 +115,8 @@ class Sender {
     }
 };
 
+// One row of the table of backends (registry.cpp): the only place that
+// names a transport. A new transport is one folder and one row here.
 struct Backend {
     std::string name;                  // DYAD_DTL_MODE value
     std::vector<std::string> aliases;  // other accepted names
@@ -125,12 +127,28 @@ struct Backend {
     // Optional: prepares the consumer side ahead of the first fetch (called
     // when a consumer context is created), so that cost is off the path.
     std::function<Status()> warmup = nullptr;
+    // Policy. Ties in the selector's estimates go to the lower preference
+    // (the transport that moves fewer bytes through fewer hands).
+    int preference = 100;
+    // Served by every service: the transport of last resort when an owner
+    // publishes no transport records.
+    bool universal = false;
+    // Errors (errno) meaning "cannot work from here" when nothing has
+    // arrived yet: the consumer then tries the next transport.
+    std::vector<int> start_errnos;
 };
 
-// The backends compiled into this build, in preference order.
+// The backends compiled into this build.
 const std::vector<Backend>& backends();
 // By name or alias (case-insensitive); BADDTLMODE naming the built ones.
 Result<const Backend*> find_backend(const std::string& name);
+// The one every service serves (Backend::universal).
+const Backend& universal_backend();
+// A DYAD_DTL_MODE value: AUTO or a backend's name (from an alias, any case).
+Result<std::string> canonical_mode(const std::string& value);
+constexpr const char* kAutoMode = "AUTO";
+// Tie-break rank of a transport by name (unknown names last).
+int preference(const std::string& name);
 
 // Stream backend tunables (exposed for tests and benchmarks).
 constexpr size_t kStreamChunk = 1u << 20;

@@ -83,19 +83,59 @@ Backend ofi_backend() {
 }  // namespace
 #endif
 
-// Every transport of this build, in one explicit list.
+// Every transport of this build, in one explicit table: the factories come
+// from each transport's folder, the policy is here.
 const std::vector<Backend>& backends() {
-    static const std::vector<Backend> table = {
-        stream_backend(),
-        local_backend(),
+    static const std::vector<Backend> table = [] {
+        std::vector<Backend> t;
+        Backend stream = stream_backend();
+        stream.preference = 2;
+        stream.universal = true;
+        t.push_back(std::move(stream));
+        Backend local = local_backend();
+        local.preference = 0;
+        // The producer's file cannot be opened or identified from here.
+        local.start_errnos = {EACCES, EPERM, ESTALE, ENOENT, ELOOP};
+        t.push_back(std::move(local));
 #ifdef DYAD_ENABLE_UCX
-        ucx_backend(),
+        Backend ucx = ucx_backend();
+        ucx.preference = 1;
+        t.push_back(std::move(ucx));
 #endif
 #ifdef DYAD_ENABLE_OFI
-        ofi_backend(),
+        Backend ofi = ofi_backend();
+        ofi.preference = 3;
+        t.push_back(std::move(ofi));
 #endif
-    };
+        return t;
+    }();
     return table;
+}
+
+const Backend& universal_backend() {
+    for (const auto& b : backends())
+        if (b.universal) return b;
+    return backends().front();
+}
+
+int preference(const std::string& name) {
+    for (const auto& b : backends())
+        if (b.name == name) return b.preference;
+    return 1000;
+}
+
+Result<std::string> canonical_mode(const std::string& value) {
+    if (strcasecmp(value.c_str(), kAutoMode) == 0) return std::string(kAutoMode);
+    auto b = find_backend(value);
+    if (b) return b.value()->name;
+    std::string names = kAutoMode;
+    for (const auto& k : backends()) {
+        names += ", " + k.name;
+        for (const auto& a : k.aliases) names += " (alias " + a + ")";
+    }
+    return Status(DYAD_RC_BADDTLMODE,
+                  "DYAD_DTL_MODE='" + value + "' is not a transport of this build: use " + names,
+                  EINVAL);
 }
 
 Result<const Backend*> find_backend(const std::string& name) {

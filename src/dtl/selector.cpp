@@ -1,5 +1,7 @@
 #include "selector.hpp"
 
+#include "dtl.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -10,15 +12,6 @@
 
 namespace dyad::dtl {
 namespace {
-
-// Ties (estimates within 1%) go to the transport earlier in this list: the
-// one that moves fewer bytes through fewer hands.
-int preference(const std::string& name) {
-    static const char* order[] = {"LOCAL", "UCX", "FLUX_RPC", "MARGO"};
-    for (int i = 0; i < 4; ++i)
-        if (name == order[i]) return i;
-    return 4;
-}
 
 bool reachable(const TransportRecord& r, const Placement& w, std::string* why) {
     if (r.reach == "node" && !w.same_node) {

@@ -69,7 +69,7 @@ Status Service::start() {
                       "16M: one transfer needs up to 16 MiB",
                       EINVAL);
     budget_ = std::make_unique<dtl::MemoryBudget>(opts_.memory);
-    auto mode = parse_dtl_mode(opts_.mode);
+    auto mode = dtl::canonical_mode(opts_.mode);
     if (!mode) return mode.status();
     for (const auto& t : opts_.transports) {
         auto b = dtl::find_backend(t);
@@ -92,7 +92,7 @@ Status Service::start() {
         senders_[b.name] = std::move(snd.value());
         per_transport_[b.name];
     }
-    if (mode.value() != "AUTO" && !senders_.count(mode.value()))
+    if (mode.value() != dtl::kAutoMode && !senders_.count(mode.value()))
         return Status(DYAD_RC_BADDTLMODE,
                       "--mode " + mode.value() + " is not served by this dyadd (see --transports)",
                       EINVAL);
@@ -216,10 +216,10 @@ void Service::fail(const std::shared_ptr<rpc::Request>& r, const std::string& tr
 void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
     total_.requests++;
     const auto& a = r->args();
-    std::string transport = "FLUX_RPC";
+    std::string transport = dtl::universal_backend().name;
     if (a.contains("transport") && a["transport"].is_string()) transport = a["transport"];
-    auto canon = parse_dtl_mode(transport);
-    auto it = canon ? senders_.find(canon.value()) : senders_.end();
+    auto canon = dtl::find_backend(transport);
+    auto it = canon ? senders_.find(canon.value()->name) : senders_.end();
     if (it == senders_.end()) {
         rejected_++;
         std::string served;
@@ -230,7 +230,7 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
                    "transport '" + transport + "' is not served here (served: " + served + ")",
                    EINVAL));
     }
-    transport = canon.value();
+    transport = canon.value()->name;
     if (!a.contains("upath") || !a["upath"].is_string())
         return fail(r, transport,
                     Status(DYAD_RC_BADUNPACK, "fetch request without 'upath'", EINVAL));

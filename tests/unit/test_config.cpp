@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/config.hpp"
+#include "dtl/dtl.hpp"
 
 using dyad::Config;
 
@@ -49,7 +50,7 @@ TEST(Config, ReadsDyadVariables) {
     EXPECT_TRUE(c->async_publish);
     EXPECT_EQ(c->key_depth, 2u);
     EXPECT_EQ(c->key_bins, 256u);
-    EXPECT_EQ(c->dtl_mode, "FLUX_RPC");
+    EXPECT_EQ(c->dtl_mode, "stream");  // canonical names come from the table of backends
     ASSERT_TRUE(c->wait_timeout.has_value());
     EXPECT_DOUBLE_EQ(*c->wait_timeout, 2.5);
     EXPECT_EQ(c->cons_path, "/tmp/c");
@@ -67,8 +68,11 @@ TEST(Config, RejectsBadValuesWithTheirName) {
         EnvGuard g;
         g.set("DYAD_DTL_MODE", "CARRIER_PIGEON");
         auto c = Config::from_env();
-        ASSERT_FALSE(c.is_ok());
-        EXPECT_EQ(c.status().rc(), DYAD_RC_BADDTLMODE);
+        ASSERT_TRUE(c.is_ok());  // the table of backends judges transports
+        auto m = dyad::dtl::canonical_mode(c->dtl_mode);
+        ASSERT_FALSE(m.is_ok());
+        EXPECT_EQ(m.status().rc(), DYAD_RC_BADDTLMODE);
+        EXPECT_NE(m.status().message().find("FLUX_RPC (alias STREAM)"), std::string::npos);
     }
     {
         EnvGuard g;
@@ -179,4 +183,16 @@ TEST(Settings, DescribeListsEverySettingWithItsSource) {
         }
     EXPECT_TRUE(seen);
     EXPECT_NE(settings::markdown().find("`DYAD_MARGO_PROTO`"), std::string::npos);
+}
+
+TEST(Backends, TableCanonicalizesNamesAndAliases) {
+    EXPECT_EQ(dyad::dtl::canonical_mode("stream").value(), "FLUX_RPC");
+    EXPECT_EQ(dyad::dtl::canonical_mode("auto").value(), "AUTO");
+    EXPECT_EQ(dyad::dtl::canonical_mode("local").value(), "LOCAL");
+    EXPECT_EQ(dyad::dtl::universal_backend().name, "FLUX_RPC");
+    EXPECT_LT(dyad::dtl::preference("LOCAL"), dyad::dtl::preference("FLUX_RPC"));
+    for (const auto& b : dyad::dtl::backends()) {
+        EXPECT_EQ(dyad::dtl::canonical_mode(b.name).value(), b.name);
+        for (const auto& a : b.aliases) EXPECT_EQ(dyad::dtl::canonical_mode(a).value(), b.name);
+    }
 }
