@@ -1,0 +1,91 @@
+// The UCX transport (DYAD_DTL_MODE=UCX): what its consumer side
+// (receiver.cpp) and service side (sender.cpp) share: the worker, errors,
+// attributes. The transport's overview is in sender.cpp.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "dtl/dtl.hpp"
+
+namespace dyad::dtl::ucx {
+
+constexpr const char* kSub = "ucx";
+constexpr size_t kUcxChunk = 4u << 20;  // bytes per tagged message
+constexpr int kUcxDepth = 4;            // chunks in flight per transfer (service)
+
+inline std::string ucs_text(ucs_status_t s) {
+    return ucs_status_string(s);
+}
+
+inline Status ucx_error(dyad_rc_t rc, const std::string& what, ucs_status_t s) {
+    return Status(rc, what + ": " + ucs_text(s), EIO);
+}
+
+Attributes ucx_attributes();
+// "node/pid/start-time": a consumer process, even across pid reuse.
+std::string process_identity();
+
+// A UCP context and one worker with an event fd.
+class Worker {
+  public:
+    static Result<std::unique_ptr<Worker>> create() {
+        std::unique_ptr<Worker> w(new Worker());
+        ucp_config_t* cfg = nullptr;
+        ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
+        if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_read", s);
+        ucp_params_t p;
+        std::memset(&p, 0, sizeof p);
+        p.field_mask = UCP_PARAM_FIELD_FEATURES;
+        p.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+        s = ucp_init(&p, cfg, &w->ctx_);
+        ucp_config_release(cfg);
+        if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_init", s);
+        ucp_worker_params_t wp;
+        std::memset(&wp, 0, sizeof wp);
+        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+        wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+        s = ucp_worker_create(w->ctx_, &wp, &w->worker_);
+        if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_create", s);
+        s = ucp_worker_get_efd(w->worker_, &w->efd_);
+        if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_get_efd", s);
+        ucp_address_t* addr = nullptr;
+        size_t len = 0;
+        s = ucp_worker_get_address(w->worker_, &addr, &len);
+        if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_get_address", s);
+        w->address_.assign(reinterpret_cast<const char*>(addr), len);
+        ucp_worker_release_address(w->worker_, addr);
+        return w;
+    }
+    ~Worker() {
+        if (worker_) ucp_worker_destroy(worker_);
+        if (ctx_) ucp_cleanup(ctx_);
+    }
+    ucp_context_h context() const { return ctx_; }
+    ucp_worker_h get() const { return worker_; }
+    int efd() const { return efd_; }
+    const std::string& address() const { return address_; }
+    // Progresses until idle; true if anything happened.
+    bool progress() {
+        bool any = false;
+        while (ucp_worker_progress(worker_) != 0) any = true;
+        return any;
+    }
+
+  private:
+    Worker() = default;
+    ucp_context_h ctx_ = nullptr;
+    ucp_worker_h worker_ = nullptr;
+    int efd_ = -1;
+    std::string address_;
+};
+
+// The two sides, for the table of backends (worker.cpp).
+Result<std::unique_ptr<Receiver>> make_receiver();
+Status warmup();
+Result<std::unique_ptr<Sender>> make_sender(asio::io_context& io);
+
+}  // namespace dyad::dtl::ucx
