@@ -25,27 +25,7 @@ constexpr const char* kExitCodes =
     "  6  other error\n";
 
 int exit_code(const dyad::Status& s) {
-    switch (s.rc()) {
-        case DYAD_RC_OK:
-            return 0;
-        case DYAD_RC_NOCTX:
-        case DYAD_RC_BADDTLMODE:
-        case DYAD_RC_BADMANAGEDPATH:
-            return 1;
-        case DYAD_RC_NOTFOUND:
-        case DYAD_RC_UNTRACKED:
-        case DYAD_RC_BADFIO:
-            return 2;
-        case DYAD_RC_TIMEOUT:
-            return 3;
-        case DYAD_RC_CONNFAIL:
-            return 4;
-        case DYAD_RC_BADFETCH:
-        case DYAD_RC_BADCHECKSUM:
-            return 5;
-        default:
-            return 6;
-    }
+    return dyad::rc_exit_code(s.rc());
 }
 
 int report(const dyad::Status& s, const std::string& what) {

@@ -67,5 +67,9 @@ class Result {
 };
 
 const char* rc_name(dyad_rc_t rc);
+// What a code means, in a few words.
+const char* rc_text(dyad_rc_t rc);
+// The `dyad` tool's exit status for a code.
+int rc_exit_code(dyad_rc_t rc);
 
 }  // namespace dyad

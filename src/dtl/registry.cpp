@@ -92,11 +92,6 @@ const std::vector<Backend>& backends() {
         stream.preference = 2;
         stream.universal = true;
         t.push_back(std::move(stream));
-        Backend local = local_backend();
-        local.preference = 0;
-        // The producer's file cannot be opened or identified from here.
-        local.start_errnos = {EACCES, EPERM, ESTALE, ENOENT, ELOOP};
-        t.push_back(std::move(local));
 #ifdef DYAD_ENABLE_UCX
         Backend ucx = ucx_backend();
         ucx.preference = 1;
@@ -107,6 +102,11 @@ const std::vector<Backend>& backends() {
         ofi.preference = 3;
         t.push_back(std::move(ofi));
 #endif
+        Backend local = local_backend();
+        local.preference = 0;
+        // The producer's file cannot be opened or identified from here.
+        local.start_errnos = {EACCES, EPERM, ESTALE, ENOENT, ELOOP};
+        t.push_back(std::move(local));
         return t;
     }();
     return table;
@@ -128,11 +128,13 @@ Result<std::string> canonical_mode(const std::string& value) {
     if (strcasecmp(value.c_str(), kAutoMode) == 0) return std::string(kAutoMode);
     auto b = find_backend(value);
     if (b) return b.value()->name;
-    std::string names = kAutoMode;
+    std::string names;
     for (const auto& k : backends()) {
-        names += ", " + k.name;
+        names += k.name;
         for (const auto& a : k.aliases) names += " (alias " + a + ")";
+        names += ", ";
     }
+    names = names.substr(0, names.size() - 2) + " or " + kAutoMode;
     return Status(DYAD_RC_BADDTLMODE,
                   "DYAD_DTL_MODE='" + value + "' is not a transport of this build: use " + names,
                   EINVAL);

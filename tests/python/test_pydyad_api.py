@@ -222,3 +222,11 @@ def test_consume_wait_timeout(cluster):
     assert "DYAD_WAIT_TIMEOUT" in res[0]["msg"]
     assert 1.0 <= elapsed < 30
     assert not os.path.exists(n.path("never.bin"))
+
+
+def test_return_codes_match_the_one_list_in_the_c_header():
+    import re
+    header = open(os.path.join(ROOT, "include", "dyad", "common", "dyad_rc.h")).read()
+    listed = {name: int(value) for name, value in re.findall(r"X\((DYAD_RC_\w+), (-?\d+),", header)}
+    assert len(listed) > 30
+    assert {rc.name: rc.value for rc in DyadRC} == listed
