@@ -38,6 +38,7 @@
 #include "common/log.hpp"
 #include "dtl.hpp"
 #include "ofi.hpp"
+#include "plugin.h"
 
 namespace dyad::dtl {
 namespace {
@@ -736,7 +737,26 @@ Backend ofi_backend() {
 
 }  // namespace dyad::dtl
 
-// The plugin's entry point (registry.cpp loads it with dlopen).
-extern "C" __attribute__((visibility("default"))) dyad::dtl::Backend* dyad_ofi_backend() {
-    return new dyad::dtl::Backend(dyad::dtl::ofi_backend());
+// The plugin's entry point (plugin.h; registry.cpp loads it with dlopen and
+// checks the ABI version and build id before calling backend()).
+namespace {
+// The build id, after a marker that registry.cpp can find in the file when
+// the plugin cannot be loaded at all (symbols of another DYAD missing).
+constexpr char kBuildIdRecord[] = DYAD_DTL_BUILD_ID_MARKER DYAD_DTL_BUILD_ID;
+
+void* make_ofi_backend() {
+    static dyad::dtl::Backend* backend = new dyad::dtl::Backend(dyad::dtl::ofi_backend());
+    return backend;
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const dyad_dtl_plugin_t* dyad_dtl_plugin_v1() {
+    static const dyad_dtl_plugin_t plugin = {
+        DYAD_DTL_PLUGIN_ABI_VERSION,
+        static_cast<uint32_t>(sizeof(dyad_dtl_plugin_t)),
+        kBuildIdRecord + sizeof(DYAD_DTL_BUILD_ID_MARKER) - 1,
+        "MARGO",
+        make_ofi_backend,
+    };
+    return &plugin;
 }

@@ -1,9 +1,17 @@
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <strings.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 
 #include "dtl.hpp"
+#ifdef DYAD_ENABLE_OFI
+#include "plugin.h"
+#endif
 
 namespace dyad::dtl {
 
@@ -14,8 +22,70 @@ Backend ucx_backend();
 #endif
 #ifdef DYAD_ENABLE_OFI
 namespace {
-// libdyad_ofi.so, next to the library or program holding this code (lib/,
-// or ../lib from bin/), loaded once on first use.
+// What a plugin file says about its build (plugin.h: the id after the
+// marker), for a plugin that cannot be loaded or checked otherwise; "" if
+// the file holds none (not a plugin of a DYAD that records it).
+std::string build_id_in_file(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) return "";
+    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string marker = DYAD_DTL_BUILD_ID_MARKER;
+    size_t at = data.find(marker);
+    if (at == std::string::npos) return "";
+    at += marker.size();
+    size_t end = data.find('\0', at);
+    if (end == std::string::npos || end - at > 1024) return "";
+    return data.substr(at, end - at);
+}
+
+std::string mismatch(const std::string& path, const std::string& theirs) {
+    return path + " was built for another DYAD or compiler (plugin: ABI " + theirs +
+           "; this libdyad: ABI " + std::to_string(DYAD_DTL_PLUGIN_ABI_VERSION) + ", build '" +
+           DYAD_DTL_BUILD_ID +
+           "'): rebuild and reinstall the plugin with this DYAD (it must come from the same "
+           "build as libdyad.so)";
+}
+
+// Opens one candidate and checks its entry point (plugin.h). The backend, or
+// why this file is not usable.
+Result<const Backend*> open_plugin(const std::string& path) {
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        std::string err = dlerror();
+        if (access(path.c_str(), F_OK) != 0)
+            return Status(DYAD_RC_MARGOINIT_FAIL, path + ": not found", ENOENT);
+        std::string theirs = build_id_in_file(path);
+        if (!theirs.empty() && theirs != DYAD_DTL_BUILD_ID)
+            return Status(DYAD_RC_MARGOINIT_FAIL,
+                          mismatch(path, "?, build '" + theirs + "'") + " [dlopen: " + err + "]");
+        return Status(DYAD_RC_MARGOINIT_FAIL, path + ": " + err);
+    }
+    // A rejected plugin stays loaded (RTLD_LOCAL, none of its code called):
+    // unloading would run the destructors of a build we do not trust.
+    auto entry = reinterpret_cast<dyad_dtl_plugin_entry_fn>(dlsym(h, DYAD_DTL_PLUGIN_ENTRY));
+    if (!entry) {
+        std::string theirs = build_id_in_file(path);
+        return Status(DYAD_RC_MARGOINIT_FAIL,
+                      mismatch(path, std::string("? (no entry point ") + DYAD_DTL_PLUGIN_ENTRY +
+                                         ")" + (theirs.empty() ? "" : ", build '" + theirs + "'")));
+    }
+    const dyad_dtl_plugin_t* p = entry();
+    if (!p) return Status(DYAD_RC_MARGOINIT_FAIL, path + ": the entry point returned nothing");
+    if (p->abi_version != DYAD_DTL_PLUGIN_ABI_VERSION || p->struct_size < sizeof(dyad_dtl_plugin_t))
+        return Status(DYAD_RC_MARGOINIT_FAIL,
+                      mismatch(path, std::to_string(p->abi_version) + " (struct of " +
+                                         std::to_string(p->struct_size) + " bytes)"));
+    std::string theirs = p->build_id ? p->build_id : "";
+    if (theirs != DYAD_DTL_BUILD_ID)
+        return Status(DYAD_RC_MARGOINIT_FAIL,
+                      mismatch(path, std::to_string(p->abi_version) + ", build '" + theirs + "'"));
+    void* b = p->backend ? p->backend() : nullptr;
+    if (!b) return Status(DYAD_RC_MARGOINIT_FAIL, path + ": the plugin made no backend");
+    return static_cast<const Backend*>(b);
+}
+
+// libdyad_ofi.so, next to the library holding this code (libdyad.so), or in
+// ../lib from it, loaded once on first use.
 Result<const Backend*> load_ofi() {
     static std::once_flag once;
     static const Backend* loaded = nullptr;
@@ -28,24 +98,30 @@ Result<const Backend*> load_ofi() {
             dir = dir.substr(
                 0, dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/'));
         }
-        std::string tried, err;
-        for (const std::string& path : {dir + "/libdyad_ofi.so", dir + "/../lib/libdyad_ofi.so"}) {
-            void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-            if (!h) {
-                err = dlerror();
-                tried += (tried.empty() ? "" : ", ") + path;
-                continue;
-            }
-            auto fn = reinterpret_cast<Backend* (*)()>(dlsym(h, "dyad_ofi_backend"));
-            if (fn) {
-                loaded = fn();
+        // "prefix/bin/../lib" (the loader's path) -> "prefix/lib", for messages;
+        // ../lib from lib/ is lib/ itself: tried once.
+        std::vector<std::string> dirs;
+        for (const std::string& d : {dir, dir + "/../lib"}) {
+            char* real = realpath(d.c_str(), nullptr);
+            std::string r = real ? real : d;
+            free(real);
+            if (std::find(dirs.begin(), dirs.end(), r) == dirs.end()) dirs.push_back(r);
+        }
+        std::string why;
+        bool any_found = false;
+        for (const std::string& d : dirs) {
+            auto b = open_plugin(d + "/libdyad_ofi.so");
+            if (b) {
+                loaded = b.value();
                 return;
             }
-            err = "no dyad_ofi_backend in " + path;
+            why += (why.empty() ? "" : "; ") + b.status().message();
+            any_found = any_found || b.status().err() != ENOENT;
         }
-        failed = Status(DYAD_RC_MARGOINIT_FAIL,
-                        "cannot load the libfabric transport plugin (tried " + tried + "): " + err,
-                        ENOENT);
+        // Not found: ENOENT; found but unusable: the message says why.
+        failed =
+            Status(DYAD_RC_MARGOINIT_FAIL, "cannot load the libfabric transport plugin: " + why,
+                   any_found ? 0 : ENOENT);
     });
     if (loaded) return loaded;
     return failed;
