@@ -9,7 +9,6 @@
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "common/checksum.hpp"
@@ -22,16 +21,6 @@ namespace {
 
 constexpr const char* kSub = "client";
 constexpr double kControlTimeout = 30.0;  // connect, put, status
-constexpr uint64_t kLockStripes = 256;    // lock files per consumer directory
-constexpr const char* kStampAttr = "user.dyad";
-
-// Identity of an installed copy: which produce (owner, generation, mtime) and
-// how many bytes were installed.
-std::string stamp(const Record& rec, uint64_t installed_size) {
-    return rec.owner + " " + std::to_string(rec.generation) + " " + std::to_string(rec.mtime_ns) +
-           " " + std::to_string(installed_size);
-}
-
 std::string seconds_text(std::optional<double> s) {
     if (!s) return "inf";
     char b[32];
@@ -43,111 +32,18 @@ double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Receives file bytes into the temporary file, hashing as they pass.
-class FileSink : public dtl::Sink {
-  public:
-    FileSink(int fd, std::string what) : fd_(fd), what_(std::move(what)) {}
-    Status write(const void* p, size_t n) override {
-        hash_.update(p, n);
-        bytes_ += n;
-        return write_all(fd_, p, n, what_);
-    }
-    int fd() const override { return fd_; }
-    void copied(uint64_t n) override {
-        bytes_ += n;
-        kernel_ = true;
-    }
-    bool can_place() const override { return true; }
-    Status placed(const void* p, size_t n) override {
-        hash_.update(p, n);
-        bytes_ += n;
-        return Status::ok();
-    }
-    uint64_t bytes() const { return bytes_; }
-    bool kernel_copied() const { return kernel_; }
-    std::string hex() const { return hash_.hex(); }
-
-  private:
-    int fd_;
-    std::string what_;
-    Xxh3 hash_;
-    uint64_t bytes_ = 0;
-    bool kernel_ = false;
-};
-
-// Exclusive OFD lock on a lock file: released when the fd closes, and not
-// dropped when another fd of this process to the same file closes.
-Result<UniqueFd> lock_file(const std::string& path) {
-    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664));
-    if (!fd.valid()) return Status(DYAD_RC_BADFIO, "cannot open lock file '" + path + "'", errno);
-    struct flock fl = {};
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    while (::fcntl(fd.get(), F_OFD_SETLKW, &fl) != 0) {
-        if (errno == EINTR) continue;
-        return Status(DYAD_RC_BADFIO, "cannot lock '" + path + "'", errno);
-    }
-    return fd;
-}
-
-std::string dirname_of(const std::string& p) {
-    size_t slash = p.rfind('/');
-    return slash == 0 ? "/" : p.substr(0, slash);
-}
-
 }  // namespace
-
-// ---- Record ----
-
-nlohmann::json Record::to_json() const {
-    return {{"path", upath},          {"owner", owner},
-            {"node", node},           {"producer_dir", producer_dir},
-            {"endpoints", endpoints}, {"size", size},
-            {"mtime_ns", mtime_ns},   {"mode", mode}};
-}
-
-Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
-    auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-        return Status(DYAD_RC_BADMETADATA,
-                      "metadata record is not JSON: was it written by this DYAD version?", EPROTO);
-    Record r;
-    try {
-        r.upath = j.at("path").get<std::string>();
-        r.owner = j.at("owner").get<std::string>();
-        r.node = j.value("node", r.owner);
-        r.producer_dir = j.value("producer_dir", "");
-        r.endpoints = j.at("endpoints").get<std::vector<std::string>>();
-        r.size = j.at("size").get<uint64_t>();
-        r.mtime_ns = j.value("mtime_ns", static_cast<int64_t>(0));
-        r.mode = j.value("mode", 0644u);
-    } catch (const std::exception& e) {
-        return Status(DYAD_RC_BADMETADATA, std::string("malformed metadata record: ") + e.what(),
-                      EPROTO);
-    }
-    r.generation = generation;
-    return r;
-}
-
-uint32_t Record::owner_rank() const {
-    char* end = nullptr;
-    unsigned long v = std::strtoul(node.c_str(), &end, 10);
-    if (!node.empty() && *end == '\0') return static_cast<uint32_t>(v);
-    // Non-numeric node names: a stable 31-bit number.
-    uint64_t h[2];
-    murmur3_x64_128(node.data(), node.size(), 104723u, h);
-    return static_cast<uint32_t>(h[0] & 0x7fffffff);
-}
 
 // ---- Client ----
 
-Client::Client(Config cfg)
+Client::Client(Config cfg, FileSystem& fs)
     : cfg_(std::move(cfg)),
       prod_(cfg_.prod_path),
       cons_(cfg_.cons_path),
+      cstore_(cons_.path(), fs, cfg_.fsync_write),
       pool_(std::make_shared<rpc::ConnectionPool>()) {}
 
-Result<std::unique_ptr<Client>> Client::create(Config cfg) {
+Result<std::unique_ptr<Client>> Client::create(Config cfg, FileSystem* fs) {
     const dtl::Backend* fixed = nullptr;
     auto mode = dtl::canonical_mode(cfg.dtl_mode);
     if (!mode) return mode.status();
@@ -158,7 +54,7 @@ Result<std::unique_ptr<Client>> Client::create(Config cfg) {
         fixed = b.value();
     }
     if (cfg.key_bins == 0) return Status(DYAD_RC_NOCTX, "DYAD_KEY_BINS must be at least 1", EINVAL);
-    std::unique_ptr<Client> c(new Client(std::move(cfg)));
+    std::unique_ptr<Client> c(new Client(std::move(cfg), fs ? *fs : FileSystem::real()));
     c->backend_ = fixed;
     // A consumer usually starts before its data exists: set the transport up
     // now rather than on the first fetch. A failure here is only logged; the
@@ -365,24 +261,9 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
         return Status::ok();
     }
 
-    // A copy installed by DYAD carries the producer's size and mtime (set
-    // before the atomic rename): if they match the record, it is this
-    // generation and nothing moves. No lock is needed to see a whole file.
-    std::string target = cons_.join(up.value());
-    auto present = [&] {
-        struct stat st;
-        if (::stat(target.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-        char buf[512];
-        ssize_t n = ::getxattr(target.c_str(), kStampAttr, buf, sizeof buf - 1);
-        if (n >= 0)
-            return std::string(buf, static_cast<size_t>(n)) ==
-                   stamp(rec, static_cast<uint64_t>(st.st_size));
-        // No stamp (filesystem without user xattrs, or a file DYAD did not
-        // install): fall back to size and mtime, as rsync's quick check does.
-        return static_cast<uint64_t>(st.st_size) == rec.size &&
-               static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec ==
-                   rec.mtime_ns;
-    };
+    // A copy installed by DYAD carries a stamp naming its produce (set
+    // before the atomic rename): if it is this record's, nothing moves. No
+    // lock is needed to see a whole file.
     auto done_present = [&] {
         rep->action = "present";
         rep->transport = "none";
@@ -390,23 +271,13 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
         rep->transfer_s = since(t0);
         return Status::ok();
     };
-    if (present()) return done_present();
-
+    if (cstore_.present(up.value(), rec)) return done_present();
     // One consumer per file per node moves it; the others wait on the lock,
-    // then find it present. Locks are striped over a fixed set of files so
-    // the lock directory does not grow with the number of files.
-    std::string locks = cons_.path() + "/.dyad/locks";
-    Status s = mkdir_p(locks, 02775);
-    if (!s) return s;
-    Xxh3 kh;
-    kh.update(up->data(), up->size());
-    char stripe[32];
-    std::snprintf(stripe, sizeof stripe, "/%02x.lock",
-                  static_cast<unsigned>(kh.digest() % kLockStripes));
-    auto lk = lock_file(locks + stripe);
+    // then find it present.
+    auto lk = cstore_.lock(up.value());
     if (!lk) return lk.status();
-    if (present()) return done_present();
-    s = fetch(up.value(), rec, svc.value(), rep);
+    if (cstore_.present(up.value(), rec)) return done_present();
+    Status s = fetch(up.value(), rec, svc.value(), rep);
     if (!s) return s;
     rep->transfer_s = since(t0);
     return Status::ok();
@@ -478,11 +349,7 @@ std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceIn
 
 Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                      ConsumeReport* rep) {
-    std::string target = cons_.join(upath);
-    std::string dir = dirname_of(target);
-    Status s = mkdir_p(dir, 02775);
-    if (!s) return s.wrap("consumer directory for '" + upath + "'");
-
+    Status s;
     // Pick the owner's endpoint: its Unix socket when on this node.
     std::string ep;
     for (const auto& e : rec.endpoints)
@@ -513,25 +380,10 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
 
 Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
                          const std::string& ep, ConsumeReport* rep, bool* retry) {
-    std::string target = cons_.join(upath);
-    std::string dir = dirname_of(target);
     rep->transport = b.name;
-
-    std::string base = target.substr(dir.size() + 1);
-    std::string tmpl = dir + "/." + base + ".dyad-XXXXXX";
-    std::vector<char> tmp(tmpl.begin(), tmpl.end());
-    tmp.push_back('\0');
-    UniqueFd fd(::mkostemp(tmp.data(), O_CLOEXEC));
-    if (!fd.valid())
-        return Status(DYAD_RC_BADFIO, "cannot create a temporary file in " + dir, errno);
-    std::string tmp_path(tmp.data());
-    struct Unlinker {
-        std::string p;
-        bool keep = false;
-        ~Unlinker() {
-            if (!keep) ::unlink(p.c_str());
-        }
-    } cleanup{tmp_path};
+    auto staging = cstore_.stage(upath);
+    if (!staging) return staging.status();
+    FileSink& sink = staging.value()->sink();
 
     auto recv = b.make_receiver();
     if (!recv) {
@@ -555,7 +407,6 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
     RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
     Status opened = ch.open(args, Deadline::after(kControlTimeout));
     if (!opened) return opened.wrap("fetch of '" + upath + "' from " + ep);
-    FileSink sink(fd.get(), "'" + tmp_path + "'");
     auto trailer = recv.value()->receive(ch, sink);
     if (!trailer) {
         Status e = trailer.status();
@@ -571,34 +422,8 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
             e.err());
     }
     if (ch.ended()) pool_->put(std::move(conn.value()));
-    Status s =
-        verify_trailer(trailer.value(), {sink.bytes(), sink.hex(), sink.kernel_copied()}, upath);
+    Status s = staging.value()->commit(trailer.value(), rec);
     if (!s) return s;
-    uint64_t want = sink.bytes();
-    if (want != rec.size)
-        DYAD_WARN(kSub,
-                  "'%s' is %llu bytes on its producer but was published with %llu: it changed "
-                  "after dyad_produce",
-                  upath.c_str(), static_cast<unsigned long long>(want),
-                  static_cast<unsigned long long>(rec.size));
-    if (cfg_.fsync_write && ::fsync(fd.get()) != 0)
-        return Status(DYAD_RC_BADFIO, "fsync of '" + tmp_path + "' failed", errno);
-    ::fchmod(fd.get(), rec.mode & 0777);
-    if (rec.mtime_ns > 0) {
-        struct timespec ts[2];
-        ts[0].tv_sec = ts[1].tv_sec = rec.mtime_ns / 1000000000LL;
-        ts[0].tv_nsec = ts[1].tv_nsec = rec.mtime_ns % 1000000000LL;
-        ::futimens(fd.get(), ts);
-    }
-    // The stamp says which produce this copy is; set before the rename so the
-    // file and its stamp appear together.
-    std::string st_value = stamp(rec, sink.bytes());
-    if (::fsetxattr(fd.get(), kStampAttr, st_value.data(), st_value.size(), 0) != 0 &&
-        errno != ENOTSUP && errno != EOPNOTSUPP)
-        DYAD_DEBUG(kSub, "cannot stamp '%s': %s", tmp_path.c_str(), std::strerror(errno));
-    if (::rename(tmp_path.c_str(), target.c_str()) != 0)
-        return Status(DYAD_RC_BADFIO, "cannot move '" + upath + "' into place at " + target, errno);
-    cleanup.keep = true;
     rep->action = "fetched";
     rep->bytes = sink.bytes();
     return Status::ok();

@@ -17,6 +17,8 @@
 #include "dtl/dtl.hpp"
 #include "kvs/store.hpp"
 #include "rpc/client.hpp"
+#include "record.hpp"
+#include "consumer_store.hpp"
 
 namespace dyad::client {
 
@@ -25,22 +27,6 @@ struct ServiceInfo {
     std::string id, node, ns, producer_dir, kvs;
     std::vector<std::string> endpoints;
     nlohmann::json raw;
-};
-
-// The metadata record of a produced file.
-struct Record {
-    std::string upath;
-    std::string owner;  // service id
-    std::string node;
-    std::string producer_dir;
-    std::vector<std::string> endpoints;
-    uint64_t size = 0;
-    int64_t mtime_ns = 0;
-    uint32_t mode = 0644;
-    uint64_t generation = 0;  // the store's version of the key
-    nlohmann::json to_json() const;
-    static Result<Record> from_json(const std::string& text, uint64_t generation);
-    uint32_t owner_rank() const;
 };
 
 // What a consume did (for the CLI, the demo and tests).
@@ -57,7 +43,9 @@ struct ConsumeReport {
 
 class Client {
   public:
-    static Result<std::unique_ptr<Client>> create(Config cfg);
+    // `fs`: the file-system seam for the consumer store (tests inject
+    // faults through it); null is the real one.
+    static Result<std::unique_ptr<Client>> create(Config cfg, FileSystem* fs = nullptr);
 
     const Config& config() const { return cfg_; }
     const ManagedDir& producer_dir() const { return prod_; }
@@ -84,7 +72,7 @@ class Client {
     void reset_after_fork();
 
   private:
-    explicit Client(Config cfg);
+    Client(Config cfg, FileSystem& fs);
     Result<kvs::Store*> store();
     std::string ns(const ServiceInfo& svc) const;
     Status fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
@@ -103,6 +91,7 @@ class Client {
     Config cfg_;
     ManagedDir prod_;
     ManagedDir cons_;
+    ConsumerStore cstore_;
     const dtl::Backend* backend_ = nullptr;         // fixed mode; null for AUTO
     std::map<std::string, nlohmann::json> owners_;  // under mu_
     std::map<std::string, std::string> unusable_;   // transport -> why (under mu_)

@@ -181,18 +181,4 @@ Status mkdir_p(const std::string& dir, mode_t mode) {
     return Status::ok();
 }
 
-Status write_all(int fd, const void* p, size_t n, const std::string& what) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-        ssize_t w = ::write(fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return Status(DYAD_RC_BADFIO, "cannot write " + what, errno);
-        }
-        c += w;
-        n -= static_cast<size_t>(w);
-    }
-    return Status::ok();
-}
-
 }  // namespace dyad

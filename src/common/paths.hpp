@@ -49,7 +49,4 @@ Result<UniqueFd> open_beneath(int dirfd, const std::string& upath, int flags, mo
 // mkdir -p; mode applies to the directories it creates.
 Status mkdir_p(const std::string& dir, mode_t mode = 0775);
 
-// write(2) until done, retrying on EINTR and short writes.
-Status write_all(int fd, const void* p, size_t n, const std::string& what);
-
 }  // namespace dyad

@@ -134,19 +134,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
     }
 
     Status read_chunk(char* p, size_t n, uint64_t off) {
-        size_t got = 0;
-        while (got < n) {
-            ssize_t r = ::pread(job_->fd.get(), p + got, n - got, static_cast<off_t>(off + got));
-            if (r < 0) {
-                if (errno == EINTR) continue;
-                return Status(DYAD_RC_BADFIO, "read of '" + job_->upath + "' failed", errno);
-            }
-            if (r == 0)
-                return Status(DYAD_RC_BADFIO, "'" + job_->upath + "' shrank while being served",
-                              EIO);
-            got += static_cast<size_t>(r);
-        }
-        return Status::ok();
+        return job_->fs->pread_all(job_->fd.get(), p, n, off, "'" + job_->upath + "'");
     }
 
     // File-send mode: the chunk's bytes, read through a 256 KiB scratch

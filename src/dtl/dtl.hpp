@@ -21,6 +21,7 @@
 #include "channel.hpp"
 #include "common/deadline.hpp"
 #include "common/fd.hpp"
+#include "common/fs.hpp"
 #include "common/status.hpp"
 #include "selector.hpp"
 
@@ -74,9 +75,10 @@ class Receiver {
 
 // One file to move, prepared by the service's fetch handler.
 struct FetchJob {
-    std::shared_ptr<SendChannel> ch;  // the conversation with the consumer
-    UniqueFd fd;                      // open, shared-locked, regular file
-    uint64_t size = 0;                // bytes to send
+    std::shared_ptr<SendChannel> ch;       // the conversation with the consumer
+    UniqueFd fd;                           // open, shared-locked, regular file
+    FileSystem* fs = &FileSystem::real();  // reads of fd go through this seam
+    uint64_t size = 0;                     // bytes to send
     std::string upath;
     std::string local_host;         // the service address the consumer reached (empty: unix socket)
     nlohmann::json transport_args;  // what the consumer's describe() sent

@@ -1,0 +1,156 @@
+#include "consumer_store.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "common/log.hpp"
+#include "common/paths.hpp"
+#include "fetch_channel.hpp"
+
+namespace dyad::client {
+namespace {
+
+constexpr const char* kSub = "client";
+constexpr uint64_t kLockStripes = 256;  // lock files per consumer directory
+constexpr const char* kStampAttr = "user.dyad";
+
+std::string dirname_of(const std::string& p) {
+    size_t slash = p.rfind('/');
+    return slash == 0 ? "/" : p.substr(0, slash);
+}
+
+// Exclusive OFD lock on a lock file: released when the fd closes, and not
+// dropped when another fd of this process to the same file closes.
+Result<UniqueFd> lock_file(const std::string& path) {
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0664));
+    if (!fd.valid()) return Status(DYAD_RC_BADFIO, "cannot open lock file '" + path + "'", errno);
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    while (::fcntl(fd.get(), F_OFD_SETLKW, &fl) != 0) {
+        if (errno == EINTR) continue;
+        return Status(DYAD_RC_BADFIO, "cannot lock '" + path + "'", errno);
+    }
+    return fd;
+}
+
+}  // namespace
+
+std::string install_stamp(const Record& rec, uint64_t installed_size) {
+    return rec.owner + " " + std::to_string(rec.generation) + " " + std::to_string(rec.mtime_ns) +
+           " " + std::to_string(installed_size);
+}
+
+// ---- FileSink ----
+
+Status FileSink::write(const void* p, size_t n) {
+    hash_.update(p, n);
+    bytes_ += n;
+    return fs_.write_all(fd_, p, n, what_);
+}
+
+void FileSink::copied(uint64_t n) {
+    bytes_ += n;
+    kernel_ = true;
+}
+
+Status FileSink::placed(const void* p, size_t n) {
+    hash_.update(p, n);
+    bytes_ += n;
+    return Status::ok();
+}
+
+// ---- ConsumerStore ----
+
+bool ConsumerStore::present(const std::string& upath, const Record& rec) const {
+    std::string t = target(upath);
+    struct stat st;
+    if (::stat(t.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    char buf[512];
+    ssize_t n = ::getxattr(t.c_str(), kStampAttr, buf, sizeof buf - 1);
+    if (n >= 0)
+        return std::string(buf, static_cast<size_t>(n)) ==
+               install_stamp(rec, static_cast<uint64_t>(st.st_size));
+    // No stamp (file system without user xattrs, or a file DYAD did not
+    // install): size and mtime, as rsync's quick check.
+    return static_cast<uint64_t>(st.st_size) == rec.size &&
+           static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec ==
+               rec.mtime_ns;
+}
+
+Result<UniqueFd> ConsumerStore::lock(const std::string& upath) {
+    // Striped over a fixed set of files so the lock directory does not grow
+    // with the number of files.
+    std::string locks = dir_ + "/.dyad/locks";
+    Status s = mkdir_p(locks, 02775);
+    if (!s) return s;
+    Xxh3 kh;
+    kh.update(upath.data(), upath.size());
+    char stripe[32];
+    std::snprintf(stripe, sizeof stripe, "/%02x.lock",
+                  static_cast<unsigned>(kh.digest() % kLockStripes));
+    return lock_file(locks + stripe);
+}
+
+Result<std::unique_ptr<ConsumerStore::Staging>> ConsumerStore::stage(const std::string& upath) {
+    std::string t = target(upath);
+    std::string dir = dirname_of(t);
+    Status s = mkdir_p(dir, 02775);
+    if (!s) return s.wrap("consumer directory for '" + upath + "'");
+    std::string tmpl = dir + "/." + t.substr(dir.size() + 1) + ".dyad-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    std::unique_ptr<Staging> st(new Staging(*this, upath));
+    st->fd_ = UniqueFd(fs_.mkostemp(buf.data(), O_CLOEXEC));
+    if (!st->fd_.valid())
+        return Status(DYAD_RC_BADFIO, "cannot create a temporary file in " + dir, errno);
+    st->tmp_ = buf.data();
+    st->sink_ = std::make_unique<FileSink>(fs_, st->fd_.get(), "'" + st->tmp_ + "'");
+    return st;
+}
+
+ConsumerStore::Staging::~Staging() {
+    if (!committed_ && !tmp_.empty()) store_.fs_.unlink(tmp_.c_str());
+}
+
+Status ConsumerStore::Staging::commit(const nlohmann::json& trailer, const Record& rec) {
+    FileSink& sink = *sink_;
+    Status s = verify_trailer(trailer, {sink.bytes(), sink.hex(), sink.kernel_copied()}, upath_);
+    if (!s) return s;
+    if (sink.bytes() != rec.size)
+        DYAD_WARN(kSub,
+                  "'%s' is %llu bytes on its producer but was published with %llu: it changed "
+                  "after dyad_produce",
+                  upath_.c_str(), static_cast<unsigned long long>(sink.bytes()),
+                  static_cast<unsigned long long>(rec.size));
+    int fd = fd_.get();
+    if (store_.fsync_ && store_.fs_.fsync(fd) != 0)
+        return Status(DYAD_RC_BADFIO, "fsync of '" + tmp_ + "' failed", errno);
+    ::fchmod(fd, rec.mode & 0777);
+    if (rec.mtime_ns > 0) {
+        struct timespec ts[2];
+        ts[0].tv_sec = ts[1].tv_sec = rec.mtime_ns / 1000000000LL;
+        ts[0].tv_nsec = ts[1].tv_nsec = rec.mtime_ns % 1000000000LL;
+        ::futimens(fd, ts);
+    }
+    // The stamp says which produce this copy is; set before the rename so
+    // the file and its stamp appear together.
+    std::string stamp = install_stamp(rec, sink.bytes());
+    if (::fsetxattr(fd, kStampAttr, stamp.data(), stamp.size(), 0) != 0 && errno != ENOTSUP &&
+        errno != EOPNOTSUPP)
+        DYAD_DEBUG(kSub, "cannot stamp '%s': %s", tmp_.c_str(), std::strerror(errno));
+    std::string t = store_.target(upath_);
+    if (store_.fs_.rename(tmp_.c_str(), t.c_str()) != 0)
+        return Status(DYAD_RC_BADFIO, "cannot move '" + upath_ + "' into place at " + t, errno);
+    committed_ = true;
+    return Status::ok();
+}
+
+}  // namespace dyad::client

@@ -1,0 +1,93 @@
+// The consumer store: how fetched files land in the consumer directory.
+// Bytes go into a temporary file beside the target, are checked against the
+// END trailer (size and end-to-end checksum), get the producer's mode and
+// mtime and a stamp naming the produce they are, then are renamed into
+// place: a partial or corrupt file is never visible, and a failed transfer
+// leaves nothing behind. One consumer per file per node moves it (striped
+// OFD locks under .dyad/locks); the others find it present. All file
+// system calls on the way go through the FileSystem seam.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/checksum.hpp"
+#include "common/fd.hpp"
+#include "common/fs.hpp"
+#include "common/status.hpp"
+#include "dtl/dtl.hpp"
+#include "record.hpp"
+
+namespace dyad::client {
+
+// Receives file bytes into the temporary file, hashing as they pass.
+class FileSink : public dtl::Sink {
+  public:
+    FileSink(FileSystem& fs, int fd, std::string what) : fs_(fs), fd_(fd), what_(std::move(what)) {}
+    Status write(const void* p, size_t n) override;
+    int fd() const override { return fd_; }
+    void copied(uint64_t n) override;
+    bool can_place() const override { return true; }
+    Status placed(const void* p, size_t n) override;
+    uint64_t bytes() const { return bytes_; }
+    bool kernel_copied() const { return kernel_; }
+    std::string hex() const { return hash_.hex(); }
+
+  private:
+    FileSystem& fs_;
+    int fd_;
+    std::string what_;
+    Xxh3 hash_;
+    uint64_t bytes_ = 0;
+    bool kernel_ = false;
+};
+
+class ConsumerStore {
+  public:
+    // `dir`: the consumer directory (canonical).
+    ConsumerStore(std::string dir, FileSystem& fs, bool fsync_write)
+        : dir_(std::move(dir)), fs_(fs), fsync_(fsync_write) {}
+
+    std::string target(const std::string& upath) const { return dir_ + "/" + upath; }
+    // Is the copy at upath's target this record's produce? (Its stamp, or
+    // without one, size and mtime as rsync's quick check.)
+    bool present(const std::string& upath, const Record& rec) const;
+    // The per-file lock (exclusive; released when the fd closes).
+    [[nodiscard]] Result<UniqueFd> lock(const std::string& upath);
+
+    // One incoming file: a temporary file, removed unless committed.
+    class Staging {
+      public:
+        ~Staging();
+        FileSink& sink() { return *sink_; }
+        const std::string& temp_path() const { return tmp_; }
+        // Checks the trailer, then gives the file the record's mode, mtime
+        // and stamp and renames it into place.
+        [[nodiscard]] Status commit(const nlohmann::json& trailer, const Record& rec);
+
+      private:
+        friend class ConsumerStore;
+        Staging(ConsumerStore& s, std::string upath) : store_(s), upath_(std::move(upath)) {}
+        ConsumerStore& store_;
+        std::string upath_;
+        std::string tmp_;
+        UniqueFd fd_;
+        std::unique_ptr<FileSink> sink_;
+        bool committed_ = false;
+    };
+    // Creates the target's directories and the temporary file.
+    [[nodiscard]] Result<std::unique_ptr<Staging>> stage(const std::string& upath);
+
+  private:
+    std::string dir_;
+    FileSystem& fs_;
+    bool fsync_;
+};
+
+// Identity of an installed copy: which produce (owner, generation, mtime)
+// and how many bytes were installed (the user.dyad extended attribute).
+std::string install_stamp(const Record& rec, uint64_t installed_size);
+
+}  // namespace dyad::client

@@ -1,0 +1,65 @@
+#include "fs.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+
+namespace dyad {
+
+FileSystem& FileSystem::real() {
+    static FileSystem fs;
+    return fs;
+}
+
+int FileSystem::mkostemp(char* tmpl, int flags) {
+    return ::mkostemp(tmpl, flags);
+}
+ssize_t FileSystem::write(int fd, const void* p, size_t n) {
+    return ::write(fd, p, n);
+}
+ssize_t FileSystem::pread(int fd, void* p, size_t n, off_t off) {
+    return ::pread(fd, p, n, off);
+}
+int FileSystem::fsync(int fd) {
+    return ::fsync(fd);
+}
+int FileSystem::rename(const char* from, const char* to) {
+    return ::rename(from, to);
+}
+int FileSystem::unlink(const char* path) {
+    return ::unlink(path);
+}
+
+Status FileSystem::write_all(int fd, const void* p, size_t n, const std::string& what) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return Status(DYAD_RC_BADFIO, "cannot write " + what, errno);
+        }
+        if (w == 0) return Status(DYAD_RC_BADFIO, "cannot write " + what + ": no progress", EIO);
+        c += w;
+        n -= static_cast<size_t>(w);
+    }
+    return Status::ok();
+}
+
+Status FileSystem::pread_all(int fd, void* p, size_t n, uint64_t off, const std::string& what) {
+    char* c = static_cast<char*>(p);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, c + got, n - got, static_cast<off_t>(off + got));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return Status(DYAD_RC_BADFIO, "read of " + what + " failed", errno);
+        }
+        if (r == 0) return Status(DYAD_RC_BADFIO, what + " shrank while being served", EIO);
+        got += static_cast<size_t>(r);
+    }
+    return Status::ok();
+}
+
+}  // namespace dyad

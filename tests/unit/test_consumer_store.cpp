@@ -1,0 +1,272 @@
+// The consumer store on a real directory, with faults injected through the
+// file-system seam: whole files appear atomically, nothing partial or
+// corrupt is ever visible, and failures leave no temporary file behind.
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "client/consumer_store.hpp"
+#include "common/checksum.hpp"
+
+using namespace dyad;
+using client::ConsumerStore;
+using client::Record;
+
+namespace {
+
+// Real calls, with faults on demand.
+class FaultyFs : public FileSystem {
+  public:
+    size_t fail_write_after = SIZE_MAX;  // bytes accepted before ENOSPC
+    size_t short_writes = 0;             // cap each write at this many bytes (0: no cap)
+    int fail_fsync = 0;                  // errno for fsync
+    int fail_rename = 0;                 // errno for rename
+    int fail_mkostemp = 0;
+    size_t written = 0;
+
+    int mkostemp(char* tmpl, int flags) override {
+        if (fail_mkostemp) {
+            errno = fail_mkostemp;
+            return -1;
+        }
+        return FileSystem::mkostemp(tmpl, flags);
+    }
+    ssize_t write(int fd, const void* p, size_t n) override {
+        if (written >= fail_write_after) {
+            errno = ENOSPC;
+            return -1;
+        }
+        n = std::min(n, fail_write_after - written);
+        if (short_writes) n = std::min(n, short_writes);
+        ssize_t w = FileSystem::write(fd, p, n);
+        if (w > 0) written += static_cast<size_t>(w);
+        return w;
+    }
+    int fsync(int fd) override {
+        if (fail_fsync) {
+            errno = fail_fsync;
+            return -1;
+        }
+        return FileSystem::fsync(fd);
+    }
+    int rename(const char* from, const char* to) override {
+        if (fail_rename) {
+            errno = fail_rename;
+            return -1;
+        }
+        return FileSystem::rename(from, to);
+    }
+};
+
+struct Dir {
+    std::string path;
+    Dir() {
+        char t[] = "/tmp/dyad-store-XXXXXX";
+        path = mkdtemp(t);
+    }
+    ~Dir() { std::system(("rm -rf '" + path + "'").c_str()); }
+    // Every entry under the directory except .dyad (the lock stripes).
+    std::vector<std::string> entries(const std::string& sub = "") const {
+        std::vector<std::string> out;
+        DIR* d = opendir((path + "/" + sub).c_str());
+        if (!d) return out;
+        while (auto* e = readdir(d)) {
+            std::string n = e->d_name;
+            if (n == "." || n == ".." || (sub.empty() && n == ".dyad")) continue;
+            out.push_back(n);
+        }
+        closedir(d);
+        return out;
+    }
+};
+
+std::string slurp(const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+Record record_of(const std::string& upath, const std::string& content, uint64_t gen = 1) {
+    Record r;
+    r.upath = upath;
+    r.owner = "svc";
+    r.node = "n";
+    r.size = content.size();
+    r.mtime_ns = 1700000000123456789LL;
+    r.mode = 0640;
+    r.generation = gen;
+    return r;
+}
+
+nlohmann::json trailer_of(const std::string& content) {
+    Xxh3 h;
+    h.update(content.data(), content.size());
+    return {{"size", content.size()}, {"xxh3", h.hex()}};
+}
+
+// Stages, writes `content` in chunks of `chunk` bytes, commits.
+Status install(ConsumerStore& store, const std::string& upath, const std::string& content,
+               const nlohmann::json& trailer, const Record& rec, size_t chunk = 1000) {
+    auto st = store.stage(upath);
+    if (!st) return st.status();
+    for (size_t off = 0; off < content.size(); off += chunk) {
+        Status w =
+            st.value()->sink().write(content.data() + off, std::min(chunk, content.size() - off));
+        if (!w) return w;
+    }
+    return st.value()->commit(trailer, rec);
+}
+
+}  // namespace
+
+TEST(ConsumerStore, InstallsAWholeFileWithTheProducersModeAndMtime) {
+    Dir d;
+    ConsumerStore store(d.path, FileSystem::real(), true);
+    std::string content(10000, 'x');
+    Record rec = record_of("a/b/c.bin", content);
+    ASSERT_FALSE(store.present("a/b/c.bin", rec));
+    ASSERT_TRUE(install(store, "a/b/c.bin", content, trailer_of(content), rec).is_ok());
+    EXPECT_EQ(slurp(d.path + "/a/b/c.bin"), content);
+    struct stat sb;
+    ASSERT_EQ(stat((d.path + "/a/b/c.bin").c_str(), &sb), 0);
+    EXPECT_EQ(sb.st_mode & 0777, 0640u);
+    EXPECT_EQ(sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec, rec.mtime_ns);
+    EXPECT_TRUE(store.present("a/b/c.bin", rec));
+    // Another generation of the same path is not this copy.
+    EXPECT_FALSE(store.present("a/b/c.bin", record_of("a/b/c.bin", content, 2)));
+    EXPECT_EQ(d.entries("a/b"), std::vector<std::string>{"c.bin"});  // no temporary left
+}
+
+TEST(ConsumerStore, EmptyFilesAreFiles) {
+    Dir d;
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    Record rec = record_of("empty", "");
+    ASSERT_TRUE(install(store, "empty", "", trailer_of(""), rec).is_ok());
+    EXPECT_TRUE(store.present("empty", rec));
+}
+
+TEST(ConsumerStore, ACorruptTransferLeavesNothing) {
+    Dir d;
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    std::string content(5000, 'y');
+    Record rec = record_of("f", content);
+    auto wrong = trailer_of(content);
+    wrong["xxh3"] = "0000000000000000";
+    Status s = install(store, "f", content, wrong, rec);
+    EXPECT_EQ(s.rc(), DYAD_RC_BADCHECKSUM);
+    EXPECT_NE(s.message().find("'f' arrived corrupted"), std::string::npos);
+    auto shorter = trailer_of(content + "z");
+    EXPECT_EQ(install(store, "f", content, shorter, rec).rc(), DYAD_RC_BADCHECKSUM);
+    EXPECT_TRUE(d.entries().empty());
+}
+
+TEST(ConsumerStore, AStagingDroppedUncommittedIsRemoved) {
+    Dir d;
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    {
+        auto st = store.stage("g");
+        ASSERT_TRUE(st.is_ok());
+        ASSERT_TRUE(st.value()->sink().write("abc", 3).is_ok());
+        EXPECT_EQ(d.entries().size(), 1u);  // the hidden temporary
+        EXPECT_EQ(d.entries()[0].rfind(".g.dyad-", 0), 0u);
+    }
+    EXPECT_TRUE(d.entries().empty());
+}
+
+TEST(ConsumerStore, ShortWritesStillGiveTheWholeFile) {
+    Dir d;
+    FaultyFs fs;
+    fs.short_writes = 7;
+    ConsumerStore store(d.path, fs, false);
+    std::string content;
+    for (int i = 0; i < 3000; ++i) content += static_cast<char>('a' + i % 26);
+    Record rec = record_of("s", content);
+    ASSERT_TRUE(install(store, "s", content, trailer_of(content), rec).is_ok());
+    EXPECT_EQ(slurp(d.path + "/s"), content);
+}
+
+TEST(ConsumerStore, DiskFullIsAClearErrorAndLeavesNothing) {
+    Dir d;
+    FaultyFs fs;
+    fs.fail_write_after = 2500;
+    ConsumerStore store(d.path, fs, false);
+    std::string content(10000, 'q');
+    Status s = install(store, "full", content, trailer_of(content), record_of("full", content));
+    EXPECT_EQ(s.rc(), DYAD_RC_BADFIO);
+    EXPECT_EQ(s.err(), ENOSPC);
+    EXPECT_NE(s.message().find(".full.dyad-"), std::string::npos);  // names the file
+    EXPECT_TRUE(d.entries().empty());
+}
+
+TEST(ConsumerStore, FsyncAndRenameFailuresLeaveNothing) {
+    for (int which : {0, 1}) {
+        Dir d;
+        FaultyFs fs;
+        (which == 0 ? fs.fail_fsync : fs.fail_rename) = EIO;
+        ConsumerStore store(d.path, fs, true);
+        std::string content(100, 'r');
+        Status s = install(store, "h", content, trailer_of(content), record_of("h", content));
+        EXPECT_EQ(s.rc(), DYAD_RC_BADFIO) << which;
+        EXPECT_EQ(s.err(), EIO);
+        EXPECT_NE(s.message().find(which == 0 ? "fsync" : "cannot move 'h' into place"),
+                  std::string::npos)
+            << s.message();
+        EXPECT_TRUE(d.entries().empty()) << which;
+    }
+}
+
+TEST(ConsumerStore, NoRoomForATemporaryFileNamesTheDirectory) {
+    Dir d;
+    FaultyFs fs;
+    fs.fail_mkostemp = EACCES;
+    ConsumerStore store(d.path, fs, false);
+    auto st = store.stage("sub/x");
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.status().err(), EACCES);
+    EXPECT_NE(st.status().message().find(d.path + "/sub"), std::string::npos);
+}
+
+TEST(ConsumerStore, TwoConsumersOfOneFileMoveItOnce) {
+    Dir d;
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    std::string content(4096, 'w');
+    Record rec = record_of("shared", content);
+    std::atomic<int> moved{0}, present{0};
+    std::atomic<bool> first_holds{false};
+    auto consumer = [&] {
+        ConsumerStore mine(d.path, FileSystem::real(), false);  // its own open file descriptions
+        if (mine.present("shared", rec)) {
+            ++present;
+            return;
+        }
+        auto lk = mine.lock("shared");
+        ASSERT_TRUE(lk.is_ok());
+        if (mine.present("shared", rec)) {
+            ++present;
+            return;
+        }
+        first_holds = true;
+        // Hold the lock while the other consumer arrives.
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        ASSERT_TRUE(install(mine, "shared", content, trailer_of(content), rec).is_ok());
+        ++moved;
+    };
+    std::thread a(consumer);
+    while (!first_holds) std::this_thread::yield();
+    std::thread b(consumer);  // arrives while a holds the lock
+    a.join();
+    b.join();
+    EXPECT_EQ(moved.load(), 1);
+    EXPECT_EQ(present.load(), 1);
+    EXPECT_TRUE(store.present("shared", rec));
+}
