@@ -12,7 +12,7 @@
 
 namespace dyad {
 
-class Status {
+class [[nodiscard]] Status {
   public:
     Status() = default;
     Status(dyad_rc_t rc, std::string msg, int err = 0)
@@ -44,7 +44,7 @@ class Status {
 
 // A value or a Status (a small std::expected).
 template <typename T>
-class Result {
+class [[nodiscard]] Result {
   public:
     Result(T v) : v_(std::move(v)) {}
     Result(Status s) : v_(std::move(s)) {}

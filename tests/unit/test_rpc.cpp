@@ -2,6 +2,7 @@
 // the server loop runs on a thread, the blocking client on the test thread.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <thread>
 
 #include "kvs/store.hpp"
@@ -107,9 +108,15 @@ TEST(Kvs, PutGetVersionsAndWaitForCreate) {
     EXPECT_EQ(s.get("other", "k", Deadline::after(5)).status().rc(), DYAD_RC_NOTFOUND);
 
     std::thread producer([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        // Publish once the consumer below is waiting (the store counts it).
+        for (Deadline d = Deadline::after(10); !d.expired();) {
+            std::promise<size_t> n;
+            asio::post(l.io, [&] { n.set_value(l.store_->watcher_count()); });
+            if (n.get_future().get() > 0) break;
+            std::this_thread::yield();
+        }
         kvs::RpcStore p(l.uri, std::make_shared<rpc::ConnectionPool>());
-        p.put("ns", "later", "x", Deadline::after(5));
+        EXPECT_TRUE(p.put("ns", "later", "x", Deadline::after(5)).is_ok());
     });
     auto w = s.wait("ns", "later", Deadline::after(10));
     producer.join();
@@ -136,7 +143,7 @@ TEST(Kvs, DisconnectedWaiterIsRemoved) {
     }
     // After both disconnect, the store must hold no waiter.
     auto c3 = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
-    c3->call("kvs.list", {{"ns", "n"}}, Deadline::after(5));
+    EXPECT_TRUE(c3->call("kvs.list", {{"ns", "n"}}, Deadline::after(5)).is_ok());
     size_t waiters = 1;
     std::promise<size_t> p;
     asio::post(l.io, [&] { p.set_value(l.store_->watcher_count()); });
