@@ -14,6 +14,7 @@
 #include "dtl/chunked.hpp"
 #include "rpc/client.hpp"
 #include "rpc/server.hpp"
+#include "server_loop.hpp"
 
 using namespace dyad;
 using Kind = dtl::FetchChannel::Kind;
@@ -52,30 +53,16 @@ void play(std::shared_ptr<rpc::Request> r, size_t from) {
     }
 }
 
-class Service {
+// A service whose dyad.fetch plays the request's script.
+class Service : public test_support::ServerLoop {
   public:
-    Service() : server(io, {{"service_id", "test"}}) {
-        server.handle("dyad.fetch", [](std::shared_ptr<rpc::Request> r) { play(r, 0); });
-        uri = server.listen_tcp("127.0.0.1", 0).value();
-        guard.emplace(asio::make_work_guard(io));
-        th = std::thread([this] { io.run(); });
-    }
-    ~Service() {
-        asio::post(io, [this] {
-            server.stop();
-            guard.reset();
-            io.stop();
-        });
-        th.join();
-    }
+    Service()
+        : test_support::ServerLoop([](rpc::Server& server) {
+              server.handle("dyad.fetch", [](std::shared_ptr<rpc::Request> r) { play(r, 0); });
+          }) {}
     std::unique_ptr<rpc::Connection> connect() {
         return rpc::Connection::connect(uri, Deadline::after(5)).value();
     }
-    asio::io_context io;
-    rpc::Server server;
-    std::string uri;
-    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
-    std::thread th;
 };
 
 nlohmann::json script(std::initializer_list<nlohmann::json> steps) {

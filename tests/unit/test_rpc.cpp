@@ -8,41 +8,30 @@
 #include "kvs/store.hpp"
 #include "rpc/client.hpp"
 #include "rpc/server.hpp"
+#include "server_loop.hpp"
 
 using namespace dyad;
 
 namespace {
-class Loop {
+// The embedded store (a base, so it exists before the server's handlers
+// are registered) and two test topics on a real server.
+struct StoreHolder {
+    std::unique_ptr<kvs::MemoryStore> store_ = std::make_unique<kvs::MemoryStore>();
+};
+class Loop : public StoreHolder, public test_support::ServerLoop {
   public:
-    Loop() : server(io, {{"service_id", "test"}}) {
-        store_ = std::make_unique<kvs::MemoryStore>();
-        kvs::serve(server, *store_);
-        server.handle("test.stream", [](std::shared_ptr<rpc::Request> r) {
-            int n = r->args().value("n", 0);
-            auto data = std::make_shared<std::string>("chunk");
-            for (int i = 0; i < n; ++i)
-                r->respond({{"i", i}}, asio::buffer(*data), [data](bool) {});
-            r->end({{"count", n}});
-        });
-        server.handle("test.hang", [](std::shared_ptr<rpc::Request>) {});
-        uri = server.listen_tcp("127.0.0.1", 0).value();
-        guard.emplace(asio::make_work_guard(io));
-        th = std::thread([this] { io.run(); });
-    }
-    ~Loop() {
-        asio::post(io, [this] {
-            server.stop();
-            guard.reset();
-            io.stop();
-        });
-        th.join();
-    }
-    asio::io_context io;
-    rpc::Server server;
-    std::unique_ptr<kvs::MemoryStore> store_;
-    std::string uri;
-    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
-    std::thread th;
+    Loop()
+        : test_support::ServerLoop([this](rpc::Server& server) {
+              kvs::serve(server, *store_);
+              server.handle("test.stream", [](std::shared_ptr<rpc::Request> r) {
+                  int n = r->args().value("n", 0);
+                  auto data = std::make_shared<std::string>("chunk");
+                  for (int i = 0; i < n; ++i)
+                      r->respond({{"i", i}}, asio::buffer(*data), [data](bool) {});
+                  r->end({{"count", n}});
+              });
+              server.handle("test.hang", [](std::shared_ptr<rpc::Request>) {});
+          }) {}
 };
 }  // namespace
 
@@ -110,9 +99,7 @@ TEST(Kvs, PutGetVersionsAndWaitForCreate) {
     std::thread producer([&] {
         // Publish once the consumer below is waiting (the store counts it).
         for (Deadline d = Deadline::after(10); !d.expired();) {
-            std::promise<size_t> n;
-            asio::post(l.io, [&] { n.set_value(l.store_->watcher_count()); });
-            if (n.get_future().get() > 0) break;
+            if (l.on_loop([&] { return l.store_->watcher_count(); }) > 0) break;
             std::this_thread::yield();
         }
         kvs::RpcStore p(l.uri, std::make_shared<rpc::ConnectionPool>());
@@ -144,9 +131,5 @@ TEST(Kvs, DisconnectedWaiterIsRemoved) {
     // After both disconnect, the store must hold no waiter.
     auto c3 = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
     EXPECT_TRUE(c3->call("kvs.list", {{"ns", "n"}}, Deadline::after(5)).is_ok());
-    size_t waiters = 1;
-    std::promise<size_t> p;
-    asio::post(l.io, [&] { p.set_value(l.store_->watcher_count()); });
-    waiters = p.get_future().get();
-    EXPECT_EQ(waiters, 0u);
+    EXPECT_EQ(l.on_loop([&] { return l.store_->watcher_count(); }), 0u);
 }
