@@ -65,6 +65,16 @@ class Service : public test_support::ServerLoop {
     }
 };
 
+// A connection to `svc` and a fetch channel on it, opened with `steps`.
+struct Fetch {
+    std::unique_ptr<rpc::Connection> conn;
+    std::unique_ptr<client::RpcFetchChannel> ch;
+    Fetch(Service& svc, const nlohmann::json& steps, double idle_s = 5)
+        : conn(svc.connect()), ch(std::make_unique<client::RpcFetchChannel>(*conn, idle_s)) {
+        EXPECT_TRUE(ch->open(steps, Deadline::after(5)).is_ok());
+    }
+};
+
 nlohmann::json script(std::initializer_list<nlohmann::json> steps) {
     return {{"script", nlohmann::json::array_t(steps)}};
 }
@@ -79,13 +89,10 @@ std::string read_all(dtl::FetchChannel& ch, const dtl::FetchChannel::Message& m)
 
 TEST(FetchChannel, AnswerDataAndEndInOrder) {
     Service svc;
-    auto c = svc.connect();
-    client::RpcFetchChannel ch(*c, 5);
-    ASSERT_TRUE(ch.open(script({{{"answer", {{"size", 10}}}, {"data", "hello"}},
-                                {{"answer", nullptr}, {"data", "world"}},
-                                {{"end", {{"size", 10}, {"xxh3", "x"}}}}}),
-                        Deadline::after(5))
-                    .is_ok());
+    Fetch f(svc, script({{{"answer", {{"size", 10}}}, {"data", "hello"}},
+                         {{"answer", nullptr}, {"data", "world"}},
+                         {{"end", {{"size", 10}, {"xxh3", "x"}}}}}));
+    auto& ch = *f.ch;
     auto a = ch.first("test");
     ASSERT_TRUE(a.is_ok()) << a.status().to_string();
     EXPECT_EQ(a->kind, Kind::answer);
@@ -108,13 +115,10 @@ TEST(FetchChannel, AnswerDataAndEndInOrder) {
 
 TEST(FetchChannel, UnreadDataIsSkipped) {
     Service svc;
-    auto c = svc.connect();
-    client::RpcFetchChannel ch(*c, 5);
-    ASSERT_TRUE(ch.open(script({{{"answer", {{"n", 1}}}, {"data", std::string(100000, 'a')}},
-                                {{"answer", {{"n", 2}}}, {"data", "b"}},
-                                {{"end", {{"size", 0}, {"xxh3", ""}}}}}),
-                        Deadline::after(5))
-                    .is_ok());
+    Fetch f(svc, script({{{"answer", {{"n", 1}}}, {"data", std::string(100000, 'a')}},
+                         {{"answer", {{"n", 2}}}, {"data", "b"}},
+                         {{"end", {{"size", 0}, {"xxh3", ""}}}}}));
+    auto& ch = *f.ch;
     ASSERT_EQ(ch.next()->meta["n"], 1);
     auto m = ch.next();  // the first message's bytes were never read
     ASSERT_TRUE(m.is_ok()) << m.status().to_string();
@@ -128,13 +132,12 @@ TEST(FetchChannel, UnreadDataIsSkipped) {
 TEST(FetchChannel, ErrorFramesBecomeTheirStatus) {
     Service svc;
     for (bool after_answer : {false, true}) {
-        auto c = svc.connect();
-        client::RpcFetchChannel ch(*c, 5);
         nlohmann::json err = {{"error", "no file 'x' in producer directory"},
                               {"errno", ENOENT},
                               {"rc", static_cast<int>(DYAD_RC_BADFIO)}};
         auto s = after_answer ? script({{{"answer", {{"size", 3}}}}, err}) : script({err});
-        ASSERT_TRUE(ch.open(s, Deadline::after(5)).is_ok());
+        Fetch f(svc, s);
+        auto& ch = *f.ch;
         if (after_answer) {
             ASSERT_TRUE(ch.first("test").is_ok());
         }
@@ -148,9 +151,8 @@ TEST(FetchChannel, ErrorFramesBecomeTheirStatus) {
 
 TEST(FetchChannel, FirstMustBeAnAnswer) {
     Service svc;
-    auto c = svc.connect();
-    client::RpcFetchChannel ch(*c, 5);
-    ASSERT_TRUE(ch.open(script({{{"end", {{"size", 0}}}}}), Deadline::after(5)).is_ok());
+    Fetch f(svc, script({{{"end", {{"size", 0}}}}}));
+    auto& ch = *f.ch;
     auto m = ch.first("test");
     ASSERT_FALSE(m.is_ok());
     EXPECT_EQ(m.status().rc(), DYAD_RC_BADRPC);
@@ -158,10 +160,8 @@ TEST(FetchChannel, FirstMustBeAnAnswer) {
 
 TEST(FetchChannel, MetaThatIsNotAnObjectIsRefused) {
     Service svc;
-    auto c = svc.connect();
-    client::RpcFetchChannel ch(*c, 5);
-    ASSERT_TRUE(
-        ch.open(script({{{"answer", nlohmann::json::array({1, 2})}}}), Deadline::after(5)).is_ok());
+    Fetch f(svc, script({{{"answer", nlohmann::json::array({1, 2})}}}));
+    auto& ch = *f.ch;
     auto m = ch.next();
     ASSERT_FALSE(m.is_ok());
     EXPECT_EQ(m.status().rc(), DYAD_RC_BADRPC);
@@ -169,10 +169,8 @@ TEST(FetchChannel, MetaThatIsNotAnObjectIsRefused) {
 
 TEST(FetchChannel, IdleDeadline) {
     Service svc;
-    auto c = svc.connect();
-    client::RpcFetchChannel ch(*c, 0.3);
-    ASSERT_TRUE(ch.open(script({{{"answer", {{"size", 1}}}}, {{"hang", true}}}), Deadline::after(5))
-                    .is_ok());
+    Fetch f(svc, script({{{"answer", {{"size", 1}}}}, {{"hang", true}}}), 0.3);
+    auto& ch = *f.ch;
     ASSERT_TRUE(ch.first("test").is_ok());
     auto t0 = std::chrono::steady_clock::now();
     auto m = ch.next();
@@ -206,13 +204,10 @@ TEST(FetchChannel, FramesOfOtherRequestsAreSkipped) {
 
 TEST(FetchChannel, UpdatesReachTheService) {
     Service svc;
-    auto c = svc.connect();
-    client::RpcFetchChannel ch(*c, 5);
-    ASSERT_TRUE(ch.open(script({{{"answer", {{"size", 0}}}},
-                                {{"echo_updates", 2}},
-                                {{"end", {{"size", 0}, {"xxh3", ""}}}}}),
-                        Deadline::after(5))
-                    .is_ok());
+    Fetch f(svc, script({{{"answer", {{"size", 0}}}},
+                         {{"echo_updates", 2}},
+                         {{"end", {{"size", 0}, {"xxh3", ""}}}}}));
+    auto& ch = *f.ch;
     ASSERT_TRUE(ch.first("test").is_ok());
     for (uint64_t seq : {7u, 8u}) {
         ASSERT_TRUE(ch.ack(seq).is_ok());
