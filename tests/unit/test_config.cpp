@@ -120,15 +120,25 @@ TEST(Settings, BooleansMeanTheSameEverywhere) {
     EXPECT_TRUE(settings::flag("DYAD_UCX_DIRECT").value());         // default on
 }
 
-TEST(Settings, SourcesInOrderOfPrecedence) {
-    char path[] = "/tmp/dyad-settings-XXXXXX";
-    int fd = mkstemp(path);
-    ASSERT_GE(fd, 0);
-    close(fd);
-    {
-        std::ofstream f(path);
-        f << "# a comment\n\nDYAD_KEY_BINS = 77\nDYAD_UCX_WINDOW=1M\n";
+namespace {
+// A configuration file with `text`, removed at the end of the test.
+struct ConfFile {
+    std::string path;
+    explicit ConfFile(const std::string& text) {
+        char tmpl[] = "/tmp/dyad-settings-XXXXXX";
+        int fd = mkstemp(tmpl);
+        EXPECT_GE(fd, 0);
+        close(fd);
+        path = tmpl;
+        std::ofstream(path) << text;
     }
+    ~ConfFile() { unlink(path.c_str()); }
+};
+}  // namespace
+
+TEST(Settings, SourcesInOrderOfPrecedence) {
+    ConfFile conf("# a comment\n\nDYAD_KEY_BINS = 77\nDYAD_UCX_WINDOW=1M\n");
+    const char* path = conf.path.c_str();
     EnvGuard g;
     EXPECT_EQ(settings::lookup("DYAD_KEY_BINS").source, settings::Source::defaults);
     EXPECT_EQ(settings::lookup("DYAD_PATH_CONSUMER").source, settings::Source::none);
@@ -142,31 +152,25 @@ TEST(Settings, SourcesInOrderOfPrecedence) {
     auto c = Config::from_env();
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     EXPECT_EQ(c->key_bins, 99u);
-    unlink(path);
 }
 
 TEST(Settings, BadFileAndBadValuesNameTheirSource) {
-    char path[] = "/tmp/dyad-settings-XXXXXX";
-    int fd = mkstemp(path);
-    ASSERT_GE(fd, 0);
-    close(fd);
-    {
-        std::ofstream f(path);
-        f << "DYAD_SERVICE_MEMORY=lots\n";
-    }
+    ConfFile bad_value("DYAD_SERVICE_MEMORY=lots\n");
     EnvGuard g;
-    g.set("DYAD_CONFIG_FILE", path);
+    g.set("DYAD_CONFIG_FILE", bad_value.path.c_str());
     auto m = settings::size("DYAD_SERVICE_MEMORY");
     ASSERT_FALSE(m.is_ok());
     EXPECT_NE(m.status().message().find("DYAD_SERVICE_MEMORY"), std::string::npos);
     EXPECT_NE(m.status().message().find("DYAD_CONFIG_FILE"), std::string::npos);
-    {
-        std::ofstream f(path);
-        f << "DYAD_NOT_A_SETTING=1\n";
-    }
+    ConfFile unknown("DYAD_NOT_A_SETTING=1\n");
+    g.set("DYAD_CONFIG_FILE", unknown.path.c_str());
+    auto u = settings::check();
+    ASSERT_FALSE(u.is_ok());
+    EXPECT_NE(u.message().find("DYAD_NOT_A_SETTING"), std::string::npos);
     g.set("DYAD_CONFIG_FILE", "/nonexistent/dyad.conf");
-    EXPECT_FALSE(settings::check().is_ok());
-    unlink(path);
+    auto missing = settings::check();
+    ASSERT_FALSE(missing.is_ok());
+    EXPECT_NE(missing.message().find("/nonexistent/dyad.conf"), std::string::npos);
 }
 
 TEST(Settings, DescribeListsEverySettingWithItsSource) {
