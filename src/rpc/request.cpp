@@ -1,0 +1,156 @@
+// The server side of one request: its answer frames, cancellation and
+// deadline, forwarded to the loop and its session.
+#include "session.hpp"
+
+namespace dyad::rpc {
+
+Request::Request(std::weak_ptr<Session> s, asio::io_context& io, uint32_t tag, nlohmann::json args)
+    : session_(std::move(s)), io_(io), tag_(tag), args_(std::move(args)) {
+    topic_ = args_.value("topic", "");
+}
+
+Request::~Request() = default;
+
+std::string Request::local_host() const {
+    auto s = session_.lock();
+    return s ? s->local_host() : std::string();
+}
+
+uint64_t Request::session_id() const {
+    auto s = session_.lock();
+    return s ? s->id() : 0;
+}
+
+const nlohmann::json& Request::peer() const {
+    static const nlohmann::json empty;
+    auto s = session_.lock();
+    return s ? s->peer() : empty;
+}
+
+void Request::respond(nlohmann::json meta, asio::const_buffer data, WriteDone done) {
+    auto self = shared_from_this();
+    asio::dispatch(io_, [self, meta = std::move(meta), data, done = std::move(done)]() mutable {
+        auto s = self->session_.lock();
+        if (self->finished_ || !s) {
+            if (done) done(false);
+            return;
+        }
+        Header h;
+        h.type = Type::response;
+        h.tag = self->tag_;
+        s->send(h, meta.is_null() ? std::string() : meta.dump(), data, std::move(done));
+    });
+}
+
+void Request::respond_file(nlohmann::json meta, int fd, uint64_t off, size_t len, WriteDone done) {
+    auto self = shared_from_this();
+    // The fd is duplicated now, on the caller's thread, so it may be closed
+    // as soon as this returns.
+    auto dup = std::make_shared<UniqueFd>(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    asio::dispatch(io_,
+                   [self, meta = std::move(meta), dup, off, len, done = std::move(done)]() mutable {
+                       auto s = self->session_.lock();
+                       if (self->finished_ || !s || !dup->valid()) {
+                           if (done) done(false);
+                           return;
+                       }
+                       Header h;
+                       h.type = Type::response;
+                       h.tag = self->tag_;
+                       s->send_file(h, meta.is_null() ? std::string() : meta.dump(), dup->get(),
+                                    off, len, std::move(done));
+                   });
+}
+
+void Request::end(nlohmann::json meta) {
+    if (closing_.exchange(true)) return;
+    auto self = shared_from_this();
+    asio::dispatch(io_, [self, meta = std::move(meta)] {
+        self->finish();
+        if (auto s = self->session_.lock()) {
+            Header h;
+            h.type = Type::end;
+            h.tag = self->tag_;
+            s->send(h, meta.is_null() ? std::string() : meta.dump(), {}, {});
+            s->request_finished(self->tag_);
+        }
+    });
+}
+
+void Request::error(int errnum, const std::string& msg, dyad_rc_t rc) {
+    if (closing_.exchange(true)) return;
+    auto self = shared_from_this();
+    asio::dispatch(io_, [self, errnum, msg, rc] {
+        self->finish();
+        if (auto s = self->session_.lock()) {
+            Header h;
+            h.type = Type::error;
+            h.tag = self->tag_;
+            h.errnum = errnum;
+            nlohmann::json m = {{"msg", msg}, {"rc", static_cast<int>(rc)}};
+            s->send(h, m.dump(), {}, {});
+            s->request_finished(self->tag_);
+        }
+    });
+}
+
+void Request::finish() {
+    finished_ = true;
+    if (timer_) timer_->cancel();
+    on_cancel_ = nullptr;
+    on_update_ = nullptr;
+}
+
+void Request::on_cancel(std::function<void()> fn) {
+    if (cancelled_) {
+        asio::post(io_, std::move(fn));
+        return;
+    }
+    on_cancel_ = std::move(fn);
+}
+
+void Request::cancel(int why) {
+    if (closing_.exchange(true)) return;
+    finished_ = true;
+    cancelled_ = true;
+    if (timer_) timer_->cancel();
+    auto fn = std::move(on_cancel_);
+    on_cancel_ = nullptr;
+    on_update_ = nullptr;
+    if (fn) fn();
+    if (auto s = session_.lock()) {
+        if (why == ETIMEDOUT) {
+            Header h;
+            h.type = Type::error;
+            h.tag = tag_;
+            h.errnum = ETIMEDOUT;
+            nlohmann::json m = {{"msg", "request deadline passed on the service"},
+                                {"rc", static_cast<int>(DYAD_RC_TIMEOUT)}};
+            s->send(h, m.dump(), {}, {});
+        }
+        s->request_finished(tag_);
+    }
+}
+
+void Request::arm_deadline() {
+    int64_t ms = 0;
+    auto it = args_.find("timeout_ms");
+    if (it != args_.end() && it->is_number_integer()) ms = it->get<int64_t>();
+    if (ms <= 0) return;
+    ms = std::min<int64_t>(ms, int64_t{1000} * 1000 * 1000 * 1000);  // ~30 years
+    timer_ = std::make_unique<asio::steady_timer>(io_, std::chrono::milliseconds(ms));
+    std::weak_ptr<Request> weak = shared_from_this();
+    timer_->async_wait([weak](asio::error_code ec) {
+        if (ec) return;
+        if (auto r = weak.lock()) r->cancel(ETIMEDOUT);
+    });
+}
+
+void Request::close_connection() {
+    auto self = shared_from_this();
+    asio::dispatch(io_, [self] {
+        if (auto s = self->session_.lock()) s->close();
+    });
+}
+
+}  // namespace dyad::rpc

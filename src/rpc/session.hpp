@@ -1,0 +1,341 @@
+// One client connection of the rpc server (private to src/rpc): reads
+// frames (hello first, within kHelloTimeout), dispatches requests, queues and
+// writes answers with flow control (at most kMaxActive requests and
+// kMaxQueuedBytes of answers per connection), cancels what is left when the
+// peer goes away.
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <deque>
+
+#include "common/fd.hpp"
+#include "common/log.hpp"
+#include "server.hpp"
+
+namespace dyad::rpc {
+
+inline constexpr auto kHelloTimeout = std::chrono::seconds(10);
+inline constexpr size_t kMaxActive = 256;             // requests in progress per connection
+inline constexpr size_t kMaxQueuedBytes = 16u << 20;  // answer bytes waiting per connection
+inline constexpr int kMaxSessions = 4096;
+
+class Session : public std::enable_shared_from_this<Session> {
+  public:
+    Session(Server& srv, asio::io_context& io, asio::generic::stream_protocol::socket s)
+        : server_(srv), io_(io), sock_(std::move(s)), hello_timer_(io) {
+        static std::atomic<uint64_t> next{0};
+        id_ = ++next;
+    }
+
+    uint64_t id() const { return id_; }
+
+    void start() {
+        // A peer gets kHelloTimeout to say hello; then it is dropped.
+        std::weak_ptr<Session> weak = shared_from_this();
+        hello_timer_.expires_after(kHelloTimeout);
+        hello_timer_.async_wait([weak](asio::error_code ec) {
+            auto self = weak.lock();
+            if (!ec && self && !self->hello_done_) self->close();
+        });
+        read_header();
+    }
+
+    void send(Header h, std::string meta, asio::const_buffer data, Request::WriteDone cb) {
+        if (closed_) {
+            if (cb) asio::post(io_, [cb] { cb(false); });
+            return;
+        }
+        Out o;
+        h.meta_len = static_cast<uint32_t>(meta.size());
+        h.data_len = static_cast<uint32_t>(data.size());
+        encode_header(h, o.hdr.data());
+        o.meta = std::move(meta);
+        o.data = data;
+        o.cb = std::move(cb);
+        queued_bytes_ += o.meta.size() + kHeaderSize;
+        q_.push_back(std::move(o));
+        if (!writing_) write_next();
+    }
+
+    // A frame whose data is `len` bytes of `fd` from `off` (sendfile).
+    void send_file(Header h, std::string meta, int fd, uint64_t off, size_t len,
+                   Request::WriteDone cb) {
+        int dup = closed_ ? -1 : ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (dup < 0) {
+            if (cb) asio::post(io_, [cb] { cb(false); });
+            return;
+        }
+        Out o;
+        h.meta_len = static_cast<uint32_t>(meta.size());
+        h.data_len = static_cast<uint32_t>(len);
+        encode_header(h, o.hdr.data());
+        o.meta = std::move(meta);
+        o.cb = std::move(cb);
+        o.file_fd = dup;
+        o.file_off = off;
+        o.file_len = len;
+        queued_bytes_ += o.meta.size() + kHeaderSize;
+        q_.push_back(std::move(o));
+        if (!writing_) write_next();
+    }
+
+    void request_finished(uint32_t tag) {
+        active_.erase(tag);
+        maybe_resume();
+    }
+
+    void close() {
+        if (closed_) return;
+        closed_ = true;
+        asio::error_code ec;
+        sock_.shutdown(asio::socket_base::shutdown_both, ec);
+        sock_.close(ec);
+        hello_timer_.cancel();
+        auto active = std::move(active_);
+        active_.clear();
+        for (auto& [tag, r] : active) r->cancel(ECONNRESET);
+        server_.forget(this);
+    }
+
+    const nlohmann::json& peer() const { return peer_; }
+    std::string local_host() {
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        if (::getsockname(sock_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+            return "";
+        char buf[INET6_ADDRSTRLEN] = {0};
+        if (ss.ss_family == AF_INET)
+            ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof buf);
+        else if (ss.ss_family == AF_INET6)
+            ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf,
+                        sizeof buf);
+        return buf;
+    }
+
+  private:
+    uint64_t id_ = 0;
+    struct Out {
+        std::array<uint8_t, kHeaderSize> hdr;
+        std::string meta;
+        asio::const_buffer data;
+        Request::WriteDone cb;
+        int file_fd = -1;  // data from this file instead (owned: a dup)
+        uint64_t file_off = 0;
+        size_t file_len = 0;
+    };
+
+    void read_header() {
+        auto self = shared_from_this();
+        asio::async_read(sock_, asio::buffer(hdr_), [self](asio::error_code ec, size_t) {
+            if (ec) return self->close();
+            Status s = decode_header(self->hdr_.data(), &self->h_);
+            if (!s) {
+                DYAD_WARN("rpc", "dropping connection: %s", s.to_string().c_str());
+                // Tell a peer of another version why, then close.
+                Header e;
+                e.type = Type::error;
+                e.errnum = EPROTO;
+                nlohmann::json m = {{"msg", s.message()}, {"rc", static_cast<int>(DYAD_RC_BADRPC)}};
+                self->send(e, m.dump(), {}, [self](bool) { self->close(); });
+                return;
+            }
+            self->read_body();
+        });
+    }
+
+    void read_body() {
+        // Clients send no raw data (hello, request and cancel carry JSON only):
+        // refusing it up front keeps a bare header from reserving 64 MiB.
+        if (h_.data_len != 0) {
+            protocol_error(h_.tag, "client frames carry no data");
+            return;
+        }
+        meta_.resize(h_.meta_len);
+        auto self = shared_from_this();
+        asio::async_read(sock_, asio::buffer(meta_), [self](asio::error_code ec, size_t) {
+            if (ec) return self->close();
+            if (!self->handle_frame()) return;
+            if (self->overloaded()) {
+                self->paused_ = true;  // resume when answers drain
+                return;
+            }
+            self->read_header();
+        });
+    }
+
+    // Backpressure: a peer that keeps asking without reading the answers stops
+    // being read once it has too many requests or too many queued bytes.
+    bool overloaded() const {
+        return active_.size() >= kMaxActive || queued_bytes_ >= kMaxQueuedBytes;
+    }
+    void maybe_resume() {
+        if (paused_ && !closed_ && !overloaded()) {
+            paused_ = false;
+            read_header();
+        }
+    }
+
+    void protocol_error(uint32_t tag, const std::string& msg) {
+        Header e;
+        e.type = Type::error;
+        e.tag = tag;
+        e.errnum = EPROTO;
+        nlohmann::json m = {{"msg", msg}, {"rc", static_cast<int>(DYAD_RC_BADRPC)}};
+        auto self = shared_from_this();
+        send(e, m.dump(), {}, [self](bool) { self->close(); });
+    }
+
+    // Returns false when the session must stop reading.
+    bool handle_frame() {
+        nlohmann::json meta = meta_.empty() ? nlohmann::json(nullptr) : parse_meta(meta_);
+        meta_.clear();
+        meta_.shrink_to_fit();
+        if (meta.is_discarded()) {
+            protocol_error(h_.tag, "malformed JSON in frame");
+            return false;
+        }
+        if (!hello_done_) {
+            if (h_.type != Type::hello) {
+                protocol_error(h_.tag, "first frame must be hello");
+                return false;
+            }
+            hello_done_ = true;
+            peer_ = std::move(meta);
+            hello_timer_.cancel();
+            Header r;
+            r.type = Type::hello;
+            send(r, server_.hello_info().dump(), {}, {});
+            return true;
+        }
+        switch (h_.type) {
+            case Type::request: {
+                if (!meta.is_object() || !meta.contains("topic") || !meta["topic"].is_string()) {
+                    protocol_error(h_.tag, "request without a topic");
+                    return false;
+                }
+                if (active_.count(h_.tag)) {
+                    protocol_error(0, "tag " + std::to_string(h_.tag) + " already in use");
+                    return false;
+                }
+                auto r = std::make_shared<Request>(weak_from_this(), io_, h_.tag, std::move(meta));
+                active_[h_.tag] = r;
+                r->arm_deadline();
+                server_.dispatch(r);
+                return true;
+            }
+            case Type::cancel: {
+                auto it = active_.find(h_.tag);
+                if (it != active_.end()) {
+                    auto r = it->second;
+                    active_.erase(it);
+                    r->cancel(ECANCELED);
+                }
+                return true;
+            }
+            case Type::update: {
+                // Late updates (the request already finished) are dropped.
+                auto it = active_.find(h_.tag);
+                if (it != active_.end()) it->second->deliver_update(meta);
+                return true;
+            }
+            default:
+                protocol_error(h_.tag, std::string("unexpected ") + type_name(h_.type) +
+                                           " frame from a client");
+                return false;
+        }
+    }
+
+    void write_next() {
+        writing_ = true;
+        Out& o = q_.front();
+        std::array<asio::const_buffer, 3> bufs = {asio::buffer(o.hdr), asio::buffer(o.meta),
+                                                  o.data};
+        auto self = shared_from_this();
+        asio::async_write(sock_, bufs, [self](asio::error_code ec, size_t) {
+            if (!ec && self->q_.front().file_fd >= 0) return self->write_file_data();
+            self->front_written(ec);
+        });
+    }
+
+    // The data of a file frame: sendfile until done, waiting for the socket
+    // to take more when it is full. A short file cannot complete the frame
+    // it announced: the connection is closed (the consumer sees the error).
+    void write_file_data() {
+        Out& o = q_.front();
+        asio::error_code ec;
+        if (!sock_.native_non_blocking()) sock_.native_non_blocking(true, ec);
+        while (!ec && o.file_len > 0) {
+            off_t off = static_cast<off_t>(o.file_off);
+            ssize_t n = ::sendfile(sock_.native_handle(), o.file_fd, &off,
+                                   std::min<size_t>(o.file_len, 1u << 30));
+            if (n > 0) {
+                o.file_off += static_cast<uint64_t>(n);
+                o.file_len -= static_cast<size_t>(n);
+            } else if (n < 0 && errno == EINTR) {
+                continue;
+            } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                auto self = shared_from_this();
+                sock_.async_wait(asio::socket_base::wait_write, [self](asio::error_code e) {
+                    if (e) return self->front_written(e);
+                    self->write_file_data();
+                });
+                return;
+            } else {
+                ec = n == 0 ? asio::error::eof
+                            : asio::error_code(errno, asio::error::get_system_category());
+            }
+        }
+        front_written(ec);
+    }
+
+    void front_written(asio::error_code ec) {
+        Out done = std::move(q_.front());
+        q_.pop_front();
+        if (done.file_fd >= 0) ::close(done.file_fd);
+        queued_bytes_ -= done.meta.size() + kHeaderSize;
+        if (done.cb) done.cb(!ec);
+        if (ec) {
+            close();
+            auto rest = std::move(q_);
+            q_.clear();
+            for (auto& o : rest) {
+                if (o.file_fd >= 0) ::close(o.file_fd);
+                if (o.cb) o.cb(false);
+            }
+            writing_ = false;
+            return;
+        }
+        if (!q_.empty())
+            write_next();
+        else
+            writing_ = false;
+        maybe_resume();
+    }
+
+    Server& server_;
+    asio::io_context& io_;
+    asio::generic::stream_protocol::socket sock_;
+    std::array<uint8_t, kHeaderSize> hdr_{};
+    Header h_;
+    std::string meta_;
+    asio::steady_timer hello_timer_;
+    size_t queued_bytes_ = 0;
+    bool paused_ = false;
+    bool hello_done_ = false;
+    bool closed_ = false;
+    bool writing_ = false;
+    nlohmann::json peer_;
+    std::deque<Out> q_;
+    std::unordered_map<uint32_t, std::shared_ptr<Request>> active_;
+};
+
+}  // namespace dyad::rpc
