@@ -32,17 +32,32 @@ def free_port(host="127.0.0.1"):
         return s.getsockname()[1]
 
 
-def wait_listening(host, port, timeout=10.0, proc=None):
+def wait_for(predicate, timeout=10.0, what="the condition", interval=0.02):
+    """Polls `predicate` every `interval` seconds until it returns something
+    true, and returns that; after `timeout` seconds raises TimeoutError naming
+    `what`. Exceptions of `predicate` propagate. Tests wait for events (a
+    counter, a file, a process's output) with it instead of sleeping."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"still waiting for {what} after {timeout}s")
+        time.sleep(interval)  # the poll interval
+
+
+def wait_listening(host, port, timeout=10.0, proc=None):
+    def listening():
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"dyadd exited with {proc.returncode} before listening on {host}:{port}")
         try:
             with socket.create_connection((host, port), timeout=0.5):
-                return
+                return True
         except OSError:
-            time.sleep(0.02)
-    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout}s")
+            return False
+
+    wait_for(listening, timeout, what=f"a service listening on {host}:{port}")
 
 
 class Node:
@@ -119,6 +134,38 @@ class Node:
 
     def status(self):
         return json.loads(self.dyad("--json", "service", "status").stdout)
+
+    def wait_status(self, predicate, what, timeout=30.0):
+        """Polls this node's status until predicate(status) is true; returns
+        that status. TimeoutError (naming `what`) at the deadline."""
+        def check():
+            st = self.status()
+            return st if predicate(st) else None
+
+        return wait_for(check, timeout, what=f"{what} ({self.name}'s service status)")
+
+    def store_host(self):
+        """The node whose service hosts the metadata store this node uses."""
+        if not self.kvs_uri:
+            return self
+        return next(n for n in self.cluster.nodes if n.uri == self.kvs_uri)
+
+    def wait_waiters(self, n, procs=(), timeout=30.0):
+        """Waits until at least `n` consumers wait for a key in the metadata
+        store this node uses (its service status: store.waiters), i.e. they
+        are blocked waiting for a produce. Returns the count, or None as soon
+        as one of `procs` (Popen objects) has ended: the caller's own checks
+        then report that process."""
+        host = self.store_host()
+
+        def check():
+            if any(p.poll() is not None for p in procs):
+                return "ended"
+            w = host.status()["store"]["waiters"]
+            return w if w >= n else None
+
+        r = wait_for(check, timeout, what=f"{n} consumer(s) waiting in {host.name}'s metadata store")
+        return None if r == "ended" else r
 
 
 class NodeView(Node):
@@ -285,16 +332,24 @@ def kill_when_transfer_starts(node, consumer, cons_dir, name, timeout=30):
     the consumer's temporary file. True if it killed before `consumer` ended."""
     import glob
     pattern = os.path.join(cons_dir, os.path.dirname(name), "." + os.path.basename(name) + ".dyad-*")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and consumer.poll() is None:
+
+    def started_or_ended():
+        if consumer.poll() is not None:
+            return "ended"
         tmp = glob.glob(pattern)
         try:
             if tmp and os.path.getsize(tmp[0]) > 0:
-                node.kill()
-                return True
+                return "started"
         except OSError:
             pass  # renamed or removed between glob and stat
-        time.sleep(0.002)
+        return None
+
+    try:
+        if wait_for(started_or_ended, timeout, what=f"bytes of {name} in {pattern}", interval=0.002) == "started":
+            node.kill()
+            return True
+    except TimeoutError:
+        pass
     return False
 
 

@@ -16,7 +16,7 @@ def sizes_consumer_first(prod, cons, mode, env, sizes):
     the producer's counters for `mode`."""
     names = [f"sz/{k}.bin" for k in sizes]
     p = cons.dyad_async("--json", "consume", *[cons.path(n) for n in names], env_extra=env)
-    time.sleep(0.3)
+    cons.wait_waiters(1, procs=[p])
     for n, s in zip(names, sizes.values()):
         harness.write_file(prod.path(n), s, seed=s)
     prod.dyad("produce", *[prod.path(n) for n in names])

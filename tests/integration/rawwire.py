@@ -99,7 +99,7 @@ class Stream:
             left -= n
             self.bytes += n
             if rate:
-                time.sleep(n / rate)
+                time.sleep(n / rate)  # not an ordering sleep: reads at `rate` bytes/s (a slow consumer)
         return typ, err
 
     def run(self, rate=None, stall_after=None, stall_s=0):
@@ -108,7 +108,7 @@ class Stream:
             while True:
                 if stall_after is not None and not stalled and self.bytes >= stall_after:
                     stalled = True
-                    time.sleep(stall_s)
+                    time.sleep(stall_s)  # not an ordering sleep: a consumer that stops reading a while
                 typ, err = self._frame(rate)
                 if typ == END:
                     self.done = True

@@ -163,7 +163,7 @@ def test_32_consumers_of_1gib_stay_within_the_memory_budget():
             t.start()
         peak_status = 0
         while any(t.is_alive() for t in threads):
-            time.sleep(0.5)
+            time.sleep(0.5)  # not an ordering sleep: the interval of sampling in_use while transfers run
             peak_status = max(peak_status, node.status()["memory"]["in_use"])
         for t in threads:
             t.join()
@@ -178,6 +178,10 @@ def test_32_consumers_of_1gib_stay_within_the_memory_budget():
         assert grew <= budget + (8 << 20), f"dyadd grew by {grew >> 20} MiB with a {budget >> 20} MiB budget"
     finally:
         c.cleanup()
+
+
+# A FLUX_RPC transfer's pipeline: 4 chunks of 1 MiB (kStreamDepth x kStreamChunk).
+PIPELINE = 4 << 20
 
 
 def test_a_slow_consumer_does_not_starve_fast_ones():
@@ -200,12 +204,12 @@ def test_a_slow_consumer_does_not_starve_fast_ones():
             slow = Stream(node, "slow.bin")
             st = threading.Thread(target=slow.run, kwargs={"rate": 1e6})
             st.start()
-            deadline = time.monotonic() + 30
-            while slow.bytes == 0 and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(0.5)  # its pipeline fills
+            harness.wait_for(lambda: slow.bytes > 0 or not st.is_alive(), 30, "the slow consumer's first bytes")
+            # Its pipeline fills: all its chunk buffers are held, waiting for it to read.
+            node.wait_status(lambda s: s["memory"]["in_use"] >= PIPELINE or not st.is_alive(),
+                             "the slow consumer's pipeline to fill")
             held = node.status()["memory"]["in_use"]
-            assert 0 < held <= 4 << 20, f"the slow consumer holds {held} bytes, more than its pipeline"
+            assert 0 < held <= PIPELINE, f"the slow consumer holds {held} bytes, more than its pipeline"
             fast = [Stream(node, f"fast{i}.bin") for i in range(4)]
             threads = [threading.Thread(target=s.run) for s in fast]
             for t in threads:
@@ -214,7 +218,7 @@ def test_a_slow_consumer_does_not_starve_fast_ones():
                 t.join(timeout=120)
             assert all(s.done and s.bytes == 64 << 20 for s in fast), [(s.bytes, s.error) for s in fast]
             before = slow.bytes
-            time.sleep(0.5)
+            harness.wait_for(lambda: slow.bytes > before or not st.is_alive(), what="the slow consumer to read on")
             assert st.is_alive() and slow.error is None and slow.bytes > before, "the slow consumer stopped"
             mem = node.status()["memory"]
             slow.s.shutdown(socket.SHUT_RDWR)

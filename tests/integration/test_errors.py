@@ -167,13 +167,8 @@ def test_consumer_that_stops_reading_is_dropped(cluster):
     stalled = Raw(prod.host, prod.port)
     stalled.request("dyad.fetch", upath="big.bin", transport="FLUX_RPC")
     stalled.s.recv(1)
-    deadline = time.monotonic() + 10
-    errors = 0
-    while time.monotonic() < deadline:
-        errors = prod.status()["counters"]["errors"]
-        if errors:
-            break
-        time.sleep(0.1)
+    st = prod.wait_status(lambda s: s["counters"]["errors"], "the stalled transfer to end in an error", timeout=10)
+    errors = st["counters"]["errors"]
     assert errors == 1
     assert prod.status()["connections"] == 1  # only the status query itself
     stalled.close()
@@ -222,11 +217,14 @@ def test_locked_file_waits_without_starving_other_transfers(cluster):
     prod.dyad("produce", prod.path("free.bin"))
     holder = open(prod.path("locked.bin"), "r+b")
     fcntl.lockf(holder, fcntl.LOCK_EX)
+    before = prod.status()["counters"]["requests"]
     waiting = []
     for _ in range(8):  # the service has 4 file threads
         r = Raw(prod.host, prod.port)
         waiting.append((r, r.request("dyad.fetch", upath="locked.bin", transport="FLUX_RPC")))
-    time.sleep(0.3)
+    # The service has all 8 (counted as they arrive, then queued to the file
+    # threads ahead of any later fetch).
+    prod.wait_status(lambda s: s["counters"]["requests"] >= before + 8, "the 8 fetches of the locked file")
     t0 = time.monotonic()
     p = cons.dyad("consume", cons.path("free.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 10})
     assert p.returncode == 0 and time.monotonic() - t0 < 3
@@ -244,10 +242,11 @@ def test_sigterm_with_fetches_waiting_on_a_lock(cluster):
     harness.write_file(prod.path("locked.bin"), 1000)
     holder = open(prod.path("locked.bin"), "r+b")
     fcntl.lockf(holder, fcntl.LOCK_EX)
+    before = prod.status()["counters"]["requests"]
     rs = [Raw(prod.host, prod.port) for _ in range(6)]
     for r in rs:
         r.request("dyad.fetch", upath="locked.bin", transport="FLUX_RPC")
-    time.sleep(0.2)
+    prod.wait_status(lambda s: s["counters"]["requests"] >= before + 6, "the 6 fetches of the locked file")
     t0 = time.monotonic()
     assert prod.stop(signal.SIGTERM, timeout=10) == 0
     assert time.monotonic() - t0 < 5

@@ -3,7 +3,6 @@ consumer started first, every value checked by the consumer."""
 import os
 import struct
 import subprocess
-import time
 
 import pytest
 
@@ -17,7 +16,7 @@ def test_pair_consumer_first(cluster, lang):
     prod, cons = cluster[0], cluster[1]
     consumer = subprocess.Popen([os.path.join(EX, f"{lang}_cons"), "10", cons.dir], env=cons.env(DYAD_WAIT_TIMEOUT=60),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)
+    cons.wait_waiters(1, procs=[consumer])
     assert consumer.poll() is None
     p = subprocess.run([os.path.join(EX, f"{lang}_prod"), "10", prod.dir], env=prod.env(), capture_output=True,
                        text=True, timeout=60)

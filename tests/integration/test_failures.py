@@ -36,7 +36,7 @@ def test_producer_killed_mid_transfer_then_restarted(cluster3):
 def test_metadata_host_gone_is_an_error_not_a_hang(cluster3):
     meta, prod, cons = cluster3[0], cluster3[1], cluster3[2]
     consumer = cons.dyad_async("consume", cons.path("later.bin"))  # waits forever by default
-    time.sleep(0.3)
+    cons.wait_waiters(1, procs=[consumer])  # it waits on the metadata host's store
     meta.kill()
     out, err = consumer.communicate(timeout=30)
     assert consumer.returncode == 4, err

@@ -4,7 +4,6 @@ Falls back to loopback addresses where namespaces cannot be made."""
 import hashlib
 import json
 import os
-import time
 
 import pytest
 
@@ -25,7 +24,7 @@ def test_consumer_first_across_namespaces(ncluster):
     names = [f"ns/f{i}.bin" for i in range(len(sizes))]
     consumer = cons.dyad_async("--json", "consume", *[cons.path(n) for n in names],
                                env_extra={"DYAD_WAIT_TIMEOUT": 60})
-    time.sleep(0.3)
+    cons.wait_waiters(1, procs=[consumer])
     for i, (n, s) in enumerate(zip(names, sizes)):
         harness.write_file(prod.path(n), s, seed=i)
     prod.dyad("produce", *[prod.path(n) for n in names])

@@ -19,7 +19,7 @@ def test_consumer_first_100_files_nested(cluster):
     names = [f"d{i % 4}/sub{i % 3}/f{i:03d}.dat" if i % 2 else f"f{i:03d}.dat" for i in range(100)]
     consumer = cons.dyad_async("--json", "consume", *[cons.path(n) for n in names],
                                env_extra={"DYAD_WAIT_TIMEOUT": 120})
-    time.sleep(0.3)
+    cons.wait_waiters(1, procs=[consumer])
     assert consumer.poll() is None, "consumer must be waiting before anything is produced"
     for i, (n, s) in enumerate(zip(names, sizes)):
         harness.write_file(prod.path(n), s, seed=i)
@@ -43,7 +43,7 @@ def test_two_consumers_same_file_move_it_once(cluster):
     harness.write_file(prod.path("shared/big.bin"), 64 << 20, seed=7)
     a = cons.dyad_async("--json", "consume", cons.path("shared/big.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 60})
     b = cons.dyad_async("--json", "consume", cons.path("shared/big.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 60})
-    time.sleep(0.3)
+    cons.wait_waiters(2, procs=[a, b])  # both wait before the produce: they race for one transfer
     prod.dyad("produce", prod.path("shared/big.bin"))
     outs = []
     for p in (a, b):

@@ -83,7 +83,7 @@ def test_tool_pairs(mcluster, tmp_path, producer, consumer):
     os.makedirs(prod.path("pairs"), exist_ok=True)
     reader = subprocess.Popen(CONSUMERS[consumer](cons, cons.path(name)), env=wenv(cons),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(0.2)
+    cons.wait_waiters(1, procs=[reader])
     assert reader.poll() is None, "the consumer must be waiting for the file"
     PRODUCERS[producer](prod, src, prod.path(name))
     out, err = reader.communicate(timeout=120)
@@ -107,7 +107,7 @@ def test_eight_writer_threads_then_eight_reader_threads(mcluster):
     os.makedirs(prod.path(d), exist_ok=True)
     reader = subprocess.Popen([os.path.join(BIN, "wrap_mt_reader"), cons.path(d), str(size)], env=wenv(cons),
                               stderr=subprocess.PIPE, text=True)
-    time.sleep(0.2)
+    cons.wait_waiters(8, procs=[reader])  # each of the 8 threads waits for its file
     run([os.path.join(BIN, "wrap_mt_writer"), "many", prod.path(d), str(size)], wenv(prod))
     _, err = reader.communicate(timeout=120)
     assert reader.returncode == 0, err

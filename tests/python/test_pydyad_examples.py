@@ -2,7 +2,6 @@
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -32,7 +31,7 @@ def wait(p, timeout=120):
 def test_consumer_first_then_producer(cluster):
     prod, cons = cluster[0], cluster[1]
     consumer = start(cons, CONSUMER, "-n", "10", "-m", "50", DYAD_WAIT_TIMEOUT=120)
-    time.sleep(1.0)
+    cons.wait_waiters(1, procs=[consumer])
     assert consumer.poll() is None, "the consumer must wait for the producer"
     rc, out, err = wait(start(prod, PRODUCER, "-n", "10", "-m", "50"))
     assert rc == 0, err

@@ -1,7 +1,6 @@
 """pydyad.hdf.DyadFile: HDF5 files through DYAD across two nodes."""
 import json
 import os
-import time
 
 import pytest
 
@@ -25,7 +24,7 @@ def test_round_trip_consumer_first(cluster):
             print(json.dumps({{"x": x.tolist(), "dtype": str(x.dtype), "step": int(f.attrs["step"]),
                               "mode": f.mode, "dyad_mode": f.dyad_mode}}))
     """, DYAD_WAIT_TIMEOUT=60)
-    time.sleep(1.0)
+    cons.wait_waiters(1, procs=[consumer])
     assert consumer.poll() is None, "DyadFile(..., 'r') must wait for the produce"
     os.makedirs(prod.path("sim"))
     run_py(prod, defs=HDF, code=f"""

@@ -90,7 +90,10 @@ def test_waiting_get_metadata_returns_when_produced(cluster):
         m = d.get_metadata({cons.path('w/late.bin')!r}, should_wait=True)
         print(json.dumps(dict(md(m), waited=time.monotonic() - t0)))
     """, DYAD_WAIT_TIMEOUT=60)
-    time.sleep(1.0)
+    cons.wait_waiters(1, procs=[waiter])
+    # Not an ordering sleep: the produce comes at least 0.5 s after the wait
+    # began, so `waited >= 0.5` below shows get_metadata waited for it.
+    time.sleep(0.5)
     assert waiter.poll() is None, "get_metadata(should_wait=True) must wait for the produce"
     produce_file(prod, "w/late.bin", b"late" * 1000)
     out = last_json(finish(waiter, timeout=60)[0])

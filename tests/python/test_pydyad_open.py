@@ -1,7 +1,6 @@
 """dyad_open: every open() mode, across two nodes."""
 import json
 import os
-import time
 
 import pytest
 
@@ -107,7 +106,7 @@ def test_consumer_first_then_producer_across_nodes(cluster):
                 res[n] = hashlib.sha256(f.read()).hexdigest()
         print(json.dumps(res))
     """, DYAD_WAIT_TIMEOUT=60)
-    time.sleep(1.0)
+    cons.wait_waiters(1, procs=[consumer])
     assert consumer.poll() is None, "the consumer must be waiting for the files"
     assert not os.listdir(prod.dir)
     for n in names:

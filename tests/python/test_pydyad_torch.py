@@ -119,7 +119,7 @@ def test_dataloader_two_workers_two_epochs(cluster):
     q = lines_of(consumer)
     ready = next_json(q, consumer, timeout=120)
     assert ready["event"] == "ready"
-    time.sleep(0.5)
+    cons.wait_waiters(2, procs=[consumer])  # each of the 2 workers waits for its first sample
     assert consumer.poll() is None
     assert not os.path.exists(prod.path("samples")), "the consumer starts before any sample exists"
     # The producer writes while the workers wait.
@@ -130,7 +130,7 @@ def test_dataloader_two_workers_two_epochs(cluster):
             p = os.path.join(os.environ["DYAD_PATH_PRODUCER"], f"samples/s{{i:03d}}.npy")
             with dyad_open(p, "wb") as f:
                 np.save(f, np.arange(i * 100, i * 100 + 100, dtype=np.int64) * 3 + 1)
-            time.sleep(0.01)
+            time.sleep(0.01)  # not an ordering sleep: samples come one by one, as from a simulation
     """)
     e1 = next_json(q, consumer, timeout=300)
     finish(producer, timeout=60)
