@@ -52,7 +52,7 @@ def run(memory):
             slow = Stream(node, "slow.bin")
             st = threading.Thread(target=slow.run, kwargs={"rate": 1e6})
             st.start()
-            time.sleep(0.3)
+            harness.wait_for(lambda: slow.bytes > 0 or not st.is_alive(), 30, "the slow consumer's first bytes")
             beside.append(fast_round(node, names[4:]))
             slow.s.shutdown(socket.SHUT_RDWR)
             st.join()

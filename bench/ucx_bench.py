@@ -9,7 +9,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import harness  # noqa: E402
@@ -26,7 +25,7 @@ def perftest(tls, test):
     srv = subprocess.Popen(["ucx_perftest", "-p", str(port)], env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
     try:
-        time.sleep(0.3)
+        harness.wait_listening("127.0.0.1", port, proc=srv)
         n = max(8, BIG // MSG)
         out = subprocess.run(["ucx_perftest", "127.0.0.1", "-p", str(port), "-t", test, "-s", str(MSG), "-n", str(n),
                               "-w", "4"], env=env, capture_output=True, text=True, timeout=120).stdout

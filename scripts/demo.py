@@ -28,7 +28,7 @@ def main():
         print(f"node1 (consumer): dyadd at {cons.uri}, directory {cons.dir}, metadata at {prod.uri}")
         targets = [cons.path(n) for n in names]
         consumer = cons.dyad_async("--json", "consume", *targets, env_extra={"DYAD_WAIT_TIMEOUT": 120})
-        time.sleep(0.5)  # the consumer is now waiting for files that do not exist yet
+        cons.wait_waiters(1, procs=[consumer])  # it waits for files that do not exist yet
         print(f"consumer started first, waiting for {len(names)} files ...")
         digests = {}
         for name, size in zip(names, SIZES):
