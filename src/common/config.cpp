@@ -77,7 +77,7 @@ Result<uint64_t> parse_size(const std::string& name, const std::string& value) {
 }
 
 Result<Config> Config::from_env() {
-    Status ok = settings::check();
+    Status ok = settings::check("client");
     if (!ok) return ok;
     Config c;
     c.kvs_namespace = settings::text("DYAD_KVS_NAMESPACE");

@@ -62,7 +62,7 @@ const std::vector<Setting> kTable = {
     {"DYAD_UCX_PROTO", T::text, "auto", "client (UCX)",
      "`auto` (RMA put where UCX does it natively, else tags), `tag` or `put`"},
     {"DYAD_UCX_WINDOW", T::size, "64M", "client (UCX)",
-     "UCX consumer's registered receive window (128K to 2G)"},
+     "UCX consumer's registered receive window (4M, one chunk, to 2G)"},
     {"DYAD_UCX_EP_CACHE_SIZE", T::count, "64", "dyadd (UCX)",
      "UCX endpoints a service keeps (LRU)"},
     {"DYAD_UCX_DIRECT", T::flag, "1", "dyadd (UCX)",
@@ -152,7 +152,9 @@ Status file_status() {
 }
 
 Status bad(const Value& v, const Status& why) {
-    std::string from = v.source == Source::file ? " (from DYAD_CONFIG_FILE)" : "";
+    std::string from = v.source == Source::file     ? " (from DYAD_CONFIG_FILE)"
+                       : v.source == Source::option ? " (from the command line)"
+                                                    : "";
     return Status(DYAD_RC_NOCTX, why.message() + from, why.err());
 }
 
@@ -264,10 +266,11 @@ void set_option(std::string_view name, std::string value) {
     g_options[std::string(name)] = std::move(value);
 }
 
-Status check() {
+Status check(std::string_view reader) {
     Status f = file_status();
     if (!f) return f;
     for (const auto& s : kTable) {
+        if (std::string_view(s.readers).find(reader) == std::string_view::npos) continue;
         Value v = lookup(s.name);
         if (!v.set()) continue;
         Status st;

@@ -62,8 +62,9 @@ std::string text(std::string_view name);
 void set_option(std::string_view name, std::string value);
 
 // Checks the configuration file (readable, known names, well-formed lines)
-// and that every set value parses as its type.
-[[nodiscard]] Status check();
+// and that every value of the settings `reader` reads ("client", "dyadd";
+// empty: all) parses as its type.
+[[nodiscard]] Status check(std::string_view reader = "");
 
 // Every setting with its effective value and source (`dyad config`).
 nlohmann::json describe();

@@ -122,16 +122,20 @@ class SendChannel {
 // The window of chunks a consumer has not yet acknowledged, for transports
 // whose chunks occupy a resource until the consumer has taken them (a slot
 // of its UCX window, a registered libfabric buffer). Chunks are numbered in
-// order from 0; the consumer acknowledges each by its number (any order).
-// Acknowledgements of numbers not outstanding are counted and ignored.
+// order from 0; the consumer acknowledges each by its number, in any order,
+// or, with in_order (a ring of slots, reused k + capacity after k), oldest
+// first. Acknowledgements of numbers not outstanding (or out of order) are
+// counted and ignored.
 template <class T>
 class AckWindow {
   public:
-    explicit AckWindow(size_t capacity) : capacity_(capacity) {}
+    explicit AckWindow(size_t capacity, bool in_order = false)
+        : capacity_(capacity), in_order_(in_order) {}
     size_t capacity() const { return capacity_; }
     size_t outstanding() const { return live_; }
     bool full() const { return live_ >= capacity_; }
     uint64_t next_seq() const { return base_ + items_.size(); }
+    uint64_t oldest_seq() const { return base_; }
     uint64_t bogus() const { return bogus_; }
 
     // Records chunk next_seq() as outstanding; returns its number.
@@ -145,7 +149,8 @@ class AckWindow {
     // nothing (malformed, unknown, or already acknowledged).
     std::optional<T> ack(const nlohmann::json& update) {
         auto seq = meta_u64(update, "ack");
-        if (!seq || *seq < base_ || *seq >= next_seq() || !items_[*seq - base_]) {
+        if (!seq || *seq < base_ || *seq >= next_seq() || !items_[*seq - base_] ||
+            (in_order_ && *seq != base_)) {
             ++bogus_;
             DYAD_WARN("dtl", "ignored an acknowledgement of no outstanding chunk: %s",
                       update.dump().c_str());
@@ -172,6 +177,7 @@ class AckWindow {
 
   private:
     size_t capacity_;
+    bool in_order_;
     std::deque<std::optional<T>> items_;  // from base_; reset once acknowledged
     uint64_t base_ = 0;
     size_t live_ = 0;

@@ -13,12 +13,8 @@ int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
     namespace settings = dyad::settings;
     dyad::service::Options o;
-    // Settings first (table defaults, DYAD_CONFIG_FILE, environment); the
-    // command line overrides them below.
-    if (dyad::Status s = settings::check(); !s) {
-        std::fprintf(stderr, "dyadd: %s\n", s.message().c_str());
-        return 2;
-    }
+    // Settings (table defaults, DYAD_CONFIG_FILE, environment) are the
+    // defaults of the command line, which overrides them below.
     o.producer_dir = settings::text("DYAD_PATH_PRODUCER");
     if (auto m = settings::lookup("DYAD_DTL_MODE"); m.source != settings::Source::defaults)
         o.mode = m.text;
@@ -81,9 +77,13 @@ int main(int argc, char** argv) {
     if (app.count("--namespace")) settings::set_option("DYAD_KVS_NAMESPACE", o.ns);
     if (app.count("--node")) settings::set_option("DYAD_NODE_ID", o.node);
     if (app.count("producer_dir")) settings::set_option("DYAD_PATH_PRODUCER", o.producer_dir);
+    if (dyad::Status s = settings::check("dyadd"); !s) {
+        std::fprintf(stderr, "dyadd: %s\n", s.message().c_str());
+        return 2;
+    }
     auto m = settings::size("DYAD_SERVICE_MEMORY");
     if (!m) {
-        std::fprintf(stderr, "dyadd: --memory: %s\n", m.status().message().c_str());
+        std::fprintf(stderr, "dyadd: %s\n", m.status().message().c_str());
         return 2;
     }
     o.memory = m.value();

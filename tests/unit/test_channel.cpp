@@ -425,3 +425,17 @@ TEST(ChunkedTransfer, AFileThatShrinksIsAnError) {
     EXPECT_EQ(p.result.rc(), DYAD_RC_BADFIO);
     EXPECT_NE(p.result.message().find("shrank"), std::string::npos);
 }
+
+TEST(AckWindow, InOrderWindowsRefuseAcknowledgementsOutOfOrder) {
+    // A ring of slots: chunk k + capacity reuses chunk k's slot, so chunk
+    // k + 1's acknowledgement must not free a place before chunk k's.
+    dtl::AckWindow<int> w(2, /*in_order=*/true);
+    w.push(0);
+    w.push(1);
+    EXPECT_FALSE(w.ack({{"ack", 1}}));
+    EXPECT_TRUE(w.full());
+    EXPECT_EQ(w.oldest_seq(), 0u);
+    EXPECT_EQ(w.ack({{"ack", 0}}), 0);
+    EXPECT_EQ(w.ack({{"ack", 1}}), 1);
+    EXPECT_EQ(w.bogus(), 1u);
+}

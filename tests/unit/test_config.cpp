@@ -200,3 +200,12 @@ TEST(Backends, TableCanonicalizesNamesAndAliases) {
         for (const auto& a : b.aliases) EXPECT_EQ(dyad::dtl::canonical_mode(a).value(), b.name);
     }
 }
+
+TEST(Settings, EachProgramChecksOnlyWhatItReads) {
+    EnvGuard g;
+    g.set("DYAD_SERVICE_MEMORY", "lots");  // dyadd's: a client does not care
+    EXPECT_TRUE(Config::from_env().is_ok());
+    EXPECT_FALSE(settings::check("dyadd").is_ok());
+    g.set("DYAD_TRANSFER_TIMEOUT", "soon");  // a client's: dyadd does not care
+    EXPECT_FALSE(Config::from_env().is_ok());
+}

@@ -69,11 +69,11 @@ class UcxConsumer {
             return failed;
         }
         auto win = settings::size("DYAD_UCX_WINDOW");
-        if (win && (win.value() < 2 * 65536 || win.value() > (1ull << 31)))
-            win =
-                Status(DYAD_RC_NOCTX,
-                       "DYAD_UCX_WINDOW=" + std::to_string(win.value()) + " is outside [128K, 2G]",
-                       EINVAL);
+        if (win && (win.value() < kUcxChunk || win.value() > (1ull << 31)))
+            win = Status(DYAD_RC_NOCTX,
+                         "DYAD_UCX_WINDOW=" + std::to_string(win.value()) +
+                             " is outside [4M, 2G] (at least one 4 MiB chunk)",
+                         EINVAL);
         if (!win) {
             failed = win.status();
             return failed;
@@ -172,7 +172,14 @@ class UcxReceiver : public Receiver {
             return Status(DYAD_RC_BADRPC, "bad first answer in a UCX fetch: " + f->meta.dump(),
                           EPROTO);
         uint64_t size = *size_field;
-        size_t nslots = std::max<size_t>(1, c_->window_size() / chunk);
+        // Every receive lands in the window: a chunk larger than the window
+        // would be written past its end.
+        if (chunk > c_->window_size())
+            return Status(DYAD_RC_BADRPC,
+                          "UCX chunk of " + std::to_string(chunk) + " bytes exceeds the " +
+                              std::to_string(c_->window_size()) + "-byte DYAD_UCX_WINDOW",
+                          EPROTO);
+        size_t nslots = c_->window_size() / chunk;
         if (meta_str(f->meta, "mode").value_or("tag") == "put")
             return receive_put(ch, sink, size, chunk, nslots);
         std::vector<RecvSlot> slots(nslots);
@@ -357,7 +364,8 @@ class UcxReceiver : public Receiver {
             if (!w) return w;
             received += *len;
             if (received < size) {
-                Status u = ch.ack(seq);
+                // `credit` too, for a service of the first release.
+                Status u = ch.update({{"ack", seq}, {"credit", 1}});
                 if (!u) return u;
             }
             ++seq;

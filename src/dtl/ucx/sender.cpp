@@ -142,7 +142,7 @@ class UcxPutTransfer : public ChunkedTransfer {
           window_(window),
           here_(ep_->window == window ? ep_->window_here : nullptr),
           nslots_(nslots),
-          slots_(nslots) {
+          slots_(nslots, /*in_order=*/true) {
         ++ep_->users;
     }
     ~UcxPutTransfer() override;
@@ -195,7 +195,15 @@ class UcxPutTransfer : public ChunkedTransfer {
     };
     // The consumer took chunk k out of its window: slot k % nslots is free.
     void on_ack(const nlohmann::json& m) {
-        if (!slots_.ack(m)) return;
+        // Slot k % nslots is reused by chunk k + nslots: acknowledgements
+        // must come in order. A consumer of the first release returns
+        // `{"credit": 1}` for the oldest slot instead.
+        std::optional<size_t> slot;
+        if (!meta_u64(m, "ack") && meta_u64(m, "credit") == 1u)
+            slot = slots_.ack({{"ack", slots_.oldest_seq()}});
+        else
+            slot = slots_.ack(m);
+        if (!slot) return;
         if (here_)
             resume();
         else
@@ -274,7 +282,7 @@ class UcxSender : public Sender {
             done(ep.status(), 0, "");
             return;
         }
-        std::string proto = a.value("ucx_proto", std::string("auto"));
+        std::string proto = meta_str(a, "ucx_proto").value_or("auto");
         bool put = proto == "put" || (proto == "auto" && ep.value()->put_native);
         if (put) {
             auto w = a.find("ucx_window");
