@@ -78,6 +78,11 @@ class Node:
     def uri(self):
         return f"tcp://{self.host}:{self.port}"
 
+    @property
+    def key(self):
+        """The job key file of this node's cluster (None without one)."""
+        return self.cluster.key
+
     def start(self, extra_args=()):
         args = [DYADD, "--node", self.name, "--listen", f"{self.host}:{self.port}", self.dir]
         if self.kvs_uri:
@@ -199,8 +204,15 @@ class Cluster:
     where namespaces cannot be made (not root, no ip), it falls back to
     distinct loopback addresses 127.0.0.1 .. 127.0.0.N (self.mode says which)."""
 
-    def __init__(self, nodes=2, root=None, start=True, netns=False, env=None):
+    def __init__(self, nodes=2, root=None, start=True, netns=False, env=None, auth=True):
+        """auth: the services and their clients share a job key (made here
+        with `dyad keygen`); False runs them without one (loopback only)."""
         self.root = root or tempfile.mkdtemp(prefix="dyad-cluster-")
+        self.key = None
+        if auth:
+            self.key = os.path.join(self.root, "job.key")
+            subprocess.run([DYAD, "keygen", self.key], check=True, capture_output=True)
+            env = dict(env or {}, DYAD_AUTH_KEY_FILE=self.key)
         self.nodes = []
         self.namespaces = []
         self.bridge = None

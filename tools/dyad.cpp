@@ -1,5 +1,5 @@
 // dyad: command-line tool for DYAD (produce, consume, stat, ls, config,
-// service status).
+// keygen, service status).
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "client/client.hpp"
+#include "common/auth.hpp"
 #include "common/config.hpp"
 #include "common/settings.hpp"
 #include "common/keygen.hpp"
@@ -84,6 +85,11 @@ int main(int argc, char** argv) {
     auto* key = app.add_subcommand(
         "key", "print the metadata key of a path relative to a managed directory");
     key->add_option("UPATH", key_path)->required();
+    std::string keygen_path;
+    auto* keygen = app.add_subcommand(
+        "keygen", "write a new job key (32 random bytes, mode 0600) for dyadd --auth-key and "
+                  "DYAD_AUTH_KEY_FILE");
+    keygen->add_option("FILE", keygen_path, "where to write it (never overwritten)")->required();
     auto* service = app.add_subcommand("service", "ask a service about itself");
     std::string uri;
     auto* status =
@@ -97,6 +103,15 @@ int main(int argc, char** argv) {
         return app.exit(e) == 0 ? 0 : 1;
     }
 
+    if (*keygen) {
+        dyad::Status s = dyad::auth::Key::generate(keygen_path);
+        if (!s) return report(s, "keygen");
+        if (!json)
+            std::cout << "wrote a new key to " << keygen_path
+                      << " (mode 0600): give it to dyadd --auth-key and to clients as "
+                         "DYAD_AUTH_KEY_FILE\n";
+        return 0;
+    }
     auto cfg = dyad::Config::from_env();
     if (!cfg) return report(cfg.status(), "config");
     if (timeout >= 0) cfg->wait_timeout = timeout;

@@ -36,12 +36,13 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 // ---- Client ----
 
-Client::Client(Config cfg, FileSystem& fs)
+Client::Client(Config cfg, FileSystem& fs, rpc::Credentials creds)
     : cfg_(std::move(cfg)),
       prod_(cfg_.prod_path),
       cons_(cfg_.cons_path),
       cstore_(cons_.path(), fs, cfg_.fsync_write),
-      pool_(std::make_shared<rpc::ConnectionPool>()) {}
+      creds_(std::move(creds)),
+      pool_(std::make_shared<rpc::ConnectionPool>(creds_)) {}
 
 Result<std::unique_ptr<Client>> Client::create(Config cfg, FileSystem* fs) {
     const dtl::Backend* fixed = nullptr;
@@ -54,7 +55,10 @@ Result<std::unique_ptr<Client>> Client::create(Config cfg, FileSystem* fs) {
         fixed = b.value();
     }
     if (cfg.key_bins == 0) return Status(DYAD_RC_NOCTX, "DYAD_KEY_BINS must be at least 1", EINVAL);
-    std::unique_ptr<Client> c(new Client(std::move(cfg), fs ? *fs : FileSystem::real()));
+    auto creds = rpc::Credentials::from_settings();
+    if (!creds) return creds.status();
+    std::unique_ptr<Client> c(
+        new Client(std::move(cfg), fs ? *fs : FileSystem::real(), std::move(creds.value())));
     c->backend_ = fixed;
     // A consumer usually starts before its data exists: set the transport up
     // now rather than on the first fetch. A failure here is only logged; the
@@ -78,6 +82,15 @@ std::optional<std::string> Client::producer_upath(const std::string& path) const
     return prod_.relative(path, cfg_.relative_to_managed_path);
 }
 
+namespace {
+// A managed path's relative part, refused under the reserved directory.
+Status reserved_check(const std::optional<std::string>& up) {
+    if (!up) return Status::ok();
+    auto n = normalize_upath(*up);
+    return n ? Status::ok() : n.status();
+}
+}  // namespace
+
 Deadline Client::wait_deadline() const {
     return cfg_.wait_timeout ? Deadline::after(*cfg_.wait_timeout) : Deadline::never();
 }
@@ -93,7 +106,7 @@ void Client::reset_after_fork() {
     new (&mu_) std::mutex();
     // Sockets shared with the parent must not carry the child's requests:
     // the old pool closes the child's copies (its destructor takes no lock).
-    pool_ = std::make_shared<rpc::ConnectionPool>();
+    pool_ = std::make_shared<rpc::ConnectionPool>(creds_);
     store_.reset();
     svc_.reset();
 }
@@ -101,7 +114,9 @@ void Client::reset_after_fork() {
 Result<ServiceInfo> Client::service() {
     std::lock_guard<std::mutex> lk(mu_);
     if (svc_) return *svc_;
-    auto c = rpc::Connection::connect(cfg_.service_uri, Deadline::after(kControlTimeout));
+    auto c = rpc::Connection::connect(cfg_.service_uri, Deadline::after(kControlTimeout), creds_);
+    if (!c && c.status().rc() == DYAD_RC_NOAUTH)
+        return Status(c.status()).wrap("DYAD service at " + cfg_.service_uri);
     if (!c)
         return Status(DYAD_RC_CONNFAIL,
                       "cannot reach the DYAD service at " + cfg_.service_uri + " (" +
@@ -146,6 +161,7 @@ Status Client::produce(const std::string& path) {
         return Status(DYAD_RC_UNTRACKED,
                       "'" + path + "' is not inside the producer directory " + prod_.path(),
                       EINVAL);
+    if (Status r = reserved_check(up); !r) return r;
     auto svc = service();
     if (!svc) return svc.status();
     if (canonical_path(svc->producer_dir) != prod_.path())
@@ -155,35 +171,31 @@ Status Client::produce(const std::string& path) {
                           svc->producer_dir + "): use the same directory for both",
                       EINVAL);
     std::string full = prod_.join(up.value());
-    struct stat st;
-    if (::stat(full.c_str(), &st) != 0)
-        return Status(DYAD_RC_BADFIO, "cannot produce '" + full + "'", errno);
-    if (!S_ISREG(st.st_mode))
-        return Status(DYAD_RC_BADFIO, "cannot produce '" + full + "': not a regular file", EINVAL);
     if (cfg_.fsync_write) {
         UniqueFd fd(::open(full.c_str(), O_RDONLY | O_CLOEXEC));
         if (fd.valid()) ::fsync(fd.get());
     }
-    Record r;
-    r.upath = up.value();
-    r.owner = svc->id;
-    r.node = svc->node;
-    r.producer_dir = svc->producer_dir;
-    r.endpoints = svc->endpoints;
-    r.size = static_cast<uint64_t>(st.st_size);
-    r.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec;
-    r.mode = st.st_mode & 07777;
-    auto key = gen_path_key(r.upath, cfg_.key_depth, cfg_.key_bins);
-    if (!key) return key.status();
-    auto st_ = store();
-    if (!st_) return st_.status();
-    auto v = st_.value()->put(ns(svc.value()), key.value(), r.to_json().dump(),
-                              Deadline::after(kControlTimeout));
-    if (!v)
-        return Status(DYAD_RC_BADCOMMIT, "cannot publish '" + full + "': " + v.status().message(),
-                      v.status().err());
-    DYAD_DEBUG(kSub, "produced %s as %s (generation %llu)", r.upath.c_str(), key->c_str(),
-               static_cast<unsigned long long>(v.value()));
+    // The service checks the file and writes the record as its owner:
+    // clients never write the store (docs/security.md).
+    nlohmann::json args = {{"upath", up.value()},
+                           {"ns", ns(svc.value())},
+                           {"key_depth", cfg_.key_depth},
+                           {"key_bins", cfg_.key_bins}};
+    auto conn = pool_->get(cfg_.service_uri, Deadline::after(kControlTimeout));
+    if (!conn)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot publish '" + full + "': " + conn.status().to_string(),
+                      conn.status().err());
+    auto v = conn.value()->call("dyad.publish", args, Deadline::after(kControlTimeout));
+    pool_->put(std::move(conn.value()));
+    if (!v) {
+        Status e = v.status();
+        return Status(e.rc() == DYAD_RC_BADRPC ? DYAD_RC_BADCOMMIT : e.rc(),
+                      "cannot publish '" + full + "': " + e.message(), e.err());
+    }
+    DYAD_DEBUG(kSub, "produced %s as %s (generation %llu)", up->c_str(),
+               v->value("key", std::string()).c_str(),
+               static_cast<unsigned long long>(v->value("version", 0ull)));
     return Status::ok();
 }
 
@@ -196,6 +208,7 @@ Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
         return Status(DYAD_RC_UNTRACKED,
                       "'" + path + "' is not inside the consumer directory " + cons_.path(),
                       EINVAL);
+    if (Status r = reserved_check(up); !r) return r;
     auto key = gen_path_key(up.value(), cfg_.key_depth, cfg_.key_bins);
     if (!key) return key.status();
     auto svc = service();
@@ -233,7 +246,16 @@ Status Client::consume(const std::string& path, ConsumeReport* report) {
     auto rec = get_metadata(path, true);
     if (!rec) return rec.status();
     if (report) report->wait_s = since(t0);
-    return consume_with(path, rec.value(), report);
+    Status s = consume_with(path, rec.value(), report);
+    // Produced again (or changed) since the lookup: look it up once more,
+    // a few times at most; a file that keeps changing is reported.
+    for (int again = 0; again < 3 && !s && s.err() == ESTALE; ++again) {
+        auto fresh = get_metadata(path, false);
+        if (!fresh || fresh->generation == rec->generation) break;
+        rec = std::move(fresh);
+        s = consume_with(path, rec.value(), report);
+    }
+    return s;
 }
 
 Status Client::consume_with(const std::string& path, const Record& rec, ConsumeReport* report) {
@@ -244,6 +266,14 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
     if (!up)
         return Status(DYAD_RC_UNTRACKED,
                       "'" + path + "' is not inside the consumer directory " + cons_.path(),
+                      EINVAL);
+    if (Status r = reserved_check(up); !r) return r;
+    // A record is only ever the record of its own path (consume_w_metadata
+    // with another file's record must not fetch that other file).
+    if (rec.upath != up.value())
+        return Status(DYAD_RC_BADMETADATA,
+                      "the metadata given is that of '" + rec.upath + "', not of '" + up.value() +
+                          "': refused",
                       EINVAL);
     auto svc = service();
     if (!svc) return svc.status();
@@ -367,7 +397,7 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
     Status last;
     for (const dtl::Backend* b : plan(rec, svc, rep)) {
         bool retry = false;
-        s = fetch_via(*b, upath, rec, ep, rep, &retry);
+        s = fetch_via(*b, upath, rec, ep, ns(svc), rep, &retry);
         if (s || !retry || backend_) return s;
         // This transport could not start here: note it, take the next one.
         DYAD_DEBUG(kSub, "%s could not move '%s' (%s): trying the next transport", b->name.c_str(),
@@ -379,7 +409,8 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
 }
 
 Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
-                         const std::string& ep, ConsumeReport* rep, bool* retry) {
+                         const std::string& ep, const std::string& nspace, ConsumeReport* rep,
+                         bool* retry) {
     rep->transport = b.name;
     auto staging = cstore_.stage(upath);
     if (!staging) return staging.status();
@@ -404,6 +435,9 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
     args["upath"] = upath;
     args["transport"] = b.name;
     args["generation"] = rec.generation;
+    // Where the owner finds the record if it restarted since publishing.
+    args["ns"] = nspace;
+    args["key"] = key_of(upath);
     RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
     Status opened = ch.open(args, Deadline::after(kControlTimeout));
     if (!opened) return opened.wrap("fetch of '" + upath + "' from " + ep);

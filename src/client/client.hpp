@@ -72,7 +72,7 @@ class Client {
     void reset_after_fork();
 
   private:
-    Client(Config cfg, FileSystem& fs);
+    Client(Config cfg, FileSystem& fs, rpc::Credentials creds);
     Result<kvs::Store*> store();
     std::string ns(const ServiceInfo& svc) const;
     Status fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
@@ -80,7 +80,8 @@ class Client {
     // One attempt over one transport; *retry says another may still work
     // (nothing was received and the failure is this transport's).
     Status fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
-                     const std::string& ep, ConsumeReport* rep, bool* retry);
+                     const std::string& ep, const std::string& nspace, ConsumeReport* rep,
+                     bool* retry);
     // AUTO: the transports to try for this file, best first.
     std::vector<const dtl::Backend*> plan(const Record& rec, const ServiceInfo& svc,
                                           ConsumeReport* rep);
@@ -95,6 +96,7 @@ class Client {
     const dtl::Backend* backend_ = nullptr;         // fixed mode; null for AUTO
     std::map<std::string, nlohmann::json> owners_;  // under mu_
     std::map<std::string, std::string> unusable_;   // transport -> why (under mu_)
+    rpc::Credentials creds_;  // DYAD_AUTH_KEY_FILE
     std::shared_ptr<rpc::ConnectionPool> pool_;
     std::mutex mu_;
     std::optional<ServiceInfo> svc_;

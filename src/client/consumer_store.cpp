@@ -88,7 +88,7 @@ bool ConsumerStore::present(const std::string& upath, const Record& rec) const {
 Result<UniqueFd> ConsumerStore::lock(const std::string& upath) {
     // Striped over a fixed set of files so the lock directory does not grow
     // with the number of files.
-    std::string locks = dir_ + "/.dyad/locks";
+    std::string locks = dir_ + "/" + kReservedDir + "/locks";
     Status s = mkdir_p(locks, 02775);
     if (!s) return s;
     Xxh3 kh;
@@ -124,12 +124,14 @@ Status ConsumerStore::Staging::commit(const nlohmann::json& trailer, const Recor
     FileSink& sink = *sink_;
     Status s = verify_trailer(trailer, {sink.bytes(), sink.hex(), sink.kernel_copied()}, upath_);
     if (!s) return s;
+    // The owner serves only the file as published; anything else is not
+    // the produced file and is not installed.
     if (sink.bytes() != rec.size)
-        DYAD_WARN(kSub,
-                  "'%s' is %llu bytes on its producer but was published with %llu: it changed "
-                  "after dyad_produce",
-                  upath_.c_str(), static_cast<unsigned long long>(sink.bytes()),
-                  static_cast<unsigned long long>(rec.size));
+        return Status(DYAD_RC_BADFETCH,
+                      "'" + upath_ + "' arrived with " + std::to_string(sink.bytes()) +
+                          " bytes but was published with " + std::to_string(rec.size) +
+                          ": not installed",
+                      ESTALE);
     int fd = fd_.get();
     if (store_.fsync_ && store_.fs_.fsync(fd) != 0)
         return Status(DYAD_RC_BADFIO, "fsync of '" + tmp_ + "' failed", errno);

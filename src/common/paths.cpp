@@ -83,14 +83,30 @@ Result<std::string> normalize_upath(std::string_view upath) {
                       "absolute path '" + std::string(upath) +
                           "' refused: give a path relative to the managed directory",
                       EINVAL);
-    std::string out;
+    // `sub/../f` is `f`; a `..` that would leave the directory is refused.
+    // (Lexical: the service opens the result beneath its directory, so a
+    // symbolic link cannot lead out either.)
+    std::vector<std::string_view> parts;
     for (auto part : split(upath)) {
         if (part == ".") continue;
-        if (part == "..")
-            return Status(DYAD_RC_BADFIO,
-                          "path '" + std::string(upath) +
-                              "' refused: '..' may not leave the managed directory",
-                          EINVAL);
+        if (part == "..") {
+            if (parts.empty())
+                return Status(DYAD_RC_BADFIO,
+                              "path '" + std::string(upath) +
+                                  "' refused: '..' may not leave the managed directory",
+                              EINVAL);
+            parts.pop_back();
+            continue;
+        }
+        parts.push_back(part);
+    }
+    if (!parts.empty() && parts.front() == kReservedDir)
+        return Status(DYAD_RC_BADFIO,
+                      "path '" + std::string(upath) + "' refused: " + kReservedDir +
+                          "/ holds DYAD's own files (locks) and is never produced nor consumed",
+                      EACCES);
+    std::string out;
+    for (auto part : parts) {
         if (!out.empty()) out += '/';
         out += part;
     }

@@ -18,8 +18,12 @@ std::string lexical_absolute(std::string_view path);
 // realpath() of the longest existing prefix, the rest appended lexically.
 std::string canonical_path(std::string_view path);
 
+// DYAD's own directory inside a managed directory (the consumer's locks).
+inline constexpr const char* kReservedDir = ".dyad";
+
 // Checks a path relative to a managed directory and returns its normal form
-// ("a//./b" -> "a/b"). Refuses empty, absolute, ".." components and NUL.
+// ("a//./b" -> "a/b", "sub/../f" -> "f"). Refuses empty, absolute, NUL, a
+// ".." that leaves the directory, and paths under kReservedDir.
 Result<std::string> normalize_upath(std::string_view upath);
 
 // A managed directory: remembers its given and canonical forms.

@@ -17,6 +17,8 @@ using T = Type;
 const std::vector<Setting> kTable = {
     {"DYAD_SERVICE_URI", T::text, "tcp://127.0.0.1:7627", "client",
      "this node's dyadd (`tcp://HOST:PORT` or `unix:PATH`)"},
+    {"DYAD_AUTH_KEY_FILE", T::text, nullptr, "client, dyadd",
+     "the job's key file (`dyad keygen FILE`, mode 0600): services and clients authenticate each other with it; dyadd's default `--auth-key`"},
     {"DYAD_PATH_PRODUCER", T::text, nullptr, "client, dyadd",
      "producer-managed directory; must be the directory the node's dyadd serves (dyadd's default PRODUCER_DIR)"},
     {"DYAD_PATH_CONSUMER", T::text, nullptr, "client",

@@ -5,9 +5,18 @@
 
 namespace dyad::kvs {
 
-uint64_t MemoryStore::put(const std::string& ns, const std::string& key, std::string value) {
-    Entry& e = data_[ns][key];
+Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
+                                  std::string value, const std::string& writer) {
+    auto& space = data_[ns];
+    auto found = space.find(key);
+    if (found != space.end() && !found->second.writer.empty() && found->second.writer != writer)
+        return Status(DYAD_RC_BADCOMMIT,
+                      "'" + key + "' in namespace '" + ns + "' belongs to service '" +
+                          found->second.writer + "': only it may write it again",
+                      EEXIST);
+    Entry& e = found != space.end() ? found->second : space[key];
     e.value = std::move(value);
+    e.writer = writer;
     e.version += 1;
     auto it = watchers_.find({ns, key});
     if (it != watchers_.end()) {
@@ -77,13 +86,43 @@ bool args_ok(const std::shared_ptr<rpc::Request>& r, std::initializer_list<const
 }
 }  // namespace
 
+Status check_put(const std::string& writer, const std::string& ns, const std::string& key,
+                 const std::string& value) {
+    if (writer.empty())
+        return Status(DYAD_RC_NOAUTH,
+                      "only services write the metadata store: publish through this node's dyadd "
+                      "(dyad produce, dyad_produce)",
+                      EPERM);
+    if (ns == kServicesNamespace) {
+        if (key != writer)
+            return Status(DYAD_RC_NOAUTH,
+                          "service '" + writer + "' may register only itself, not '" + key + "'",
+                          EPERM);
+        return Status::ok();
+    }
+    auto j = nlohmann::json::parse(value, nullptr, false);
+    auto owner = j.is_object() ? j.find("owner") : j.end();
+    if (!j.is_object() || owner == j.end() || !owner->is_string() ||
+        owner->get<std::string>() != writer)
+        return Status(DYAD_RC_NOAUTH,
+                      "service '" + writer + "' may publish only records that name it as owner",
+                      EPERM);
+    return Status::ok();
+}
+
 void serve(rpc::Server& server, MemoryStore& store) {
     server.handle("kvs.put", [&store](std::shared_ptr<rpc::Request> r) {
         if (!args_ok(r, {"ns", "key", "value"})) return;
         const auto& a = r->args();
-        uint64_t v = store.put(a["ns"].get<std::string>(), a["key"].get<std::string>(),
-                               a["value"].get<std::string>());
-        r->end({{"version", v}});
+        std::string writer = r->peer_service();
+        const std::string& ns = a["ns"].get_ref<const std::string&>();
+        const std::string& key = a["key"].get_ref<const std::string&>();
+        const std::string& value = a["value"].get_ref<const std::string&>();
+        Status ok = check_put(writer, ns, key, value);
+        if (!ok) return r->error(ok.err(), ok.message(), ok.rc());
+        auto v = store.put(ns, key, value, writer);
+        if (!v) return r->error(v.status().err(), v.status().message(), v.status().rc());
+        r->end({{"version", v.value()}});
     });
     server.handle("kvs.get", [&store](std::shared_ptr<rpc::Request> r) {
         if (!args_ok(r, {"ns", "key"})) return;

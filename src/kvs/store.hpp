@@ -24,6 +24,7 @@ constexpr const char* kServicesNamespace = "dyad.services";
 struct Entry {
     std::string value;
     uint64_t version = 0;
+    std::string writer;  // the service that wrote it ("" for the hosting service itself)
 };
 
 // What a client uses. Implementations: RpcStore (the embedded store of a
@@ -65,10 +66,14 @@ class RpcStore : public Store {
 };
 
 // The embedded store. Single-threaded: used only on the service's loop.
+// A key belongs to the service that first wrote it: another writer's put is
+// refused (EEXIST), so two producers of one path cannot silently replace
+// each other's record.
 class MemoryStore {
   public:
     using Watcher = std::function<void(const Entry&)>;
-    uint64_t put(const std::string& ns, const std::string& key, std::string value);
+    Result<uint64_t> put(const std::string& ns, const std::string& key, std::string value,
+                         const std::string& writer = "");
     std::optional<Entry> get(const std::string& ns, const std::string& key) const;
     // Calls fn once, when the key is next put. Returns an id for unwatch.
     uint64_t watch_create(const std::string& ns, const std::string& key, Watcher fn);
@@ -94,5 +99,12 @@ class Server;
 
 namespace dyad::kvs {
 // Serves kvs.put / kvs.get (with wait-for-create) / kvs.list from `store`.
+// Only services write (docs/security.md): a put must come from a peer that
+// said it is a service (and proved the job's key where there is one), it
+// may register only its own id in the registry and only records that name
+// it as their owner.
 void serve(rpc::Server& server, MemoryStore& store);
+// The write rules of serve(), for a put by `writer` (a service id).
+Status check_put(const std::string& writer, const std::string& ns, const std::string& key,
+                 const std::string& value);
 }  // namespace dyad::kvs

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/log.hpp"
+#include "common/settings.hpp"
 
 namespace dyad::rpc {
 namespace {
@@ -85,7 +86,40 @@ Result<UniqueFd> connect_fd(const Uri& u, Deadline deadline) {
 
 }  // namespace
 
-Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, Deadline deadline) {
+Result<Credentials> Credentials::from_settings() {
+    Credentials c;
+    std::string path = settings::text("DYAD_AUTH_KEY_FILE");
+    if (path.empty()) return c;
+    auto k = auth::Key::load(path);
+    if (!k) return Status(k.status()).wrap("DYAD_AUTH_KEY_FILE");
+    c.key = k.value();
+    return c;
+}
+
+namespace {
+
+Status auth_error(const std::string& msg) { return Status(DYAD_RC_NOAUTH, msg, EACCES); }
+
+// The service's answer to a hello: another hello, or an error naming why.
+Result<Frame> read_hello(Connection& c, Deadline deadline, const std::string& uri) {
+    auto f = c.read_frame(deadline);
+    if (!f) return Status(f.status()).wrap("hello from " + uri);
+    if (f->header.type == Type::error) {
+        Status e = Connection::error_status(f.value(), "service at " + uri + " refused the connection");
+        return e;
+    }
+    if (f->header.type != Type::hello || f->header.data_len != 0 || !f->meta.is_object())
+        return Status(
+            DYAD_RC_BADRPC,
+            "service at " + uri + " answered hello with a " + type_name(f->header.type) + " frame",
+            EPROTO);
+    return f;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, Deadline deadline,
+                                                        const Credentials& creds) {
     auto u = parse_uri(uri);
     if (!u) return u.status();
     auto fd = connect_fd(u.value(), deadline);
@@ -93,19 +127,52 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
     std::unique_ptr<Connection> c(new Connection(std::move(fd.value()), uri));
     Header h;
     h.type = Type::hello;
-    nlohmann::json hello = {{"version", kVersion}, {"pid", ::getpid()}};
+    nlohmann::json hello = {{"version", kVersion}, {"pid", ::getpid()}, {"role", creds.role}};
+    if (!creds.service_id.empty()) hello["service_id"] = creds.service_id;
+    std::string cnonce;
+    if (creds.key) {
+        cnonce = auth::new_nonce();
+        hello["nonce"] = cnonce;
+    }
     Status s = c->send_frame(h, hello.dump(), deadline);
     if (!s) return s.wrap("hello to " + uri);
-    auto f = c->read_frame(deadline);
-    if (!f) return Status(f.status()).wrap("hello from " + uri);
-    if (f->header.type == Type::error)
-        return error_status(f.value(), "service at " + uri + " refused the connection");
-    if (f->header.type != Type::hello || f->header.data_len != 0)
-        return Status(
-            DYAD_RC_BADRPC,
-            "service at " + uri + " answered hello with a " + type_name(f->header.type) + " frame",
-            EPROTO);
-    c->peer_info_ = f->meta;
+    auto f = read_hello(*c, deadline, uri);
+    if (!f) return f.status();
+    std::string scheme = f->meta.value("auth", std::string("none"));
+    if (scheme == "none") {
+        // A service that asks for no key could be anyone's: a process that
+        // holds the job's key talks only to services that prove they do.
+        if (creds.key)
+            return auth_error("service at " + uri +
+                              " does not authenticate (dyadd started without --auth-key) but this "
+                              "process has a key (DYAD_AUTH_KEY_FILE=" + creds.key->path() +
+                              "): refusing to trust it; give dyadd the same key");
+        c->peer_info_ = std::move(f->meta);
+        return c;
+    }
+    if (scheme != auth::kScheme)
+        return auth_error("service at " + uri + " asks for authentication scheme '" + scheme +
+                          "', this build knows '" + auth::kScheme + "'");
+    if (!creds.key)
+        return auth_error("service at " + uri +
+                          " requires authentication: set DYAD_AUTH_KEY_FILE to the job's key file "
+                          "(the one its dyadd was given with --auth-key)");
+    auto snonce = f->meta.find("nonce");
+    auto sproof = f->meta.find("proof");
+    if (snonce == f->meta.end() || !snonce->is_string() || !auth::valid_nonce(snonce->get<std::string>()) ||
+        sproof == f->meta.end() || !sproof->is_string() ||
+        !creds.key->verify(sproof->get<std::string>(), "dyad service", cnonce,
+                           snonce->get<std::string>()))
+        return auth_error("service at " + uri +
+                          " could not prove it holds the job's key: it is not this job's service, "
+                          "or the key files differ (DYAD_AUTH_KEY_FILE=" + creds.key->path() + ")");
+    nlohmann::json answer = {{"proof", creds.key->proof("dyad client", cnonce,
+                                                        snonce->get<std::string>())}};
+    s = c->send_frame(h, answer.dump(), deadline);
+    if (!s) return s.wrap("hello to " + uri);
+    auto g = read_hello(*c, deadline, uri);
+    if (!g) return g.status();
+    c->peer_info_ = std::move(g->meta);
     return c;
 }
 
@@ -246,8 +313,12 @@ Status Connection::error_status(const Frame& f, const std::string& context) {
     std::string msg = "error";
     dyad_rc_t rc = DYAD_RC_BADRPC;
     if (f.meta.is_object()) {
-        msg = f.meta.value("msg", msg);
-        rc = static_cast<dyad_rc_t>(f.meta.value("rc", static_cast<int>(DYAD_RC_BADRPC)));
+        auto m = f.meta.find("msg");
+        if (m != f.meta.end() && m->is_string()) msg = m->get<std::string>();
+        auto r = f.meta.find("rc");
+        if (r != f.meta.end() && r->is_number_integer() && r->get<int64_t>() >= -100000 &&
+            r->get<int64_t>() <= 0)
+            rc = static_cast<dyad_rc_t>(r->get<int>());
     }
     return Status(rc, context + ": " + msg, f.header.errnum);
 }
@@ -298,7 +369,7 @@ Result<std::unique_ptr<Connection>> ConnectionPool::get(const std::string& uri, 
             if (::poll(&p, 1, 0) == 0) return c;
         }
     }
-    return Connection::connect(uri, deadline);
+    return Connection::connect(uri, deadline, creds_);
 }
 
 void ConnectionPool::put(std::unique_ptr<Connection> c) {

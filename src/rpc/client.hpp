@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/auth.hpp"
 #include "common/deadline.hpp"
 #include "common/fd.hpp"
 #include "common/status.hpp"
@@ -23,10 +24,24 @@ struct Frame {
     nlohmann::json meta;  // null when meta_len == 0
 };
 
+// Who this process is to the services it connects to. With a key, the
+// hello is a challenge-response in both directions (docs/wire-protocol.md
+// section 4): the service proves it holds the key before we say anything
+// else, and we prove it before it serves anything. Without a key, only a
+// service that asks for none is accepted.
+struct Credentials {
+    std::shared_ptr<const auth::Key> key;  // null: no authentication
+    std::string role = "client";           // "client" or "service"
+    std::string service_id;                // with role "service": the service's id
+    // The key of DYAD_AUTH_KEY_FILE, if set (errors: unreadable, loose mode).
+    static Result<Credentials> from_settings();
+};
+
 class Connection {
   public:
-    // Connects and exchanges HELLO frames (version check).
-    static Result<std::unique_ptr<Connection>> connect(const std::string& uri, Deadline deadline);
+    // Connects and exchanges HELLO frames (version check, authentication).
+    static Result<std::unique_ptr<Connection>> connect(const std::string& uri, Deadline deadline,
+                                                       const Credentials& creds = Credentials());
 
     const nlohmann::json& peer_info() const { return peer_info_; }
     const std::string& uri() const { return uri_; }
@@ -75,7 +90,8 @@ class Connection {
 // a connect each. Thread-safe; a connection is used by one thread at a time.
 class ConnectionPool {
   public:
-    explicit ConnectionPool(size_t max_idle_per_uri = 8) : max_idle_(max_idle_per_uri) {}
+    explicit ConnectionPool(Credentials creds = Credentials(), size_t max_idle_per_uri = 8)
+        : creds_(std::move(creds)), max_idle_(max_idle_per_uri) {}
     Result<std::unique_ptr<Connection>> get(const std::string& uri, Deadline deadline);
     // Returns a connection after a completed exchange; broken ones are dropped.
     void put(std::unique_ptr<Connection> c);
@@ -83,6 +99,7 @@ class ConnectionPool {
 
   private:
     std::mutex mu_;
+    Credentials creds_;
     size_t max_idle_;
     std::unordered_map<std::string, std::vector<std::unique_ptr<Connection>>> idle_;
 };

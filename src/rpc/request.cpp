@@ -21,10 +21,10 @@ uint64_t Request::session_id() const {
     return s ? s->id() : 0;
 }
 
-const nlohmann::json& Request::peer() const {
-    static const nlohmann::json empty;
-    auto s = session_.lock();
-    return s ? s->peer() : empty;
+const Peer& Request::peer() const { return peer_; }
+
+std::string Request::peer_service() const {
+    return peer_.role == "service" ? peer_.service_id : std::string();
 }
 
 void Request::respond(nlohmann::json meta, asio::const_buffer data, WriteDone done) {

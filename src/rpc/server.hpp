@@ -18,12 +18,31 @@
 #include <asio.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/auth.hpp"
 #include "common/status.hpp"
 #include "wire.hpp"
 
 namespace dyad::rpc {
 
 class Session;
+
+// Who may talk to a server (docs/security.md). With a key, every peer must
+// prove it holds it before anything else is answered. On a Unix socket the
+// peer's uid (SO_PEERCRED) must also be ours, root's, or one of `uids`.
+struct AuthPolicy {
+    std::shared_ptr<const auth::Key> key;  // null: no authentication
+    std::vector<uint32_t> uids;            // more uids allowed on the Unix socket
+    bool any_uid = false;                  // every local user (--allow-uid any)
+};
+
+// What a peer proved about itself in its hello.
+struct Peer {
+    bool authenticated = false;  // proved it holds the key (always false without one)
+    std::string role = "client";  // claimed in the hello: "client" or "service"
+    std::string service_id;       // with role "service"
+    int64_t pid = 0;
+    int64_t uid = -1;  // Unix socket peers (SO_PEERCRED); -1 over TCP
+};
 
 class Request : public std::enable_shared_from_this<Request> {
   public:
@@ -36,8 +55,11 @@ class Request : public std::enable_shared_from_this<Request> {
     const nlohmann::json& args() const { return args_; }
     uint32_t tag() const { return tag_; }
     asio::io_context& io() { return io_; }
-    // Peer info from the connection's hello (pid, ...).
-    const nlohmann::json& peer() const;
+    // What the connection's peer said and proved in its hello.
+    const Peer& peer() const;
+    // The service id the peer speaks for ("" unless it said it is a service,
+    // and proved it holds the key where there is one).
+    std::string peer_service() const;
     // The local IP address the client connected to ("" for a Unix socket).
     std::string local_host() const;
     // A number unique to the connection this request came on (0 once it closed).
@@ -67,6 +89,7 @@ class Request : public std::enable_shared_from_this<Request> {
     void close_connection();
 
     // Internal (Session).
+    void set_peer(Peer p) { peer_ = std::move(p); }
     void cancel(int why_errnum);
     void arm_deadline();
     void deliver_update(const nlohmann::json& meta) {
@@ -80,6 +103,7 @@ class Request : public std::enable_shared_from_this<Request> {
     asio::io_context& io_;
     uint32_t tag_;
     nlohmann::json args_;
+    Peer peer_;
     std::string topic_;
     std::atomic<bool> closing_{false};   // end/error/cancel called (first wins)
     std::atomic<bool> finished_{false};  // set on the loop once the answer is queued
@@ -91,6 +115,7 @@ class Request : public std::enable_shared_from_this<Request> {
 
 using Handler = std::function<void(std::shared_ptr<Request>)>;
 
+
 class Server {
   public:
     Server(asio::io_context& io, nlohmann::json hello_info);
@@ -101,6 +126,11 @@ class Server {
     Result<std::string> listen_unix(const std::string& path);
     void handle(const std::string& topic, Handler h);
     void set_hello_info(nlohmann::json info) { hello_info_ = std::move(info); }
+    void set_auth(AuthPolicy a) { auth_ = std::move(a); }
+    const AuthPolicy& auth() const { return auth_; }
+    // Peers refused in their hello (wrong or missing key, uid not allowed).
+    uint64_t auth_refused() const { return auth_refused_; }
+    void count_auth_refused() { ++auth_refused_; }
     // Closes listeners and every session; pending requests are cancelled.
     void stop();
 
@@ -118,6 +148,8 @@ class Server {
 
     asio::io_context& io_;
     nlohmann::json hello_info_;
+    AuthPolicy auth_;
+    uint64_t auth_refused_ = 0;
     std::unique_ptr<asio::ip::tcp::acceptor> tcp_;
     std::unique_ptr<asio::local::stream_protocol::acceptor> unix_;
     std::string unix_path_;

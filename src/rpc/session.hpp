@@ -106,7 +106,7 @@ class Session : public std::enable_shared_from_this<Session> {
         server_.forget(this);
     }
 
-    const nlohmann::json& peer() const { return peer_; }
+    const Peer& peer() const { return peer_; }
     std::string local_host() {
         sockaddr_storage ss{};
         socklen_t len = sizeof ss;
@@ -203,19 +203,7 @@ class Session : public std::enable_shared_from_this<Session> {
             protocol_error(h_.tag, "malformed JSON in frame");
             return false;
         }
-        if (!hello_done_) {
-            if (h_.type != Type::hello) {
-                protocol_error(h_.tag, "first frame must be hello");
-                return false;
-            }
-            hello_done_ = true;
-            peer_ = std::move(meta);
-            hello_timer_.cancel();
-            Header r;
-            r.type = Type::hello;
-            send(r, server_.hello_info().dump(), {}, {});
-            return true;
-        }
+        if (!hello_done_) return handle_hello(meta);
         switch (h_.type) {
             case Type::request: {
                 if (!meta.is_object() || !meta.contains("topic") || !meta["topic"].is_string()) {
@@ -227,6 +215,7 @@ class Session : public std::enable_shared_from_this<Session> {
                     return false;
                 }
                 auto r = std::make_shared<Request>(weak_from_this(), io_, h_.tag, std::move(meta));
+                r->set_peer(peer_);
                 active_[h_.tag] = r;
                 r->arm_deadline();
                 server_.dispatch(r);
@@ -252,6 +241,110 @@ class Session : public std::enable_shared_from_this<Session> {
                                            " frame from a client");
                 return false;
         }
+    }
+
+    // The hello exchange (docs/wire-protocol.md section 4). Nothing about
+    // this service is said before the peer is admitted: a refused peer gets
+    // one error frame ("authentication required" and why) and the close.
+    bool handle_hello(const nlohmann::json& meta) {
+        const AuthPolicy& auth = server_.auth();
+        if (h_.type != Type::hello || !meta.is_object()) {
+            if (awaiting_proof_ || h_.type == Type::hello)
+                return refuse("authentication required: malformed hello");
+            protocol_error(h_.tag, auth.key ? "authentication required: first frame must be hello"
+                                            : "first frame must be hello");
+            return false;
+        }
+        if (awaiting_proof_) {
+            auto p = meta.find("proof");
+            if (p == meta.end() || !p->is_string() ||
+                !auth.key->verify(p->get<std::string>(), "dyad client", client_nonce_,
+                                  service_nonce_))
+                return refuse(
+                    "authentication failed: the peer does not hold this service's key (check "
+                    "DYAD_AUTH_KEY_FILE: it must be the file dyadd was given with --auth-key)");
+            peer_.authenticated = true;
+            return admit();
+        }
+        peer_.pid = meta.contains("pid") && meta["pid"].is_number_integer()
+                        ? meta["pid"].get<int64_t>()
+                        : 0;
+        auto role = meta.find("role");
+        if (role != meta.end() && role->is_string() && role->get<std::string>() == "service") {
+            auto id = meta.find("service_id");
+            if (id == meta.end() || !id->is_string() || id->get<std::string>().empty() ||
+                id->get<std::string>().size() > 255)
+                return refuse("a service's hello must carry its service_id");
+            peer_.role = "service";
+            peer_.service_id = id->get<std::string>();
+        }
+        if (!check_uid()) return false;
+        if (!auth.key) return admit();
+        auto n = meta.find("nonce");
+        if (n == meta.end() || !n->is_string() || !auth::valid_nonce(n->get<std::string>()))
+            return refuse(
+                "authentication required: this service accepts only peers that hold the job's "
+                "key (set DYAD_AUTH_KEY_FILE)");
+        client_nonce_ = n->get<std::string>();
+        service_nonce_ = auth::new_nonce();
+        awaiting_proof_ = true;
+        Header r;
+        r.type = Type::hello;
+        nlohmann::json challenge = {
+            {"auth", auth::kScheme},
+            {"nonce", service_nonce_},
+            {"proof", auth.key->proof("dyad service", client_nonce_, service_nonce_)},
+            {"wire_version", kVersion}};
+        send(r, challenge.dump(), {}, {});
+        return true;
+    }
+
+    // Unix socket peers: the kernel says who they are.
+    bool check_uid() {
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        if (::getsockname(sock_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+            ss.ss_family != AF_UNIX)
+            return true;
+        struct ucred cred{};
+        socklen_t cl = sizeof cred;
+        if (::getsockopt(sock_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
+            return refuse("cannot tell who the peer on the Unix socket is");
+        peer_.uid = cred.uid;
+        const AuthPolicy& auth = server_.auth();
+        if (auth.any_uid || cred.uid == 0 || cred.uid == ::geteuid() ||
+            std::find(auth.uids.begin(), auth.uids.end(), cred.uid) != auth.uids.end())
+            return true;
+        return refuse("uid " + std::to_string(cred.uid) +
+                      " may not use this service's Unix socket (it serves uid " +
+                      std::to_string(::geteuid()) + " and root; see dyadd --allow-uid)");
+    }
+
+    bool admit() {
+        hello_done_ = true;
+        awaiting_proof_ = false;
+        client_nonce_.clear();
+        service_nonce_.clear();
+        hello_timer_.cancel();
+        Header r;
+        r.type = Type::hello;
+        nlohmann::json info = server_.hello_info();
+        info["auth"] = server_.auth().key ? auth::kScheme : "none";
+        send(r, info.dump(), {}, {});
+        return true;
+    }
+
+    bool refuse(const std::string& msg) {
+        server_.count_auth_refused();
+        DYAD_WARN("rpc", "refused a peer (pid %lld): %s", static_cast<long long>(peer_.pid),
+                  msg.c_str());
+        Header e;
+        e.type = Type::error;
+        e.errnum = EACCES;
+        nlohmann::json m = {{"msg", msg}, {"rc", static_cast<int>(DYAD_RC_NOAUTH)}};
+        auto self = shared_from_this();
+        send(e, m.dump(), {}, [self](bool) { self->close(); });
+        return false;
     }
 
     void write_next() {
@@ -331,9 +424,11 @@ class Session : public std::enable_shared_from_this<Session> {
     size_t queued_bytes_ = 0;
     bool paused_ = false;
     bool hello_done_ = false;
+    bool awaiting_proof_ = false;
+    std::string client_nonce_, service_nonce_;
     bool closed_ = false;
     bool writing_ = false;
-    nlohmann::json peer_;
+    Peer peer_;
     std::deque<Out> q_;
     std::unordered_map<uint32_t, std::shared_ptr<Request>> active_;
 };

@@ -1,6 +1,7 @@
 // dyadd: the DYAD service of one node.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 #include <CLI/CLI.hpp>
 
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
     if (auto n = settings::text("DYAD_KVS_NAMESPACE"); !n.empty()) o.ns = n;
     if (auto n = settings::text("DYAD_NODE_ID"); !n.empty()) o.node = n;
     o.figures = settings::text("DYAD_DTL_FIGURES");
+    o.auth_key = settings::text("DYAD_AUTH_KEY_FILE");
+    std::vector<std::string> allow_uids;
     std::string info_log, error_log, memory;
 
     CLI::App app{
@@ -58,12 +61,34 @@ int main(int argc, char** argv) {
     app.add_option("--memory", memory,
                    "memory for transfer buffers, all consumers together, e.g. 256M (default: "
                    "$DYAD_SERVICE_MEMORY or 256M)");
+    app.add_option("--auth-key", o.auth_key,
+                   "the job's key file (dyad keygen FILE): peers must prove they hold it "
+                   "(default: $DYAD_AUTH_KEY_FILE)");
+    app.add_flag("--insecure", o.insecure,
+                 "serve a non-loopback --listen without a key (anyone who reaches the port can "
+                 "read every produced file)");
+    app.add_option("--allow-uid", allow_uids,
+                   "also admit this uid on the Unix socket (default: dyadd's own uid and root; "
+                   "'any' admits every local user)");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     }
 
+    for (const auto& u : allow_uids) {
+        if (u == "any") {
+            o.allow_any_uid = true;
+            continue;
+        }
+        char* end = nullptr;
+        unsigned long v = std::strtoul(u.c_str(), &end, 10);
+        if (u.empty() || *end != '\0' || v > 0xffffffffUL) {
+            std::fprintf(stderr, "dyadd: --allow-uid '%s' is not a uid or 'any'\n", u.c_str());
+            return 2;
+        }
+        o.allow_uids.push_back(static_cast<uint32_t>(v));
+    }
     for (size_t pos = 0; pos < transports.size();) {
         size_t comma = transports.find(',', pos);
         if (comma == std::string::npos) comma = transports.size();
@@ -77,6 +102,7 @@ int main(int argc, char** argv) {
     if (app.count("--namespace")) settings::set_option("DYAD_KVS_NAMESPACE", o.ns);
     if (app.count("--node")) settings::set_option("DYAD_NODE_ID", o.node);
     if (app.count("producer_dir")) settings::set_option("DYAD_PATH_PRODUCER", o.producer_dir);
+    if (app.count("--auth-key")) settings::set_option("DYAD_AUTH_KEY_FILE", o.auth_key);
     if (dyad::Status s = settings::check("dyadd"); !s) {
         std::fprintf(stderr, "dyadd: %s\n", s.message().c_str());
         return 2;

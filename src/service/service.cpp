@@ -1,16 +1,21 @@
 #include "service.hpp"
 
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <future>
+
 #include "common/config.hpp"
+#include "common/keygen.hpp"
 #include "common/log.hpp"
 #include "common/paths.hpp"
 #include "common/settings.hpp"
+#include "kvs/record.hpp"
 #include "rpc/wire.hpp"
 #include "send_channel.hpp"
 
@@ -34,7 +39,38 @@ std::string public_host(const std::string& host) {
     return host;
 }
 
+constexpr double kStoreTimeout = 30.0;  // a publish's or a lookup's store request
+
+int64_t ns_of(const struct timespec& t) {
+    return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
+}
+
 }  // namespace
+
+bool is_loopback_host(const std::string& host) {
+    if (host == "localhost") return true;
+    unsigned char buf[sizeof(struct in6_addr)];
+    if (::inet_pton(AF_INET, host.c_str(), buf) == 1) return buf[0] == 127;
+    if (::inet_pton(AF_INET6, host.c_str(), buf) == 1) {
+        static const unsigned char one[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+        return std::memcmp(buf, one, 16) == 0;
+    }
+    return false;
+}
+
+// The served file when its transfer started, to see at the end whether it
+// was modified meanwhile.
+struct Service::Snapshot {
+    uint64_t ino = 0, size = 0;
+    int64_t mtime_ns = 0, ctime_ns = 0;
+    static Snapshot of(const struct stat& sb) {
+        return {static_cast<uint64_t>(sb.st_ino), static_cast<uint64_t>(sb.st_size),
+                ns_of(sb.st_mtim), ns_of(sb.st_ctim)};
+    }
+    bool operator==(const Snapshot& o) const {
+        return ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+    }
+};
 
 Service::Service(Options opts)
     : opts_(std::move(opts)), file_pool_(opts_.io_threads ? opts_.io_threads : 1) {
@@ -101,12 +137,34 @@ Status Service::start() {
     s = dtl::apply_figures(opts_.figures, &records_);
     if (!s) return s;
 
+    if (!opts_.auth_key.empty()) {
+        auto k = auth::Key::load(opts_.auth_key);
+        if (!k) return Status(k.status()).wrap("--auth-key");
+        key_ = k.value();
+    }
     server_ = std::make_unique<rpc::Server>(io_, nlohmann::json::object());
+    server_->set_auth({key_, opts_.allow_uids, opts_.allow_any_uid});
     if (!opts_.listen.empty()) {
         std::string host;
         uint16_t port = 0;
         s = split_host_port(opts_.listen, &host, &port);
         if (!s) return s;
+        // Secure by default: without a key, only this machine may talk to us.
+        if (!key_ && !is_loopback_host(host)) {
+            if (!opts_.insecure)
+                return Status(DYAD_RC_NOAUTH,
+                              "--listen " + opts_.listen +
+                                  " is reachable from other machines, and no key is set: give "
+                                  "--auth-key FILE (create it once per job with `dyad keygen "
+                                  "FILE`, and give the same file to every client as "
+                                  "DYAD_AUTH_KEY_FILE), or listen on 127.0.0.1; --insecure "
+                                  "serves anyone who can reach the port",
+                              EPERM);
+            DYAD_WARN(kSub,
+                      "INSECURE: listening on %s without a key (--insecure): anyone who can reach "
+                      "this port can read every produced file and rewrite the metadata",
+                      opts_.listen.c_str());
+        }
         auto ep = server_->listen_tcp(host, port);
         if (!ep) return ep.status();
         auto u = rpc::parse_uri(ep.value());
@@ -133,16 +191,24 @@ Status Service::start() {
                     [this](std::shared_ptr<rpc::Request> r) { on_fetch(std::move(r)); });
     server_->handle("dyad.status",
                     [this](std::shared_ptr<rpc::Request> r) { on_status(std::move(r)); });
+    server_->handle("dyad.publish",
+                    [this](std::shared_ptr<rpc::Request> r) { on_publish(std::move(r)); });
 
     // Metadata: host the store, or register in the one given by --kvs.
     nlohmann::json reg = identity();
     if (opts_.kvs_uri.empty()) {
         store_ = std::make_unique<kvs::MemoryStore>();
         kvs::serve(*server_, *store_);
-        store_->put(kServicesNamespace, id_, reg.dump());
+        auto v = store_->put(kServicesNamespace, id_, reg.dump(), id_);
+        if (!v) return v.status();
     } else {
-        kvs::RpcStore remote(opts_.kvs_uri, std::make_shared<rpc::ConnectionPool>());
-        auto v = remote.put(kServicesNamespace, id_, reg.dump(), Deadline::after(10));
+        rpc::Credentials me;
+        me.key = key_;
+        me.role = "service";
+        me.service_id = id_;
+        remote_ = std::make_unique<kvs::RpcStore>(
+            opts_.kvs_uri, std::make_shared<rpc::ConnectionPool>(std::move(me)));
+        auto v = remote_->put(kServicesNamespace, id_, reg.dump(), Deadline::after(10));
         if (!v)
             return Status(v.status())
                 .wrap("cannot register in the metadata store at " + opts_.kvs_uri +
@@ -168,6 +234,7 @@ nlohmann::json Service::identity() const {
             {"transports", transports},
             {"default_mode", opts_.mode},
             {"pid", ::getpid()},
+            {"auth", key_ ? auth::kScheme : "none"},
             {"wire_version", rpc::kVersion}};
 }
 
@@ -325,22 +392,233 @@ void Service::try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
         DYAD_WARN(kSub,
                   "the producer directory's filesystem has no OFD locks (%s): serving without them",
                   std::strerror(err));
-    struct stat sb;
-    job->size = ::fstat(job->fd.get(), &sb) == 0 ? static_cast<uint64_t>(sb.st_size) : 0;
-    asio::post(io_, [this, r, transport, job] {
-        if (r->finished()) return release_fd(job);  // cancelled meanwhile
-        senders_[transport]->send(
-            job, [this, r, transport, job](Status s, uint64_t bytes, std::string xxh) {
-                auto& c = per_transport_[transport];
-                c.bytes_sent += bytes;
-                total_.bytes_sent += bytes;
-                release_fd(job);
-                if (!s) return fail(r, transport, s);
-                c.served++;
-                total_.served++;
-                r->end({{"size", job->size}, {"xxh3", xxh}});
-            });
+    // Only what this service published, unchanged since (with the lock
+    // held, a producer rewriting under its own lock is done by now).
+    auto snap = std::make_shared<Snapshot>();
+    Status ok = check_served(r, *job, snap.get());
+    if (!ok) {
+        if (ok.err() == ESTALE) refused_stale_++;
+        if (ok.err() == ENOENT) refused_unproduced_++;
+        asio::post(io_, [this, r, transport, ok] { fail(r, transport, ok); });
+        return release_fd(job);
+    }
+    job->size = snap->size;
+    asio::post(io_, [this, r, transport, job, snap] { start_send(r, transport, job, snap); });
+}
+
+void Service::start_send(std::shared_ptr<rpc::Request> r, std::string transport,
+                         std::shared_ptr<dtl::FetchJob> job, std::shared_ptr<const Snapshot> snap) {
+    if (r->finished()) return release_fd(job);  // cancelled meanwhile
+    senders_[transport]->send(job, [this, r, transport, job, snap](Status s, uint64_t bytes,
+                                                                   std::string xxh) {
+        auto& c = per_transport_[transport];
+        c.bytes_sent += bytes;
+        total_.bytes_sent += bytes;
+        // Unchanged to the end, or the consumer installs nothing: what was
+        // read may be a mix of two versions whatever its checksum says.
+        struct stat sb;
+        bool same = job->fd.valid() && ::fstat(job->fd.get(), &sb) == 0 &&
+                    Snapshot::of(sb) == *snap;
+        release_fd(job);
+        if (!s) return fail(r, transport, s);
+        if (!same) {
+            refused_stale_++;
+            return fail(r, transport,
+                        Status(DYAD_RC_BADFETCH,
+                               "'" + job->upath +
+                                   "' was modified while it was being sent: the consumer installs "
+                                   "nothing; produce it again once it is written",
+                               ESTALE));
+        }
+        c.served++;
+        total_.served++;
+        r->end({{"size", job->size}, {"xxh3", xxh}});
     });
+}
+
+Status Service::check_served(const std::shared_ptr<rpc::Request>& r, const dtl::FetchJob& job,
+                             Snapshot* snap) {
+    const std::string& up = job.upath;
+    struct stat sb;
+    if (::fstat(job.fd.get(), &sb) != 0)
+        return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
+    if (sb.st_nlink > 1)
+        return Status(DYAD_RC_BADFIO,
+                      "'" + up + "' has " + std::to_string(sb.st_nlink) +
+                          " hard links: DYAD serves only files with one name (a link can reach a "
+                          "file outside the producer directory); copy it instead",
+                      EPERM);
+    auto not_produced = [&](const std::string& why) {
+        return Status(DYAD_RC_NOTFOUND,
+                      "'" + up + "' has not been produced by service " + id_ + why +
+                          ": only produced files are served",
+                      ENOENT);
+    };
+    Published pub;
+    bool known = false;
+    {
+        std::lock_guard<std::mutex> lk(pub_mu_);
+        auto it = published_.find(up);
+        if (it != published_.end()) {
+            pub = it->second;
+            known = true;
+        }
+    }
+    const auto& a = r->args();
+    if (!known) {
+        // Published before this service restarted: the store has the record.
+        auto ns = dtl::meta_str(a, "ns");
+        auto key = dtl::meta_str(a, "key");
+        if (!ns || !key) return not_produced("");
+        auto e = store_get(*ns, *key);
+        if (!e) return not_produced(" (" + e.status().message() + ")");
+        auto rec = kvs::Record::from_json(e->value, e->version);
+        if (!rec || rec->owner != id_ || rec->upath != up) return not_produced("");
+        pub = {static_cast<uint64_t>(sb.st_dev), rec->ino ? rec->ino : static_cast<uint64_t>(sb.st_ino),
+               rec->size, rec->mtime_ns, e->version};
+    }
+    auto gen = dtl::meta_u64(a, "generation");
+    if (gen && *gen != 0 && pub.generation != 0 && *gen != pub.generation)
+        return Status(DYAD_RC_BADFETCH,
+                      "'" + up + "' was produced again (generation " +
+                          std::to_string(pub.generation) +
+                          ") after the consumer looked it up (generation " + std::to_string(*gen) +
+                          "): look it up again",
+                      ESTALE);
+    *snap = Snapshot::of(sb);
+    if (static_cast<uint64_t>(sb.st_dev) != pub.dev || snap->ino != pub.ino ||
+        snap->size != pub.size || snap->mtime_ns != pub.mtime_ns)
+        return Status(DYAD_RC_BADFETCH,
+                      "'" + up + "' changed since it was published (generation " +
+                          std::to_string(pub.generation) +
+                          "): nothing is served until it is produced again",
+                      ESTALE);
+    if (!known) {
+        std::lock_guard<std::mutex> lk(pub_mu_);
+        published_.emplace(up, pub);
+    }
+    return Status::ok();
+}
+
+void Service::on_publish(std::shared_ptr<rpc::Request> r) {
+    const auto& a = r->args();
+    auto raw = dtl::meta_str(a, "upath");
+    if (!raw) return r->error(EINVAL, "publish request without 'upath'", DYAD_RC_BADUNPACK);
+    auto up = normalize_upath(*raw);
+    if (!up) return r->error(up.status().err(), up.status().message(), up.status().rc());
+    std::string ns = dtl::meta_str(a, "ns").value_or(opts_.ns);
+    if (ns.empty() || ns == kServicesNamespace)
+        return r->error(EINVAL, "publish into namespace '" + ns + "' refused", DYAD_RC_BADUNPACK);
+    uint64_t depth = dtl::meta_u64(a, "key_depth").value_or(3);
+    uint64_t bins = dtl::meta_u64(a, "key_bins").value_or(1024);
+    if (depth > 64 || bins == 0 || bins > (1u << 30))
+        return r->error(EINVAL, "key_depth must be 0..64 and key_bins 1..2^30",
+                        DYAD_RC_BADUNPACK);
+    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins] {
+        if (r->finished()) return;
+        auto res = publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins));
+        asio::post(io_, [r, res] {
+            if (res) return r->end(res.value());
+            Status st = res.status();
+            r->error(st.err() ? st.err() : EIO, st.message(), st.rc());
+        });
+    });
+}
+
+Result<nlohmann::json> Service::publish(const std::string& up, const std::string& ns,
+                                        unsigned depth, unsigned bins) {
+    auto fd = open_beneath(prod_fd_.get(), up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (!fd) {
+        int e = fd.status().err();
+        if (e == ENOENT)
+            return Status(DYAD_RC_BADFIO,
+                          "cannot publish '" + up + "': no such file in producer directory " +
+                              prod_dir_,
+                          ENOENT);
+        if (e == EXDEV || e == ELOOP)
+            return Status(DYAD_RC_BADFIO,
+                          "cannot publish '" + up + "': it resolves outside producer directory " +
+                              prod_dir_,
+                          EACCES);
+        return Status(fd.status()).wrap("cannot publish '" + up + "'");
+    }
+    struct stat sb;
+    if (::fstat(fd->get(), &sb) != 0)
+        return Status(DYAD_RC_BADFIO, "cannot publish '" + up + "': stat failed", errno);
+    if (!S_ISREG(sb.st_mode))
+        return Status(DYAD_RC_BADFIO, "cannot publish '" + up + "': not a regular file", EINVAL);
+    if (sb.st_nlink > 1)
+        return Status(DYAD_RC_BADFIO,
+                      "cannot publish '" + up + "': it has " + std::to_string(sb.st_nlink) +
+                          " hard links; DYAD serves only files with one name (a link can reach a "
+                          "file outside the producer directory): copy it instead",
+                      EPERM);
+    kvs::Record rec;
+    rec.upath = up;
+    rec.owner = id_;
+    rec.node = opts_.node;
+    rec.producer_dir = prod_dir_;
+    rec.endpoints = endpoints_;
+    rec.size = static_cast<uint64_t>(sb.st_size);
+    rec.mtime_ns = ns_of(sb.st_mtim);
+    rec.mode = sb.st_mode & 07777;
+    rec.ino = static_cast<uint64_t>(sb.st_ino);
+    auto key = gen_path_key(up, depth, bins);
+    if (!key) return key.status();
+    // Published before the store says so: a consumer woken by the put may
+    // ask for the file at once.
+    // (Generation 0 until the store answers: not checked meanwhile.)
+    Published pub{static_cast<uint64_t>(sb.st_dev), rec.ino, rec.size, rec.mtime_ns, 0};
+    std::optional<Published> before;
+    {
+        std::lock_guard<std::mutex> lk(pub_mu_);
+        auto it = published_.find(up);
+        if (it != published_.end()) before = it->second;
+        published_[up] = pub;
+    }
+    auto v = store_put(ns, key.value(), rec.to_json().dump());
+    {
+        std::lock_guard<std::mutex> lk(pub_mu_);
+        if (v) {
+            pub.generation = v.value();
+            published_[up] = pub;
+        } else if (before) {
+            published_[up] = *before;
+        } else {
+            published_.erase(up);
+        }
+    }
+    if (!v) return Status(v.status()).wrap("cannot publish '" + up + "'");
+    published_count_++;
+    return nlohmann::json{{"version", v.value()}, {"key", key.value()}, {"record", rec.to_json()}};
+}
+
+Result<uint64_t> Service::store_put(const std::string& ns, const std::string& key,
+                                    const std::string& value) {
+    if (remote_) return remote_->put(ns, key, value, Deadline::after(kStoreTimeout));
+    auto p = std::make_shared<std::promise<Result<uint64_t>>>();
+    auto f = p->get_future();
+    asio::post(io_, [this, p, ns, key, value] { p->set_value(store_->put(ns, key, value, id_)); });
+    if (f.wait_for(std::chrono::duration<double>(kStoreTimeout)) != std::future_status::ready)
+        return Status(DYAD_RC_TIMEOUT, "the service's loop did not take the publish in time",
+                      ETIMEDOUT);
+    return f.get();
+}
+
+Result<kvs::Entry> Service::store_get(const std::string& ns, const std::string& key) {
+    if (remote_) return remote_->get(ns, key, Deadline::after(kStoreTimeout));
+    auto p = std::make_shared<std::promise<Result<kvs::Entry>>>();
+    auto f = p->get_future();
+    asio::post(io_, [this, p, ns, key]() {
+        auto e = store_->get(ns, key);
+        if (e)
+            p->set_value(e.value());
+        else
+            p->set_value(Status(DYAD_RC_NOTFOUND, "no record", ENOENT));
+    });
+    if (f.wait_for(std::chrono::duration<double>(kStoreTimeout)) != std::future_status::ready)
+        return Status(DYAD_RC_TIMEOUT, "the service's loop did not answer in time", ETIMEDOUT);
+    return f.get();
 }
 
 // Closing the file drops its lock, which on a network filesystem is a
@@ -372,6 +650,10 @@ nlohmann::json Service::status_json() const {
                      {"bytes_sent", total_.bytes_sent},
                      {"bytes_received", total_.bytes_received},
                      {"rejected", rejected_},
+                     {"published", published_count_.load()},
+                     {"refused_unproduced", refused_unproduced_.load()},
+                     {"refused_stale", refused_stale_.load()},
+                     {"auth_refused", server_ ? server_->auth_refused() : 0},
                      {"per_transport", per}};
     j["connections"] = server_ ? server_->session_count() : 0;
     if (budget_) j["memory"] = budget_->stats();

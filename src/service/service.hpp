@@ -7,12 +7,15 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include <asio.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/auth.hpp"
 #include "common/fd.hpp"
 #include "common/status.hpp"
 #include "dtl/budget.hpp"
@@ -39,7 +42,14 @@ struct Options {
     uint64_t memory =
         256ull << 20;  // transfer buffers, all consumers together (DYAD_SERVICE_MEMORY)
     bool debug = false;
+    std::string auth_key;              // key file (--auth-key, DYAD_AUTH_KEY_FILE); "" for none
+    bool insecure = false;             // allow a non-loopback listener without a key
+    std::vector<uint32_t> allow_uids;  // more uids allowed on the Unix socket
+    bool allow_any_uid = false;
 };
+
+// True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost).
+bool is_loopback_host(const std::string& host);
 
 class Service {
   public:
@@ -63,11 +73,31 @@ class Service {
         uint64_t bytes_received = 0;
     };
 
+    // What this service published of a file: a fetch serves the file only
+    // while it is still exactly this (docs/security.md).
+    struct Published {
+        uint64_t dev = 0, ino = 0, size = 0;
+        int64_t mtime_ns = 0;
+        uint64_t generation = 0;
+    };
+    struct Snapshot;  // the served file as the transfer started
+
     void on_fetch(std::shared_ptr<rpc::Request> r);
+    void on_publish(std::shared_ptr<rpc::Request> r);
+    Result<nlohmann::json> publish(const std::string& upath, const std::string& ns,
+                                   unsigned depth, unsigned bins);
+    Status check_served(const std::shared_ptr<rpc::Request>& r, const dtl::FetchJob& job,
+                        Snapshot* snap);
+    // The metadata store from a file thread (the embedded one through the loop).
+    Result<uint64_t> store_put(const std::string& ns, const std::string& key,
+                               const std::string& value);
+    Result<kvs::Entry> store_get(const std::string& ns, const std::string& key);
     void on_status(std::shared_ptr<rpc::Request> r);
     Status open_served_file(const std::string& upath, dtl::FetchJob* job);
     void try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
                   std::shared_ptr<dtl::FetchJob> job, int attempt);
+    void start_send(std::shared_ptr<rpc::Request> r, std::string transport,
+                    std::shared_ptr<dtl::FetchJob> job, std::shared_ptr<const Snapshot> snap);
     void release_fd(const std::shared_ptr<dtl::FetchJob>& job);
     nlohmann::json identity() const;
     nlohmann::json status_json() const;
@@ -85,6 +115,11 @@ class Service {
     asio::thread_pool file_pool_;
     std::unique_ptr<rpc::Server> server_;
     std::unique_ptr<kvs::MemoryStore> store_;
+    std::shared_ptr<const auth::Key> key_;
+    std::unique_ptr<kvs::RpcStore> remote_;  // --kvs: the store, as this service
+    std::mutex pub_mu_;
+    std::unordered_map<std::string, Published> published_;  // by upath
+    std::atomic<uint64_t> published_count_{0}, refused_unproduced_{0}, refused_stale_{0};
     std::vector<std::string> endpoints_;
     std::map<std::string, std::unique_ptr<dtl::Sender>> senders_;
     std::vector<dtl::TransportRecord> records_;  // published for the AUTO selector

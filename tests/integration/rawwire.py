@@ -1,6 +1,9 @@
 """An independent implementation of the DYAD wire protocol
 (docs/wire-protocol.md), to send requests the real client never would."""
+import hashlib
+import hmac
 import json
+import os
 import socket
 import time
 import struct
@@ -8,16 +11,55 @@ import struct
 HDR = struct.Struct("<IHBBIiII")
 MAGIC = 0x44415944
 HELLO, REQUEST, RESPONSE, END, ERROR, CANCEL = 1, 2, 3, 4, 5, 6
+VERSION = 2
+
+
+def read_key(path):
+    """The secret of a key file, as dyad reads it (trailing white space dropped)."""
+    with open(path, "rb") as f:
+        return f.read().rstrip(b" \t\r\n")
+
+
+def proof(secret, label, client_nonce, service_nonce):
+    msg = b"".join(part.encode() + b"\0" for part in (label, client_nonce, service_nonce))
+    return hmac.new(secret, msg, hashlib.sha256).hexdigest()
+
+
+def hello(sock_send, sock_recv, key=None, role="client", service_id=None, version=VERSION):
+    """The hello exchange; returns the service's identity frame (or the
+    error frame that refused us)."""
+    meta = {"version": version, "pid": os.getpid(), "role": role}
+    if service_id:
+        meta["service_id"] = service_id
+    nonce = os.urandom(32).hex() if key else None
+    if nonce:
+        meta["nonce"] = nonce
+    sock_send(HELLO, 0, meta)
+    f = sock_recv()
+    if f["type"] != HELLO or not key or (f["meta"] or {}).get("auth", "none") == "none":
+        return f
+    secret = read_key(key) if isinstance(key, str) else key
+    m = f["meta"]
+    if not hmac.compare_digest(m["proof"], proof(secret, "dyad service", nonce, m["nonce"])):
+        raise ConnectionError("the service did not prove it holds the key")
+    sock_send(HELLO, 0, {"proof": proof(secret, "dyad client", nonce, m["nonce"])})
+    return sock_recv()
 
 
 class Raw:
-    def __init__(self, host, port, version=1, hello=True, timeout=10):
+    def __init__(self, host, port, version=VERSION, hello=True, timeout=10, key=None, role="client",
+                 service_id=None):
         self.s = socket.create_connection((host, port), timeout=timeout)
         self.version = version
         self.tag = 0
         if hello:
-            self.send(HELLO, 0, {"version": version})
-            self.info = self.recv()
+            self.info = globals()["hello"](self.send, self.recv, key, role, service_id, version)
+
+    @classmethod
+    def to(cls, node, **kw):
+        """A connection to a harness node, with its cluster's key."""
+        kw.setdefault("key", node.key)
+        return cls(node.host, node.port, **kw)
 
     def send(self, typ, tag, meta, data=b""):
         m = json.dumps(meta).encode() if meta is not None else b""
@@ -66,17 +108,26 @@ class Stream:
 
     def __init__(self, node, upath):
         self.s = socket.create_connection((node.host, node.port), timeout=120)
-        self._send(HELLO, 0, {"version": 1})
-        self._frame()
-        self._send(REQUEST, 1, {"topic": "dyad.fetch", "upath": upath, "transport": "FLUX_RPC"})
         self.buf = bytearray(1 << 20)
         self.bytes = 0
+        f = hello(self._send, self._meta_frame, node.key)
+        if f["type"] != HELLO:
+            raise ConnectionError(f"refused: {f['meta']}")
+        self._send(REQUEST, 1, {"topic": "dyad.fetch", "upath": upath, "transport": "FLUX_RPC"})
         self.done = False
         self.error = None
 
     def _send(self, typ, tag, meta):
         m = json.dumps(meta).encode()
-        self.s.sendall(HDR.pack(MAGIC, 1, typ, 0, tag, 0, len(m), 0) + m)
+        self.s.sendall(HDR.pack(MAGIC, VERSION, typ, 0, tag, 0, len(m), 0) + m)
+
+    def _meta_frame(self):
+        h = bytearray(HDR.size)
+        self._exact(memoryview(h))
+        _, _, typ, _, tag, err, ml, dl = HDR.unpack(h)
+        meta = bytearray(ml)
+        self._exact(memoryview(meta))
+        return {"type": typ, "tag": tag, "errnum": err, "meta": json.loads(meta) if ml else None}
 
     def _exact(self, view):
         got = 0

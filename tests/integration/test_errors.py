@@ -12,7 +12,7 @@ from rawwire import END, ERROR, Raw
 
 
 def fetch(node, upath):
-    r = Raw(node.host, node.port)
+    r = Raw.to(node)
     tag = r.request("dyad.fetch", upath=upath, transport="FLUX_RPC")
     f, data = r.collect(tag)
     r.close()
@@ -22,6 +22,7 @@ def fetch(node, upath):
 def assert_still_serving(node):
     with open(node.path("alive.txt"), "w") as f:
         f.write("alive")
+    node.dyad("produce", node.path("alive.txt"))
     f, data = fetch(node, "alive.txt")
     assert f["type"] == END and data == b"alive"
 
@@ -52,7 +53,7 @@ def test_fetch_refusals(cluster, upath, errnum, words):
 
 
 def test_unknown_transport_and_topic(cluster):
-    r = Raw(cluster[0].host, cluster[0].port)
+    r = Raw.to(cluster[0])
     f, _ = r.collect(r.request("dyad.fetch", upath="x", transport="PIGEON"))
     assert f["type"] == ERROR and "PIGEON" in f["meta"]["msg"]
     f, _ = r.collect(r.request("no.such"))
@@ -61,7 +62,7 @@ def test_unknown_transport_and_topic(cluster):
 
 
 def test_other_wire_version_is_told_why(cluster):
-    r = Raw(cluster[0].host, cluster[0].port, version=7, hello=False)
+    r = Raw.to(cluster[0], version=7, hello=False)
     r.send(1, 0, {"version": 7})
     f = r.recv()
     assert f["type"] == ERROR
@@ -145,7 +146,7 @@ def test_sigterm_stops_cleanly(cluster):
 
 def test_malformed_fields_do_not_kill_the_service(cluster):
     prod = cluster[0]
-    r = Raw(prod.host, prod.port)
+    r = Raw.to(prod)
     for topic, args in [("kvs.get", {"ns": "n", "key": "k", "wait": 1}),
                         ("kvs.list", {"ns": "n", "prefix": 5}),
                         ("dyad.fetch", {"upath": 5}),
@@ -164,7 +165,8 @@ def test_consumer_that_stops_reading_is_dropped(cluster):
     prod.stop()
     prod.start(["--send-timeout", "1"])
     harness.write_file(prod.path("big.bin"), 128 << 20)
-    stalled = Raw(prod.host, prod.port)
+    prod.dyad("produce", prod.path("big.bin"))
+    stalled = Raw.to(prod)
     stalled.request("dyad.fetch", upath="big.bin", transport="FLUX_RPC")
     stalled.s.recv(1)
     st = prod.wait_status(lambda s: s["counters"]["errors"], "the stalled transfer to end in an error", timeout=10)
@@ -179,12 +181,10 @@ def test_deeply_nested_json_is_refused_not_fatal(cluster):
     import struct as st
     prod = cluster[0]
     for typ in (1, 2):  # as a hello, then as a request after a proper hello
-        s = socket.create_connection((prod.host, prod.port))
-        if typ == 2:
-            m = b'{"version": 1}'
-            s.sendall(st.pack("<IHBBIiII", 0x44415944, 1, 1, 0, 0, 0, len(m), 0) + m)
+        r = Raw.to(prod, hello=(typ == 2))
+        s = r.s
         meta = b"[" * 400000 + b"]" * 400000
-        s.sendall(st.pack("<IHBBIiII", 0x44415944, 1, typ, 0, 1, 0, len(meta), 0) + meta)
+        s.sendall(st.pack("<IHBBIiII", 0x44415944, 2, typ, 0, 1, 0, len(meta), 0) + meta)
         s.settimeout(5)
         try:
             while s.recv(65536):
@@ -198,8 +198,8 @@ def test_deeply_nested_json_is_refused_not_fatal(cluster):
 
 def test_client_frames_with_data_are_refused(cluster):
     prod = cluster[0]
-    r = Raw(prod.host, prod.port)
-    r.s.sendall(__import__("struct").pack("<IHBBIiII", 0x44415944, 1, 2, 0, 5, 0, 0, 64 << 20))
+    r = Raw.to(prod)
+    r.s.sendall(__import__("struct").pack("<IHBBIiII", 0x44415944, 2, 2, 0, 5, 0, 0, 64 << 20))
     f = r.recv()
     assert f["type"] == ERROR and "no data" in f["meta"]["msg"]
     assert prod.proc.poll() is None
@@ -214,13 +214,13 @@ def test_locked_file_waits_without_starving_other_transfers(cluster):
     prod, cons = cluster[0], cluster[1]
     harness.write_file(prod.path("locked.bin"), 1 << 20, seed=1)
     harness.write_file(prod.path("free.bin"), 1 << 20, seed=2)
-    prod.dyad("produce", prod.path("free.bin"))
+    prod.dyad("produce", prod.path("free.bin"), prod.path("locked.bin"))
     holder = open(prod.path("locked.bin"), "r+b")
     fcntl.lockf(holder, fcntl.LOCK_EX)
     before = prod.status()["counters"]["requests"]
     waiting = []
     for _ in range(8):  # the service has 4 file threads
-        r = Raw(prod.host, prod.port)
+        r = Raw.to(prod)
         waiting.append((r, r.request("dyad.fetch", upath="locked.bin", transport="FLUX_RPC")))
     # The service has all 8 (counted as they arrive, then queued to the file
     # threads ahead of any later fetch).
@@ -240,10 +240,11 @@ def test_sigterm_with_fetches_waiting_on_a_lock(cluster):
     import fcntl
     prod = cluster[0]
     harness.write_file(prod.path("locked.bin"), 1000)
+    prod.dyad("produce", prod.path("locked.bin"))
     holder = open(prod.path("locked.bin"), "r+b")
     fcntl.lockf(holder, fcntl.LOCK_EX)
     before = prod.status()["counters"]["requests"]
-    rs = [Raw(prod.host, prod.port) for _ in range(6)]
+    rs = [Raw.to(prod) for _ in range(6)]
     for r in rs:
         r.request("dyad.fetch", upath="locked.bin", transport="FLUX_RPC")
     prod.wait_status(lambda s: s["counters"]["requests"] >= before + 6, "the 6 fetches of the locked file")

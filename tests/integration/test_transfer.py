@@ -117,7 +117,7 @@ def test_stalled_consumer_does_not_delay_others(cluster):
     from rawwire import Raw
     prod, cons = cluster[0], cluster[1]
     harness.write_file(prod.path("big.bin"), 256 << 20, seed=5)
-    stalled = Raw(prod.host, prod.port)
+    stalled = Raw.to(prod)
     stalled.request("dyad.fetch", upath="big.bin", transport="FLUX_RPC")
     stalled.s.recv(1)  # the transfer has started; now stop reading
     names = [f"small{i}.bin" for i in range(20)]
@@ -168,7 +168,9 @@ def test_reproduce_with_same_size_and_mtime_is_refetched(cluster):
     assert json.loads(cons.dyad("--json", "consume", cons.path("same.txt")).stdout)["action"] == "present"
 
 
-def test_file_grown_after_produce_is_not_refetched_forever(cluster):
+def test_file_changed_after_produce_is_served_only_once_produced_again(cluster):
+    """Only the file as published is served: changed afterwards, it is
+    refused (ESTALE, nothing installed) until it is produced again."""
     prod, cons = cluster[0], cluster[1]
     p = prod.path("grown.txt")
     with open(p, "w") as f:
@@ -176,7 +178,14 @@ def test_file_grown_after_produce_is_not_refetched_forever(cluster):
     prod.dyad("produce", p)
     with open(p, "a") as f:
         f.write("5678")  # changed after produce, not re-produced
+    r = cons.dyad("consume", cons.path("grown.txt"), check=False)
+    assert r.returncode == 5, r.stderr
+    assert "changed since it was published" in r.stderr and "produced again" in r.stderr, r.stderr
+    assert not os.path.exists(cons.path("grown.txt"))
+    prod.dyad("produce", p)
     assert json.loads(cons.dyad("--json", "consume", cons.path("grown.txt")).stdout)["action"] == "fetched"
+    with open(cons.path("grown.txt")) as f:
+        assert f.read() == "12345678"
     assert json.loads(cons.dyad("--json", "consume", cons.path("grown.txt")).stdout)["action"] == "present"
 
 

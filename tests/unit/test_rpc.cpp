@@ -83,16 +83,29 @@ TEST(Rpc, ServiceEnforcesTheRequestDeadline) {
     EXPECT_LT(dt, 3.0);
 }
 
+namespace {
+// Only services write the store, and only records they own.
+rpc::Credentials as_service(const std::string& id) {
+    rpc::Credentials c;
+    c.role = "service";
+    c.service_id = id;
+    return c;
+}
+std::string owned(const std::string& owner, int v) {
+    return nlohmann::json{{"owner", owner}, {"v", v}}.dump();
+}
+}  // namespace
+
 TEST(Kvs, PutGetVersionsAndWaitForCreate) {
     Loop l;
-    auto pool = std::make_shared<rpc::ConnectionPool>();
+    auto pool = std::make_shared<rpc::ConnectionPool>(as_service("svc"));
     kvs::RpcStore s(l.uri, pool);
     EXPECT_EQ(s.get("ns", "k", Deadline::after(5)).status().rc(), DYAD_RC_NOTFOUND);
-    EXPECT_EQ(s.put("ns", "k", "v1", Deadline::after(5)).value(), 1u);
-    EXPECT_EQ(s.put("ns", "k", "v2", Deadline::after(5)).value(), 2u);
+    EXPECT_EQ(s.put("ns", "k", owned("svc", 1), Deadline::after(5)).value(), 1u);
+    EXPECT_EQ(s.put("ns", "k", owned("svc", 2), Deadline::after(5)).value(), 2u);
     auto e = s.get("ns", "k", Deadline::after(5));
     ASSERT_TRUE(e.is_ok());
-    EXPECT_EQ(e->value, "v2");
+    EXPECT_EQ(e->value, owned("svc", 2));
     EXPECT_EQ(e->version, 2u);
     EXPECT_EQ(s.get("other", "k", Deadline::after(5)).status().rc(), DYAD_RC_NOTFOUND);
 
@@ -102,13 +115,13 @@ TEST(Kvs, PutGetVersionsAndWaitForCreate) {
             if (l.on_loop([&] { return l.store_->watcher_count(); }) > 0) break;
             std::this_thread::yield();
         }
-        kvs::RpcStore p(l.uri, std::make_shared<rpc::ConnectionPool>());
-        EXPECT_TRUE(p.put("ns", "later", "x", Deadline::after(5)).is_ok());
+        kvs::RpcStore p(l.uri, std::make_shared<rpc::ConnectionPool>(as_service("svc")));
+        EXPECT_TRUE(p.put("ns", "later", owned("svc", 3), Deadline::after(5)).is_ok());
     });
     auto w = s.wait("ns", "later", Deadline::after(10));
     producer.join();
     ASSERT_TRUE(w.is_ok()) << w.status().to_string();
-    EXPECT_EQ(w->value, "x");
+    EXPECT_EQ(w->value, owned("svc", 3));
 
     auto t = s.wait("ns", "never", Deadline::after(0.5));
     EXPECT_EQ(t.status().rc(), DYAD_RC_TIMEOUT);

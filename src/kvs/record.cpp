@@ -4,13 +4,14 @@
 
 #include "common/keygen.hpp"
 
-namespace dyad::client {
+namespace dyad::kvs {
 
 nlohmann::json Record::to_json() const {
     return {{"path", upath},          {"owner", owner},
             {"node", node},           {"producer_dir", producer_dir},
             {"endpoints", endpoints}, {"size", size},
-            {"mtime_ns", mtime_ns},   {"mode", mode}};
+            {"mtime_ns", mtime_ns},   {"mode", mode},
+            {"ino", ino}};
 }
 
 Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
@@ -28,6 +29,7 @@ Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
         r.size = j.at("size").get<uint64_t>();
         r.mtime_ns = j.value("mtime_ns", static_cast<int64_t>(0));
         r.mode = j.value("mode", 0644u);
+        r.ino = j.value("ino", static_cast<uint64_t>(0));
     } catch (const std::exception& e) {
         return Status(DYAD_RC_BADMETADATA, std::string("malformed metadata record: ") + e.what(),
                       EPROTO);
@@ -46,4 +48,4 @@ uint32_t Record::owner_rank() const {
     return static_cast<uint32_t>(h[0] & 0x7fffffff);
 }
 
-}  // namespace dyad::client
+}  // namespace dyad::kvs

@@ -1,0 +1,32 @@
+// The metadata record of a produced file, as the store holds it. Only the
+// owner service writes it (docs/security.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.hpp"
+
+namespace dyad::kvs {
+
+// The metadata record of a produced file.
+struct Record {
+    std::string upath;
+    std::string owner;  // service id
+    std::string node;
+    std::string producer_dir;
+    std::vector<std::string> endpoints;
+    uint64_t size = 0;
+    int64_t mtime_ns = 0;
+    uint32_t mode = 0644;
+    uint64_t ino = 0;  // the producer's file (0: a record of the first release)
+    uint64_t generation = 0;  // the store's version of the key
+    nlohmann::json to_json() const;
+    static Result<Record> from_json(const std::string& text, uint64_t generation);
+    uint32_t owner_rank() const;
+};
+
+}  // namespace dyad::kvs
