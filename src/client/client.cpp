@@ -181,6 +181,11 @@ Status Client::produce(const std::string& path) {
                            {"ns", ns(svc.value())},
                            {"key_depth", cfg_.key_depth},
                            {"key_bins", cfg_.key_bins}};
+    // A file this node consumed and now publishes as its own (pydyad's r+):
+    // it replaces, knowingly, the version it consumed; the store refuses it
+    // if that version is no longer current (docs/security.md).
+    if (auto from = installed_from(full); from && from->owner != svc->id)
+        args["replaces"] = from->generation;
     auto conn = pool_->get(cfg_.service_uri, Deadline::after(kControlTimeout));
     if (!conn)
         return Status(DYAD_RC_CONNFAIL,

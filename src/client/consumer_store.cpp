@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -46,6 +47,20 @@ Result<UniqueFd> lock_file(const std::string& path) {
 std::string install_stamp(const Record& rec, uint64_t installed_size) {
     return rec.owner + " " + std::to_string(rec.generation) + " " + std::to_string(rec.mtime_ns) +
            " " + std::to_string(installed_size);
+}
+
+std::optional<InstalledFrom> installed_from(const std::string& path) {
+    char buf[512];
+    ssize_t n = ::getxattr(path.c_str(), kStampAttr, buf, sizeof buf - 1);
+    if (n <= 0) return std::nullopt;
+    buf[n] = '\0';
+    std::string text(buf);
+    size_t sp = text.find(' ');
+    if (sp == std::string::npos || sp == 0) return std::nullopt;
+    char* end = nullptr;
+    unsigned long long g = std::strtoull(text.c_str() + sp + 1, &end, 10);
+    if (end == text.c_str() + sp + 1 || *end != ' ') return std::nullopt;
+    return InstalledFrom{text.substr(0, sp), g};
 }
 
 // ---- FileSink ----

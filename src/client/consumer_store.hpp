@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -89,5 +90,12 @@ class ConsumerStore {
 // Identity of an installed copy: which produce (owner, generation, mtime)
 // and how many bytes were installed (the user.dyad extended attribute).
 std::string install_stamp(const Record& rec, uint64_t installed_size);
+
+// The produce a file installed by DYAD came from (its stamp), if it has one.
+struct InstalledFrom {
+    std::string owner;
+    uint64_t generation = 0;
+};
+std::optional<InstalledFrom> installed_from(const std::string& path);
 
 }  // namespace dyad::client

@@ -6,13 +6,20 @@
 namespace dyad::kvs {
 
 Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
-                                  std::string value, const std::string& writer) {
+                                  std::string value, const std::string& writer,
+                                  uint64_t replaces) {
     auto& space = data_[ns];
     auto found = space.find(key);
-    if (found != space.end() && !found->second.writer.empty() && found->second.writer != writer)
+    if (found != space.end() && !found->second.writer.empty() && found->second.writer != writer &&
+        replaces != found->second.version)
         return Status(DYAD_RC_BADCOMMIT,
-                      "'" + key + "' in namespace '" + ns + "' belongs to service '" +
-                          found->second.writer + "': only it may write it again",
+                      "'" + key + "' in namespace '" + ns + "' is produced by service '" +
+                          found->second.writer + "' (generation " +
+                          std::to_string(found->second.version) +
+                          "): another service may publish it only as a change of the version it "
+                          "consumed" +
+                          (replaces ? " (it consumed generation " + std::to_string(replaces) + ")"
+                                    : std::string()),
                       EEXIST);
     Entry& e = found != space.end() ? found->second : space[key];
     e.value = std::move(value);
@@ -120,7 +127,10 @@ void serve(rpc::Server& server, MemoryStore& store) {
         const std::string& value = a["value"].get_ref<const std::string&>();
         Status ok = check_put(writer, ns, key, value);
         if (!ok) return r->error(ok.err(), ok.message(), ok.rc());
-        auto v = store.put(ns, key, value, writer);
+        uint64_t replaces = 0;
+        auto rp = a.find("replaces");
+        if (rp != a.end() && rp->is_number_unsigned()) replaces = rp->get<uint64_t>();
+        auto v = store.put(ns, key, value, writer, replaces);
         if (!v) return r->error(v.status().err(), v.status().message(), v.status().rc());
         r->end({{"version", v.value()}});
     });

@@ -18,8 +18,10 @@ Result<nlohmann::json> RpcStore::call(const std::string& topic, nlohmann::json a
 }
 
 Result<uint64_t> RpcStore::put(const std::string& ns, const std::string& key,
-                               const std::string& value, Deadline d) {
-    auto r = call("kvs.put", {{"ns", ns}, {"key", key}, {"value", value}}, d, 0);
+                               const std::string& value, Deadline d, uint64_t replaces) {
+    nlohmann::json args = {{"ns", ns}, {"key", key}, {"value", value}};
+    if (replaces) args["replaces"] = replaces;
+    auto r = call("kvs.put", std::move(args), d, 0);
     if (!r) return r.status();
     return r->value("version", static_cast<uint64_t>(0));
 }

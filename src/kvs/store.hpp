@@ -32,8 +32,11 @@ struct Entry {
 class Store {
   public:
     virtual ~Store() = default;
+    // replaces: the version of another writer's entry this put knowingly
+    // takes over (0: none; a key of another writer is then refused).
     virtual Result<uint64_t> put(const std::string& ns, const std::string& key,
-                                 const std::string& value, Deadline deadline) = 0;
+                                 const std::string& value, Deadline deadline,
+                                 uint64_t replaces = 0) = 0;
     // Without waiting: NOTFOUND if absent.
     virtual Result<Entry> get(const std::string& ns, const std::string& key, Deadline deadline) = 0;
     // Waits until the key exists (wait-for-create); TIMEOUT at the deadline.
@@ -50,7 +53,7 @@ class RpcStore : public Store {
     RpcStore(std::string uri, std::shared_ptr<rpc::ConnectionPool> pool)
         : uri_(std::move(uri)), pool_(std::move(pool)) {}
     Result<uint64_t> put(const std::string& ns, const std::string& key, const std::string& value,
-                         Deadline d) override;
+                         Deadline d, uint64_t replaces = 0) override;
     Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) override;
     Result<Entry> wait(const std::string& ns, const std::string& key, Deadline d) override;
     Result<std::vector<std::pair<std::string, Entry>>> list(const std::string& ns,
@@ -68,12 +71,13 @@ class RpcStore : public Store {
 // The embedded store. Single-threaded: used only on the service's loop.
 // A key belongs to the service that first wrote it: another writer's put is
 // refused (EEXIST), so two producers of one path cannot silently replace
-// each other's record.
+// each other's record, unless it names the version it replaces (a file
+// consumed, changed and published again by another node).
 class MemoryStore {
   public:
     using Watcher = std::function<void(const Entry&)>;
     Result<uint64_t> put(const std::string& ns, const std::string& key, std::string value,
-                         const std::string& writer = "");
+                         const std::string& writer = "", uint64_t replaces = 0);
     std::optional<Entry> get(const std::string& ns, const std::string& key) const;
     // Calls fn once, when the key is next put. Returns an id for unwatch.
     uint64_t watch_create(const std::string& ns, const std::string& key, Watcher fn);

@@ -514,9 +514,11 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
     if (depth > 64 || bins == 0 || bins > (1u << 30))
         return r->error(EINVAL, "key_depth must be 0..64 and key_bins 1..2^30",
                         DYAD_RC_BADUNPACK);
-    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins] {
+    uint64_t replaces = dtl::meta_u64(a, "replaces").value_or(0);
+    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces] {
         if (r->finished()) return;
-        auto res = publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins));
+        auto res =
+            publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins), replaces);
         asio::post(io_, [r, res] {
             if (res) return r->end(res.value());
             Status st = res.status();
@@ -526,7 +528,7 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
 }
 
 Result<nlohmann::json> Service::publish(const std::string& up, const std::string& ns,
-                                        unsigned depth, unsigned bins) {
+                                        unsigned depth, unsigned bins, uint64_t replaces) {
     auto fd = open_beneath(prod_fd_.get(), up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
     if (!fd) {
         int e = fd.status().err();
@@ -576,7 +578,7 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
         if (it != published_.end()) before = it->second;
         published_[up] = pub;
     }
-    auto v = store_put(ns, key.value(), rec.to_json().dump());
+    auto v = store_put(ns, key.value(), rec.to_json().dump(), replaces);
     {
         std::lock_guard<std::mutex> lk(pub_mu_);
         if (v) {
@@ -594,11 +596,13 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
 }
 
 Result<uint64_t> Service::store_put(const std::string& ns, const std::string& key,
-                                    const std::string& value) {
-    if (remote_) return remote_->put(ns, key, value, Deadline::after(kStoreTimeout));
+                                    const std::string& value, uint64_t replaces) {
+    if (remote_) return remote_->put(ns, key, value, Deadline::after(kStoreTimeout), replaces);
     auto p = std::make_shared<std::promise<Result<uint64_t>>>();
     auto f = p->get_future();
-    asio::post(io_, [this, p, ns, key, value] { p->set_value(store_->put(ns, key, value, id_)); });
+    asio::post(io_, [this, p, ns, key, value, replaces] {
+        p->set_value(store_->put(ns, key, value, id_, replaces));
+    });
     if (f.wait_for(std::chrono::duration<double>(kStoreTimeout)) != std::future_status::ready)
         return Status(DYAD_RC_TIMEOUT, "the service's loop did not take the publish in time",
                       ETIMEDOUT);

@@ -85,12 +85,12 @@ class Service {
     void on_fetch(std::shared_ptr<rpc::Request> r);
     void on_publish(std::shared_ptr<rpc::Request> r);
     Result<nlohmann::json> publish(const std::string& upath, const std::string& ns,
-                                   unsigned depth, unsigned bins);
+                                   unsigned depth, unsigned bins, uint64_t replaces);
     Status check_served(const std::shared_ptr<rpc::Request>& r, const dtl::FetchJob& job,
                         Snapshot* snap);
     // The metadata store from a file thread (the embedded one through the loop).
     Result<uint64_t> store_put(const std::string& ns, const std::string& key,
-                               const std::string& value);
+                               const std::string& value, uint64_t replaces = 0);
     Result<kvs::Entry> store_get(const std::string& ns, const std::string& key);
     void on_status(std::shared_ptr<rpc::Request> r);
     Status open_served_file(const std::string& upath, dtl::FetchJob* job);

@@ -153,6 +153,7 @@ def test_32_consumers_of_1gib_stay_within_the_memory_budget():
         node.start(["--memory", "48M"])
         with open(node.path("big.bin"), "wb") as fh:  # sparse: no disk, all page cache
             fh.truncate(1 << 30)
+        node.dyad("produce", node.path("big.bin"))
         rss0, _ = rss_kib(node.proc.pid)
         consumers = [Stream(node, "big.bin") for _ in range(32)]
         # Every consumer stalls a while after its first 16 MiB, so all 32
@@ -201,6 +202,7 @@ def test_a_slow_consumer_does_not_starve_fast_ones():
             for i in range(4):
                 with open(node.path(f"fast{i}.bin"), "wb") as fh:
                     fh.truncate(64 << 20)
+            node.dyad("produce", node.path("slow.bin"), *[node.path(f"fast{i}.bin") for i in range(4)])
             slow = Stream(node, "slow.bin")
             st = threading.Thread(target=slow.run, kwargs={"rate": 1e6})
             st.start()

@@ -163,7 +163,14 @@ TEST(Auth, StoreWritesOnlyByServicesForThemselves) {
     auto clash = b.put("dyad", "k", rec_b, Deadline::after(5));
     ASSERT_FALSE(clash.is_ok());
     EXPECT_EQ(clash.status().err(), EEXIST);
-    EXPECT_NE(clash.status().message().find("belongs to service 'a'"), std::string::npos);
+    EXPECT_NE(clash.status().message().find("produced by service 'a'"), std::string::npos);
+    // Unless b consumed generation 2 and publishes its change of it; a stale
+    // generation is still refused.
+    EXPECT_EQ(b.put("dyad", "k", rec_b, Deadline::after(5), 1).status().err(), EEXIST);
+    EXPECT_EQ(b.put("dyad", "k", rec_b, Deadline::after(5), 2).value(), 3u);
+    EXPECT_EQ(a.put("dyad", "k", rec_a, Deadline::after(5)).status().err(), EEXIST);
+    EXPECT_EQ(b.put("dyad", "k", rec_a, Deadline::after(5)).status().err(), EPERM);
+    rec_a = rec_b;
     EXPECT_EQ(client.get("dyad", "k", Deadline::after(5)).value().value, rec_a);
     // The registry: each service only its own entry.
     EXPECT_TRUE(a.put(kvs::kServicesNamespace, "a", "{}", Deadline::after(5)).is_ok());
