@@ -249,10 +249,11 @@ class Session : public std::enable_shared_from_this<Session> {
     bool handle_hello(const nlohmann::json& meta) {
         const AuthPolicy& auth = server_.auth();
         if (h_.type != Type::hello || !meta.is_object()) {
-            if (awaiting_proof_ || h_.type == Type::hello)
-                return refuse("authentication required: malformed hello");
-            protocol_error(h_.tag, auth.key ? "authentication required: first frame must be hello"
-                                            : "first frame must be hello");
+            if (auth.key || awaiting_proof_ || h_.type == Type::hello)
+                return refuse(h_.type == Type::hello
+                                  ? "authentication required: malformed hello"
+                                  : "authentication required: the first frame must be a hello");
+            protocol_error(h_.tag, "first frame must be hello");
             return false;
         }
         if (awaiting_proof_) {

@@ -474,8 +474,12 @@ Status Service::check_served(const std::shared_ptr<rpc::Request>& r, const dtl::
         if (!e) return not_produced(" (" + e.status().message() + ")");
         auto rec = kvs::Record::from_json(e->value, e->version);
         if (!rec || rec->owner != id_ || rec->upath != up) return not_produced("");
-        pub = {static_cast<uint64_t>(sb.st_dev), rec->ino ? rec->ino : static_cast<uint64_t>(sb.st_ino),
-               rec->size, rec->mtime_ns, e->version};
+        pub = {static_cast<uint64_t>(sb.st_dev),
+               rec->ino ? rec->ino : static_cast<uint64_t>(sb.st_ino),
+               rec->size,
+               rec->mtime_ns,
+               e->version,
+               0};
     }
     auto gen = dtl::meta_u64(a, "generation");
     if (gen && *gen != 0 && pub.generation != 0 && *gen != pub.generation)
@@ -486,8 +490,10 @@ Status Service::check_served(const std::shared_ptr<rpc::Request>& r, const dtl::
                           "): look it up again",
                       ESTALE);
     *snap = Snapshot::of(sb);
+    // ctime too: a rewrite that puts the old mtime back still changes it.
     if (static_cast<uint64_t>(sb.st_dev) != pub.dev || snap->ino != pub.ino ||
-        snap->size != pub.size || snap->mtime_ns != pub.mtime_ns)
+        snap->size != pub.size || snap->mtime_ns != pub.mtime_ns ||
+        (pub.ctime_ns != 0 && snap->ctime_ns != pub.ctime_ns))
         return Status(DYAD_RC_BADFETCH,
                       "'" + up + "' changed since it was published (generation " +
                           std::to_string(pub.generation) +
@@ -570,7 +576,8 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
     // Published before the store says so: a consumer woken by the put may
     // ask for the file at once.
     // (Generation 0 until the store answers: not checked meanwhile.)
-    Published pub{static_cast<uint64_t>(sb.st_dev), rec.ino, rec.size, rec.mtime_ns, 0};
+    Published pub{static_cast<uint64_t>(sb.st_dev), rec.ino, rec.size, rec.mtime_ns, 0,
+                  ns_of(sb.st_ctim)};
     std::optional<Published> before;
     {
         std::lock_guard<std::mutex> lk(pub_mu_);

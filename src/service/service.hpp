@@ -79,6 +79,7 @@ class Service {
         uint64_t dev = 0, ino = 0, size = 0;
         int64_t mtime_ns = 0;
         uint64_t generation = 0;
+        int64_t ctime_ns = 0;  // 0: unknown (learnt from the store after a restart)
     };
     struct Snapshot;  // the served file as the transfer started
 
