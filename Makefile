@@ -42,6 +42,7 @@ bench: build
 	$(PY) bench/ofi_bench.py
 	$(PY) bench/auto_bench.py
 	$(PY) bench/fairness_bench.py
+	$(PY) bench/auth_bench.py
 
 FORMATTED = find include src tools tests examples bench \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \)
 

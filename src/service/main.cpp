@@ -1,4 +1,6 @@
 // dyadd: the DYAD service of one node.
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -130,12 +132,23 @@ int main(int argc, char** argv) {
         return 2;
     }
 
+    // SIGTERM/SIGINT wait (blocked, in every thread the service starts)
+    // until start-up is over: some transport libraries install handlers of
+    // their own while they initialise, which end the process with exit code 1.
+    // Ours go in last, then the signals are let through to this thread.
+    sigset_t term, old;
+    sigemptyset(&term);
+    sigaddset(&term, SIGINT);
+    sigaddset(&term, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &term, &old);
     dyad::service::Service svc(o);
     dyad::Status s = svc.start();
     if (!s) {
         std::fprintf(stderr, "dyadd: %s\n", s.to_string().c_str());
         return 1;
     }
+    svc.catch_signals();
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     svc.run(true);
     DYAD_INFO("dyadd", "stopped");
     return 0;

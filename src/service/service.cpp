@@ -238,15 +238,18 @@ nlohmann::json Service::identity() const {
             {"wire_version", rpc::kVersion}};
 }
 
+void Service::catch_signals() {
+    if (signals_) return;
+    signals_.emplace(io_, SIGINT, SIGTERM);
+    signals_->async_wait([this](asio::error_code ec, int sig) {
+        if (ec) return;
+        DYAD_INFO(kSub, "signal %d: shutting down", sig);
+        stop();
+    });
+}
+
 void Service::run(bool handle_signals) {
-    if (handle_signals) {
-        signals_.emplace(io_, SIGINT, SIGTERM);
-        signals_->async_wait([this](asio::error_code ec, int sig) {
-            if (ec) return;
-            DYAD_INFO(kSub, "signal %d: shutting down", sig);
-            stop();
-        });
-    }
+    if (handle_signals) catch_signals();
     // Keeps run() alive between requests; stop() ends the loop.
     auto guard = asio::make_work_guard(io_);
     for (;;) {

@@ -57,6 +57,9 @@ class Service {
     ~Service();
     // Opens the directory, listeners, transports; registers the service.
     Status start();
+    // From now on SIGTERM/SIGINT stop the service once its loop runs (call
+    // before start(), so a signal during start-up is not lost).
+    void catch_signals();
     // Runs the loop until stop() (or SIGTERM/SIGINT when handle_signals).
     void run(bool handle_signals);
     void stop();
