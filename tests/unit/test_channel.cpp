@@ -619,3 +619,118 @@ TEST(FdPassing, FramesWithoutOneYieldNone) {
     }
     EXPECT_EQ(open_fds(), before);  // and closed here, not leaked
 }
+
+namespace {
+
+// A fetch channel that plays given messages and hands over a given fd.
+class ScriptedChannel : public dtl::FetchChannel {
+  public:
+    std::deque<Message> msgs;
+    UniqueFd pass;
+    int passed_number = -1;
+    std::vector<nlohmann::json> updates;
+    bool fd_open_at_update = false;
+
+    Result<Message> next() override {
+        if (msgs.empty()) return Status(DYAD_RC_TIMEOUT, "no more messages", ETIMEDOUT);
+        Message m = msgs.front();
+        msgs.pop_front();
+        return m;
+    }
+    Status read(void*, size_t) override {
+        return Status(DYAD_RC_SYSFAIL, "no data in these messages", EINVAL);
+    }
+    Status update(const nlohmann::json& m) override {
+        updates.push_back(m);
+        fd_open_at_update = passed_number >= 0 && ::fcntl(passed_number, F_GETFD) != -1;
+        return Status::ok();
+    }
+    int fd() const override { return -1; }
+    double idle_s() const override { return 1; }
+    UniqueFd take_fd() override {
+        passed_number = pass.get();
+        return std::move(pass);
+    }
+};
+
+class StringSink : public dtl::Sink {
+  public:
+    std::string bytes;
+    Status write(const void* p, size_t n) override {
+        bytes.append(static_cast<const char*>(p), n);
+        return Status::ok();
+    }
+};
+
+// LOCAL's receiver on a channel answering {"size": size} with `fd`.
+Result<nlohmann::json> local_receive(UniqueFd fd, uint64_t size, StringSink& sink,
+                                     ScriptedChannel* out = nullptr) {
+    ScriptedChannel ch;
+    dtl::FetchChannel::Message answer;
+    answer.meta = {{"size", size}, {"transport", "LOCAL"}};
+    ch.msgs.push_back(answer);
+    dtl::FetchChannel::Message end;
+    end.kind = Kind::end;
+    end.meta = {{"size", size}, {"xxh3", ""}};
+    ch.msgs.push_back(end);
+    ch.pass = std::move(fd);
+    auto recv = dtl::find_backend("LOCAL").value()->make_receiver().value();
+    auto r = recv->receive(ch, sink);
+    if (out) {
+        out->updates = ch.updates;
+        out->fd_open_at_update = ch.fd_open_at_update;
+    }
+    return r;
+}
+
+}  // namespace
+
+TEST(LocalReceiver, CopiesThePassedFileAndClosesItFirst) {
+    TempDir t;
+    StringSink sink;
+    ScriptedChannel seen;
+    auto r = local_receive(UniqueFd(::open(t.file.c_str(), O_RDONLY | O_CLOEXEC)), t.content.size(),
+                           sink, &seen);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(sink.bytes, t.content);
+    ASSERT_EQ(seen.updates.size(), 1u);
+    EXPECT_EQ(seen.updates[0]["copied"], t.content.size());
+    // Closed before the service is told (it shares the service's lock).
+    EXPECT_FALSE(seen.fd_open_at_update);
+}
+
+TEST(LocalReceiver, RefusesAnAnswerWithoutAProperDescriptor) {
+    TempDir t;
+    struct Case {
+        const char* what;
+        UniqueFd fd;
+        uint64_t size;
+        dyad_rc_t rc;
+    };
+    int pipefd[2];
+    ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+    ::close(pipefd[1]);
+    std::vector<Case> cases;
+    cases.push_back({"no descriptor", UniqueFd(), 10, DYAD_RC_BADRPC});
+    cases.push_back(
+        {"writable", UniqueFd(::open(t.file.c_str(), O_RDWR | O_CLOEXEC)), 10, DYAD_RC_BADRPC});
+    cases.push_back({"a pipe", UniqueFd(pipefd[0]), 10, DYAD_RC_BADRPC});
+    cases.push_back(
+        {"a directory", UniqueFd(::open(t.dir.c_str(), O_RDONLY | O_CLOEXEC)), 0, DYAD_RC_BADRPC});
+    cases.push_back({"shorter than announced",
+                     UniqueFd(::open(t.file.c_str(), O_RDONLY | O_CLOEXEC)), t.content.size() + 1,
+                     DYAD_RC_BADFIO});
+    for (auto& c : cases) {
+        StringSink sink;
+        ScriptedChannel seen;
+        auto r = local_receive(std::move(c.fd), c.size, sink, &seen);
+        ASSERT_FALSE(r.is_ok()) << c.what;
+        EXPECT_EQ(r.status().rc(), c.rc) << c.what << ": " << r.status().to_string();
+        EXPECT_TRUE(sink.bytes.empty()) << c.what;
+        EXPECT_TRUE(seen.updates.empty()) << c.what;
+    }
+    StringSink sink;
+    auto r = local_receive(UniqueFd(), 10, sink);
+    EXPECT_EQ(r.status().err(), EPROTO);
+    EXPECT_NE(r.status().message().find("without the file descriptor"), std::string::npos);
+}
