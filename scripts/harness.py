@@ -73,6 +73,9 @@ class Node:
         self.log_path = os.path.join(cluster.root, f"{name}.log")
         self.prefix = []  # e.g. ["ip", "netns", "exec", NS] to run inside a namespace
         self.extra_env = dict(extra_env or {})  # for the service and every client of this node
+        # The service's Unix socket (dyadd --socket), as on a real node:
+        # consumers of this node reach their owner through it (LOCAL needs it).
+        self.socket = None
 
     @property
     def uri(self):
@@ -83,10 +86,16 @@ class Node:
         """The job key file of this node's cluster (None without one)."""
         return self.cluster.key
 
+    @property
+    def unix_uri(self):
+        return f"unix:{self.socket}" if self.socket else None
+
     def start(self, extra_args=()):
         args = [DYADD, "--node", self.name, "--listen", f"{self.host}:{self.port}", self.dir]
         if self.kvs_uri:
             args += ["--kvs", self.kvs_uri]
+        if self.socket:
+            args += ["--socket", self.socket]
         args += list(extra_args)
         self.log = open(self.log_path, "ab")
         env = dict(os.environ, **self.extra_env)
@@ -182,6 +191,7 @@ class NodeView(Node):
         super().__init__(node.cluster, node.index, node.name, node.host, node.port, consumer_dir, node.kvs_uri,
                          node.extra_env)
         self.prefix = node.prefix
+        self.socket = node.socket
         self.producer_dir = node.dir
         os.makedirs(consumer_dir, exist_ok=True)
 
@@ -232,6 +242,9 @@ class Cluster:
             d = os.path.join(self.root, f"node{i}")
             os.makedirs(d, exist_ok=True)
             n = Node(self, i, f"node{i}", host, port, d, kvs, env)
+            sock = os.path.join(self.root, f"node{i}.sock")
+            if len(sock.encode()) < 100:  # sun_path holds 107 bytes
+                n.socket = sock
             if self.mode == "netns":
                 n.prefix = ["ip", "netns", "exec", self.namespaces[i]]
             self.nodes.append(n)

@@ -450,8 +450,8 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
     if (!trailer) {
         Status e = trailer.status();
         // Nothing arrived, and the failure is the transport's own (the
-        // service does not serve it, or LOCAL cannot open the producer's
-        // file from here): another transport may work.
+        // service does not serve it, or LOCAL reached it over TCP, where no
+        // file descriptor can pass): another transport may work.
         *retry = sink.bytes() == 0 && (e.rc() == DYAD_RC_BADDTLMODE ||
                                        std::find(b.start_errnos.begin(), b.start_errnos.end(),
                                                  e.err()) != b.start_errnos.end());

@@ -25,6 +25,9 @@ Result<dtl::FetchChannel::Message> RpcFetchChannel::next() {
         }
         auto f = conn_.read_frame(deadline);
         if (!f) return f.status();
+        // A descriptor passed with this frame: kept only if the frame is this
+        // fetch's first answer, closed otherwise.
+        UniqueFd passed = conn_.take_fd();
         const rpc::Header& h = f->header;
         // A connection-wide error (tag 0) ends this fetch too.
         if (h.type == rpc::Type::error && (h.tag == 0 || h.tag == tag_))
@@ -43,6 +46,7 @@ Result<dtl::FetchChannel::Message> RpcFetchChannel::next() {
         switch (h.type) {
             case rpc::Type::response:
                 m.kind = answered_ ? Kind::data : Kind::answer;
+                if (!answered_) answer_fd_ = std::move(passed);
                 answered_ = true;
                 unread_ = h.data_len;
                 return m;

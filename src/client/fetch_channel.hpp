@@ -26,6 +26,7 @@ class RpcFetchChannel final : public dtl::FetchChannel {
     Status update(const nlohmann::json& meta) override;
     int fd() const override { return conn_.fd(); }
     double idle_s() const override { return idle_s_; }
+    UniqueFd take_fd() override { return std::move(answer_fd_); }
 
     bool ended() const { return ended_; }
 
@@ -36,7 +37,8 @@ class RpcFetchChannel final : public dtl::FetchChannel {
     bool opened_ = false;
     bool answered_ = false;
     bool ended_ = false;
-    size_t unread_ = 0;  // data of the last message not taken by read()
+    size_t unread_ = 0;   // data of the last message not taken by read()
+    UniqueFd answer_fd_;  // passed with this fetch's first answer, until taken
 };
 
 // What the sink took, against the END trailer.

@@ -10,6 +10,7 @@
 //     RpcFetchChannel::open --- request ---->    open, lock, Sender::send(job)
 //     Receiver::receive(ch, sink)                  job->ch: SendChannel
 //       ch.first()        <---- answer -------       ch.send(first meta)
+//       ch.take_fd()      <-- (fd, LOCAL) ----       ch.send_fd(first meta, fd)
 //       ch.next()/read()  <---- data/notices --      ch.send(meta, bytes)
 //       ch.ack(seq)       ----- update ------>       AckWindow::ack
 //     RpcFetchChannel::finish <- END {size,xxh3}   SendDone -> end / error
@@ -23,8 +24,10 @@
 
 #include <asio/buffer.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/fd.hpp"
 #include "common/log.hpp"
 #include "common/status.hpp"
 
@@ -71,6 +74,9 @@ class FetchChannel {
     virtual int fd() const = 0;
     // Seconds without progress before the fetch fails.
     virtual double idle_s() const = 0;
+    // The file descriptor the service passed with this fetch's first answer
+    // (SCM_RIGHTS, over a Unix socket: LOCAL), once; else an invalid one.
+    virtual UniqueFd take_fd() { return UniqueFd(); }
 
     // The first answer: `what` names the transport in errors.
     [[nodiscard]] Result<Message> first(const char* what) {
@@ -117,6 +123,16 @@ class SendChannel {
     virtual void on_update(std::function<void(const nlohmann::json&)> fn) = 0;
     // Drops the consumer's connection (it stopped reading).
     virtual void close() = 0;
+    // Whether send_fd can work: the consumer is connected over a Unix socket.
+    virtual bool can_send_fd() const { return false; }
+    // A message (no data) that hands the consumer the open file `fd`
+    // (SCM_RIGHTS); the fd is duplicated, the caller keeps its own. Where
+    // descriptors cannot pass, nothing is sent and `done` gets ok=false.
+    virtual void send_fd(nlohmann::json meta, int fd, WriteDone done) {
+        (void)meta;
+        (void)fd;
+        if (done) asio::post(io(), [done] { done(false); });
+    }
 };
 
 // The window of chunks a consumer has not yet acknowledged, for transports

@@ -1,11 +1,19 @@
 // LOCAL: the consumer is on the producer's node but uses another directory.
-// Nothing crosses a network: the owner service (which owns the path) opens
-// the file beneath its producer directory and holds its shared lock, as for
-// any fetch, and answers with the file's path and identity (device, inode);
-// the consumer opens that path, checks it is the same file, and copies it
-// in the kernel: a reflink (FICLONE) where the filesystem shares extents,
-// else copy_file_range, else read/write. Then it tells the service how many
-// bytes it copied, and the service ends the fetch (releasing the lock).
+// Nothing crosses a network: the owner service opens the file beneath its
+// producer directory and holds its shared lock, as for any fetch, and hands
+// the consumer that open file itself: its answer {"size", "transport"} carries
+// the descriptor as SCM_RIGHTS over the service's Unix socket. No path or
+// file identity is disclosed, and the consumer opens nothing by name (so it
+// needs no access to the producer's directory, and a forged answer cannot
+// point it at another file). Over TCP no descriptor can pass: the service
+// refuses at once (EOPNOTSUPP) and the consumer takes the next transport.
+//
+// The consumer checks the descriptor (a regular file, open read-only, at
+// least the announced size) and copies it in the kernel: a reflink (FICLONE)
+// where the filesystem shares extents, else copy_file_range, else
+// read/write. It closes the descriptor (the service's open file and lock are
+// shared with it), tells the service how many bytes it copied, and the
+// service ends the fetch (releasing the lock).
 //
 // Not a hard link: the consumer's copy would be the producer's file, and a
 // producer rewriting it in place would change a file DYAD already handed
@@ -17,8 +25,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include <asio/steady_timer.hpp>
 
@@ -34,9 +43,10 @@ constexpr const char* kSub = "local";
 Attributes local_attributes() {
     Attributes a;
     a.name = "LOCAL";
-    // Two round trips (answer, then copied/end) and an open: measured
-    // 1,000 files of 64 KiB at 780/s against the stream's 972/s on the
-    // same node, so small files go by the stream.
+    // Two round trips (answer with the open file, then copied/end):
+    // measured 1,000 files of 64 KiB at 780/s against the stream's 972/s
+    // on the same node (when the consumer still opened a path), so small
+    // files go by the stream.
     a.latency_us = 320;
     a.bandwidth_gbps = 3.0;
     a.rma_native = false;
@@ -64,17 +74,14 @@ class LocalSender : public Sender {
     }
 
     void send(std::shared_ptr<FetchJob> job, SendDone done) override {
-        char link[64];
-        std::snprintf(link, sizeof link, "/proc/self/fd/%d", job->fd.get());
-        char path[PATH_MAX];
-        ssize_t n = ::readlink(link, path, sizeof path - 1);
-        struct stat sb;
-        if (n <= 0 || ::fstat(job->fd.get(), &sb) != 0) {
-            done(Status(DYAD_RC_BADFIO, "cannot name the open file '" + job->upath + "'", errno), 0,
-                 "");
+        if (!job->ch->can_send_fd()) {
+            done(Status(DYAD_RC_BADDTLMODE,
+                        "LOCAL needs the service's Unix socket: this consumer reached it over "
+                        "TCP, where the open file cannot be passed (start dyadd with --socket)",
+                        EOPNOTSUPP),
+                 0, "");
             return;
         }
-        path[n] = '\0';
         ++handed_;
         struct State {
             SendDone done;
@@ -110,11 +117,13 @@ class LocalSender : public Sender {
                    0);
             job->ch->close();
         });
-        job->ch->send({{"size", job->size},
-                       {"transport", "LOCAL"},
-                       {"path", std::string(path)},
-                       {"dev", static_cast<uint64_t>(sb.st_dev)},
-                       {"ino", static_cast<uint64_t>(sb.st_ino)}});
+        job->ch->send_fd(
+            {{"size", job->size}, {"transport", "LOCAL"}}, job->fd.get(), [finish](bool ok) {
+                if (!ok)
+                    finish(Status(DYAD_RC_BADFETCH, "could not pass the open file to the consumer",
+                                  ECONNRESET),
+                           0);
+            });
     }
 
   private:
@@ -129,7 +138,10 @@ Status copy_into(int in, uint64_t size, Sink& sink, const std::string& what, std
     // the sink checks the size (and the owner held the file's lock).
     sink.copied(0);
     int out = sink.fd();
-    if (out >= 0 && size > 0 && ::ioctl(out, FICLONE, in) == 0) {
+    // A reflink takes the whole file: only when that is the announced size.
+    struct stat sb;
+    bool whole = ::fstat(in, &sb) == 0 && static_cast<uint64_t>(sb.st_size) == size;
+    if (out >= 0 && size > 0 && whole && ::ioctl(out, FICLONE, in) == 0) {
         sink.copied(size);
         *how = "reflink";
         return Status::ok();
@@ -137,8 +149,11 @@ Status copy_into(int in, uint64_t size, Sink& sink, const std::string& what, std
     uint64_t done = 0;
     bool kernel = out >= 0;
     while (kernel && done < size) {
+        // From an explicit offset: the passed descriptor's file offset is
+        // the service's too.
+        loff_t from = static_cast<loff_t>(done);
         ssize_t r =
-            ::copy_file_range(in, nullptr, out, nullptr,
+            ::copy_file_range(in, &from, out, nullptr,
                               static_cast<size_t>(std::min<uint64_t>(size - done, 1u << 30)), 0);
         if (r < 0) {
             if (errno == EINTR) continue;
@@ -182,31 +197,39 @@ class LocalReceiver : public Receiver {
     Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
         auto f = ch.first("LOCAL");
         if (!f) return f.status();
-        auto path = meta_str(f->meta, "path");
+        UniqueFd in = ch.take_fd();
         auto size = meta_u64(f->meta, "size");
-        if (!path || !size || f->data_len != 0)
-            return Status(DYAD_RC_BADRPC, "LOCAL answer without the file's path and size", EPROTO);
-        UniqueFd in(::open(path->c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
+        if (!size || f->data_len != 0)
+            return Status(DYAD_RC_BADRPC, "LOCAL answer without the file's size", EPROTO);
         if (!in.valid())
-            return Status(DYAD_RC_BADFIO,
-                          "LOCAL: cannot open the producer's file '" + *path +
-                              "' (the consumer needs read access to the producer's directory; "
-                              "or use another DYAD_DTL_MODE)",
-                          errno);
+            return Status(DYAD_RC_BADRPC,
+                          "LOCAL answer without the file descriptor (the service passes the "
+                          "open file over its Unix socket; a dyadd of an older version sends a "
+                          "path instead, which is no longer accepted)",
+                          EPROTO);
         struct stat sb;
-        if (::fstat(in.get(), &sb) != 0 ||
-            static_cast<uint64_t>(sb.st_dev) != meta_u64(f->meta, "dev").value_or(0) ||
-            static_cast<uint64_t>(sb.st_ino) != meta_u64(f->meta, "ino").value_or(0))
+        if (::fstat(in.get(), &sb) != 0)
+            return Status(DYAD_RC_BADFIO, "LOCAL: cannot stat the file the service passed", errno);
+        if (!S_ISREG(sb.st_mode))
+            return Status(DYAD_RC_BADRPC, "LOCAL: the service passed something not a regular file",
+                          EPROTO);
+        int fl = ::fcntl(in.get(), F_GETFL);
+        if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY)
+            return Status(DYAD_RC_BADRPC, "LOCAL: the service passed a file not opened read-only",
+                          EPROTO);
+        if (static_cast<uint64_t>(sb.st_size) < *size)
             return Status(DYAD_RC_BADFIO,
-                          "LOCAL: '" + *path +
-                              "' is not the file the owner service opened (another machine or "
-                              "a file system view this consumer does not share)",
-                          ESTALE);
+                          "LOCAL: the producer's file has " + std::to_string(sb.st_size) +
+                              " bytes, fewer than the " + std::to_string(*size) + " announced",
+                          EIO);
         std::string how;
-        Status s = copy_into(in.get(), *size, sink, "'" + *path + "'", &how);
+        Status s = copy_into(in.get(), *size, sink, "the producer's file", &how);
+        // The descriptor shares the service's open file (and its lock):
+        // closed before the service is told it may end the fetch.
+        in.reset();
         if (!s) return s;
-        DYAD_DEBUG(kSub, "copied %s (%llu bytes) by %s", path->c_str(),
-                   static_cast<unsigned long long>(*size), how.c_str());
+        DYAD_DEBUG(kSub, "copied %llu bytes by %s", static_cast<unsigned long long>(*size),
+                   how.c_str());
         s = ch.update({{"copied", *size}});
         if (!s) return s;
         auto t = ch.end("LOCAL");

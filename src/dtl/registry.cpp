@@ -180,8 +180,9 @@ const std::vector<Backend>& backends() {
 #endif
         Backend local = local_backend();
         local.preference = 0;
-        // The producer's file cannot be opened or identified from here.
-        local.start_errnos = {EACCES, EPERM, ESTALE, ENOENT, ELOOP};
+        // The consumer reached the owner over TCP, where the open file
+        // cannot be passed (local.cpp).
+        local.start_errnos = {EOPNOTSUPP};
         t.push_back(std::move(local));
         return t;
     }();

@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -200,10 +201,59 @@ Status Connection::write_exact(const void* p, size_t n, Deadline deadline) {
     return Status::ok();
 }
 
-Status Connection::read_exact(void* p, size_t n, Deadline deadline) {
+bool Connection::is_unix_socket(int fd) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    return ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 &&
+           ss.ss_family == AF_UNIX;
+}
+
+// recv that also takes descriptors passed with the bytes (SCM_RIGHTS): the
+// first one of the message is kept in passed_fd_ (replacing, and closing,
+// one not yet taken), any other is closed.
+ssize_t Connection::recv_with_fd(void* p, size_t n) {
+    struct iovec iov = {p, n};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = sizeof ctl.buf;
+    ssize_t r = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
+    if (r < 0) return r;
+    bool kept = false;
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; ++i) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (kept) {
+                ::close(fd);
+                continue;
+            }
+            if (passed_fd_.valid())
+                DYAD_WARN("rpc", "%s passed a second descriptor before the first was taken",
+                          uri_.c_str());
+            passed_fd_.reset(fd);
+            kept = true;
+        }
+    }
+    // Descriptors that did not fit (more than one) or that this process had
+    // no room for were closed by the kernel.
+    if (msg.msg_flags & MSG_CTRUNC)
+        DYAD_WARN("rpc", "descriptors passed by %s were dropped (more than one, or no free fd)",
+                  uri_.c_str());
+    return r;
+}
+
+Status Connection::read_exact(void* p, size_t n, Deadline deadline, bool take_fds) {
     char* c = static_cast<char*>(p);
     while (n > 0) {
-        ssize_t r = ::recv(fd_.get(), c, n, 0);
+        ssize_t r = take_fds ? recv_with_fd(c, n) : ::recv(fd_.get(), c, n, 0);
         if (r > 0) {
             c += r;
             n -= static_cast<size_t>(r);
@@ -258,8 +308,12 @@ Result<uint32_t> Connection::send_request(const std::string& topic, nlohmann::js
 }
 
 Result<Frame> Connection::read_frame(Deadline deadline) {
+    // A descriptor travels with the first byte of its frame's header, and no
+    // read crosses a frame's end: on a Unix socket headers are read with
+    // recvmsg, the rest (meta, data) with plain recv.
+    passed_fd_.reset();
     uint8_t hdr[kHeaderSize];
-    Status s = read_exact(hdr, kHeaderSize, deadline);
+    Status s = read_exact(hdr, kHeaderSize, deadline, unix_);
     if (!s) return s;
     Frame f;
     s = decode_header(hdr, &f.header);
@@ -374,6 +428,7 @@ Result<std::unique_ptr<Connection>> ConnectionPool::get(const std::string& uri, 
 
 void ConnectionPool::put(std::unique_ptr<Connection> c) {
     if (!c || c->broken()) return;
+    c->passed_fd_.reset();  // an idle connection holds no one's file open
     std::lock_guard<std::mutex> lk(mu_);
     auto& v = idle_[c->uri()];
     if (v.size() < max_idle_) v.push_back(std::move(c));

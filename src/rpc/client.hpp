@@ -59,6 +59,12 @@ class Connection {
     Result<Frame> read_frame(Deadline deadline);
     Status read_data(void* buf, size_t n, Deadline deadline);
     Status skip_data(size_t n, Deadline deadline);
+    // The file descriptor the service passed (SCM_RIGHTS) with the frame
+    // read_frame returned last, once; an invalid one if that frame carried
+    // none. Only Unix-socket connections receive descriptors; one not taken
+    // is closed by the next read_frame.
+    UniqueFd take_fd() { return std::move(passed_fd_); }
+    bool over_unix() const { return unix_; }
     Status send_cancel(uint32_t tag);
     // More input for an active request (e.g. flow-control credits).
     Status send_update(uint32_t tag, const nlohmann::json& meta, Deadline deadline);
@@ -74,13 +80,20 @@ class Connection {
 
   private:
     friend class ConnectionPool;
-    Connection(UniqueFd fd, std::string uri) : fd_(std::move(fd)), uri_(std::move(uri)) {}
+    Connection(UniqueFd fd, std::string uri)
+        : fd_(std::move(fd)), uri_(std::move(uri)), unix_(is_unix_socket(fd_.get())) {}
+    static bool is_unix_socket(int fd);
     Status send_frame(const Header& h, const std::string& meta, Deadline deadline);
     Status write_exact(const void* p, size_t n, Deadline deadline);
-    Status read_exact(void* p, size_t n, Deadline deadline);
+    // With take_fds (frame headers on a Unix socket), by recvmsg keeping a
+    // passed descriptor in passed_fd_.
+    Status read_exact(void* p, size_t n, Deadline deadline, bool take_fds = false);
+    ssize_t recv_with_fd(void* p, size_t n);
 
     UniqueFd fd_;
     std::string uri_;
+    bool unix_ = false;
+    UniqueFd passed_fd_;  // came with the header of the last frame read
     nlohmann::json peer_info_;
     uint32_t next_tag_ = 1;
     bool broken_ = false;

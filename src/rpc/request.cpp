@@ -16,6 +16,11 @@ std::string Request::local_host() const {
     return s ? s->local_host() : std::string();
 }
 
+bool Request::over_unix() const {
+    auto s = session_.lock();
+    return s && s->over_unix();
+}
+
 uint64_t Request::session_id() const {
     auto s = session_.lock();
     return s ? s->id() : 0;
@@ -60,6 +65,25 @@ void Request::respond_file(nlohmann::json meta, int fd, uint64_t off, size_t len
                        s->send_file(h, meta.is_null() ? std::string() : meta.dump(), dup->get(),
                                     off, len, std::move(done));
                    });
+}
+
+void Request::respond_with_fd(nlohmann::json meta, int fd, WriteDone done) {
+    auto self = shared_from_this();
+    // Duplicated now, on the caller's thread, so it may be closed as soon as
+    // this returns; the session closes its copy once sent (or dropped).
+    auto dup = std::make_shared<UniqueFd>(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    asio::dispatch(io_, [self, meta = std::move(meta), dup, done = std::move(done)]() mutable {
+        auto s = self->session_.lock();
+        if (self->finished_ || !s || !dup->valid() || !s->over_unix()) {
+            if (done) done(false);
+            return;
+        }
+        Header h;
+        h.type = Type::response;
+        h.tag = self->tag_;
+        s->send_with_fd(h, meta.is_null() ? std::string() : meta.dump(), std::move(*dup),
+                        std::move(done));
+    });
 }
 
 void Request::end(nlohmann::json meta) {

@@ -62,6 +62,9 @@ class Request : public std::enable_shared_from_this<Request> {
     std::string peer_service() const;
     // The local IP address the client connected to ("" for a Unix socket).
     std::string local_host() const;
+    // True when the client connected over a Unix socket (respond_with_fd
+    // works); false over TCP or once the connection closed.
+    bool over_unix() const;
     // A number unique to the connection this request came on (0 once it closed).
     uint64_t session_id() const;
 
@@ -72,6 +75,11 @@ class Request : public std::enable_shared_from_this<Request> {
     // sendfile(2) from the page cache (no copy through this process). The
     // fd is duplicated: the caller may close its own at once.
     void respond_file(nlohmann::json meta, int fd, uint64_t off, size_t len, WriteDone done);
+    // One part of the answer (no data) that hands the client the open file
+    // descriptor `fd` (SCM_RIGHTS with the frame's first byte). Unix sockets
+    // only: over TCP nothing is sent and `done` gets ok=false. The fd is
+    // duplicated: the caller may close its own at once.
+    void respond_with_fd(nlohmann::json meta, int fd, WriteDone done);
     void end(nlohmann::json meta = nullptr);
     void error(int errnum, const std::string& msg, dyad_rc_t rc = DYAD_RC_BADRPC);
 

@@ -11,10 +11,12 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <deque>
 
 #include "common/fd.hpp"
@@ -34,6 +36,10 @@ class Session : public std::enable_shared_from_this<Session> {
         : server_(srv), io_(io), sock_(std::move(s)), hello_timer_(io) {
         static std::atomic<uint64_t> next{0};
         id_ = ++next;
+        sockaddr_storage ss{};
+        socklen_t len = sizeof ss;
+        unix_ = ::getsockname(sock_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len) == 0 &&
+                ss.ss_family == AF_UNIX;
     }
 
     uint64_t id() const { return id_; }
@@ -88,6 +94,29 @@ class Session : public std::enable_shared_from_this<Session> {
         if (!writing_) write_next();
     }
 
+    // A frame that carries `fd` (owned, closed once sent or dropped) as
+    // SCM_RIGHTS with its first byte. Unix sockets only: elsewhere nothing
+    // is sent and cb gets false.
+    void send_with_fd(Header h, std::string meta, UniqueFd fd, Request::WriteDone cb) {
+        if (closed_ || !unix_ || !fd.valid()) {
+            if (cb) asio::post(io_, [cb] { cb(false); });
+            return;
+        }
+        Out o;
+        h.meta_len = static_cast<uint32_t>(meta.size());
+        h.data_len = 0;
+        encode_header(h, o.hdr.data());
+        o.meta = std::move(meta);
+        o.cb = std::move(cb);
+        o.pass_fd = std::move(fd);
+        queued_bytes_ += o.meta.size() + kHeaderSize;
+        q_.push_back(std::move(o));
+        if (!writing_) write_next();
+    }
+
+    // True when the peer connected over a Unix socket (descriptors can pass).
+    bool over_unix() const { return unix_; }
+
     void request_finished(uint32_t tag) {
         active_.erase(tag);
         maybe_resume();
@@ -131,6 +160,8 @@ class Session : public std::enable_shared_from_this<Session> {
         int file_fd = -1;  // data from this file instead (owned: a dup)
         uint64_t file_off = 0;
         size_t file_len = 0;
+        UniqueFd pass_fd;    // passed with the first byte (SCM_RIGHTS), then closed
+        size_t fd_sent = 0;  // bytes of a frame with pass_fd already written
     };
 
     void read_header() {
@@ -351,6 +382,7 @@ class Session : public std::enable_shared_from_this<Session> {
     void write_next() {
         writing_ = true;
         Out& o = q_.front();
+        if (o.pass_fd.valid()) return write_with_fd();
         std::array<asio::const_buffer, 3> bufs = {asio::buffer(o.hdr), asio::buffer(o.meta),
                                                   o.data};
         auto self = shared_from_this();
@@ -385,6 +417,65 @@ class Session : public std::enable_shared_from_this<Session> {
                 return;
             } else {
                 ec = n == 0 ? asio::error::eof
+                            : asio::error_code(errno, asio::error::get_system_category());
+            }
+        }
+        front_written(ec);
+    }
+
+    // A frame with a descriptor: sendmsg with SCM_RIGHTS until its first
+    // bytes are taken (the descriptor travels with them), then the rest of
+    // header and meta, waiting for the socket to take more when it is full.
+    void write_with_fd() {
+        Out& o = q_.front();
+        asio::error_code ec;
+        if (!sock_.native_non_blocking()) sock_.native_non_blocking(true, ec);
+        const size_t total = kHeaderSize + o.meta.size();
+        while (!ec && o.fd_sent < total) {
+            struct iovec iov[2];
+            size_t n = 0;
+            if (o.fd_sent < kHeaderSize) {
+                iov[n].iov_base = o.hdr.data() + o.fd_sent;
+                iov[n++].iov_len = kHeaderSize - o.fd_sent;
+            }
+            size_t meta_off = o.fd_sent > kHeaderSize ? o.fd_sent - kHeaderSize : 0;
+            if (meta_off < o.meta.size()) {
+                iov[n].iov_base = o.meta.data() + meta_off;
+                iov[n++].iov_len = o.meta.size() - meta_off;
+            }
+            struct msghdr msg = {};
+            msg.msg_iov = iov;
+            msg.msg_iovlen = n;
+            union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+            } ctl;
+            if (o.pass_fd.valid()) {
+                std::memset(&ctl, 0, sizeof ctl);
+                msg.msg_control = ctl.buf;
+                msg.msg_controllen = sizeof ctl.buf;
+                struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+                c->cmsg_level = SOL_SOCKET;
+                c->cmsg_type = SCM_RIGHTS;
+                c->cmsg_len = CMSG_LEN(sizeof(int));
+                int fd = o.pass_fd.get();
+                std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+            }
+            ssize_t w = ::sendmsg(sock_.native_handle(), &msg, MSG_NOSIGNAL);
+            if (w > 0) {
+                o.fd_sent += static_cast<size_t>(w);
+                o.pass_fd.reset();  // it went with these bytes
+            } else if (w < 0 && errno == EINTR) {
+                continue;
+            } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                auto self = shared_from_this();
+                sock_.async_wait(asio::socket_base::wait_write, [self](asio::error_code e) {
+                    if (e) return self->front_written(e);
+                    self->write_with_fd();
+                });
+                return;
+            } else {
+                ec = w == 0 ? asio::error::eof
                             : asio::error_code(errno, asio::error::get_system_category());
             }
         }
@@ -429,6 +520,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string client_nonce_, service_nonce_;
     bool closed_ = false;
     bool writing_ = false;
+    bool unix_ = false;  // a Unix socket: descriptors can pass
     Peer peer_;
     std::deque<Out> q_;
     std::unordered_map<uint32_t, std::shared_ptr<Request>> active_;

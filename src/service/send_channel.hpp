@@ -26,6 +26,10 @@ class RequestChannel final : public dtl::SendChannel {
         r_->on_update(std::move(fn));
     }
     void close() override { r_->close_connection(); }
+    bool can_send_fd() const override { return r_->over_unix(); }
+    void send_fd(nlohmann::json meta, int fd, WriteDone done) override {
+        r_->respond_with_fd(std::move(meta), fd, std::move(done));
+    }
 
   private:
     std::shared_ptr<rpc::Request> r_;

@@ -10,7 +10,7 @@ import struct
 
 HDR = struct.Struct("<IHBBIiII")
 MAGIC = 0x44415944
-HELLO, REQUEST, RESPONSE, END, ERROR, CANCEL = 1, 2, 3, 4, 5, 6
+HELLO, REQUEST, RESPONSE, END, ERROR, CANCEL, UPDATE = 1, 2, 3, 4, 5, 6, 7
 VERSION = 2
 
 
@@ -47,9 +47,14 @@ def hello(sock_send, sock_recv, key=None, role="client", service_id=None, versio
 
 
 class Raw:
-    def __init__(self, host, port, version=VERSION, hello=True, timeout=10, key=None, role="client",
-                 service_id=None):
-        self.s = socket.create_connection((host, port), timeout=timeout)
+    def __init__(self, host=None, port=None, version=VERSION, hello=True, timeout=10, key=None, role="client",
+                 service_id=None, unix_path=None):
+        if unix_path:
+            self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.s.settimeout(timeout)
+            self.s.connect(unix_path)
+        else:
+            self.s = socket.create_connection((host, port), timeout=timeout)
         self.version = version
         self.tag = 0
         if hello:
@@ -65,21 +70,30 @@ class Raw:
         m = json.dumps(meta).encode() if meta is not None else b""
         self.s.sendall(HDR.pack(MAGIC, self.version, typ, 0, tag, 0, len(m), len(data)) + m + data)
 
-    def _exact(self, n):
+    def _exact(self, n, fds=None):
+        """n bytes; on a Unix socket, descriptors passed with them (SCM_RIGHTS)
+        are appended to `fds` if given (else the kernel closes them)."""
         buf = b""
         while len(buf) < n:
-            chunk = self.s.recv(n - len(buf))
+            if fds is not None and self.s.family == socket.AF_UNIX:
+                chunk, got, _, _ = socket.recv_fds(self.s, n - len(buf), 4)
+                fds += got
+            else:
+                chunk = self.s.recv(n - len(buf))
             if not chunk:
                 raise ConnectionError("closed")
             buf += chunk
         return buf
 
     def recv(self):
-        magic, ver, typ, flags, tag, errnum, ml, dl = HDR.unpack(self._exact(HDR.size))
+        """The next frame; "fds": descriptors that came with its header (the
+        caller closes them)."""
+        fds = []
+        magic, ver, typ, flags, tag, errnum, ml, dl = HDR.unpack(self._exact(HDR.size, fds))
         assert magic == MAGIC
         meta = json.loads(self._exact(ml)) if ml else None
         data = self._exact(dl) if dl else b""
-        return {"type": typ, "tag": tag, "errnum": errnum, "meta": meta, "data": data, "version": ver}
+        return {"type": typ, "tag": tag, "errnum": errnum, "meta": meta, "data": data, "version": ver, "fds": fds}
 
     def request(self, topic, **args):
         self.tag += 1

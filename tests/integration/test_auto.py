@@ -2,16 +2,21 @@
 owner's published records (and said by `dyad consume --explain`), LOCAL on
 the producer's node, every transport this machine has reached through AUTO,
 and the service's memory under many and slow consumers."""
+import errno
+import fcntl
 import json
 import os
+import pwd
+import shutil
 import socket
+import subprocess
 import threading
 import time
 
 import pytest
 
 import harness
-from rawwire import Stream
+from rawwire import END, ERROR, RESPONSE, UPDATE, Raw, Stream
 
 sha = harness.sha256
 WAIT = {"DYAD_WAIT_TIMEOUT": 30}
@@ -76,6 +81,109 @@ def test_same_node_other_directory_uses_local(cluster):
     # The same directory as the producer: nothing moves at all.
     (r,) = consume(prod, "d/x.bin")
     assert r["action"] == "in-place"
+
+
+def test_local_hands_over_the_open_file_never_its_path(cluster):
+    """LOCAL's answer is {"size", "transport"} with the service's open file
+    passed over its Unix socket (SCM_RIGHTS): no path, device or inode. Over
+    TCP nothing can pass: the service refuses at once with EOPNOTSUPP."""
+    prod = cluster[0]
+    size = (3 << 20) + 5
+    harness.write_file(prod.path("p/f.bin"), size, seed=11)
+    prod.dyad("produce", prod.path("p/f.bin"))
+    with open(prod.path("p/f.bin"), "rb") as f:
+        content = f.read()
+    raw = Raw(unix_path=prod.socket, key=prod.key)
+    try:
+        tag = raw.request("dyad.fetch", upath="p/f.bin", transport="LOCAL")
+        answer = raw.recv()
+        assert (answer["type"], answer["tag"]) == (RESPONSE, tag), answer
+        assert answer["meta"] == {"size": size, "transport": "LOCAL"}, answer["meta"]
+        assert len(answer["fds"]) == 1, answer
+        fd = answer["fds"][0]
+        try:
+            st, want = os.fstat(fd), os.stat(prod.path("p/f.bin"))
+            assert (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino)
+            assert fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+            assert os.pread(fd, size, 0) == content
+        finally:
+            os.close(fd)
+        raw.send(UPDATE, tag, {"copied": size})
+        end, _ = raw.collect(tag)
+        assert end["type"] == END and end["meta"]["size"] == size, end
+        assert not end["fds"]
+    finally:
+        raw.close()
+    raw = Raw.to(prod)
+    try:
+        err, _ = raw.collect(raw.request("dyad.fetch", upath="p/f.bin", transport="LOCAL"))
+        assert err["type"] == ERROR and err["errnum"] == errno.EOPNOTSUPP, err
+        assert "Unix socket" in err["meta"]["msg"], err
+    finally:
+        raw.close()
+    local = prod.status()["counters"]["per_transport"]["LOCAL"]
+    assert local["served"] == 1 and local["errors"] == 1, local
+
+
+def test_local_over_tcp_falls_back_to_the_next_transport():
+    """A service without a Unix socket: a same-node consumer reaches it over
+    TCP, LOCAL cannot start there, and AUTO takes the next transport; a fixed
+    LOCAL mode fails saying why."""
+    c = harness.Cluster(nodes=1, start=False)
+    try:
+        prod = c[0]
+        prod.socket = None
+        prod.start()
+        view = harness.NodeView(prod, os.path.join(c.root, "view"))
+        harness.write_file(prod.path("big.bin"), 9 << 20, seed=8)
+        prod.dyad("produce", prod.path("big.bin"))
+        p = view.dyad("consume", "--explain", view.path("big.bin"), env_extra=WAIT)
+        assert "LOCAL failed to start: " in p.stdout and "Unix socket" in p.stdout, p.stdout
+        assert sha(prod.path("big.bin")) == sha(view.path("big.bin"))
+        os.unlink(view.path("big.bin"))
+        p = view.dyad("consume", view.path("big.bin"), check=False, env_extra={**WAIT, "DYAD_DTL_MODE": "LOCAL"})
+        assert p.returncode != 0 and "LOCAL needs the service's Unix socket" in p.stderr, p.stderr
+        assert not os.path.exists(view.path("big.bin"))
+    finally:
+        c.cleanup()
+
+
+def test_local_needs_no_access_to_the_producer_directory(cluster):
+    """The consumer opens nothing by name: one that may not even enter the
+    producer directory (0700, another user) still copies by LOCAL."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root (to run the consumer as nobody) and setpriv")
+    prod = cluster[0]
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    if subprocess.run(as_nobody + [harness.DYAD, "--json", "config"], capture_output=True).returncode != 0:
+        pytest.skip(f"nobody cannot run {harness.DYAD}")
+    nobody = pwd.getpwnam("nobody")
+    # The service admits nobody on its Unix socket (by default only its own
+    # uid and root), and nobody has its own copy of the job key.
+    prod.stop()
+    prod.start(["--allow-uid", str(nobody.pw_uid)])
+    harness.write_file(prod.path("secret/f.bin"), (5 << 20) + 3, seed=12)
+    prod.dyad("produce", prod.path("secret/f.bin"))
+    view = harness.NodeView(prod, os.path.join(cluster.root, "nobody-view"))
+    os.chown(view.dir, nobody.pw_uid, nobody.pw_gid)
+    key = os.path.join(view.dir, "nobody.key")
+    shutil.copy(prod.key, key)
+    os.chown(key, nobody.pw_uid, nobody.pw_gid)
+    os.chmod(key, 0o600)
+    os.chmod(cluster.root, 0o711)  # nobody may pass through to its directory and the socket
+    os.chmod(prod.socket, 0o666)
+    os.chmod(prod.dir, 0o700)
+    assert os.stat(prod.dir).st_uid != nobody.pw_uid
+    assert subprocess.run(as_nobody + ["test", "-r", prod.path("secret/f.bin")]).returncode != 0
+    env = view.env(DYAD_DTL_MODE="LOCAL", DYAD_AUTH_KEY_FILE=key, DYAD_SERVICE_URI=prod.unix_uri, **WAIT)
+    p = subprocess.run(as_nobody + [harness.DYAD, "--json", "consume", view.path("secret/f.bin")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert (r["action"], r["transport"]) == ("fetched", "LOCAL"), r
+    assert sha(view.path("secret/f.bin")) == sha(prod.path("secret/f.bin"))
+    assert os.stat(view.path("secret/f.bin")).st_uid == nobody.pw_uid
+    assert prod.status()["counters"]["per_transport"]["LOCAL"]["served"] == 1
 
 
 @pytest.mark.parametrize("transport", ["FLUX_RPC", "UCX", "MARGO", "LOCAL"])

@@ -345,9 +345,9 @@ def test_unix_socket_admits_only_the_same_user_or_root():
     c = harness.Cluster(nodes=1, start=False, auth=False)
     try:
         node = c[0]
-        sock = os.path.join(c.root, "dyad.sock")
+        sock = node.socket
         os.chmod(c.root, 0o755)
-        node.start(["--socket", sock])
+        node.start()
         os.chmod(sock, 0o666)
         as_nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
         env = node.env(DYAD_SERVICE_URI=f"unix:{sock}")
@@ -356,7 +356,7 @@ def test_unix_socket_admits_only_the_same_user_or_root():
         assert p.returncode == 4 and "may not use this service's Unix socket" in p.stderr, p.stderr
         assert node.status()["counters"]["auth_refused"] == 1
         node.stop()
-        node.start(["--socket", sock, "--allow-uid", "65534"])
+        node.start(["--allow-uid", "65534"])
         os.chmod(sock, 0o666)
         p = subprocess.run(as_nobody + [harness.DYAD, "service", "status"], capture_output=True, text=True,
                            env=env, timeout=30)

@@ -3,15 +3,19 @@
 // recording SendChannel on a real event loop and a real file).
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
 #include "client/fetch_channel.hpp"
 #include "common/checksum.hpp"
 #include "dtl/chunked.hpp"
+#include "dtl/dtl.hpp"
 #include "rpc/client.hpp"
 #include "rpc/server.hpp"
 #include "server_loop.hpp"
@@ -279,6 +283,8 @@ class RecordingChannel : public dtl::SendChannel {
     void on_cancel(std::function<void()> fn) override { cancel = std::move(fn); }
     void on_update(std::function<void(const nlohmann::json&)>) override {}
     void close() override { closed = true; }
+    bool can_send_fd() const override { return false; }
+    void send_fd(nlohmann::json, int, WriteDone done) override { done(false); }
 
     std::vector<nlohmann::json> metas;
     std::string bytes;
@@ -438,4 +444,293 @@ TEST(AckWindow, InOrderWindowsRefuseAcknowledgementsOutOfOrder) {
     EXPECT_EQ(w.ack({{"ack", 0}}), 0);
     EXPECT_EQ(w.ack({{"ack", 1}}), 1);
     EXPECT_EQ(w.bogus(), 1u);
+}
+
+// ---- passing the open file (SCM_RIGHTS, LOCAL) ----
+
+namespace {
+
+// A temporary directory (for a socket) holding one file of known content.
+struct TempDir {
+    std::string dir;
+    std::string file;
+    std::string content;
+    TempDir() {
+        char tmpl[] = "/tmp/dyad-fd-XXXXXX";
+        dir = mkdtemp(tmpl);
+        file = dir + "/data.bin";
+        content.resize(100000);
+        for (size_t i = 0; i < content.size(); ++i) content[i] = static_cast<char>(i * 7 % 253);
+        int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        EXPECT_EQ(::write(fd, content.data(), content.size()),
+                  static_cast<ssize_t>(content.size()));
+        ::close(fd);
+    }
+    ~TempDir() {
+        ::unlink(file.c_str());
+        ::unlink((dir + "/s.sock").c_str());
+        ::rmdir(dir.c_str());
+    }
+};
+
+size_t open_fds() {
+    size_t n = 0;
+    if (DIR* d = ::opendir("/proc/self/fd")) {
+        while (::readdir(d)) ++n;
+        ::closedir(d);
+    }
+    return n;
+}
+
+// dyad.fetch answered, if the request asks ("pass"), with its "file" passed
+// by respond_with_fd, then a plain answer {"after": true}, then the end.
+// Records whether the request came over a Unix socket and how the
+// descriptor's write ended.
+class FdService : public test_support::ServerLoop {
+  public:
+    explicit FdService(const std::string& sock)
+        : test_support::ServerLoop(
+              [this](rpc::Server& server) {
+                  server.handle("dyad.fetch",
+                                [this](std::shared_ptr<rpc::Request> r) { serve(r); });
+              },
+              sock) {}
+    std::atomic<int> over_unix{-1};
+    std::atomic<int> sent_ok{-1};
+
+  private:
+    void serve(const std::shared_ptr<rpc::Request>& r) {
+        over_unix = r->over_unix() ? 1 : 0;
+        const auto& a = r->args();
+        if (a.value("pass", false)) {
+            int fd = ::open(a["file"].get<std::string>().c_str(), O_RDONLY | O_CLOEXEC);
+            nlohmann::json meta = {{"with_fd", true}};
+            if (a.contains("pad")) meta["pad"] = std::string(a["pad"].get<size_t>(), 'p');
+            r->respond_with_fd(meta, fd, [this](bool ok) { sent_ok = ok ? 1 : 0; });
+            ::close(fd);  // the request keeps its own duplicate
+        }
+        r->respond({{"after", true}});
+        r->end({{"size", 0}, {"xxh3", ""}});
+    }
+};
+
+}  // namespace
+
+TEST(FdPassing, UnixAnswerCarriesTheOpenFile) {
+    TempDir t;
+    size_t before = open_fds();
+    {
+        FdService svc(t.dir + "/s.sock");
+        auto conn = rpc::Connection::connect(svc.unix_uri, Deadline::after(5)).value();
+        EXPECT_TRUE(conn->over_unix());
+        client::RpcFetchChannel ch(*conn, 5);
+        ASSERT_TRUE(ch.open({{"pass", true}, {"file", t.file}}, Deadline::after(5)).is_ok());
+        auto a = ch.first("test");
+        ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+        EXPECT_EQ(a->meta, nlohmann::json({{"with_fd", true}}));
+        UniqueFd fd = ch.take_fd();
+        ASSERT_TRUE(fd.valid());
+        EXPECT_FALSE(ch.take_fd().valid());  // once
+        // The very file the service opened, read-only, close-on-exec.
+        struct stat want, got;
+        ASSERT_EQ(::stat(t.file.c_str(), &want), 0);
+        ASSERT_EQ(::fstat(fd.get(), &got), 0);
+        EXPECT_EQ(got.st_dev, want.st_dev);
+        EXPECT_EQ(got.st_ino, want.st_ino);
+        EXPECT_EQ(static_cast<size_t>(got.st_size), t.content.size());
+        EXPECT_EQ(::fcntl(fd.get(), F_GETFL) & O_ACCMODE, O_RDONLY);
+        EXPECT_TRUE(::fcntl(fd.get(), F_GETFD) & FD_CLOEXEC);
+        std::string back(t.content.size(), '\0');
+        EXPECT_EQ(::pread(fd.get(), back.data(), back.size(), 0),
+                  static_cast<ssize_t>(back.size()));
+        EXPECT_EQ(back, t.content);
+        // The next frame carries none.
+        auto next = ch.next();
+        ASSERT_TRUE(next.is_ok());
+        EXPECT_EQ(next->meta["after"], true);
+        EXPECT_FALSE(ch.take_fd().valid());
+        EXPECT_FALSE(conn->take_fd().valid());
+        ASSERT_TRUE(ch.end("test").is_ok());
+        EXPECT_EQ(svc.over_unix, 1);
+        EXPECT_EQ(svc.sent_ok, 1);
+    }
+    EXPECT_EQ(open_fds(), before);  // every copy of the descriptor closed
+}
+
+TEST(FdPassing, AFrameLargerThanTheSocketBufferIsWrittenInParts) {
+    TempDir t;
+    FdService svc(t.dir + "/s.sock");
+    auto conn = rpc::Connection::connect(svc.unix_uri, Deadline::after(5)).value();
+    client::RpcFetchChannel ch(*conn, 5);
+    const size_t pad = 900000;  // over the socket's buffer: sendmsg takes part, then EAGAIN
+    ASSERT_TRUE(
+        ch.open({{"pass", true}, {"file", t.file}, {"pad", pad}}, Deadline::after(5)).is_ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the socket fills up
+    auto a = ch.first("test");
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    EXPECT_EQ(a->meta["pad"].get<std::string>().size(), pad);
+    UniqueFd fd = ch.take_fd();
+    ASSERT_TRUE(fd.valid());
+    struct stat want, got;
+    ASSERT_EQ(::stat(t.file.c_str(), &want), 0);
+    ASSERT_EQ(::fstat(fd.get(), &got), 0);
+    EXPECT_EQ(got.st_ino, want.st_ino);
+    EXPECT_EQ(ch.next()->meta["after"], true);
+    ASSERT_TRUE(ch.end("test").is_ok());
+    EXPECT_EQ(svc.sent_ok, 1);
+}
+
+TEST(FdPassing, OverTcpNothingIsSent) {
+    TempDir t;
+    FdService svc("");
+    auto conn = rpc::Connection::connect(svc.uri, Deadline::after(5)).value();
+    EXPECT_FALSE(conn->over_unix());
+    client::RpcFetchChannel ch(*conn, 5);
+    ASSERT_TRUE(ch.open({{"pass", true}, {"file", t.file}}, Deadline::after(5)).is_ok());
+    // The frame with the descriptor was never sent: the plain one comes first.
+    auto a = ch.first("test");
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    EXPECT_EQ(a->meta, nlohmann::json({{"after", true}}));
+    EXPECT_FALSE(ch.take_fd().valid());
+    ASSERT_TRUE(ch.end("test").is_ok());
+    EXPECT_EQ(svc.over_unix, 0);
+    EXPECT_EQ(svc.sent_ok, 0);
+}
+
+TEST(FdPassing, FramesWithoutOneYieldNone) {
+    TempDir t;
+    size_t before = open_fds();
+    {
+        FdService svc(t.dir + "/s.sock");
+        auto conn = rpc::Connection::connect(svc.unix_uri, Deadline::after(5)).value();
+        // Another request's answer, with a descriptor, arrives first on the
+        // connection: this fetch must not be handed it.
+        ASSERT_TRUE(
+            conn->send_request("dyad.fetch", {{"pass", true}, {"file", t.file}}, Deadline::after(5))
+                .is_ok());
+        client::RpcFetchChannel ch(*conn, 5);
+        ASSERT_TRUE(ch.open({{"pass", false}}, Deadline::after(5)).is_ok());
+        auto a = ch.first("test");
+        ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+        EXPECT_EQ(a->meta, nlohmann::json({{"after", true}}));
+        EXPECT_FALSE(ch.take_fd().valid());
+        ASSERT_TRUE(ch.end("test").is_ok());
+        EXPECT_EQ(svc.sent_ok, 1);  // it was sent (to the other request)
+    }
+    EXPECT_EQ(open_fds(), before);  // and closed here, not leaked
+}
+
+namespace {
+
+// A fetch channel that plays given messages and hands over a given fd.
+class ScriptedChannel : public dtl::FetchChannel {
+  public:
+    std::deque<Message> msgs;
+    UniqueFd pass;
+    int passed_number = -1;
+    std::vector<nlohmann::json> updates;
+    bool fd_open_at_update = false;
+
+    Result<Message> next() override {
+        if (msgs.empty()) return Status(DYAD_RC_TIMEOUT, "no more messages", ETIMEDOUT);
+        Message m = msgs.front();
+        msgs.pop_front();
+        return m;
+    }
+    Status read(void*, size_t) override {
+        return Status(DYAD_RC_SYSFAIL, "no data in these messages", EINVAL);
+    }
+    Status update(const nlohmann::json& m) override {
+        updates.push_back(m);
+        fd_open_at_update = passed_number >= 0 && ::fcntl(passed_number, F_GETFD) != -1;
+        return Status::ok();
+    }
+    int fd() const override { return -1; }
+    double idle_s() const override { return 1; }
+    UniqueFd take_fd() override {
+        passed_number = pass.get();
+        return std::move(pass);
+    }
+};
+
+class StringSink : public dtl::Sink {
+  public:
+    std::string bytes;
+    Status write(const void* p, size_t n) override {
+        bytes.append(static_cast<const char*>(p), n);
+        return Status::ok();
+    }
+};
+
+// LOCAL's receiver on a channel answering {"size": size} with `fd`.
+Result<nlohmann::json> local_receive(UniqueFd fd, uint64_t size, StringSink& sink,
+                                     ScriptedChannel* out = nullptr) {
+    ScriptedChannel ch;
+    dtl::FetchChannel::Message answer;
+    answer.meta = {{"size", size}, {"transport", "LOCAL"}};
+    ch.msgs.push_back(answer);
+    dtl::FetchChannel::Message end;
+    end.kind = Kind::end;
+    end.meta = {{"size", size}, {"xxh3", ""}};
+    ch.msgs.push_back(end);
+    ch.pass = std::move(fd);
+    auto recv = dtl::find_backend("LOCAL").value()->make_receiver().value();
+    auto r = recv->receive(ch, sink);
+    if (out) {
+        out->updates = ch.updates;
+        out->fd_open_at_update = ch.fd_open_at_update;
+    }
+    return r;
+}
+
+}  // namespace
+
+TEST(LocalReceiver, CopiesThePassedFileAndClosesItFirst) {
+    TempDir t;
+    StringSink sink;
+    ScriptedChannel seen;
+    auto r = local_receive(UniqueFd(::open(t.file.c_str(), O_RDONLY | O_CLOEXEC)), t.content.size(),
+                           sink, &seen);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(sink.bytes, t.content);
+    ASSERT_EQ(seen.updates.size(), 1u);
+    EXPECT_EQ(seen.updates[0]["copied"], t.content.size());
+    // Closed before the service is told (it shares the service's lock).
+    EXPECT_FALSE(seen.fd_open_at_update);
+}
+
+TEST(LocalReceiver, RefusesAnAnswerWithoutAProperDescriptor) {
+    TempDir t;
+    struct Case {
+        const char* what;
+        UniqueFd fd;
+        uint64_t size;
+        dyad_rc_t rc;
+    };
+    int pipefd[2];
+    ASSERT_EQ(::pipe2(pipefd, O_CLOEXEC), 0);
+    ::close(pipefd[1]);
+    std::vector<Case> cases;
+    cases.push_back({"no descriptor", UniqueFd(), 10, DYAD_RC_BADRPC});
+    cases.push_back(
+        {"writable", UniqueFd(::open(t.file.c_str(), O_RDWR | O_CLOEXEC)), 10, DYAD_RC_BADRPC});
+    cases.push_back({"a pipe", UniqueFd(pipefd[0]), 10, DYAD_RC_BADRPC});
+    cases.push_back(
+        {"a directory", UniqueFd(::open(t.dir.c_str(), O_RDONLY | O_CLOEXEC)), 0, DYAD_RC_BADRPC});
+    cases.push_back({"shorter than announced",
+                     UniqueFd(::open(t.file.c_str(), O_RDONLY | O_CLOEXEC)), t.content.size() + 1,
+                     DYAD_RC_BADFIO});
+    for (auto& c : cases) {
+        StringSink sink;
+        ScriptedChannel seen;
+        auto r = local_receive(std::move(c.fd), c.size, sink, &seen);
+        ASSERT_FALSE(r.is_ok()) << c.what;
+        EXPECT_EQ(r.status().rc(), c.rc) << c.what << ": " << r.status().to_string();
+        EXPECT_TRUE(sink.bytes.empty()) << c.what;
+        EXPECT_TRUE(seen.updates.empty()) << c.what;
+    }
+    StringSink sink;
+    auto r = local_receive(UniqueFd(), 10, sink);
+    EXPECT_EQ(r.status().err(), EPROTO);
+    EXPECT_NE(r.status().message().find("without the file descriptor"), std::string::npos);
 }
