@@ -10,7 +10,8 @@ What authentication adds: a second round trip and two HMACs when a
 connection opens (connections are pooled: once per consumer process and
 peer), and, with or without a key, the publish through the service and the
 served-file checks (an fstat at each end of a transfer), which both
-clusters pay. BENCH_QUICK=1: 256 MiB and 200 files, 1 round.
+clusters pay. BENCH_QUICK=1: 256 MiB and 200 files, 1 round. BENCH_DIR=/dev/shm
+puts the nodes' directories there (takes the disk out of the comparison).
 
 Writes bench/results/auth.json. Run: make bench (or alone, after make build).
 """
@@ -18,6 +19,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,11 +27,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
 import harness  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
-REPS = 1 if QUICK else 3
+REPS = int(os.environ.get("BENCH_REPS", 1 if QUICK else 3))
 BIG = (256 if QUICK else 1024) << 20
 COUNT = 200 if QUICK else 2000
 SMALL = 64 << 10
 RESULTS = os.path.join(HERE, "results", "auth.json")
+BENCH_DIR = os.environ.get("BENCH_DIR") or None
 
 
 def log(msg):
@@ -67,7 +70,11 @@ def small_round(c, tag):
 
 
 def main():
-    clusters = {"key": harness.Cluster(nodes=2, auth=True), "no key": harness.Cluster(nodes=2, auth=False)}
+    def root():
+        return tempfile.mkdtemp(prefix="dyad-bench-", dir=BENCH_DIR) if BENCH_DIR else None
+
+    clusters = {"key": harness.Cluster(nodes=2, auth=True, root=root()),
+                "no key": harness.Cluster(nodes=2, auth=False, root=root())}
     rows = {"big": {k: [] for k in clusters}, "small": {k: [] for k in clusters}}
     try:
         order = list(clusters)
@@ -96,7 +103,7 @@ def main():
         log(f"| {label} | {k:.2f} {unit} | {n:.2f} {unit} | {k / n:.3f} |")
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as f:
-        json.dump({"quick": QUICK, "reps": REPS, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        json.dump({"quick": QUICK, "reps": REPS, "bench_dir": BENCH_DIR, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "summary": summary}, f, indent=2)
         f.write("\n")
     log(f"bench: results written to {os.path.relpath(RESULTS, os.getcwd())}")

@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
     key->add_option("UPATH", key_path)->required();
     std::string keygen_path;
     auto* keygen = app.add_subcommand(
-        "keygen", "write a new job key (32 random bytes, mode 0600) for dyadd --auth-key and "
-                  "DYAD_AUTH_KEY_FILE");
+        "keygen",
+        "write a new job key (32 random bytes, mode 0600) for dyadd --auth-key and "
+        "DYAD_AUTH_KEY_FILE");
     keygen->add_option("FILE", keygen_path, "where to write it (never overwritten)")->required();
     auto* service = app.add_subcommand("service", "ask a service about itself");
     std::string uri;

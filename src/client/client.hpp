@@ -96,7 +96,7 @@ class Client {
     const dtl::Backend* backend_ = nullptr;         // fixed mode; null for AUTO
     std::map<std::string, nlohmann::json> owners_;  // under mu_
     std::map<std::string, std::string> unusable_;   // transport -> why (under mu_)
-    rpc::Credentials creds_;  // DYAD_AUTH_KEY_FILE
+    rpc::Credentials creds_;                        // DYAD_AUTH_KEY_FILE
     std::shared_ptr<rpc::ConnectionPool> pool_;
     std::mutex mu_;
     std::optional<ServiceInfo> svc_;

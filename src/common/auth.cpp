@@ -81,8 +81,9 @@ Result<std::shared_ptr<const Key>> Key::load(const std::string& path) {
         secret.pop_back();
     if (secret.size() < kMinKeyBytes)
         return Status(DYAD_RC_NOAUTH,
-                      what + " holds " + std::to_string(secret.size()) + " bytes; a key needs at least " +
-                          std::to_string(kMinKeyBytes) + ": create one with `dyad keygen FILE`",
+                      what + " holds " + std::to_string(secret.size()) +
+                          " bytes; a key needs at least " + std::to_string(kMinKeyBytes) +
+                          ": create one with `dyad keygen FILE`",
                       EINVAL);
     return std::shared_ptr<const Key>(new Key(std::move(secret), path));
 }
@@ -127,7 +128,8 @@ bool Key::verify(std::string_view proof, std::string_view label, std::string_vie
     unsigned char got[crypto_auth_hmacsha256_BYTES];
     size_t len = 0;
     if (proof.size() != 2 * sizeof got ||
-        ::sodium_hex2bin(got, sizeof got, proof.data(), proof.size(), nullptr, &len, nullptr) != 0 ||
+        ::sodium_hex2bin(got, sizeof got, proof.data(), proof.size(), nullptr, &len, nullptr) !=
+            0 ||
         len != sizeof got)
         return false;
     unsigned char want[crypto_auth_hmacsha256_BYTES];

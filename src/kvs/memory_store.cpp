@@ -5,9 +5,8 @@
 
 namespace dyad::kvs {
 
-Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
-                                  std::string value, const std::string& writer,
-                                  uint64_t replaces) {
+Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key, std::string value,
+                                  const std::string& writer, uint64_t replaces) {
     auto& space = data_[ns];
     auto found = space.find(key);
     if (found != space.end() && !found->second.writer.empty() && found->second.writer != writer &&

@@ -7,10 +7,14 @@
 namespace dyad::kvs {
 
 nlohmann::json Record::to_json() const {
-    return {{"path", upath},          {"owner", owner},
-            {"node", node},           {"producer_dir", producer_dir},
-            {"endpoints", endpoints}, {"size", size},
-            {"mtime_ns", mtime_ns},   {"mode", mode},
+    return {{"path", upath},
+            {"owner", owner},
+            {"node", node},
+            {"producer_dir", producer_dir},
+            {"endpoints", endpoints},
+            {"size", size},
+            {"mtime_ns", mtime_ns},
+            {"mode", mode},
             {"ino", ino}};
 }
 

@@ -22,7 +22,7 @@ struct Record {
     uint64_t size = 0;
     int64_t mtime_ns = 0;
     uint32_t mode = 0644;
-    uint64_t ino = 0;  // the producer's file (0: a record of the first release)
+    uint64_t ino = 0;         // the producer's file (0: a record of the first release)
     uint64_t generation = 0;  // the store's version of the key
     nlohmann::json to_json() const;
     static Result<Record> from_json(const std::string& text, uint64_t generation);

@@ -99,14 +99,17 @@ Result<Credentials> Credentials::from_settings() {
 
 namespace {
 
-Status auth_error(const std::string& msg) { return Status(DYAD_RC_NOAUTH, msg, EACCES); }
+Status auth_error(const std::string& msg) {
+    return Status(DYAD_RC_NOAUTH, msg, EACCES);
+}
 
 // The service's answer to a hello: another hello, or an error naming why.
 Result<Frame> read_hello(Connection& c, Deadline deadline, const std::string& uri) {
     auto f = c.read_frame(deadline);
     if (!f) return Status(f.status()).wrap("hello from " + uri);
     if (f->header.type == Type::error) {
-        Status e = Connection::error_status(f.value(), "service at " + uri + " refused the connection");
+        Status e =
+            Connection::error_status(f.value(), "service at " + uri + " refused the connection");
         return e;
     }
     if (f->header.type != Type::hello || f->header.data_len != 0 || !f->meta.is_object())
@@ -146,7 +149,8 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
         if (creds.key)
             return auth_error("service at " + uri +
                               " does not authenticate (dyadd started without --auth-key) but this "
-                              "process has a key (DYAD_AUTH_KEY_FILE=" + creds.key->path() +
+                              "process has a key (DYAD_AUTH_KEY_FILE=" +
+                              creds.key->path() +
                               "): refusing to trust it; give dyadd the same key");
         c->peer_info_ = std::move(f->meta);
         return c;
@@ -160,15 +164,17 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
                           "(the one its dyadd was given with --auth-key)");
     auto snonce = f->meta.find("nonce");
     auto sproof = f->meta.find("proof");
-    if (snonce == f->meta.end() || !snonce->is_string() || !auth::valid_nonce(snonce->get<std::string>()) ||
-        sproof == f->meta.end() || !sproof->is_string() ||
+    if (snonce == f->meta.end() || !snonce->is_string() ||
+        !auth::valid_nonce(snonce->get<std::string>()) || sproof == f->meta.end() ||
+        !sproof->is_string() ||
         !creds.key->verify(sproof->get<std::string>(), "dyad service", cnonce,
                            snonce->get<std::string>()))
         return auth_error("service at " + uri +
                           " could not prove it holds the job's key: it is not this job's service, "
-                          "or the key files differ (DYAD_AUTH_KEY_FILE=" + creds.key->path() + ")");
-    nlohmann::json answer = {{"proof", creds.key->proof("dyad client", cnonce,
-                                                        snonce->get<std::string>())}};
+                          "or the key files differ (DYAD_AUTH_KEY_FILE=" +
+                          creds.key->path() + ")");
+    nlohmann::json answer = {
+        {"proof", creds.key->proof("dyad client", cnonce, snonce->get<std::string>())}};
     s = c->send_frame(h, answer.dump(), deadline);
     if (!s) return s.wrap("hello to " + uri);
     auto g = read_hello(*c, deadline, uri);

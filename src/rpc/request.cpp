@@ -26,7 +26,9 @@ uint64_t Request::session_id() const {
     return s ? s->id() : 0;
 }
 
-const Peer& Request::peer() const { return peer_; }
+const Peer& Request::peer() const {
+    return peer_;
+}
 
 std::string Request::peer_service() const {
     return peer_.role == "service" ? peer_.service_id : std::string();

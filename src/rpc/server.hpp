@@ -37,7 +37,7 @@ struct AuthPolicy {
 
 // What a peer proved about itself in its hello.
 struct Peer {
-    bool authenticated = false;  // proved it holds the key (always false without one)
+    bool authenticated = false;   // proved it holds the key (always false without one)
     std::string role = "client";  // claimed in the hello: "client" or "service"
     std::string service_id;       // with role "service"
     int64_t pid = 0;
@@ -122,7 +122,6 @@ class Request : public std::enable_shared_from_this<Request> {
 };
 
 using Handler = std::function<void(std::shared_ptr<Request>)>;
-
 
 class Server {
   public:

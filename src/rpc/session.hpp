@@ -338,7 +338,7 @@ class Session : public std::enable_shared_from_this<Session> {
         if (::getsockname(sock_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
             ss.ss_family != AF_UNIX)
             return true;
-        struct ucred cred{};
+        struct ucred cred {};
         socklen_t cl = sizeof cred;
         if (::getsockopt(sock_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
             return refuse("cannot tell who the peer on the Unix socket is");

@@ -13,7 +13,7 @@
 namespace dyad::rpc {
 
 constexpr uint32_t kMagic = 0x44415944;  // bytes "DYAD" on the wire
-constexpr uint16_t kVersion = 2;  // 2: authenticated hello (docs/wire-protocol.md)
+constexpr uint16_t kVersion = 2;         // 2: authenticated hello (docs/wire-protocol.md)
 constexpr size_t kHeaderSize = 24;
 constexpr uint32_t kMaxMeta = 1u << 20;
 constexpr uint32_t kMaxData = 64u << 20;

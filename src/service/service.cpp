@@ -420,8 +420,8 @@ void Service::start_send(std::shared_ptr<rpc::Request> r, std::string transport,
         // Unchanged to the end, or the consumer installs nothing: what was
         // read may be a mix of two versions whatever its checksum says.
         struct stat sb;
-        bool same = job->fd.valid() && ::fstat(job->fd.get(), &sb) == 0 &&
-                    Snapshot::of(sb) == *snap;
+        bool same =
+            job->fd.valid() && ::fstat(job->fd.get(), &sb) == 0 && Snapshot::of(sb) == *snap;
         release_fd(job);
         if (!s) return fail(r, transport, s);
         if (!same) {
@@ -521,8 +521,7 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
     uint64_t depth = dtl::meta_u64(a, "key_depth").value_or(3);
     uint64_t bins = dtl::meta_u64(a, "key_bins").value_or(1024);
     if (depth > 64 || bins == 0 || bins > (1u << 30))
-        return r->error(EINVAL, "key_depth must be 0..64 and key_bins 1..2^30",
-                        DYAD_RC_BADUNPACK);
+        return r->error(EINVAL, "key_depth must be 0..64 and key_bins 1..2^30", DYAD_RC_BADUNPACK);
     uint64_t replaces = dtl::meta_u64(a, "replaces").value_or(0);
     asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces] {
         if (r->finished()) return;
@@ -542,15 +541,15 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
     if (!fd) {
         int e = fd.status().err();
         if (e == ENOENT)
-            return Status(DYAD_RC_BADFIO,
-                          "cannot publish '" + up + "': no such file in producer directory " +
-                              prod_dir_,
-                          ENOENT);
+            return Status(
+                DYAD_RC_BADFIO,
+                "cannot publish '" + up + "': no such file in producer directory " + prod_dir_,
+                ENOENT);
         if (e == EXDEV || e == ELOOP)
-            return Status(DYAD_RC_BADFIO,
-                          "cannot publish '" + up + "': it resolves outside producer directory " +
-                              prod_dir_,
-                          EACCES);
+            return Status(
+                DYAD_RC_BADFIO,
+                "cannot publish '" + up + "': it resolves outside producer directory " + prod_dir_,
+                EACCES);
         return Status(fd.status()).wrap("cannot publish '" + up + "'");
     }
     struct stat sb;
@@ -579,8 +578,8 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
     // Published before the store says so: a consumer woken by the put may
     // ask for the file at once.
     // (Generation 0 until the store answers: not checked meanwhile.)
-    Published pub{static_cast<uint64_t>(sb.st_dev), rec.ino, rec.size, rec.mtime_ns, 0,
-                  ns_of(sb.st_ctim)};
+    Published pub{
+        static_cast<uint64_t>(sb.st_dev), rec.ino, rec.size, rec.mtime_ns, 0, ns_of(sb.st_ctim)};
     std::optional<Published> before;
     {
         std::lock_guard<std::mutex> lk(pub_mu_);

@@ -88,8 +88,8 @@ class Service {
 
     void on_fetch(std::shared_ptr<rpc::Request> r);
     void on_publish(std::shared_ptr<rpc::Request> r);
-    Result<nlohmann::json> publish(const std::string& upath, const std::string& ns,
-                                   unsigned depth, unsigned bins, uint64_t replaces);
+    Result<nlohmann::json> publish(const std::string& upath, const std::string& ns, unsigned depth,
+                                   unsigned bins, uint64_t replaces);
     Status check_served(const std::shared_ptr<rpc::Request>& r, const dtl::FetchJob& job,
                         Snapshot* snap);
     // The metadata store from a file thread (the embedded one through the loop).

@@ -69,7 +69,8 @@ TEST(Auth, ProofsAreLabelledAndChecked) {
     EXPECT_FALSE(auth::valid_nonce(std::string(64, 'g')));
     std::string p = k->proof("dyad client", cn, sn);
     EXPECT_TRUE(k->verify(p, "dyad client", cn, sn));
-    EXPECT_FALSE(k->verify(p, "dyad service", cn, sn));  // one side's proof never passes for the other
+    EXPECT_FALSE(
+        k->verify(p, "dyad service", cn, sn));  // one side's proof never passes for the other
     EXPECT_FALSE(k->verify(p, "dyad client", sn, cn));
     EXPECT_FALSE(key_b()->verify(p, "dyad client", cn, sn));
     EXPECT_FALSE(k->verify(p.substr(2), "dyad client", cn, sn));
@@ -174,8 +175,7 @@ TEST(Auth, StoreWritesOnlyByServicesForThemselves) {
     EXPECT_EQ(client.get("dyad", "k", Deadline::after(5)).value().value, rec_a);
     // The registry: each service only its own entry.
     EXPECT_TRUE(a.put(kvs::kServicesNamespace, "a", "{}", Deadline::after(5)).is_ok());
-    EXPECT_EQ(b.put(kvs::kServicesNamespace, "a", "{}", Deadline::after(5)).status().err(),
-              EPERM);
+    EXPECT_EQ(b.put(kvs::kServicesNamespace, "a", "{}", Deadline::after(5)).status().err(), EPERM);
     // Not JSON, or no owner: refused.
     EXPECT_EQ(a.put("dyad", "k3", "not json", Deadline::after(5)).status().err(), EPERM);
 }

@@ -37,7 +37,7 @@ extern "C" {
     X(DYAD_RC_TIMEOUT, -2008, 3, "a wait or transfer passed its deadline")         \
     X(DYAD_RC_CONNFAIL, -2009, 4, "the service could not be reached")              \
     X(DYAD_RC_BADCHECKSUM, -2010, 5, "received bytes do not match size/checksum")  \
-    X(DYAD_RC_NOAUTH, -2011, 4, "authentication failed or not permitted")         \
+    X(DYAD_RC_NOAUTH, -2011, 4, "authentication failed or not permitted")          \
     X(DYAD_RC_UCXINIT_FAIL, -3001, 6, "UCX initialization failed")                 \
     X(DYAD_RC_UCXWAIT_FAIL, -3002, 6, "UCX wait failed")                           \
     X(DYAD_RC_UCXEP_FAIL, -3003, 6, "UCX endpoint failed")                         \
