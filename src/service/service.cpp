@@ -321,7 +321,9 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
         job->idle_timeout_s = opts_.send_timeout;
         job->budget = budget_.get();
         job->endpoint = r->session_id();
-        Status st = open_served_file(up, job.get());
+        auto fd = open_served_file(up);
+        Status st = fd ? Status::ok() : fd.status();
+        if (fd) job->fd = std::move(fd.value());
         if (!st) {
             asio::post(io_, [this, r, transport, st] { fail(r, transport, st); });
             return;
@@ -330,7 +332,7 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
     });
 }
 
-Status Service::open_served_file(const std::string& up, dtl::FetchJob* job) {
+Result<UniqueFd> Service::open_served_file(const std::string& up) {
     auto fd = open_beneath(prod_fd_.get(), up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
     if (!fd) {
         int e = fd.status().err();
@@ -356,9 +358,21 @@ Status Service::open_served_file(const std::string& up, dtl::FetchJob* job) {
         return Status(DYAD_RC_BADFIO, "'" + up + "' is not a regular file", EINVAL);
     int fl_flags = ::fcntl(fd->get(), F_GETFL);
     ::fcntl(fd->get(), F_SETFL, fl_flags & ~O_NONBLOCK);
-    job->fd = std::move(fd.value());
-    return Status::ok();
+    return fd;
 }
+
+namespace {
+// A file with more than one name can be a link to one outside the producer
+// directory: refused.
+Status one_name(const std::string& up, const struct stat& sb) {
+    if (sb.st_nlink <= 1) return Status::ok();
+    return Status(DYAD_RC_BADFIO,
+                  "'" + up + "' has " + std::to_string(sb.st_nlink) +
+                      " hard links: DYAD serves only files with one name (a link can reach a "
+                      "file outside the producer directory); copy it instead",
+                  EPERM);
+}
+}  // namespace
 
 // Runs on a file thread. A shared OFD lock is held for the whole transfer, so
 // a producer that rewrites the file under an exclusive lock waits for us and
@@ -445,12 +459,7 @@ Status Service::check_served(const std::shared_ptr<rpc::Request>& r, const dtl::
     struct stat sb;
     if (::fstat(job.fd.get(), &sb) != 0)
         return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
-    if (sb.st_nlink > 1)
-        return Status(DYAD_RC_BADFIO,
-                      "'" + up + "' has " + std::to_string(sb.st_nlink) +
-                          " hard links: DYAD serves only files with one name (a link can reach a "
-                          "file outside the producer directory); copy it instead",
-                      EPERM);
+    if (Status one = one_name(up, sb); !one) return one;
     auto not_produced = [&](const std::string& why) {
         return Status(DYAD_RC_NOTFOUND,
                       "'" + up + "' has not been produced by service " + id_ + why +
@@ -537,32 +546,12 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
 
 Result<nlohmann::json> Service::publish(const std::string& up, const std::string& ns,
                                         unsigned depth, unsigned bins, uint64_t replaces) {
-    auto fd = open_beneath(prod_fd_.get(), up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-    if (!fd) {
-        int e = fd.status().err();
-        if (e == ENOENT)
-            return Status(
-                DYAD_RC_BADFIO,
-                "cannot publish '" + up + "': no such file in producer directory " + prod_dir_,
-                ENOENT);
-        if (e == EXDEV || e == ELOOP)
-            return Status(
-                DYAD_RC_BADFIO,
-                "cannot publish '" + up + "': it resolves outside producer directory " + prod_dir_,
-                EACCES);
-        return Status(fd.status()).wrap("cannot publish '" + up + "'");
-    }
+    auto fd = open_served_file(up);
+    if (!fd) return Status(fd.status()).wrap("cannot publish");
     struct stat sb;
     if (::fstat(fd->get(), &sb) != 0)
         return Status(DYAD_RC_BADFIO, "cannot publish '" + up + "': stat failed", errno);
-    if (!S_ISREG(sb.st_mode))
-        return Status(DYAD_RC_BADFIO, "cannot publish '" + up + "': not a regular file", EINVAL);
-    if (sb.st_nlink > 1)
-        return Status(DYAD_RC_BADFIO,
-                      "cannot publish '" + up + "': it has " + std::to_string(sb.st_nlink) +
-                          " hard links; DYAD serves only files with one name (a link can reach a "
-                          "file outside the producer directory): copy it instead",
-                      EPERM);
+    if (Status one = one_name(up, sb); !one) return one.wrap("cannot publish");
     kvs::Record rec;
     rec.upath = up;
     rec.owner = id_;

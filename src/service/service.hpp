@@ -97,7 +97,8 @@ class Service {
                                const std::string& value, uint64_t replaces = 0);
     Result<kvs::Entry> store_get(const std::string& ns, const std::string& key);
     void on_status(std::shared_ptr<rpc::Request> r);
-    Status open_served_file(const std::string& upath, dtl::FetchJob* job);
+    // Opens a regular file beneath the producer directory (errors say why not).
+    Result<UniqueFd> open_served_file(const std::string& upath);
     void try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
                   std::shared_ptr<dtl::FetchJob> job, int attempt);
     void start_send(std::shared_ptr<rpc::Request> r, std::string transport,
