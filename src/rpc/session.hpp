@@ -333,11 +333,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
     // Unix socket peers: the kernel says who they are.
     bool check_uid() {
-        sockaddr_storage ss{};
-        socklen_t len = sizeof ss;
-        if (::getsockname(sock_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
-            ss.ss_family != AF_UNIX)
-            return true;
+        if (!unix_) return true;
         struct ucred cred {};
         socklen_t cl = sizeof cred;
         if (::getsockopt(sock_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
