@@ -101,9 +101,23 @@ def main():
                         "runs": rows[row]}
         label = f"{BIG >> 20} MiB, remote" if row == "big" else f"{COUNT} x 64 KiB, remote"
         log(f"| {label} | {k:.2f} {unit} | {n:.2f} {unit} | {k / n:.3f} |")
+    # The hello alone, which is all the key adds (per pooled connection): a
+    # `dyad consume` of many files from one owner opens two (its service,
+    # the owner's), so the bound on the rows above is 2 x the difference.
+    hs = None
+    exe = os.path.join(harness.BUILD, "bin", "bench_handshake")
+    if os.access(exe, os.X_OK):
+        import subprocess
+        hs = json.loads(subprocess.run([exe, "2000"], capture_output=True, text=True, check=True).stdout)
+        extra_us = 2 * (hs["key_median_us"] - hs["no_key_median_us"])
+        log(f"hello alone, median of {hs['connections']}: {hs['key_median_us']:.0f} us with the key, "
+            f"{hs['no_key_median_us']:.0f} us without; 2 connections per consume process: "
+            f"+{extra_us / 1000:.2f} ms, i.e. {extra_us / 1e6 / (COUNT / summary['small']['no_key']):.4%} "
+            f"of the small-file row and {extra_us / 1e6 / (BIG / 1e9 / summary['big']['no_key']):.4%} of the big one")
+        hs["extra_per_consume_us"] = extra_us
     os.makedirs(os.path.dirname(RESULTS), exist_ok=True)
     with open(RESULTS, "w") as f:
-        json.dump({"quick": QUICK, "reps": REPS, "bench_dir": BENCH_DIR, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        json.dump({"quick": QUICK, "reps": REPS, "bench_dir": BENCH_DIR, "handshake": hs, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                    "summary": summary}, f, indent=2)
         f.write("\n")
     log(f"bench: results written to {os.path.relpath(RESULTS, os.getcwd())}")
