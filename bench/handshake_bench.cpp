@@ -7,38 +7,23 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
+#include <memory>
 #include <vector>
-
-#include <asio.hpp>
 
 #include "rpc/client.hpp"
 #include "rpc/server.hpp"
+#include "server_loop.hpp"
 
 using namespace dyad;
 
 namespace {
 
-struct Served {
-    asio::io_context io;
-    rpc::Server server{io, {{"service_id", "bench"}}};
-    std::string uri;
-    std::thread th;
-    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
-    explicit Served(std::shared_ptr<const auth::Key> key) {
-        server.set_auth({std::move(key), {}, false});
-        uri = server.listen_tcp("127.0.0.1", 0).value();
-        guard.emplace(asio::make_work_guard(io));
-        th = std::thread([this] { io.run(); });
-    }
-    ~Served() {
-        asio::post(io, [this] {
-            server.stop();
-            guard.reset();
-        });
-        th.join();
-    }
-};
+// A real server on loopback, its loop on a thread (the unit tests' helper).
+std::unique_ptr<test_support::ServerLoop> serve(std::shared_ptr<const auth::Key> key) {
+    return std::make_unique<test_support::ServerLoop>([key](rpc::Server& s) {
+        s.set_auth({key, {}, false});
+    });
+}
 
 double connect_us(const std::string& uri, const rpc::Credentials& c) {
     auto t0 = std::chrono::steady_clock::now();
@@ -61,14 +46,15 @@ double pct(std::vector<double> v, double p) {
 int main(int argc, char** argv) {
     int n = argc > 1 ? std::atoi(argv[1]) : 2000;
     auto key = auth::Key::from_secret(auth::new_nonce());
-    Served keyed(key), open(nullptr);
+    auto keyed = serve(key);
+    auto open = serve(nullptr);
     rpc::Credentials with;
     with.key = key;
     rpc::Credentials without;
     std::vector<double> a, b;
     for (int i = 0; i < n; ++i) {  // interleaved: the same conditions for both
-        a.push_back(connect_us(keyed.uri, with));
-        b.push_back(connect_us(open.uri, without));
+        a.push_back(connect_us(keyed->uri, with));
+        b.push_back(connect_us(open->uri, without));
     }
     std::printf(
         "{\"connections\": %d, \"key_median_us\": %.1f, \"key_p90_us\": %.1f, "

@@ -260,11 +260,12 @@ int main(int argc, char** argv) {
         std::printf("requests %llu, served %llu, errors %llu, bytes sent %llu\n",
                     ctr.value("requests", 0ull), ctr.value("served", 0ull),
                     ctr.value("errors", 0ull), ctr.value("bytes_sent", 0ull));
-        std::printf("authentication: %s; refused peers %llu, unproduced fetches refused %llu, "
-                    "stale fetches refused %llu, published %llu\n",
-                    j.value("auth", std::string("none")).c_str(), ctr.value("auth_refused", 0ull),
-                    ctr.value("refused_unproduced", 0ull), ctr.value("refused_stale", 0ull),
-                    ctr.value("published", 0ull));
+        std::printf(
+            "authentication: %s; refused peers %llu, unproduced fetches refused %llu, "
+            "stale fetches refused %llu, published %llu\n",
+            j.value("auth", std::string("none")).c_str(), ctr.value("auth_refused", 0ull),
+            ctr.value("refused_unproduced", 0ull), ctr.value("refused_stale", 0ull),
+            ctr.value("published", 0ull));
         for (auto& [name, p] : ctr["per_transport"].items())
             std::printf("  %-10s requests %llu served %llu errors %llu sent %llu received %llu\n",
                         name.c_str(), p.value("requests", 0ull), p.value("served", 0ull),
