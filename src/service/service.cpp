@@ -431,25 +431,34 @@ void Service::start_send(std::shared_ptr<rpc::Request> r, std::string transport,
         auto& c = per_transport_[transport];
         c.bytes_sent += bytes;
         total_.bytes_sent += bytes;
-        // Unchanged to the end, or the consumer installs nothing: what was
-        // read may be a mix of two versions whatever its checksum says.
-        struct stat sb;
-        bool same =
-            job->fd.valid() && ::fstat(job->fd.get(), &sb) == 0 && Snapshot::of(sb) == *snap;
-        release_fd(job);
-        if (!s) return fail(r, transport, s);
-        if (!same) {
-            refused_stale_++;
-            return fail(r, transport,
-                        Status(DYAD_RC_BADFETCH,
-                               "'" + job->upath +
-                                   "' was modified while it was being sent: the consumer installs "
-                                   "nothing; produce it again once it is written",
-                               ESTALE));
+        if (!s) {
+            release_fd(job);
+            return fail(r, transport, s);
         }
-        c.served++;
-        total_.served++;
-        r->end({{"size", job->size}, {"xxh3", xxh}});
+        // Unchanged to the end, or the consumer installs nothing: what was
+        // read may be a mix of two versions whatever its checksum says. (On
+        // a file thread: a stat on a network file system is a round trip.)
+        asio::post(file_pool_, [this, r, transport, job, snap, xxh = std::move(xxh)] {
+            struct stat sb;
+            bool same =
+                job->fd.valid() && ::fstat(job->fd.get(), &sb) == 0 && Snapshot::of(sb) == *snap;
+            job->fd.reset();
+            asio::post(io_, [this, r, transport, job, same, xxh] {
+                if (!same) {
+                    refused_stale_++;
+                    return fail(r, transport,
+                                Status(DYAD_RC_BADFETCH,
+                                       "'" + job->upath +
+                                           "' was modified while it was being sent: the consumer "
+                                           "installs nothing; produce it again once it is written",
+                                       ESTALE));
+                }
+                auto& served = per_transport_[transport];
+                served.served++;
+                total_.served++;
+                r->end({{"size", job->size}, {"xxh3", xxh}});
+            });
+        });
     });
 }
 
