@@ -7,6 +7,32 @@ namespace dyad::kvs {
 
 Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key, std::string value,
                                   const std::string& writer, uint64_t replaces) {
+    if (ns.size() > limits_.max_key || key.size() > limits_.max_key ||
+        value.size() > limits_.max_value) {
+        ++refused_;
+        return Status(DYAD_RC_BADCOMMIT,
+                      "metadata entry too large (key " + std::to_string(key.size()) +
+                          " bytes, value " + std::to_string(value.size()) + " bytes; at most " +
+                          std::to_string(limits_.max_key) + " and " +
+                          std::to_string(limits_.max_value) + ")",
+                      EMSGSIZE);
+    }
+    auto nsit = data_.find(ns);
+    const Entry* old = nullptr;
+    if (nsit != data_.end()) {
+        auto k = nsit->second.find(key);
+        if (k != nsit->second.end()) old = &k->second;
+    }
+    uint64_t before = old ? key.size() + old->value.size() : 0;
+    uint64_t after = key.size() + value.size() + (nsit == data_.end() ? ns.size() : 0);
+    if (after > before && bytes_ + (after - before) > limits_.max_bytes) {
+        ++refused_;
+        return Status(DYAD_RC_BADCOMMIT,
+                      "the metadata store is full (" + std::to_string(bytes_) + " of " +
+                          std::to_string(limits_.max_bytes) +
+                          " bytes): start the store's dyadd with a larger --store-max",
+                      ENOSPC);
+    }
     auto& space = data_[ns];
     auto found = space.find(key);
     if (found != space.end() && !found->second.writer.empty() && found->second.writer != writer &&
@@ -21,6 +47,7 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
                                     : std::string()),
                       EEXIST);
     Entry& e = found != space.end() ? found->second : space[key];
+    bytes_ = bytes_ - before + after;
     e.value = std::move(value);
     e.writer = writer;
     e.version += 1;

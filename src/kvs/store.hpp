@@ -73,9 +73,18 @@ class RpcStore : public Store {
 // refused (EEXIST), so two producers of one path cannot silently replace
 // each other's record, unless it names the version it replaces (a file
 // consumed, changed and published again by another node).
+// What one peer can make the embedded store hold (every put is a service's,
+// but a buggy or hostile one must not be able to exhaust the host's memory).
+struct StoreLimits {
+    size_t max_key = 4096;            // bytes of a key (namespace alike)
+    size_t max_value = 64u << 10;     // bytes of a value (a record is ~300)
+    uint64_t max_bytes = 1ull << 30;  // keys and values together (dyadd --store-max)
+};
+
 class MemoryStore {
   public:
     using Watcher = std::function<void(const Entry&)>;
+    explicit MemoryStore(StoreLimits limits = StoreLimits()) : limits_(limits) {}
     Result<uint64_t> put(const std::string& ns, const std::string& key, std::string value,
                          const std::string& writer = "", uint64_t replaces = 0);
     std::optional<Entry> get(const std::string& ns, const std::string& key) const;
@@ -86,8 +95,14 @@ class MemoryStore {
                                                     const std::string& prefix) const;
     size_t key_count() const;
     size_t watcher_count() const { return watch_index_.size(); }
+    uint64_t bytes() const { return bytes_; }
+    uint64_t refused() const { return refused_; }
+    const StoreLimits& limits() const { return limits_; }
 
   private:
+    StoreLimits limits_;
+    uint64_t bytes_ = 0;    // keys and values held
+    uint64_t refused_ = 0;  // puts over a limit
     using NsKey = std::pair<std::string, std::string>;
     std::map<std::string, std::map<std::string, Entry>> data_;
     std::map<NsKey, std::map<uint64_t, Watcher>> watchers_;

@@ -63,6 +63,10 @@ int main(int argc, char** argv) {
     app.add_option("--memory", memory,
                    "memory for transfer buffers, all consumers together, e.g. 256M (default: "
                    "$DYAD_SERVICE_MEMORY or 256M)");
+    std::string store_max;
+    app.add_option("--store-max", store_max,
+                   "bytes of metadata the embedded store may hold, e.g. 1G (default 1G); puts "
+                   "beyond it are refused");
     app.add_option("--auth-key", o.auth_key,
                    "the job's key file (dyad keygen FILE): peers must prove they hold it "
                    "(default: $DYAD_AUTH_KEY_FILE)");
@@ -115,6 +119,14 @@ int main(int argc, char** argv) {
         return 2;
     }
     o.memory = m.value();
+    if (!store_max.empty()) {
+        auto sm = dyad::parse_size("--store-max", store_max);
+        if (!sm) {
+            std::fprintf(stderr, "dyadd: %s\n", sm.status().message().c_str());
+            return 2;
+        }
+        o.store_max = sm.value();
+    }
     auto lv = dyad::log_level(dyad::log::Level::info);
     if (!lv) {
         std::fprintf(stderr, "dyadd: %s\n", lv.status().message().c_str());

@@ -197,7 +197,9 @@ Status Service::start() {
     // Metadata: host the store, or register in the one given by --kvs.
     nlohmann::json reg = identity();
     if (opts_.kvs_uri.empty()) {
-        store_ = std::make_unique<kvs::MemoryStore>();
+        kvs::StoreLimits limits;
+        limits.max_bytes = opts_.store_max;
+        store_ = std::make_unique<kvs::MemoryStore>(limits);
         kvs::serve(*server_, *store_);
         auto v = store_->put(kServicesNamespace, id_, reg.dump(), id_);
         if (!v) return v.status();
@@ -670,7 +672,12 @@ nlohmann::json Service::status_json() const {
     if (budget_) j["memory"] = budget_->stats();
     j["uptime_s"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    if (store_) j["store"] = {{"keys", store_->key_count()}, {"waiters", store_->watcher_count()}};
+    if (store_)
+        j["store"] = {{"keys", store_->key_count()},
+                      {"waiters", store_->watcher_count()},
+                      {"bytes", store_->bytes()},
+                      {"max_bytes", store_->limits().max_bytes},
+                      {"refused", store_->refused()}};
     // The settings this service reads, with where each value came from.
     nlohmann::json mine = nlohmann::json::array();
     for (auto& s : settings::describe())

@@ -46,6 +46,7 @@ struct Options {
     bool insecure = false;             // allow a non-loopback listener without a key
     std::vector<uint32_t> allow_uids;  // more uids allowed on the Unix socket
     bool allow_any_uid = false;
+    uint64_t store_max = 1ull << 30;  // bytes the embedded store may hold (--store-max)
 };
 
 // True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost).

@@ -367,3 +367,26 @@ def test_unix_socket_admits_only_the_same_user_or_root():
 
 def harness_key_of(node, upath):
     return node.dyad("key", upath).stdout.strip()
+
+
+def test_the_store_has_a_cap_and_says_so():
+    """A store that is full refuses puts with a clear error (and counts
+    them); what it holds stays served."""
+    c = harness.Cluster(nodes=1, start=False)
+    try:
+        node = c[0]
+        node.start(["--store-max", "16K"])
+        names = [f"f{i:03d}.txt" for i in range(80)]
+        for n in names:
+            with open(node.path(n), "w") as f:
+                f.write(n)
+        p = node.dyad("produce", *[node.path(n) for n in names], check=False)
+        assert p.returncode != 0 and "metadata store is full" in p.stderr and "--store-max" in p.stderr, p.stderr
+        st = node.status()["store"]
+        assert st["refused"] >= 1 and st["bytes"] <= st["max_bytes"] == 16 << 10, st
+        view = harness.NodeView(node, os.path.join(c.root, "view"))
+        view.dyad("consume", view.path("f000.txt"))
+        with open(view.path("f000.txt")) as f:
+            assert f.read() == "f000.txt"
+    finally:
+        c.cleanup()

@@ -221,3 +221,33 @@ TEST(Auth, RequestsBeforeTheProofAreRefused) {
     EXPECT_NE(got.find("authentication required"), std::string::npos) << got;
     EXPECT_EQ(got.find("entries"), std::string::npos);
 }
+
+TEST(StoreLimits, OversizeAndFullAreRefusedWithAReason) {
+    kvs::StoreLimits lim;
+    lim.max_key = 64;
+    lim.max_value = 100;
+    lim.max_bytes = 1000;
+    kvs::MemoryStore store(lim);
+    EXPECT_EQ(store.put("n", std::string(65, 'k'), "v", "a").status().err(), EMSGSIZE);
+    EXPECT_EQ(store.put("n", "k", std::string(101, 'v'), "a").status().err(), EMSGSIZE);
+    int stored = 0;
+    Status last;
+    for (int i = 0; i < 100; ++i) {
+        auto v = store.put("n", "key" + std::to_string(i), std::string(90, 'v'), "a");
+        if (!v) {
+            last = v.status();
+            break;
+        }
+        ++stored;
+    }
+    EXPECT_GT(stored, 5);
+    EXPECT_LT(stored, 12);
+    EXPECT_EQ(last.err(), ENOSPC);
+    EXPECT_NE(last.message().find("--store-max"), std::string::npos);
+    EXPECT_LE(store.bytes(), lim.max_bytes);
+    EXPECT_EQ(store.refused(), 3u);
+    // Replacing a value by one no larger always fits; the space is reused.
+    EXPECT_TRUE(store.put("n", "key0", std::string(10, 'w'), "a").is_ok());
+    EXPECT_TRUE(store.put("n", "key0", std::string(90, 'x'), "a").is_ok());
+    EXPECT_EQ(store.get("n", "key0")->value, std::string(90, 'x'));
+}
