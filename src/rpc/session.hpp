@@ -392,90 +392,89 @@ class Session : public std::enable_shared_from_this<Session> {
     // to take more when it is full. A short file cannot complete the frame
     // it announced: the connection is closed (the consumer sees the error).
     void write_file_data() {
-        Out& o = q_.front();
+        write_until_done(
+            [this] {
+                Out& o = q_.front();
+                if (o.file_len == 0) return ssize_t(0);
+                off_t off = static_cast<off_t>(o.file_off);
+                ssize_t n = ::sendfile(sock_.native_handle(), o.file_fd, &off,
+                                       std::min<size_t>(o.file_len, 1u << 30));
+                if (n > 0) {
+                    o.file_off += static_cast<uint64_t>(n);
+                    o.file_len -= static_cast<size_t>(n);
+                }
+                return n;
+            },
+            [this] { return q_.front().file_len == 0; }, &Session::write_file_data);
+    }
+
+    // Drives one non-blocking write of the front frame: `step` writes once
+    // (and books what it wrote), returning the syscall's result; `done` says
+    // when the frame is out. A full socket is waited for on the loop, then
+    // `resume` carries on; an error or EOF ends the frame (front_written).
+    template <class Step, class Done>
+    void write_until_done(Step step, Done done, void (Session::*resume)()) {
         asio::error_code ec;
         if (!sock_.native_non_blocking()) sock_.native_non_blocking(true, ec);
-        while (!ec && o.file_len > 0) {
-            off_t off = static_cast<off_t>(o.file_off);
-            ssize_t n = ::sendfile(sock_.native_handle(), o.file_fd, &off,
-                                   std::min<size_t>(o.file_len, 1u << 30));
-            if (n > 0) {
-                o.file_off += static_cast<uint64_t>(n);
-                o.file_len -= static_cast<size_t>(n);
-            } else if (n < 0 && errno == EINTR) {
-                continue;
-            } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        while (!ec && !done()) {
+            ssize_t n = step();
+            if (n > 0 || (n < 0 && errno == EINTR)) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
                 auto self = shared_from_this();
-                sock_.async_wait(asio::socket_base::wait_write, [self](asio::error_code e) {
+                sock_.async_wait(asio::socket_base::wait_write, [self, resume](asio::error_code e) {
                     if (e) return self->front_written(e);
-                    self->write_file_data();
+                    ((*self).*resume)();
                 });
                 return;
-            } else {
-                ec = n == 0 ? asio::error::eof
-                            : asio::error_code(errno, asio::error::get_system_category());
             }
+            ec = n == 0 ? asio::error::eof
+                        : asio::error_code(errno, asio::error::get_system_category());
         }
         front_written(ec);
     }
 
-    // A frame with a descriptor: sendmsg with SCM_RIGHTS until its first
-    // bytes are taken (the descriptor travels with them), then the rest of
-    // header and meta, waiting for the socket to take more when it is full.
     void write_with_fd() {
-        Out& o = q_.front();
-        asio::error_code ec;
-        if (!sock_.native_non_blocking()) sock_.native_non_blocking(true, ec);
-        const size_t total = kHeaderSize + o.meta.size();
-        while (!ec && o.fd_sent < total) {
-            struct iovec iov[2];
-            size_t n = 0;
-            if (o.fd_sent < kHeaderSize) {
-                iov[n].iov_base = o.hdr.data() + o.fd_sent;
-                iov[n++].iov_len = kHeaderSize - o.fd_sent;
-            }
-            size_t meta_off = o.fd_sent > kHeaderSize ? o.fd_sent - kHeaderSize : 0;
-            if (meta_off < o.meta.size()) {
-                iov[n].iov_base = o.meta.data() + meta_off;
-                iov[n++].iov_len = o.meta.size() - meta_off;
-            }
-            struct msghdr msg = {};
-            msg.msg_iov = iov;
-            msg.msg_iovlen = n;
-            union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int))];
-            } ctl;
-            if (o.pass_fd.valid()) {
-                std::memset(&ctl, 0, sizeof ctl);
-                msg.msg_control = ctl.buf;
-                msg.msg_controllen = sizeof ctl.buf;
-                struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-                c->cmsg_level = SOL_SOCKET;
-                c->cmsg_type = SCM_RIGHTS;
-                c->cmsg_len = CMSG_LEN(sizeof(int));
-                int fd = o.pass_fd.get();
-                std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-            }
-            ssize_t w = ::sendmsg(sock_.native_handle(), &msg, MSG_NOSIGNAL);
-            if (w > 0) {
-                o.fd_sent += static_cast<size_t>(w);
-                o.pass_fd.reset();  // it went with these bytes
-            } else if (w < 0 && errno == EINTR) {
-                continue;
-            } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                auto self = shared_from_this();
-                sock_.async_wait(asio::socket_base::wait_write, [self](asio::error_code e) {
-                    if (e) return self->front_written(e);
-                    self->write_with_fd();
-                });
-                return;
-            } else {
-                ec = w == 0 ? asio::error::eof
-                            : asio::error_code(errno, asio::error::get_system_category());
-            }
-        }
-        front_written(ec);
+        const size_t total = kHeaderSize + q_.front().meta.size();
+        write_until_done(
+            [this] {
+                Out& o = q_.front();
+                struct iovec iov[2];
+                size_t n = 0;
+                if (o.fd_sent < kHeaderSize) {
+                    iov[n].iov_base = o.hdr.data() + o.fd_sent;
+                    iov[n++].iov_len = kHeaderSize - o.fd_sent;
+                }
+                size_t meta_off = o.fd_sent > kHeaderSize ? o.fd_sent - kHeaderSize : 0;
+                if (meta_off < o.meta.size()) {
+                    iov[n].iov_base = o.meta.data() + meta_off;
+                    iov[n++].iov_len = o.meta.size() - meta_off;
+                }
+                struct msghdr msg = {};
+                msg.msg_iov = iov;
+                msg.msg_iovlen = n;
+                union {
+                    struct cmsghdr align;
+                    char buf[CMSG_SPACE(sizeof(int))];
+                } ctl;
+                if (o.pass_fd.valid()) {
+                    std::memset(&ctl, 0, sizeof ctl);
+                    msg.msg_control = ctl.buf;
+                    msg.msg_controllen = sizeof ctl.buf;
+                    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+                    c->cmsg_level = SOL_SOCKET;
+                    c->cmsg_type = SCM_RIGHTS;
+                    c->cmsg_len = CMSG_LEN(sizeof(int));
+                    int fd = o.pass_fd.get();
+                    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+                }
+                ssize_t w = ::sendmsg(sock_.native_handle(), &msg, MSG_NOSIGNAL);
+                if (w > 0) {
+                    o.fd_sent += static_cast<size_t>(w);
+                    o.pass_fd.reset();  // it went with these bytes
+                }
+                return w;
+            },
+            [this, total] { return q_.front().fd_sent >= total; }, &Session::write_with_fd);
     }
 
     void front_written(asio::error_code ec) {

@@ -278,8 +278,7 @@ class FakeService:
             while True:
                 typ, tag, m = self.recv(c)
                 if m.get("topic") == "kvs.get":
-                    rec = spoofed_record(m["key"].split(".")[-2] + ".txt" if False else "loot.txt", self.node,
-                                         self.uri, self.size)
+                    rec = spoofed_record("loot.txt", self.node, self.uri, self.size)
                     self.send(c, END, tag, {"value": rec, "version": 1})
                 elif m.get("topic") == "dyad.fetch":
                     self.fetches += 1
