@@ -78,7 +78,7 @@ def rc_name(rc):
         return f"DYAD_RC_UNKNOWN({int(rc)})"
 
 
-class DyadError(Exception):
+class DyadError(RuntimeError):
     """A DYAD call returned a negative code.
 
     ``rc`` is the integer code, ``rc_name`` its name (``DYAD_RC_NOTFOUND``...),
@@ -131,6 +131,54 @@ class DTLCommMode(enum.IntEnum):
     DYAD_COMM_RECV = 1
     DYAD_COMM_SEND = 2
     DYAD_COMM_END = 3
+
+
+class DyadCtx(ctypes.Structure):
+    """Mirror of ``struct dyad_ctx`` (include/dyad/core/dyad_ctx.h), the
+    original DYAD's layout. Read-only."""
+
+    _fields_ = [
+        ("h", ctypes.c_void_p),
+        ("dtl_handle", ctypes.c_void_p),
+        ("fname", ctypes.c_char_p),
+        ("use_fs_locks", ctypes.c_bool),
+        ("prod_real_path", ctypes.c_char_p),
+        ("cons_real_path", ctypes.c_char_p),
+        ("prod_managed_len", ctypes.c_uint32),
+        ("cons_managed_len", ctypes.c_uint32),
+        ("prod_real_len", ctypes.c_uint32),
+        ("cons_real_len", ctypes.c_uint32),
+        ("prod_managed_hash", ctypes.c_uint32),
+        ("cons_managed_hash", ctypes.c_uint32),
+        ("prod_real_hash", ctypes.c_uint32),
+        ("cons_real_hash", ctypes.c_uint32),
+        ("delim_len", ctypes.c_uint32),
+        ("debug", ctypes.c_bool),
+        ("check", ctypes.c_bool),
+        ("reenter", ctypes.c_bool),
+        ("initialized", ctypes.c_bool),
+        ("shared_storage", ctypes.c_bool),
+        ("async_publish", ctypes.c_bool),
+        ("fsync_write", ctypes.c_bool),
+        ("key_depth", ctypes.c_uint),
+        ("key_bins", ctypes.c_uint),
+        ("rank", ctypes.c_uint32),
+        ("service_mux", ctypes.c_uint32),
+        ("node_idx", ctypes.c_uint32),
+        ("pid", ctypes.c_int32),
+        ("kvs_namespace", ctypes.c_char_p),
+        ("prod_managed_path", ctypes.c_char_p),
+        ("cons_managed_path", ctypes.c_char_p),
+        ("relative_to_managed_path", ctypes.c_bool),
+    ]
+
+
+RANK_UNKNOWN = 0xFFFFFFFF  # DYAD_RANK_UNKNOWN
+
+
+def _ctx_struct(lib):
+    p = lib.dyad_ctx_get()
+    return ctypes.cast(p, ctypes.POINTER(DyadCtx)).contents if p else None
 
 
 class DyadMetadata(ctypes.Structure):
@@ -315,11 +363,6 @@ def _fspath(fname):
     return b
 
 
-def _env_path(name):
-    v = os.environ.get(name)
-    return v if v else None
-
-
 class Dyad:
     """DYAD's Python interface (same methods as the original pydyad.Dyad).
 
@@ -357,6 +400,14 @@ class Dyad:
         self._check_fork()
         return self._lib.dyad_ctx_get()
 
+    @property
+    def rank(self):
+        """This node's rank (``ctx->rank``: its service's, the numbering of
+        ``owner_rank`` in metadata), or None while it is not known."""
+        self._check_fork()
+        c = _ctx_struct(self._lib)
+        return None if c is None or c.rank == RANK_UNKNOWN else int(c.rank)
+
     def _check_fork(self):
         """In a child process after fork(), drop the context inherited from the
         parent and, if this object was initialised in another process,
@@ -371,19 +422,16 @@ class Dyad:
                 self.initialized = False
                 getattr(self, kind)(**kwargs)
 
-    def _initialise(self, kind, kwargs, call, paths):
+    def _initialise(self, kind, kwargs, call):
         """Runs call() (dyad_init or dyad_init_env) and records the outcome."""
         global _ctx_pid, _ctx_paths
         with _state_lock:
             _drop_inherited(self._lib)
-            before = self._lib.dyad_ctx_get()
             self._check(call(), "dyad_" + kind)
-            after = self._lib.dyad_ctx_get()
-            if after != before or _ctx_paths is None:
-                # A new context (dyad_init allocates the new one before
-                # freeing the old, so the addresses differ).
-                _ctx_paths = paths
-            # else: no-op, the existing context (and its directories) stays.
+            # The directories in effect, from the context itself (a no-op
+            # init leaves the existing ones).
+            c = _ctx_struct(self._lib)
+            _ctx_paths = (_dec(c.prod_managed_path), _dec(c.cons_managed_path)) if c else (None, None)
             _ctx_pid = os.getpid()
             self._init_args = (kind, kwargs)
             self._pid = os.getpid()
@@ -419,15 +467,13 @@ class Dyad:
                 s(kvs_namespace), s(prod_managed_path), s(cons_managed_path),
                 bool(relative_to_managed_path), s(dtl_mode), int(dtl_comm_mode), None)
 
-        paths = tuple(os.fsdecode(p) if p else None for p in (prod_managed_path, cons_managed_path))
-        self._initialise("init", kwargs, call, paths)
+        self._initialise("init", kwargs, call)
 
     def init_env(self, dtl_comm_mode=DTLCommMode.DYAD_COMM_RECV, flux_handle=None):
         """dyad_init_env: initialise from DYAD's environment variables
         (flux_handle is accepted and ignored)."""
-        paths = (_env_path("DYAD_PATH_PRODUCER"), _env_path("DYAD_PATH_CONSUMER"))
         self._initialise("init_env", dict(dtl_comm_mode=dtl_comm_mode),
-                         lambda: self._lib.dyad_init_env(int(dtl_comm_mode), None), paths)
+                         lambda: self._lib.dyad_init_env(int(dtl_comm_mode), None))
 
     def finalize(self):
         """dyad_finalize: tears the process's context down (for every Dyad
@@ -455,14 +501,17 @@ class Dyad:
 
     def get_metadata(self, fname, should_wait=False, raw=False):
         """Metadata of fname (a consumer-managed path). Without waiting, a file
-        not produced yet raises DyadError(DYAD_RC_NOTFOUND); with waiting,
-        DYAD_WAIT_TIMEOUT bounds the wait (DYAD_RC_TIMEOUT).
+        not produced yet gives None (as the original pydyad; last_error()
+        says why); with waiting, DYAD_WAIT_TIMEOUT bounds the wait
+        (DyadError DYAD_RC_TIMEOUT). Other failures raise DyadError.
 
         Returns a DyadMetadataWrapper, or with raw=True the ctypes
         POINTER(DyadMetadata) that the caller must pass to free_metadata."""
         ctx = self._ctx_for_call()
         ptr = _MetadataPtr()
         rc = self._lib.dyad_get_metadata(ctx, _fspath(fname), bool(should_wait), ctypes.byref(ptr))
+        if rc == DyadRC.DYAD_RC_NOTFOUND and not should_wait:
+            return None
         self._check(rc, "dyad_get_metadata", os.fspath(fname))
         if raw:
             return ptr
@@ -482,8 +531,11 @@ class Dyad:
         raise TypeError(f"free_metadata: expected metadata from get_metadata, got {type(metadata).__name__}")
 
     def consume_w_metadata(self, fname, metadata):
-        """As consume, with metadata from get_metadata (no lookup, no wait).
-        metadata=None means "local": nothing to do, as in DYAD."""
+        """As consume, with metadata from get_metadata (no lookup, no wait),
+        or built by hand (a ctypes structure or pointer whose first fields
+        are ``fpath`` and ``owner_rank``: then DYAD reads only those, checks
+        fpath against fname and looks the file up). metadata=None means
+        "local": nothing to do, as in DYAD."""
         if isinstance(metadata, DyadMetadataWrapper):
             if metadata.freed:
                 raise DyadError(DyadRC.DYAD_RC_BADMETADATA, "the metadata was already freed",
@@ -493,9 +545,15 @@ class Dyad:
             ptr = _MetadataPtr()
         elif isinstance(metadata, _MetadataPtr):
             ptr = metadata
+        elif isinstance(metadata, ctypes.Structure):
+            # Built by hand (fpath relative to the managed directory,
+            # owner_rank), as code written for the original pydyad does.
+            ptr = ctypes.cast(ctypes.pointer(metadata), _MetadataPtr)
+        elif isinstance(metadata, ctypes._Pointer):
+            ptr = ctypes.cast(metadata, _MetadataPtr)
         else:
-            raise TypeError("consume_w_metadata: expected metadata from get_metadata, "
-                            f"got {type(metadata).__name__}")
+            raise TypeError("consume_w_metadata: expected metadata from get_metadata or a ctypes "
+                            f"structure with fpath and owner_rank, got {type(metadata).__name__}")
         ctx = self._ctx_for_call()
         self._check(self._lib.dyad_consume_w_metadata(ctx, _fspath(fname), ptr),
                     "dyad_consume_w_metadata", os.fspath(fname))

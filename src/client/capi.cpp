@@ -1,28 +1,135 @@
 // The C API: DYAD's names and return codes over dyad::client::Client.
 // No exception crosses this boundary.
+//
+// The context is one static object with the original DYAD's layout
+// (include/dyad/core/dyad_ctx.h): its address never changes, its public
+// fields mirror the configuration in effect, and this implementation's state
+// (the client, the strings the fields point to) hangs off `h`.
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <pthread.h>
+#include <unordered_set>
 
 #include <dyad/client/dyad_client.h>
 #include <dyad/core/dyad_ctx.h>
 
 #include "client.hpp"
+#include "common/fd.hpp"
+#include "common/keygen.hpp"
 #include "common/log.hpp"
 
-struct dyad_ctx {
-    std::shared_ptr<dyad::client::Client> client;  // null: inert (no managed path)
-    dyad_dtl_comm_mode_t comm_mode = DYAD_COMM_RECV;
+// The original's layout, field by field (x86-64 and every LP64 ABI).
+static_assert(sizeof(void*) != 8 || sizeof(struct dyad_ctx) == 152, "struct dyad_ctx size");
+#define DYAD_CHECK_OFFSET_(field, off) \
+    static_assert(sizeof(void*) != 8 || offsetof(struct dyad_ctx, field) == off, #field)
+DYAD_CHECK_OFFSET_(h, 0);
+DYAD_CHECK_OFFSET_(dtl_handle, 8);
+DYAD_CHECK_OFFSET_(fname, 16);
+DYAD_CHECK_OFFSET_(use_fs_locks, 24);
+DYAD_CHECK_OFFSET_(prod_real_path, 32);
+DYAD_CHECK_OFFSET_(cons_real_path, 40);
+DYAD_CHECK_OFFSET_(prod_managed_len, 48);
+DYAD_CHECK_OFFSET_(cons_managed_len, 52);
+DYAD_CHECK_OFFSET_(prod_real_len, 56);
+DYAD_CHECK_OFFSET_(cons_real_len, 60);
+DYAD_CHECK_OFFSET_(prod_managed_hash, 64);
+DYAD_CHECK_OFFSET_(cons_managed_hash, 68);
+DYAD_CHECK_OFFSET_(prod_real_hash, 72);
+DYAD_CHECK_OFFSET_(cons_real_hash, 76);
+DYAD_CHECK_OFFSET_(delim_len, 80);
+DYAD_CHECK_OFFSET_(debug, 84);
+DYAD_CHECK_OFFSET_(check, 85);
+DYAD_CHECK_OFFSET_(reenter, 86);
+DYAD_CHECK_OFFSET_(initialized, 87);
+DYAD_CHECK_OFFSET_(shared_storage, 88);
+DYAD_CHECK_OFFSET_(async_publish, 89);
+DYAD_CHECK_OFFSET_(fsync_write, 90);
+DYAD_CHECK_OFFSET_(key_depth, 92);
+DYAD_CHECK_OFFSET_(key_bins, 96);
+DYAD_CHECK_OFFSET_(rank, 100);
+DYAD_CHECK_OFFSET_(service_mux, 104);
+DYAD_CHECK_OFFSET_(node_idx, 108);
+DYAD_CHECK_OFFSET_(pid, 112);
+DYAD_CHECK_OFFSET_(kvs_namespace, 120);
+DYAD_CHECK_OFFSET_(prod_managed_path, 128);
+DYAD_CHECK_OFFSET_(cons_managed_path, 136);
+DYAD_CHECK_OFFSET_(relative_to_managed_path, 144);
+#undef DYAD_CHECK_OFFSET_
+static_assert(offsetof(dyad_metadata_t, fpath) == 0, "dyad_metadata_t::fpath");
+static_assert(sizeof(void*) != 8 || offsetof(dyad_metadata_t, owner_rank) == 8,
+              "dyad_metadata_t::owner_rank");
+
+extern "C" const struct dyad_ctx dyad_ctx_default = {
+    nullptr,  // h
+    nullptr,  // dtl_handle
+    nullptr,  // fname
+    false,    // use_fs_locks
+    nullptr,  // prod_real_path
+    nullptr,  // cons_real_path
+    0u,       // prod_managed_len
+    0u,       // cons_managed_len
+    0u,       // prod_real_len
+    0u,       // cons_real_len
+    0u,       // prod_managed_hash
+    0u,       // cons_managed_hash
+    0u,       // prod_real_hash
+    0u,       // cons_real_hash
+    0u,       // delim_len
+    false,    // debug
+    false,    // check
+    false,    // reenter
+    true,     // initialized (as the original's)
+    false,    // shared_storage
+    false,    // async_publish
+    false,    // fsync_write
+    3u,       // key_depth
+    1024u,    // key_bins
+    0u,       // rank
+    1u,       // service_mux
+    0u,       // node_idx
+    -1,       // pid
+    nullptr,  // kvs_namespace
+    nullptr,  // prod_managed_path
+    nullptr,  // cons_managed_path
+    false,    // relative_to_managed_path
 };
 
 namespace {
 
+// What hangs off ctx->h.
+struct State {
+    std::shared_ptr<dyad::client::Client> client;  // null: inert (no managed path)
+    dyad::Config cfg;
+    dyad_dtl_comm_mode_t comm_mode = DYAD_COMM_RECV;
+    // The strings the context's fields point to.
+    std::string ns, prod, cons, prod_real, cons_real;
+};
+
 std::mutex g_mu;
-dyad_ctx* g_ctx = nullptr;
+struct dyad_ctx g_ctx = dyad_ctx_default;  // under g_mu
+bool g_live = false;                       // dyad_ctx_get returns &g_ctx
 thread_local std::string t_last_error;
+
+// Metadata this library allocated (dyad_get_metadata), and so may read in
+// full and free; anything else passed in is the caller's.
+std::mutex g_md_mu;
+std::unordered_set<const dyad_metadata_t*> g_owned;
+
+State* state() {
+    return static_cast<State*>(g_ctx.h);
+}
 
 dyad_rc_t fail(const dyad::Status& s) {
     t_last_error = s.to_string();
@@ -38,18 +145,18 @@ dyad_rc_t ok() {
 // thread finalises meanwhile.
 std::shared_ptr<dyad::client::Client> client_of(dyad_ctx_t* ctx, dyad_rc_t* rc) {
     std::lock_guard<std::mutex> lk(g_mu);
-    if (!ctx || ctx != g_ctx) {
+    if (!ctx || ctx != &g_ctx || !g_live || !g_ctx.initialized || !state()) {
         *rc = fail(dyad::Status(DYAD_RC_NOCTX,
                                 "DYAD is not initialised: call dyad_init or dyad_init_env first"));
         return nullptr;
     }
-    if (!ctx->client) {
+    if (!state()->client) {
         *rc = fail(dyad::Status(
             DYAD_RC_NOCTX,
             "DYAD is inert: neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set"));
         return nullptr;
     }
-    return ctx->client;
+    return state()->client;
 }
 
 template <typename F>
@@ -63,35 +170,143 @@ dyad_rc_t guarded(F&& f) {
     }
 }
 
+uint32_t hash32(const std::string& s) {
+    if (s.empty()) return 0;
+    uint64_t h[2];
+    dyad::murmur3_x64_128(s.data(), s.size(), 0x44594144u, h);
+    return static_cast<uint32_t>(h[0]);
+}
+
+// Points a path field (and its length and hash) at `storage`, or NULL.
+void set_path(std::string& storage, const std::string& value, char** field, uint32_t* len,
+              uint32_t* hash) {
+    storage = value;
+    *field = value.empty() ? nullptr : storage.data();
+    *len = static_cast<uint32_t>(value.size());
+    *hash = hash32(value);
+}
+
+// The context's public fields from `st` (under g_mu). The rank is kept.
+void publish_fields(State& st) {
+    const dyad::Config& c = st.cfg;
+    uint32_t rank = g_ctx.rank;
+    g_ctx = dyad_ctx_default;
+    g_ctx.h = &st;
+    g_ctx.use_fs_locks = true;
+    g_ctx.delim_len = 1;
+    g_ctx.debug = c.debug;
+    g_ctx.check = c.check;
+    g_ctx.reenter = true;
+    g_ctx.initialized = true;
+    g_ctx.shared_storage = c.shared_storage;
+    g_ctx.async_publish = c.async_publish;
+    g_ctx.fsync_write = c.fsync_write;
+    g_ctx.key_depth = c.key_depth;
+    g_ctx.key_bins = c.key_bins;
+    g_ctx.service_mux = c.service_mux ? c.service_mux : 1;
+    g_ctx.rank = rank;
+    g_ctx.node_idx = rank == DYAD_RANK_UNKNOWN ? rank : rank / g_ctx.service_mux;
+    g_ctx.pid = static_cast<int>(::getpid());
+    g_ctx.relative_to_managed_path = c.relative_to_managed_path;
+    st.ns = c.kvs_namespace;
+    g_ctx.kvs_namespace = st.ns.empty() ? nullptr : st.ns.data();
+    set_path(st.prod, c.prod_path, &g_ctx.prod_managed_path, &g_ctx.prod_managed_len,
+             &g_ctx.prod_managed_hash);
+    set_path(st.cons, c.cons_path, &g_ctx.cons_managed_path, &g_ctx.cons_managed_len,
+             &g_ctx.cons_managed_hash);
+    std::string pr = c.prod_path.empty() ? "" : dyad::ManagedDir(c.prod_path).path();
+    std::string cr = c.cons_path.empty() ? "" : dyad::ManagedDir(c.cons_path).path();
+    set_path(st.prod_real, pr, &g_ctx.prod_real_path, &g_ctx.prod_real_len, &g_ctx.prod_real_hash);
+    set_path(st.cons_real, cr, &g_ctx.cons_real_path, &g_ctx.cons_real_len, &g_ctx.cons_real_hash);
+}
+
+void set_rank(uint32_t rank) {
+    g_ctx.rank = rank;
+    g_ctx.node_idx = rank == DYAD_RANK_UNKNOWN ? rank : rank / g_ctx.service_mux;
+}
+
+// This node's rank is its service's: ask it once (the answer is cached by
+// the client). Unknown while the service cannot be reached.
+void learn_rank(const std::shared_ptr<dyad::client::Client>& c) {
+    if (!c) return;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        if (g_ctx.rank != DYAD_RANK_UNKNOWN) return;
+    }
+    auto s = c->service();
+    if (!s) {
+        DYAD_DEBUG("capi", "rank of this node unknown for now: %s", s.status().to_string().c_str());
+        return;
+    }
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (g_live && state() && state()->client == c) set_rank(s->rank);
+}
+
+// Replaces the context's state by one built from `cfg` (under g_mu). On
+// failure the context is left as it was.
+dyad_rc_t install(dyad::Config cfg, dyad_dtl_comm_mode_t comm_mode, bool keep_rank) {
+    auto st = std::make_unique<State>();
+    st->comm_mode = comm_mode;
+    if (cfg.prod_path.empty() && cfg.cons_path.empty()) {
+        DYAD_WARN("capi",
+                  "neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set: DYAD stays inert");
+    } else {
+        auto c = dyad::client::Client::create(cfg);
+        if (!c) {
+            DYAD_ERROR("capi", "dyad_init: %s", c.status().to_string().c_str());
+            return fail(c.status());
+        }
+        st->client = std::move(c.value());
+    }
+    st->cfg = std::move(cfg);
+    delete state();
+    if (!keep_rank) g_ctx.rank = DYAD_RANK_UNKNOWN;
+    publish_fields(*st);
+    st.release();
+    g_live = true;
+    return ok();
+}
+
 // A forked child (DataLoader workers, multiprocessing) must not share the
 // parent's sockets.
 void after_fork_child() {
     new (&g_mu) std::mutex();  // a parent thread may have held it at fork time
-    if (g_ctx && g_ctx->client) g_ctx->client->reset_after_fork();
+    new (&g_md_mu) std::mutex();
+    if (State* st = state()) {
+        if (st->client) st->client->reset_after_fork();
+        g_ctx.pid = static_cast<int>(::getpid());
+    }
 }
 
 dyad_rc_t init_with(dyad::Config cfg, bool reinit, dyad_dtl_comm_mode_t comm_mode) {
     static std::once_flag atfork_once;
     std::call_once(atfork_once, [] { pthread_atfork(nullptr, nullptr, after_fork_child); });
-    std::lock_guard<std::mutex> lk(g_mu);
-    if (g_ctx && !reinit) return ok();
-    dyad::log::set_level(cfg.log_level);
-    auto ctx = std::make_unique<dyad_ctx>();
-    ctx->comm_mode = comm_mode;
-    if (cfg.prod_path.empty() && cfg.cons_path.empty()) {
-        DYAD_WARN("capi",
-                  "neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set: DYAD stays inert");
-    } else {
-        auto c = dyad::client::Client::create(std::move(cfg));
-        if (!c) {
-            DYAD_ERROR("capi", "dyad_init: %s", c.status().to_string().c_str());
-            return fail(c.status());
-        }
-        ctx->client = std::move(c.value());
+    std::shared_ptr<dyad::client::Client> c;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        if (g_live && g_ctx.initialized && state() && !reinit) return ok();
+        dyad::log::set_level(cfg.log_level);
+        dyad_rc_t rc = install(std::move(cfg), comm_mode, false);
+        if (DYAD_IS_ERROR(rc)) return rc;
+        c = state()->client;
     }
-    delete g_ctx;
-    g_ctx = ctx.release();
+    learn_rank(c);
     return ok();
+}
+
+// Rebuilds the initialised context with one setting changed.
+template <typename Change>
+dyad_rc_t reconfigure(const char* what, Change&& change) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (!g_live || !g_ctx.initialized || !state())
+        return fail(dyad::Status(DYAD_RC_NOCTX, std::string(what) +
+                                                    ": DYAD is not initialised: call dyad_init "
+                                                    "or dyad_init_env first"));
+    dyad::Config cfg = state()->cfg;
+    dyad_dtl_comm_mode_t mode = state()->comm_mode;
+    dyad::Status s = change(cfg, mode);
+    if (!s) return fail(s);
+    return install(std::move(cfg), mode, true);
 }
 
 char* dup_str(const std::string& s) {
@@ -100,13 +315,49 @@ char* dup_str(const std::string& s) {
     return p;
 }
 
+// Copies n bytes from memory the caller handed us without trusting it: an
+// unmapped or unreadable address is an error, never a crash.
+bool read_memory(void* dst, const void* src, size_t n) {
+    if (!src) return false;
+    struct iovec local = {dst, n};
+    struct iovec remote = {const_cast<void*>(src), n};
+    ssize_t r = ::process_vm_readv(::getpid(), &local, 1, &remote, 1, 0);
+    if (r == static_cast<ssize_t>(n)) return true;
+    if (r >= 0 || (errno != ENOSYS && errno != EPERM)) return false;
+    // Where process_vm_readv is filtered (seccomp), a pipe does the same:
+    // write(2) reports EFAULT for memory we may not read.
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return false;
+    dyad::UniqueFd rd(p[0]), wr(p[1]);
+    return ::write(wr.get(), src, n) == static_cast<ssize_t>(n) &&
+           ::read(rd.get(), dst, n) == static_cast<ssize_t>(n);
+}
+
+// A NUL-terminated string of at most `max` bytes at an untrusted address.
+std::optional<std::string> read_cstring(const char* p, size_t max) {
+    static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    std::string out;
+    char buf[4096];
+    while (out.size() < max) {
+        auto a = reinterpret_cast<uintptr_t>(p) + out.size();
+        size_t chunk = std::min({page - a % page, max - out.size(), sizeof buf});
+        if (!read_memory(buf, reinterpret_cast<const void*>(a), chunk)) return std::nullopt;
+        if (const void* z = std::memchr(buf, 0, chunk)) {
+            out.append(buf, static_cast<const char*>(z) - buf);
+            return out;
+        }
+        out.append(buf, chunk);
+    }
+    return std::nullopt;
+}
+
 }  // namespace
 
 extern "C" {
 
 dyad_ctx_t* dyad_ctx_get(void) {
     std::lock_guard<std::mutex> lk(g_mu);
-    return g_ctx;
+    return g_live ? &g_ctx : nullptr;
 }
 
 void dyad_ctx_init(const dyad_dtl_comm_mode_t comm_mode, void* flux_handle) {
@@ -169,10 +420,60 @@ dyad_rc_t dyad_init_env(const dyad_dtl_comm_mode_t dtl_comm_mode, void* /*flux_h
     });
 }
 
+dyad_rc_t dyad_set_prod_path(const char* path) {
+    return guarded([&]() -> dyad_rc_t {
+        return reconfigure("dyad_set_prod_path", [&](dyad::Config& c, dyad_dtl_comm_mode_t&) {
+            c.prod_path = path ? path : "";
+            return dyad::Status::ok();
+        });
+    });
+}
+
+dyad_rc_t dyad_set_cons_path(const char* path) {
+    return guarded([&]() -> dyad_rc_t {
+        return reconfigure("dyad_set_cons_path", [&](dyad::Config& c, dyad_dtl_comm_mode_t&) {
+            c.cons_path = path ? path : "";
+            return dyad::Status::ok();
+        });
+    });
+}
+
+dyad_rc_t dyad_set_and_init_dtl_mode(const char* dtl_mode_name,
+                                     dyad_dtl_comm_mode_t dtl_comm_mode) {
+    return guarded([&]() -> dyad_rc_t {
+        return reconfigure(
+            "dyad_set_and_init_dtl_mode",
+            [&](dyad::Config& c, dyad_dtl_comm_mode_t& mode) -> dyad::Status {
+                if (dtl_comm_mode < DYAD_COMM_NONE || dtl_comm_mode >= DYAD_COMM_END)
+                    return dyad::Status(DYAD_RC_BAD_COMM_MODE,
+                                        "dyad_set_and_init_dtl_mode: invalid comm mode", EINVAL);
+                if (!dtl_mode_name || !*dtl_mode_name)
+                    return dyad::Status(DYAD_RC_BADDTLMODE,
+                                        "dyad_set_and_init_dtl_mode: no transport named", EINVAL);
+                auto m = dyad::dtl::canonical_mode(dtl_mode_name);
+                if (!m) return m.status();
+                c.dtl_mode = m.value();
+                mode = dtl_comm_mode;
+                return dyad::Status::ok();
+            });
+    });
+}
+
+dyad_rc_t dyad_clear(void) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    delete state();  // in-flight calls keep their own reference to the client
+    g_ctx = dyad_ctx_default;
+    g_ctx.initialized = false;
+    g_ctx.reenter = false;
+    return ok();
+}
+
 dyad_rc_t dyad_finalize(void) {
     std::lock_guard<std::mutex> lk(g_mu);
-    delete g_ctx;  // in-flight calls keep their own reference to the client
-    g_ctx = nullptr;
+    delete state();
+    g_ctx = dyad_ctx_default;
+    g_ctx.initialized = false;
+    g_live = false;
     return ok();
 }
 
@@ -193,6 +494,7 @@ dyad_rc_t dyad_produce(dyad_ctx_t* ctx, const char* fname) {
         if (!c->producer_upath(fname)) return ok();  // unmanaged: nothing to do, as in DYAD
         dyad::Status s = c->produce(fname);
         if (!s) return fail(s);
+        learn_rank(c);
         if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
         return ok();
     });
@@ -209,6 +511,7 @@ dyad_rc_t dyad_get_metadata(dyad_ctx_t* ctx, const char* fname, bool should_wait
         if (!mdata) return fail(dyad::Status(DYAD_RC_BADBUF, "dyad_get_metadata: mdata is NULL"));
         auto r = c->get_metadata(fname, should_wait);
         if (!r) return fail(r.status());
+        learn_rank(c);
         auto* m = static_cast<dyad_metadata_t*>(std::calloc(1, sizeof(dyad_metadata_t)));
         if (!m) return fail(dyad::Status(DYAD_RC_SYSFAIL, "out of memory", ENOMEM));
         m->fpath = dup_str(r->upath);
@@ -219,6 +522,10 @@ dyad_rc_t dyad_get_metadata(dyad_ctx_t* ctx, const char* fname, bool should_wait
         m->size = r->size;
         m->mtime_ns = r->mtime_ns;
         m->generation = r->generation;
+        {
+            std::lock_guard<std::mutex> lk(g_md_mu);
+            g_owned.insert(m);
+        }
         if (!m->fpath || !m->owner_service || !m->owner_node || !m->record) {
             dyad_free_metadata(&m);
             return fail(dyad::Status(DYAD_RC_SYSFAIL, "out of memory", ENOMEM));
@@ -229,15 +536,21 @@ dyad_rc_t dyad_get_metadata(dyad_ctx_t* ctx, const char* fname, bool should_wait
 }
 
 dyad_rc_t dyad_free_metadata(dyad_metadata_t** mdata) {
-    if (mdata && *mdata) {
-        std::free((*mdata)->fpath);
-        std::free((*mdata)->owner_service);
-        std::free((*mdata)->owner_node);
-        std::free((*mdata)->record);
-        std::free(*mdata);
-        *mdata = nullptr;
+    if (!mdata || !*mdata) return DYAD_RC_OK;
+    {
+        std::lock_guard<std::mutex> lk(g_md_mu);
+        if (g_owned.erase(*mdata) == 0)
+            return fail(dyad::Status(DYAD_RC_BADBUF,
+                                     "dyad_free_metadata: this metadata was not allocated by "
+                                     "dyad_get_metadata (or was freed already); left alone"));
     }
-    return DYAD_RC_OK;
+    std::free((*mdata)->fpath);
+    std::free((*mdata)->owner_service);
+    std::free((*mdata)->owner_node);
+    std::free((*mdata)->record);
+    std::free(*mdata);
+    *mdata = nullptr;
+    return ok();
 }
 
 dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname) {
@@ -253,6 +566,7 @@ dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname) {
         if (!c->consumer_upath(fname)) return ok();  // unmanaged: nothing to do, as in DYAD
         dyad::Status s = c->consume(fname);
         if (!s) return fail(s);
+        learn_rank(c);
         if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
         return ok();
     });
@@ -261,21 +575,75 @@ dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname) {
 dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname,
                                   const dyad_metadata_t* mdata) {
     return guarded([&]() -> dyad_rc_t {
+        static const char* kWhat = "dyad_consume_w_metadata";
         dyad_rc_t rc;
         auto c = client_of(ctx, &rc);
         if (!c) return rc;
         if (!fname || !*fname)
-            return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_consume_w_metadata: empty file name"));
+            return fail(dyad::Status(DYAD_RC_BADFIO, std::string(kWhat) + ": empty file name"));
         if (!mdata) return ok();  // NULL means local, as in DYAD
-        if (!c->consumer_upath(fname)) return ok();
-        if (!mdata->record)
-            return fail(
-                dyad::Status(DYAD_RC_BADMETADATA,
-                             "dyad_consume_w_metadata: metadata not from dyad_get_metadata"));
-        auto rec = dyad::client::Record::from_json(mdata->record, mdata->generation);
-        if (!rec) return fail(rec.status());
-        dyad::Status s = c->consume_with(fname, rec.value());
+        auto upath = c->consumer_upath(fname);
+        if (!upath) return ok();
+        dyad::client::Record rec;
+        std::string record_json;
+        uint64_t generation = 0;
+        bool ours = false;
+        {
+            std::lock_guard<std::mutex> lk(g_md_mu);
+            if (g_owned.count(mdata) && mdata->record) {
+                ours = true;
+                record_json = mdata->record;
+                generation = mdata->generation;
+            }
+        }
+        if (ours) {
+            auto r = dyad::client::Record::from_json(record_json, generation);
+            if (!r) return fail(r.status());
+            rec = std::move(r.value());
+        } else {
+            // Metadata the caller built (the original's two fields, as Python
+            // code does with ctypes): read those two only, trust neither.
+            struct {
+                const char* fpath;
+                uint32_t owner_rank;
+            } head;
+            static_assert(sizeof head == 16 || sizeof(void*) != 8, "original layout");
+            if (!read_memory(&head, mdata, sizeof head))
+                return fail(dyad::Status(DYAD_RC_BADBUF,
+                                         std::string(kWhat) + ": the metadata pointer for " +
+                                             fname + " does not point to readable memory",
+                                         EFAULT));
+            auto fp = read_cstring(head.fpath, PATH_MAX);
+            if (!fp)
+                return fail(dyad::Status(
+                    DYAD_RC_BADMETADATA,
+                    std::string(kWhat) + ": the metadata's fpath for " + fname +
+                        " is not a readable string (set it to the path relative to the "
+                        "managed directory)",
+                    EINVAL));
+            std::optional<std::string> given;
+            if (!fp->empty() && fp->front() == '/') {
+                given = c->consumer_upath(*fp);
+            } else {
+                auto n = dyad::normalize_upath(*fp);
+                if (n) given = n.value();
+            }
+            if (!given || *given != *upath)
+                return fail(dyad::Status(DYAD_RC_BADMETADATA,
+                                         std::string(kWhat) + ": the metadata is for '" + *fp +
+                                             "', not for '" + *upath + "' (" + fname + ")",
+                                         EINVAL));
+            auto r = c->get_metadata(fname, true);
+            if (!r) return fail(r.status());
+            if (r->owner_rank() != head.owner_rank)
+                DYAD_DEBUG("capi", "%s: %s is owned by rank %u, not %u as the metadata says", kWhat,
+                           upath->c_str(), r->owner_rank(), head.owner_rank);
+            rec = std::move(r.value());
+        }
+        dyad::Status s = c->consume_with(fname, rec);
         if (!s) return fail(s);
+        learn_rank(c);
+        if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
         return ok();
     });
 }

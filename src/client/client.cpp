@@ -132,6 +132,9 @@ Result<ServiceInfo> Client::service() {
     s.producer_dir = h.value("producer_dir", "");
     s.kvs = h.value("kvs", "local");
     s.endpoints = h.value("endpoints", std::vector<std::string>{});
+    if (h.contains("rank") && h["rank"].is_number_unsigned() &&
+        h["rank"].get<uint64_t>() < UINT32_MAX)
+        s.rank = h["rank"].get<uint32_t>();
     std::string kvs_uri = s.kvs == "local" ? cfg_.service_uri : s.kvs;
     store_ = std::make_unique<kvs::RpcStore>(kvs_uri, pool_);
     pool_->put(std::move(c.value()));

@@ -26,6 +26,7 @@ namespace dyad::client {
 struct ServiceInfo {
     std::string id, node, ns, producer_dir, kvs;
     std::vector<std::string> endpoints;
+    uint32_t rank = UINT32_MAX;  // the node's rank (DYAD_RANK_UNKNOWN if it did not say)
     nlohmann::json raw;
 };
 

@@ -55,6 +55,8 @@ const std::vector<Setting> kTable = {
      "`trace`, `debug`, `info`, `warn`, `error`, `off` (dyadd: `info` when unset)"},
     {"DYAD_NODE_ID", T::text, nullptr, "client, dyadd",
      "node id (unset: the host name); dyadd's default `--node`"},
+    {"DYAD_NODE_RANK", T::count, nullptr, "dyadd",
+     "this node's rank, the `owner_rank` of its files and `ctx->rank` of its clients (as `--rank`; unset: `SLURM_NODEID`, `FLUX_TASK_RANK` or `PMIX_RANK`, else assigned by the store in registration order)"},
     {"DYAD_SERVICE_MEMORY", T::size, "256M", "dyadd",
      "memory for transfer buffers, all consumers together (as `--memory`)"},
     {"DYAD_DTL_FIGURES", T::text, nullptr, "dyadd",
@@ -231,8 +233,14 @@ Result<bool> flag(std::string_view name) {
     Value v = lookup(name);
     if (!v.set()) return false;
     auto b = parse_bool(std::string(name), v.text);
-    if (!b) return bad(v, b.status());
-    return b.value();
+    if (b) return b.value();
+    // DYAD treats a set variable as on whatever its value; so do we, except
+    // for the words that say off (docs/migrating-from-dyad.md).
+    DYAD_WARN("config",
+              "%.*s='%s' is not a boolean: taken as on (set means on, as in DYAD); use 1 "
+              "or 0",
+              static_cast<int>(name.size()), name.data(), v.text.c_str());
+    return true;
 }
 
 Result<uint64_t> size(std::string_view name) {

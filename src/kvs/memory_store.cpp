@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cerrno>
 
 #include "rpc/server.hpp"
@@ -17,6 +18,7 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
                           std::to_string(limits_.max_value) + ")",
                       EMSGSIZE);
     }
+    if (ns == kServicesNamespace) assign_rank(key, value);
     auto nsit = data_.find(ns);
     const Entry* old = nullptr;
     if (nsit != data_.end()) {
@@ -99,6 +101,33 @@ std::vector<std::pair<std::string, Entry>> MemoryStore::list(const std::string& 
         out.emplace_back(it->first, it->second);
     }
     return out;
+}
+
+// The registry gives each service a dense rank in registration order, unless
+// the service brought its own (dyadd --rank, DYAD_NODE_RANK, the resource
+// manager's node rank). A service registering again keeps its rank.
+void MemoryStore::assign_rank(const std::string& key, std::string& value) const {
+    auto j = nlohmann::json::parse(value, nullptr, false);
+    if (!j.is_object()) return;
+    auto r = j.find("rank");
+    if (r != j.end() && r->is_number_unsigned()) return;
+    int64_t highest = -1;
+    std::optional<uint64_t> mine;
+    if (auto reg = data_.find(kServicesNamespace); reg != data_.end()) {
+        for (const auto& [k, e] : reg->second) {
+            auto o = nlohmann::json::parse(e.value, nullptr, false);
+            auto rk = o.is_object() ? o.find("rank") : o.end();
+            if (rk == o.end() || !rk->is_number_unsigned()) continue;
+            uint64_t v = rk->get<uint64_t>();
+            if (k == key) mine = v;
+            highest = std::max<int64_t>(highest, static_cast<int64_t>(v));
+        }
+    }
+    uint64_t next = static_cast<uint64_t>(highest + 1);
+    if (!mine && next >= UINT32_MAX) return;  // no dense rank left: the service has none
+    j["rank"] = mine ? *mine : next;
+    j["rank_source"] = "store";
+    value = j.dump();
 }
 
 size_t MemoryStore::key_count() const {

@@ -7,15 +7,17 @@
 namespace dyad::kvs {
 
 nlohmann::json Record::to_json() const {
-    return {{"path", upath},
-            {"owner", owner},
-            {"node", node},
-            {"producer_dir", producer_dir},
-            {"endpoints", endpoints},
-            {"size", size},
-            {"mtime_ns", mtime_ns},
-            {"mode", mode},
-            {"ino", ino}};
+    nlohmann::json j = {{"path", upath},
+                        {"owner", owner},
+                        {"node", node},
+                        {"producer_dir", producer_dir},
+                        {"endpoints", endpoints},
+                        {"size", size},
+                        {"mtime_ns", mtime_ns},
+                        {"mode", mode},
+                        {"ino", ino}};
+    if (rank) j["rank"] = *rank;
+    return j;
 }
 
 Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
@@ -34,6 +36,9 @@ Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
         r.mtime_ns = j.value("mtime_ns", static_cast<int64_t>(0));
         r.mode = j.value("mode", 0644u);
         r.ino = j.value("ino", static_cast<uint64_t>(0));
+        auto rk = j.find("rank");
+        if (rk != j.end() && rk->is_number_unsigned() && rk->get<uint64_t>() < UINT32_MAX)
+            r.rank = rk->get<uint32_t>();
     } catch (const std::exception& e) {
         return Status(DYAD_RC_BADMETADATA, std::string("malformed metadata record: ") + e.what(),
                       EPROTO);
@@ -43,6 +48,8 @@ Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
 }
 
 uint32_t Record::owner_rank() const {
+    if (rank) return *rank;
+    // Records of services that did not say their rank (none of this release).
     char* end = nullptr;
     unsigned long v = std::strtoul(node.c_str(), &end, 10);
     if (!node.empty() && *end == '\0') return static_cast<uint32_t>(v);

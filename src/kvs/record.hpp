@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,8 +23,9 @@ struct Record {
     uint64_t size = 0;
     int64_t mtime_ns = 0;
     uint32_t mode = 0644;
-    uint64_t ino = 0;         // the producer's file (0: a record of the first release)
-    uint64_t generation = 0;  // the store's version of the key
+    uint64_t ino = 0;              // the producer's file (0: a record of the first release)
+    uint64_t generation = 0;       // the store's version of the key
+    std::optional<uint32_t> rank;  // the owner node's rank (docs/user-guide.md, "Ranks")
     nlohmann::json to_json() const;
     static Result<Record> from_json(const std::string& text, uint64_t generation);
     uint32_t owner_rank() const;

@@ -100,6 +100,7 @@ class MemoryStore {
     const StoreLimits& limits() const { return limits_; }
 
   private:
+    void assign_rank(const std::string& key, std::string& value) const;
     StoreLimits limits_;
     uint64_t bytes_ = 0;    // keys and values held
     uint64_t refused_ = 0;  // puts over a limit

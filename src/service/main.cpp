@@ -63,7 +63,12 @@ int main(int argc, char** argv) {
     app.add_option("--memory", memory,
                    "memory for transfer buffers, all consumers together, e.g. 256M (default: "
                    "$DYAD_SERVICE_MEMORY or 256M)");
-    std::string store_max;
+    std::string store_max, rank;
+    app.add_option("--rank", rank,
+                   "this node's rank: owner_rank of its files, ctx->rank of its clients "
+                   "(default: $DYAD_NODE_RANK, else the resource manager's node rank "
+                   "($SLURM_NODEID, $FLUX_TASK_RANK, $PMIX_RANK), else the store assigns one in "
+                   "registration order)");
     app.add_option("--store-max", store_max,
                    "bytes of metadata the embedded store may hold, e.g. 1G (default 1G); puts "
                    "beyond it are refused");
@@ -109,6 +114,7 @@ int main(int argc, char** argv) {
     if (app.count("--node")) settings::set_option("DYAD_NODE_ID", o.node);
     if (app.count("producer_dir")) settings::set_option("DYAD_PATH_PRODUCER", o.producer_dir);
     if (app.count("--auth-key")) settings::set_option("DYAD_AUTH_KEY_FILE", o.auth_key);
+    if (app.count("--rank")) settings::set_option("DYAD_NODE_RANK", rank);
     if (dyad::Status s = settings::check("dyadd"); !s) {
         std::fprintf(stderr, "dyadd: %s\n", s.message().c_str());
         return 2;
@@ -126,6 +132,29 @@ int main(int argc, char** argv) {
             return 2;
         }
         o.store_max = sm.value();
+    }
+    if (settings::lookup("DYAD_NODE_RANK").set()) {
+        auto r = settings::count("DYAD_NODE_RANK", 0, UINT32_MAX - 1);
+        if (!r) {
+            std::fprintf(stderr, "dyadd: %s\n", r.status().message().c_str());
+            return 2;
+        }
+        o.rank = r.value();
+        o.rank_source = app.count("--rank") ? "--rank" : "DYAD_NODE_RANK";
+    } else {
+        // One dyadd per node, started by the resource manager: its node rank.
+        for (const char* var : {"SLURM_NODEID", "FLUX_TASK_RANK", "PMIX_RANK"}) {
+            const char* v = std::getenv(var);
+            if (!v || !*v) continue;
+            auto r = dyad::parse_uint(var, v, 0, UINT32_MAX - 1);
+            if (!r) {
+                std::fprintf(stderr, "dyadd: ignoring %s\n", r.status().message().c_str());
+                continue;
+            }
+            o.rank = r.value();
+            o.rank_source = var;
+            break;
+        }
     }
     auto lv = dyad::log_level(dyad::log::Level::info);
     if (!lv) {

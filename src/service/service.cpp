@@ -195,7 +195,10 @@ Status Service::start() {
                     [this](std::shared_ptr<rpc::Request> r) { on_publish(std::move(r)); });
 
     // Metadata: host the store, or register in the one given by --kvs.
+    rank_ = opts_.rank;
+    rank_source_ = opts_.rank ? opts_.rank_source : std::string();
     nlohmann::json reg = identity();
+    std::optional<kvs::Entry> mine;
     if (opts_.kvs_uri.empty()) {
         kvs::StoreLimits limits;
         limits.max_bytes = opts_.store_max;
@@ -203,6 +206,7 @@ Status Service::start() {
         kvs::serve(*server_, *store_);
         auto v = store_->put(kServicesNamespace, id_, reg.dump(), id_);
         if (!v) return v.status();
+        mine = store_->get(kServicesNamespace, id_);
     } else {
         rpc::Credentials me;
         me.key = key_;
@@ -215,9 +219,26 @@ Status Service::start() {
             return Status(v.status())
                 .wrap("cannot register in the metadata store at " + opts_.kvs_uri +
                       " (is the dyadd hosting it running?)");
+        auto e = remote_->get(kServicesNamespace, id_, Deadline::after(10));
+        if (e) mine = std::move(e.value());
     }
+    // Without a rank of its own, the service has the one the store gave it.
+    if (!rank_ && mine) {
+        auto j = nlohmann::json::parse(mine->value, nullptr, false);
+        auto r = j.is_object() ? j.find("rank") : j.end();
+        if (r != j.end() && r->is_number_unsigned() && r->get<uint64_t>() < UINT32_MAX) {
+            rank_ = r->get<uint32_t>();
+            rank_source_ = "store";
+        }
+    }
+    if (!rank_)
+        DYAD_WARN(kSub,
+                  "this node has no rank (give --rank N): owner_rank of its files is a "
+                  "hash of its node id");
     server_->set_hello_info(identity());
-    DYAD_INFO(kSub, "service %s ready: producer dir %s, endpoints %s, metadata %s", id_.c_str(),
+    DYAD_INFO(kSub, "service %s ready: rank %s, producer dir %s, endpoints %s, metadata %s",
+              id_.c_str(),
+              rank_ ? (std::to_string(*rank_) + " (" + rank_source_ + ")").c_str() : "none",
               prod_dir_.c_str(), nlohmann::json(endpoints_).dump().c_str(),
               opts_.kvs_uri.empty() ? "embedded" : opts_.kvs_uri.c_str());
     return Status::ok();
@@ -226,18 +247,23 @@ Status Service::start() {
 nlohmann::json Service::identity() const {
     nlohmann::json transports = nlohmann::json::array();
     for (const auto& r : records_) transports.push_back(r.to_json());
-    return {{"service_id", id_},
-            {"node", opts_.node},
-            {"host_id", dtl::host_id()},
-            {"namespace", opts_.ns},
-            {"producer_dir", prod_dir_},
-            {"kvs", opts_.kvs_uri.empty() ? std::string("local") : opts_.kvs_uri},
-            {"endpoints", endpoints_},
-            {"transports", transports},
-            {"default_mode", opts_.mode},
-            {"pid", ::getpid()},
-            {"auth", key_ ? auth::kScheme : "none"},
-            {"wire_version", rpc::kVersion}};
+    nlohmann::json j = {{"service_id", id_},
+                        {"node", opts_.node},
+                        {"host_id", dtl::host_id()},
+                        {"namespace", opts_.ns},
+                        {"producer_dir", prod_dir_},
+                        {"kvs", opts_.kvs_uri.empty() ? std::string("local") : opts_.kvs_uri},
+                        {"endpoints", endpoints_},
+                        {"transports", transports},
+                        {"default_mode", opts_.mode},
+                        {"pid", ::getpid()},
+                        {"auth", key_ ? auth::kScheme : "none"},
+                        {"wire_version", rpc::kVersion}};
+    if (rank_) {
+        j["rank"] = *rank_;
+        j["rank_source"] = rank_source_;
+    }
+    return j;
 }
 
 void Service::catch_signals() {
@@ -573,6 +599,7 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
     rec.mtime_ns = ns_of(sb.st_mtim);
     rec.mode = sb.st_mode & 07777;
     rec.ino = static_cast<uint64_t>(sb.st_ino);
+    rec.rank = rank_;
     auto key = gen_path_key(up, depth, bins);
     if (!key) return key.status();
     // Published before the store says so: a consumer woken by the put may

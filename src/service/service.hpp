@@ -47,6 +47,10 @@ struct Options {
     std::vector<uint32_t> allow_uids;  // more uids allowed on the Unix socket
     bool allow_any_uid = false;
     uint64_t store_max = 1ull << 30;  // bytes the embedded store may hold (--store-max)
+    // This node's rank (--rank, DYAD_NODE_RANK, the resource manager's node
+    // rank); unset: the store assigns one in registration order.
+    std::optional<uint32_t> rank;
+    std::string rank_source;  // where `rank` came from, for status and logs
 };
 
 // True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost).
@@ -115,6 +119,8 @@ class Service {
     // service is destroyed may hold buffers, which return to the budget.
     std::unique_ptr<dtl::MemoryBudget> budget_;
     std::string id_;
+    std::optional<uint32_t> rank_;  // known once registered
+    std::string rank_source_;
     std::string prod_dir_;  // canonical
     UniqueFd prod_fd_;
     asio::io_context io_;

@@ -120,8 +120,10 @@ def test_cli_errors_name_the_problem(cluster):
     assert p.returncode == 2 and "nope.bin" in p.stderr
     p = cons.dyad("consume", cons.path("x"), check=False, env_extra={"DYAD_SERVICE_URI": "tcp://127.0.0.1:1"})
     assert p.returncode == 4 and "start dyadd" in p.stderr
-    p = cons.dyad("consume", cons.path("x"), check=False, env_extra={"DYAD_SHARED_STORAGE": "maybe"})
-    assert p.returncode == 1 and "DYAD_SHARED_STORAGE" in p.stderr
+    # A boolean that is neither on nor off is on, as in DYAD, and said so.
+    p = cons.dyad("consume", cons.path("x"), check=False,
+                  env_extra={"DYAD_SHARED_STORAGE": "maybe", "DYAD_WAIT_TIMEOUT": 1})
+    assert p.returncode == 3 and "DYAD_SHARED_STORAGE='maybe'" in p.stderr and "taken as on" in p.stderr
     # A transport name that does not exist: the valid ones are listed.
     p = cons.dyad("consume", cons.path("x"), check=False, env_extra={"DYAD_DTL_MODE": "RDMA", "DYAD_WAIT_TIMEOUT": 1})
     assert p.returncode == 1 and "RDMA" in p.stderr and "LOCAL or AUTO" in p.stderr

@@ -83,7 +83,7 @@ def test_rc_names_and_error_object():
     assert str(e) == "dyad_get_metadata('/d/x') failed: DYAD_RC_NOTFOUND (-2002): 'x' has not been produced (yet)"
     e2 = pickle.loads(pickle.dumps(e))
     assert (e2.rc, e2.message, str(e2)) == (e.rc, e.message, str(e))
-    assert isinstance(e, Exception)
+    assert isinstance(e, RuntimeError)  # as the original pydyad raises
     assert pydyad.DTLMode.DYAD_DTL_FLUX_RPC is pydyad.DTLMode.FLUX_RPC
     assert {m.value for m in pydyad.DTLMode} >= {"UCX", "MARGO", "FLUX_RPC", "STREAM"}
 
@@ -144,8 +144,8 @@ def test_second_init_is_a_noop_unless_reinit(cluster):
         ctx = a.ctx
         b = Dyad(); b.init(cons_managed_path="/elsewhere")       # no-op: the context exists
         r = [ctx == b.ctx, b.prod_path, b.cons_path]
-        b.init(cons_managed_path={n.dir!r}, reinit=True)         # replaces it
-        r += [ctx != b.ctx, b.prod_path, b.cons_path]
+        b.init(cons_managed_path={n.dir!r}, reinit=True)         # reconfigures it
+        r += [ctx == b.ctx, b.prod_path, b.cons_path]            # (same address, as DYAD's)
         b.finalize()
         r.append(a.ctx)
         print(json.dumps(r))

@@ -2,9 +2,14 @@
 #ifndef DYAD_CLIENT_DYAD_CLIENT_H
 #define DYAD_CLIENT_DYAD_CLIENT_H
 
+#if defined(DYAD_HAS_CONFIG)
+#include <dyad/dyad_config.hpp>
+#endif
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <dyad/common/dyad_rc.h>
+#include <dyad/common/dyad_structures.h>
 #include <dyad/core/dyad_ctx.h>
 
 #ifdef __cplusplus

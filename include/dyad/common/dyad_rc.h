@@ -3,6 +3,21 @@
 #ifndef DYAD_COMMON_DYAD_RC_H
 #define DYAD_COMMON_DYAD_RC_H
 
+#if defined(DYAD_HAS_CONFIG)
+#include <dyad/dyad_config.hpp>
+#endif
+
+/* The original's attribute macros, for code that uses them. */
+#ifndef DYAD_DLL_EXPORTED
+#define DYAD_DLL_EXPORTED
+#endif
+#ifndef DYAD_DLL_HIDDEN
+#define DYAD_DLL_HIDDEN __attribute__((__visibility__("hidden")))
+#endif
+#ifndef DYAD_PFA_ANNOTATE
+#define DYAD_PFA_ANNOTATE
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -57,6 +72,7 @@ enum dyad_core_return_codes {
 typedef enum dyad_core_return_codes dyad_rc_t;
 
 #define DYAD_IS_ERROR(code) ((code) < 0)
+#define FLUX_IS_ERROR(code) ((code) < 0)
 
 #ifdef __cplusplus
 }

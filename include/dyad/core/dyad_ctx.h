@@ -6,24 +6,69 @@
 #ifndef DYAD_CORE_DYAD_CTX_H
 #define DYAD_CORE_DYAD_CTX_H
 
+#if defined(DYAD_HAS_CONFIG)
+#include <dyad/dyad_config.hpp>
+#endif
+
 #include <stdbool.h>
+#include <stdint.h>
+#include <dyad/common/dyad_dtl.h>
 #include <dyad/common/dyad_rc.h>
+#include <dyad/common/dyad_structures.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef enum dyad_dtl_comm_mode {
-    DYAD_COMM_NONE = 0,
-    DYAD_COMM_RECV = 1,
-    DYAD_COMM_SEND = 2,
-    DYAD_COMM_END = 3
-} dyad_dtl_comm_mode_t;
+/* The context, with the original DYAD's layout (x86-64: 152 bytes), so that
+ * code reading its fields (the original pydyad through ctypes, data loaders
+ * comparing ranks) works unchanged. After dyad_init/dyad_init_env the
+ * user-facing fields hold the configuration in effect; the dyad_set_*
+ * functions keep them current. Treat every field as read-only. This
+ * implementation's own state hangs off `h` (the original's Flux handle). */
+struct dyad_ctx {
+    void* h;                     /* this implementation's state (opaque) */
+    struct dyad_dtl* dtl_handle; /* always NULL here */
+    const char* fname;           /* always NULL here */
+    bool use_fs_locks;           /* the wrapper's advisory locks (always true) */
+    char* prod_real_path;        /* producer directory, symbolic links resolved */
+    char* cons_real_path;        /* consumer directory, symbolic links resolved */
+    uint32_t prod_managed_len;   /* strlen(prod_managed_path) */
+    uint32_t cons_managed_len;   /* strlen(cons_managed_path) */
+    uint32_t prod_real_len;      /* strlen(prod_real_path) */
+    uint32_t cons_real_len;      /* strlen(cons_real_path) */
+    uint32_t prod_managed_hash;  /* hashes of the four paths (0 if unset) */
+    uint32_t cons_managed_hash;
+    uint32_t prod_real_hash;
+    uint32_t cons_real_hash;
+    uint32_t delim_len;            /* strlen("/") */
+    bool debug;                    /* DYAD_SYNC_DEBUG */
+    bool check;                    /* DYAD_SYNC_CHECK */
+    bool reenter;                  /* false while DYAD itself is opening files */
+    bool initialized;              /* true once dyad_init succeeded */
+    bool shared_storage;           /* DYAD_SHARED_STORAGE */
+    bool async_publish;            /* DYAD_ASYNC_PUBLISH */
+    bool fsync_write;              /* DYAD_FSYNC_WRITE */
+    unsigned int key_depth;        /* DYAD_KEY_DEPTH */
+    unsigned int key_bins;         /* DYAD_KEY_BINS */
+    uint32_t rank;                 /* this node's rank (its service's), see docs */
+    uint32_t service_mux;          /* DYAD_SERVICE_MUX */
+    uint32_t node_idx;             /* rank / service_mux */
+    int pid;                       /* getpid() at initialisation */
+    char* kvs_namespace;           /* namespace in effect */
+    char* prod_managed_path;       /* DYAD_PATH_PRODUCER, or NULL */
+    char* cons_managed_path;       /* DYAD_PATH_CONSUMER, or NULL */
+    bool relative_to_managed_path; /* DYAD_PATH_RELATIVE */
+};
 
-/* Opaque: its layout is private (the original exposed it field by field). */
-typedef struct dyad_ctx dyad_ctx_t;
+/* ctx->rank while this node's rank is not known yet (service unreachable). */
+#define DYAD_RANK_UNKNOWN UINT32_MAX
 
-/* The process's context, or NULL before a successful initialisation. */
+/* A context's fields before initialisation (the original's defaults). */
+extern const struct dyad_ctx dyad_ctx_default;
+
+/* The process's context, or NULL before a successful initialisation. The
+ * pointer stays the same for the life of the process. */
 dyad_ctx_t* dyad_ctx_get(void);
 
 /* dyad_init_env; on failure logs the reason and leaves no context. The
@@ -48,6 +93,20 @@ dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bo
 
 /* dyad_init with the values of DYAD's environment variables. */
 dyad_rc_t dyad_init_env(const dyad_dtl_comm_mode_t dtl_comm_mode, void* flux_handle);
+
+/* Change the producer (consumer) directory of the initialised context; NULL
+ * or "" unsets it. DYAD_RC_NOCTX before initialisation. */
+dyad_rc_t dyad_set_prod_path(const char* path);
+dyad_rc_t dyad_set_cons_path(const char* path);
+
+/* Change the transport ("UCX", "MARGO", "FLUX_RPC", or this implementation's
+ * names, see DYAD_DTL_MODE). DYAD_RC_BADDTLMODE if unknown or unavailable. */
+dyad_rc_t dyad_set_and_init_dtl_mode(const char* dtl_mode_name, dyad_dtl_comm_mode_t dtl_comm_mode);
+
+/* Resets the context's fields to dyad_ctx_default and releases what it holds,
+ * without freeing the context: dyad_ctx_get keeps returning it, and calls
+ * through it fail with DYAD_RC_NOCTX until the next dyad_init. */
+dyad_rc_t dyad_clear(void);
 
 /* Tears the context down. Always DYAD_RC_OK. */
 dyad_rc_t dyad_finalize(void);
