@@ -98,7 +98,10 @@ class Node:
             args += ["--socket", self.socket]
         args += list(extra_args)
         self.log = open(self.log_path, "ab")
-        env = dict(os.environ, **self.extra_env)
+        env = dict(os.environ)
+        for var in ("SLURM_NODEID", "FLUX_TASK_RANK", "PMIX_RANK"):  # ranks come from the test
+            env.pop(var, None)
+        env.update(self.extra_env)
         self.proc = subprocess.Popen(self.prefix + args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         wait_listening(self.host, self.port, proc=self.proc)
         return self

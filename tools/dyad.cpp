@@ -212,6 +212,7 @@ int main(int argc, char** argv) {
         if (!r) return report(r.status(), "stat");
         nlohmann::json j = r->to_json();
         j["generation"] = r->generation;
+        j["owner_rank"] = r->owner_rank();
         j["key"] = c.key_of(r->upath);
         if (json)
             std::cout << j.dump(2) << "\n";
