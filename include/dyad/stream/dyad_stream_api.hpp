@@ -1,8 +1,11 @@
 // C++ file streams that go through DYAD: opening for reading consumes the
 // file first (waits until it is produced, then fetches it); closing a stream
-// opened for writing produces (publishes) it. Header-only, over the public C
-// API of libdyad.so; configuration comes from the same DYAD_* environment as
-// everything else (no separate defaults).
+// opened for writing produces (publishes) it. Each stream is a std file
+// stream (get_stream() returns it as one) with a dyad::dyad_stream_core
+// (<dyad/stream/dyad_stream_core.hpp>, in libdyad.so) doing the DYAD side;
+// configuration comes from the same DYAD_* environment as everything else,
+// or from a core initialised with dyad_params and given to the stream.
+// C++11 or later.
 //
 // Errors: a failed consume or produce sets failbit; dyad_rc() and
 // dyad_error() say what happened. No exception is thrown unless the stream's
@@ -13,70 +16,45 @@
 #ifndef DYAD_STREAM_DYAD_STREAM_API_HPP
 #define DYAD_STREAM_DYAD_STREAM_API_HPP
 
+#if defined(DYAD_HAS_CONFIG)
+#include <dyad/dyad_config.hpp>
+#endif
+
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include <dyad/client/dyad_client.h>
 #include <dyad/core/dyad_ctx.h>
+#include <dyad/stream/dyad_stream_core.hpp>
 
 namespace dyad {
 
-// The DYAD side of a stream: consume before opening, produce after closing.
-class stream_core {
-  public:
-    // The process's DYAD context, initialised from the environment on first use.
-    static dyad_ctx_t* context() {
-        dyad_ctx_t* c = dyad_ctx_get();
-        if (!c) {
-            dyad_init_env(DYAD_COMM_RECV, nullptr);
-            c = dyad_ctx_get();
-        }
-        return c;
-    }
-    // A process that is not a DYAD consumer (or producer) opens files as
-    // plain streams: "no context" and "no such managed directory" are not
-    // errors here.
-    dyad_rc_t open_sync(const std::string& path) {
-        return record(pass(dyad_consume(context(), path.c_str())));
-    }
-    dyad_rc_t close_sync(const std::string& path) {
-        return record(pass(dyad_produce(context(), path.c_str())));
-    }
-    dyad_rc_t rc() const { return rc_; }
-    const std::string& error() const { return error_; }
+namespace detail {
 
-    // Closes `stream` (a std file stream) and publishes `path` unless it is
-    // empty (not opened for writing) or a write failed; a failed publish
-    // sets failbit.
-    template <typename Stream, typename Base>
-    void close_and_publish(Stream& stream, Base& base, std::string& path) {
-        if (!stream.is_open()) return;
-        base.close();
-        std::string p;
-        p.swap(path);
-        if (p.empty() || stream.fail()) return;  // never publish a failed write
-        if (DYAD_IS_ERROR(close_sync(p))) stream.setstate(std::ios_base::failbit);
-    }
+// Closes `base` (the std stream of `stream`) and publishes `path` unless it
+// is empty (not opened for writing) or a write failed; a failed publish sets
+// failbit.
+template <typename Stream, typename Base>
+void close_and_publish(Stream& stream, Base& base, dyad_stream_core& core, std::string& path) {
+    if (!stream.is_open()) return;
+    base.close();
+    std::string p;
+    p.swap(path);
+    if (p.empty() || stream.fail()) return;  // never publish a failed write
+    if (!core.close_sync(p.c_str())) stream.setstate(std::ios_base::failbit);
+}
 
-  private:
-    static dyad_rc_t pass(dyad_rc_t rc) {
-        return (rc == DYAD_RC_NOCTX || rc == DYAD_RC_BADMANAGEDPATH) ? DYAD_RC_OK : rc;
-    }
-    dyad_rc_t record(dyad_rc_t rc) {
-        rc_ = rc;
-        error_ = DYAD_IS_ERROR(rc) ? std::string(dyad_last_error()) : std::string();
-        return rc;
-    }
-    dyad_rc_t rc_ = DYAD_RC_OK;
-    std::string error_;
-};
+}  // namespace detail
 
-template <typename CharT, typename Traits = std::char_traits<CharT>>
+template <typename CharT, typename Traits = std::char_traits<CharT> >
 class basic_ifstream_dyad : public std::basic_ifstream<CharT, Traits> {
-    using base = std::basic_ifstream<CharT, Traits>;
+    typedef std::basic_ifstream<CharT, Traits> base;
 
   public:
-    basic_ifstream_dyad() = default;
+    basic_ifstream_dyad() {}
+    // Uses `core` (initialised or not) for DYAD instead of the environment's.
+    explicit basic_ifstream_dyad(const dyad_stream_core& core) : core_(core) {}
     explicit basic_ifstream_dyad(const std::string& path,
                                  std::ios_base::openmode mode = std::ios_base::in) {
         open(path, mode);
@@ -85,8 +63,19 @@ class basic_ifstream_dyad : public std::basic_ifstream<CharT, Traits> {
                                  std::ios_base::openmode mode = std::ios_base::in) {
         open(std::string(path), mode);
     }
+    basic_ifstream_dyad(basic_ifstream_dyad&& o) : base(std::move(o)), core_(std::move(o.core_)) {}
+    basic_ifstream_dyad& operator=(basic_ifstream_dyad&& o) {
+        base::operator=(std::move(o));
+        core_ = std::move(o.core_);
+        return *this;
+    }
+    void swap(basic_ifstream_dyad& o) {
+        base::swap(o);
+        std::swap(core_, o.core_);
+    }
+
     void open(const std::string& path, std::ios_base::openmode mode = std::ios_base::in) {
-        if (DYAD_IS_ERROR(core_.open_sync(path))) {
+        if (!core_.open_sync(path.c_str())) {
             this->setstate(std::ios_base::failbit);
             return;
         }
@@ -95,19 +84,32 @@ class basic_ifstream_dyad : public std::basic_ifstream<CharT, Traits> {
     void open(const char* path, std::ios_base::openmode mode = std::ios_base::in) {
         open(std::string(path), mode);
     }
-    dyad_rc_t dyad_rc() const { return core_.rc(); }
-    const std::string& dyad_error() const { return core_.error(); }
+
+    // The std stream (this object as one).
+    base& get_stream() { return *this; }
+    const base& get_stream() const { return *this; }
+    // Replaces this stream's core with `core`, which counts as initialised.
+    void init(const dyad_stream_core& core) {
+        core_ = core;
+        core_.set_initialized();
+        core_.log_info("Stream core state is set");
+    }
+    const dyad_stream_core& core() const { return core_; }
+
+    dyad_rc_t dyad_rc() const { return core_.dyad_rc(); }
+    const std::string& dyad_error() const { return core_.dyad_error(); }
 
   private:
-    stream_core core_;
+    dyad_stream_core core_;
 };
 
-template <typename CharT, typename Traits = std::char_traits<CharT>>
+template <typename CharT, typename Traits = std::char_traits<CharT> >
 class basic_ofstream_dyad : public std::basic_ofstream<CharT, Traits> {
-    using base = std::basic_ofstream<CharT, Traits>;
+    typedef std::basic_ofstream<CharT, Traits> base;
 
   public:
-    basic_ofstream_dyad() = default;
+    basic_ofstream_dyad() {}
+    explicit basic_ofstream_dyad(const dyad_stream_core& core) : core_(core) {}
     explicit basic_ofstream_dyad(const std::string& path,
                                  std::ios_base::openmode mode = std::ios_base::out) {
         open(path, mode);
@@ -116,9 +118,29 @@ class basic_ofstream_dyad : public std::basic_ofstream<CharT, Traits> {
                                  std::ios_base::openmode mode = std::ios_base::out) {
         open(std::string(path), mode);
     }
+    basic_ofstream_dyad(basic_ofstream_dyad&& o)
+        : base(std::move(o)), core_(std::move(o.core_)), path_(std::move(o.path_)) {
+        o.path_.clear();
+    }
+    // Closes (and publishes) this stream's file first.
+    basic_ofstream_dyad& operator=(basic_ofstream_dyad&& o) {
+        if (this == &o) return *this;
+        close();
+        base::operator=(std::move(o));
+        core_ = std::move(o.core_);
+        path_ = std::move(o.path_);
+        o.path_.clear();
+        return *this;
+    }
+    void swap(basic_ofstream_dyad& o) {
+        base::swap(o);
+        std::swap(core_, o.core_);
+        path_.swap(o.path_);
+    }
     ~basic_ofstream_dyad() override {
         if (this->is_open()) close();
     }
+
     void open(const std::string& path, std::ios_base::openmode mode = std::ios_base::out) {
         base::open(path, mode);
         if (this->is_open()) path_ = path;
@@ -127,35 +149,70 @@ class basic_ofstream_dyad : public std::basic_ofstream<CharT, Traits> {
         open(std::string(path), mode);
     }
     // Closes, then publishes the file if it lies in the producer directory.
-    void close() { core_.close_and_publish(*this, static_cast<base&>(*this), path_); }
-    dyad_rc_t dyad_rc() const { return core_.rc(); }
-    const std::string& dyad_error() const { return core_.error(); }
+    void close() { detail::close_and_publish(*this, static_cast<base&>(*this), core_, path_); }
+
+    // The std stream (this object as one). Closing it there does not publish.
+    base& get_stream() { return *this; }
+    const base& get_stream() const { return *this; }
+    void init(const dyad_stream_core& core) {
+        core_ = core;
+        core_.set_initialized();
+        core_.log_info("Stream core state is set");
+    }
+    const dyad_stream_core& core() const { return core_; }
+
+    dyad_rc_t dyad_rc() const { return core_.dyad_rc(); }
+    const std::string& dyad_error() const { return core_.dyad_error(); }
 
   private:
-    stream_core core_;
+    dyad_stream_core core_;
     std::string path_;
 };
 
-template <typename CharT, typename Traits = std::char_traits<CharT>>
+template <typename CharT, typename Traits = std::char_traits<CharT> >
 class basic_fstream_dyad : public std::basic_fstream<CharT, Traits> {
-    using base = std::basic_fstream<CharT, Traits>;
-    static constexpr std::ios_base::openmode kDefault = std::ios_base::in | std::ios_base::out;
+    typedef std::basic_fstream<CharT, Traits> base;
 
   public:
-    basic_fstream_dyad() = default;
-    explicit basic_fstream_dyad(const std::string& path, std::ios_base::openmode mode = kDefault) {
+    basic_fstream_dyad() {}
+    explicit basic_fstream_dyad(const dyad_stream_core& core) : core_(core) {}
+    explicit basic_fstream_dyad(const std::string& path,
+                                std::ios_base::openmode mode = std::ios_base::in |
+                                                               std::ios_base::out) {
         open(path, mode);
     }
-    explicit basic_fstream_dyad(const char* path, std::ios_base::openmode mode = kDefault) {
+    explicit basic_fstream_dyad(const char* path,
+                                std::ios_base::openmode mode = std::ios_base::in |
+                                                               std::ios_base::out) {
         open(std::string(path), mode);
+    }
+    basic_fstream_dyad(basic_fstream_dyad&& o)
+        : base(std::move(o)), core_(std::move(o.core_)), path_(std::move(o.path_)) {
+        o.path_.clear();
+    }
+    basic_fstream_dyad& operator=(basic_fstream_dyad&& o) {
+        if (this == &o) return *this;
+        close();
+        base::operator=(std::move(o));
+        core_ = std::move(o.core_);
+        path_ = std::move(o.path_);
+        o.path_.clear();
+        return *this;
+    }
+    void swap(basic_fstream_dyad& o) {
+        base::swap(o);
+        std::swap(core_, o.core_);
+        path_.swap(o.path_);
     }
     ~basic_fstream_dyad() override {
         if (this->is_open()) close();
     }
+
     // Reads existing contents (in, without trunc): consume first.
-    void open(const std::string& path, std::ios_base::openmode mode = kDefault) {
+    void open(const std::string& path,
+              std::ios_base::openmode mode = std::ios_base::in | std::ios_base::out) {
         if ((mode & std::ios_base::in) && !(mode & std::ios_base::trunc)) {
-            if (DYAD_IS_ERROR(core_.open_sync(path))) {
+            if (!core_.open_sync(path.c_str())) {
                 this->setstate(std::ios_base::failbit);
                 return;
             }
@@ -163,32 +220,57 @@ class basic_fstream_dyad : public std::basic_fstream<CharT, Traits> {
         base::open(path, mode);
         if (this->is_open() && (mode & (std::ios_base::out | std::ios_base::app))) path_ = path;
     }
-    void open(const char* path, std::ios_base::openmode mode = kDefault) {
+    void open(const char* path,
+              std::ios_base::openmode mode = std::ios_base::in | std::ios_base::out) {
         open(std::string(path), mode);
     }
     // Closes; a stream opened for writing is published.
-    void close() { core_.close_and_publish(*this, static_cast<base&>(*this), path_); }
-    dyad_rc_t dyad_rc() const { return core_.rc(); }
-    const std::string& dyad_error() const { return core_.error(); }
+    void close() { detail::close_and_publish(*this, static_cast<base&>(*this), core_, path_); }
+
+    // The std stream (this object as one). Closing it there does not publish.
+    base& get_stream() { return *this; }
+    const base& get_stream() const { return *this; }
+    void init(const dyad_stream_core& core) {
+        core_ = core;
+        core_.set_initialized();
+        core_.log_info("Stream core state is set");
+    }
+    const dyad_stream_core& core() const { return core_; }
+
+    dyad_rc_t dyad_rc() const { return core_.dyad_rc(); }
+    const std::string& dyad_error() const { return core_.dyad_error(); }
 
   private:
-    stream_core core_;
+    dyad_stream_core core_;
     std::string path_;
 };
 
-using ifstream_dyad = basic_ifstream_dyad<char>;
-using wifstream_dyad = basic_ifstream_dyad<wchar_t>;
-using ofstream_dyad = basic_ofstream_dyad<char>;
-using wofstream_dyad = basic_ofstream_dyad<wchar_t>;
-using fstream_dyad = basic_fstream_dyad<char>;
-using wfstream_dyad = basic_fstream_dyad<wchar_t>;
+template <typename CharT, typename Traits>
+void swap(basic_ifstream_dyad<CharT, Traits>& a, basic_ifstream_dyad<CharT, Traits>& b) {
+    a.swap(b);
+}
+template <typename CharT, typename Traits>
+void swap(basic_ofstream_dyad<CharT, Traits>& a, basic_ofstream_dyad<CharT, Traits>& b) {
+    a.swap(b);
+}
+template <typename CharT, typename Traits>
+void swap(basic_fstream_dyad<CharT, Traits>& a, basic_fstream_dyad<CharT, Traits>& b) {
+    a.swap(b);
+}
 
-using ifstream = ifstream_dyad;
-using wifstream = wifstream_dyad;
-using ofstream = ofstream_dyad;
-using wofstream = wofstream_dyad;
-using fstream = fstream_dyad;
-using wfstream = wfstream_dyad;
+typedef basic_ifstream_dyad<char> ifstream_dyad;
+typedef basic_ifstream_dyad<wchar_t> wifstream_dyad;
+typedef basic_ofstream_dyad<char> ofstream_dyad;
+typedef basic_ofstream_dyad<wchar_t> wofstream_dyad;
+typedef basic_fstream_dyad<char> fstream_dyad;
+typedef basic_fstream_dyad<wchar_t> wfstream_dyad;
+
+typedef ifstream_dyad ifstream;
+typedef wifstream_dyad wifstream;
+typedef ofstream_dyad ofstream;
+typedef wofstream_dyad wofstream;
+typedef fstream_dyad fstream;
+typedef wfstream_dyad wfstream;
 
 }  // namespace dyad
 
