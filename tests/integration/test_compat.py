@@ -86,7 +86,7 @@ HEADERS = sorted(os.path.relpath(p, INCLUDE) for p in glob.glob(os.path.join(INC
 
 @pytest.mark.parametrize("config", [False, True], ids=["plain", "DYAD_HAS_CONFIG"])
 def test_every_header_compiles_alone_and_together(tmp_path, config):
-    assert "dyad/common/dyad_dtl.h" in HEADERS
+    assert "dyad/common/dyad_dtl.h" in HEADERS and "dyad/stream/dyad_stream_core.hpp" in HEADERS
     defs = ["-DDYAD_HAS_CONFIG=1"] if config else []
     jobs = []
     for h in HEADERS + ["ALL"]:
