@@ -80,7 +80,7 @@ def _draw(ax, title, bars, unit, log=False):
     for r, h in zip(rects, hatches):
         r.set_hatch(h)
     for x, b in zip(xs, bars):
-        if b.span:
+        if b.span and b.span[0] != b.span[1]:
             lo, hi = b.span
             ax.plot([x, x], [lo, hi], color="black", linewidth=1)
             ax.plot([x - 0.08, x + 0.08], [lo, lo], color="black", linewidth=1)
@@ -144,7 +144,12 @@ def plot_bench(d, path):
     big, small = s.get("big", {}), s.get("small", {})
     quick = " (BENCH_QUICK)" if d.get("quick") else ""
     size = big.get("bytes")
-    size_txt = f"{size / 2**30:.3g} GiB file" if size else "one large file"
+    if not size:
+        size_txt = "one large file"
+    elif size >= 1 << 30:
+        size_txt = f"{size / 2**30:.3g} GiB file"
+    else:
+        size_txt = f"{size / 2**20:.4g} MiB file"
 
     def rng(prefix):
         return tuple(big.get(prefix + "_range")) if big.get(prefix + "_range") else None
