@@ -4,7 +4,7 @@ BUILD ?= build
 PY ?= /usr/bin/python3
 CMAKE_FLAGS ?= -DDYAD_WARNINGS_AS_ERRORS=ON
 
-.PHONY: all deps configure build test test-long test-asan demo bench format check-format clean
+.PHONY: all deps configure build test test-long test-asan demo bench bench-plot format check-format clean
 
 all: build
 
@@ -35,14 +35,26 @@ test-asan: deps
 demo: build
 	$(PY) scripts/demo.py
 
+# Results (JSON) and charts (PNG) go to $(BENCH_OUT) only; bench/results/
+# holds tracked reference results, which `make bench` never rewrites.
+BENCH_OUT ?= $(BUILD)/bench
+BENCH_ENV = BENCH_OUT=$(abspath $(BENCH_OUT)) DYAD_BUILD_DIR=$(abspath $(BUILD))
+
 bench: build
-	$(PY) bench/bench.py
-	$(PY) bench/wrapper_overhead.py
-	$(PY) bench/ucx_bench.py
-	$(PY) bench/ofi_bench.py
-	$(PY) bench/auto_bench.py
-	$(PY) bench/fairness_bench.py
-	$(PY) bench/auth_bench.py
+	$(BENCH_ENV) $(PY) bench/bench.py
+	$(BENCH_ENV) $(PY) bench/wrapper_overhead.py
+	$(BENCH_ENV) $(PY) bench/ucx_bench.py
+	$(BENCH_ENV) $(PY) bench/ofi_bench.py
+	$(BENCH_ENV) $(PY) bench/auto_bench.py
+	$(BENCH_ENV) $(PY) bench/fairness_bench.py
+	$(BENCH_ENV) $(PY) bench/auth_bench.py
+	$(PY) bench/plot.py $(BENCH_OUT)
+
+# Charts again from the JSON in $(BENCH_OUT) (no measurement). For the
+# tracked reference results: $(PY) bench/plot.py bench/results (PNGs in
+# build/bench/reference/).
+bench-plot:
+	$(PY) bench/plot.py $(BENCH_OUT)
 
 FORMATTED = find include src tools tests examples bench \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \)
 

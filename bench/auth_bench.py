@@ -13,7 +13,7 @@ served-file checks (an fstat at each end of a transfer), which both
 clusters pay. BENCH_QUICK=1: 256 MiB and 200 files, 1 round. BENCH_DIR=/dev/shm
 puts the nodes' directories there (takes the disk out of the comparison).
 
-Writes bench/results/auth.json. Run: make bench (or alone, after make build).
+Writes auth.json under build/bench/ (bench_output.py). Run: make bench (or alone, after make build).
 """
 import json
 import os
@@ -25,13 +25,14 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
 import harness  # noqa: E402
+import bench_output  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 REPS = int(os.environ.get("BENCH_REPS", 1 if QUICK else 3))
 BIG = (256 if QUICK else 1024) << 20
 COUNT = 200 if QUICK else 2000
 SMALL = 64 << 10
-RESULTS = os.path.join(HERE, "results", "auth.json")
+RESULTS = bench_output.results_path("auth")
 BENCH_DIR = os.environ.get("BENCH_DIR") or None
 
 

@@ -18,7 +18,8 @@ BENCH_DIR=/some/dir: put the simulated nodes' directories there (default: the
 system temporary directory, like the harness), e.g. /dev/shm to take the disk
 and file system out of the picture.
 
-Prints a table and writes bench/results/latest.json. Run: make bench
+Prints a table and writes latest.json under build/bench/ (bench_output.py;
+bench/results/ holds tracked reference results). Run: make bench
 """
 import filecmp
 import json
@@ -36,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
+import bench_output  # noqa: E402
 import harness  # noqa: E402
 from harness import Cluster, free_port, write_file  # noqa: E402
 
@@ -46,7 +48,7 @@ SMALL_COUNT = 200 if QUICK else 2000
 SMALL_SIZE = 64 << 10
 SYNC = os.environ.get("BENCH_SYNC", "") not in ("", "0")
 BENCH_DIR = os.environ.get("BENCH_DIR") or None
-RESULTS = os.path.join(HERE, "results", "latest.json")
+RESULTS = bench_output.results_path("latest")
 
 GB = 1e9
 MB = 1e6

@@ -6,6 +6,7 @@ import os
 import subprocess
 import time
 
+import bench_output
 import harness
 
 # The sizes every transport row uses: BENCH_QUICK=1 checks the scripts.
@@ -17,10 +18,10 @@ SMALL_N = 200 if QUICK else 1000
 
 
 def save(name, results):
-    """Writes a bench row's results to bench/results/NAME.json."""
-    os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "results", f"{name}.json"), "w") as fh:
-        json.dump(results, fh, indent=2)
+    """Writes a bench row's results to NAME.json under build/bench/ (see
+    bench_output)."""
+    path = bench_output.save(name, results)
+    print(f"bench: results written to {os.path.relpath(path, os.getcwd())}", flush=True)
 
 
 def cp_rate(src, dst_dir):

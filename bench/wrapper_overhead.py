@@ -3,13 +3,15 @@
 files: open/read/close over 100,000 unmanaged files, with and without the
 wrapper (active: DYAD_PATH_PRODUCER/CONSUMER set elsewhere), alternated,
 median of 5 each. Goal: throughput ratio with/without >= 0.95."""
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_output  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("DYAD_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -41,9 +43,9 @@ def main():
         print(f"  {'without wrapper':22} {m0:9.3f} {N / m0:10.0f}")
         print(f"  {'with wrapper (active)':22} {m1:9.3f} {N / m1:10.0f}")
         print(f"  throughput ratio with/without: {ratio:.3f} (goal >= 0.95)")
-        os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
-        with open(os.path.join(ROOT, "bench", "results", "wrapper_overhead.json"), "w") as f:
-            json.dump({"files": N, "reps": REPS, "without_s": without, "with_s": withw, "ratio": ratio}, f, indent=2)
+        path = bench_output.save("wrapper_overhead", {"files": N, "reps": REPS, "without_s": without,
+                                                      "with_s": withw, "ratio": ratio})
+        print(f"bench: results written to {os.path.relpath(path, os.getcwd())}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

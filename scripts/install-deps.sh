@@ -1,16 +1,37 @@
 #!/usr/bin/env bash
-# Installs every Debian package the build, tests, demo and benchmarks need.
+# Installs exactly the Debian 12 packages the build, tests, demo and
+# benchmarks use, and enables or starts no system service.
 # Idempotent: skips apt entirely when everything is already present.
 set -euo pipefail
 
 PKGS=(
-  build-essential cmake ninja-build pkg-config clang-format
-  libasio-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libxxhash-dev libsodium-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
-  libucx-dev ucx-utils libfabric-dev libfabric-bin
-  etcd-server etcd-client
-  iperf3 iproute2 procps psmisc
-  python3 python3-pytest python3-numpy python3-h5py python3-torch
+  # -- build (CMakeLists.txt, Makefile) --
+  build-essential      # gcc/g++, make; also binutils (readelf, nm: tests/integration)
+  cmake                # the build system
+  ninja-build          # cmake -G Ninja (Makefile)
+  pkg-config           # pkg_check_modules for UCX and libfabric (src/dtl)
+  clang-format         # make format / make check-format
+  libasio-dev          # framed RPC over TCP/Unix sockets (src/rpc)
+  nlohmann-json3-dev   # JSON records and replies (src/client, src/kvs, tools)
+  libcli11-dev         # command lines of dyadd and dyad
+  libxxhash-dev        # checksums and key hashing (src/common)
+  libsodium-dev        # the job key's authentication (src/common/auth.cpp)
+  libgtest-dev         # unit tests (tests/CMakeLists.txt: GTest::gtest_main)
+  # -- transports --
+  libucx-dev           # DYAD_DTL_MODE=UCX (src/dtl)
+  ucx-utils            # ucx_info (tests), ucx_perftest (bench/ucx_bench.py)
+  libfabric-dev        # DYAD_DTL_MODE=MARGO/OFI (src/dtl, bench/ofi_read_bw.cpp)
+  libfabric-bin        # fi_info (tests/integration)
+  # -- tests, demo, benchmarks --
+  iproute2             # ip: the harness's second loopback address (scripts/harness.py)
+  iperf3               # TCP baseline of make bench (bench/bench.py); its daemon stays off
+  python3              # tests, demo, benchmarks, pydyad
+  python3-pytest       # every Python test (ctest runs pytest)
+  python3-venv         # pip install ./python into a fresh venv (tests/python/test_pydyad_install.py)
+  python3-numpy        # examples/python, pydyad.torch
+  python3-h5py         # pydyad.hdf and its tests
+  python3-torch        # pydyad.torch and its tests
+  python3-matplotlib   # bench/plot.py: the PNG charts of make bench
 )
 
 missing=()
@@ -29,5 +50,23 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+
+# No service may start while packages are installed: a policy-rc.d that
+# refuses every start (exit 101), unless the machine already has one, removed
+# afterwards.
+POLICY=/usr/sbin/policy-rc.d
+if [ ! -e "$POLICY" ]; then
+  trap '$SUDO rm -f "$POLICY"' EXIT
+  printf '#!/bin/sh\n# install-deps.sh: no service starts during installation\nexit 101\n' |
+    $SUDO tee "$POLICY" >/dev/null
+  $SUDO chmod 755 "$POLICY"
+fi
+# iperf3 ships a daemon; its package enables it only if asked: say no.
+for p in "${missing[@]}"; do
+  if [ "$p" = iperf3 ]; then
+    echo "iperf3 iperf3/start_daemon boolean false" | $SUDO debconf-set-selections
+  fi
+done
+
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -10,11 +10,10 @@ Optional modules: ``pydyad.hdf`` (DyadFile, needs h5py) and ``pydyad.torch``
 from .bindings import (Dyad, DyadError, DyadLibraryError, DyadMetadata, DyadMetadataWrapper,
                        DyadRC, DTLCommMode, DTLMode, find_library, load_library, rc_name)
 from .context import dyad_open, get_default_dyad, set_default_dyad
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "Dyad", "DyadError", "DyadLibraryError", "DyadMetadata", "DyadMetadataWrapper", "DyadRC",
     "DTLCommMode", "DTLMode", "dyad_open", "find_library", "get_default_dyad", "load_library",
-    "rc_name", "set_default_dyad",
+    "rc_name", "set_default_dyad", "__version__",
 ]

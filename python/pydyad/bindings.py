@@ -14,6 +14,9 @@ import ctypes
 import ctypes.util
 import enum
 import os
+import platform
+import sys
+import sysconfig
 import threading
 
 __all__ = [
@@ -26,6 +29,8 @@ __all__ = [
     "DTLMode",
     "DTLCommMode",
     "find_library",
+    "install_dirs",
+    "library_path",
     "load_library",
     "rc_name",
 ]
@@ -253,31 +258,104 @@ class DyadMetadataWrapper:
 # Loading the library
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+# A source checkout: python/pydyad/ beside build/ (after `make build`).
 _RELATIVE_LIB = os.path.normpath(os.path.join(_PKG_DIR, "..", "..", "build", "lib", "libdyad.so"))
+# What `cmake --install` puts in PREFIX/lib (or lib/<multiarch>): the
+# run-time name first, then the development link.
+_LIB_NAMES = ("libdyad.so.0", "libdyad.so")
 
 _lib = None
 _lib_path = None
 _lib_lock = threading.Lock()
 
 
+def _package_prefix():
+    """PREFIX when this package is installed as PREFIX/lib*/pythonX.Y/
+    site-packages/pydyad (or .../python3/dist-packages/pydyad): where
+    `pip install --prefix PREFIX` and `cmake --install build --prefix PREFIX`
+    put their files."""
+    site = os.path.dirname(_PKG_DIR)
+    if os.path.basename(site) not in ("site-packages", "dist-packages"):
+        return None
+    pyver = os.path.dirname(site)
+    libdir = os.path.dirname(pyver)
+    if not os.path.basename(pyver).startswith("python") or not os.path.basename(libdir).startswith("lib"):
+        return None
+    return os.path.dirname(libdir)
+
+
+def install_dirs():
+    """Directories searched for an installed libdyad (after
+    ctypes.util.find_library), in order: lib, lib/<multiarch> and lib64 of
+    this package's install prefix, of sys.prefix (a virtual environment),
+    sys.base_prefix, /usr/local and /usr (always last, as for the dynamic
+    linker)."""
+    multiarch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
+    prefixes = [p for p in (_package_prefix(), sys.prefix, sys.base_prefix, "/usr/local")
+                if p and os.path.normpath(p) != "/usr"] + ["/usr"]
+    out, seen = [], set()
+    for prefix in prefixes:
+        if not prefix:
+            continue
+        for sub in ("lib", os.path.join("lib", multiarch), "lib64"):
+            d = os.path.join(prefix, sub)
+            key = os.path.realpath(d)
+            if key not in seen:
+                seen.add(key)
+                out.append(d)
+    return out
+
+
+def _loaded_path(name):
+    """Full path of the loaded library `name` (a bare soname found by the
+    dynamic linker), from /proc/self/maps; `name` itself if unknown."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").partition("/")[2]
+                if path and os.path.basename("/" + path) == name:
+                    return "/" + path
+    except OSError:
+        pass
+    return name
+
+
 def find_library():
-    """Where libdyad.so will be loaded from: $DYAD_LIBRARY if set, else
-    ../../build/lib/libdyad.so relative to this package, else
-    ctypes.util.find_library("dyad"). Raises DyadLibraryError if none."""
+    """Where libdyad will be loaded from, in this order:
+
+    1. ``$DYAD_LIBRARY`` (an explicit override: must exist);
+    2. an installed copy: ``ctypes.util.find_library("dyad")`` (the dynamic
+       linker's cache and paths), then libdyad.so.0 / libdyad.so in
+       :func:`install_dirs` (the install prefix's lib directories);
+    3. the build tree beside a source checkout: ../../build/lib/libdyad.so
+       relative to this package.
+
+    Returns a path (or, from find_library, a name the dynamic linker
+    resolves). Raises DyadLibraryError listing every place it looked."""
     env = os.environ.get("DYAD_LIBRARY")
     if env:
         if not os.path.exists(env):
             raise DyadLibraryError(f"DYAD_LIBRARY={env!r}: no such file")
         return env
-    if os.path.exists(_RELATIVE_LIB):
-        return _RELATIVE_LIB
     found = ctypes.util.find_library("dyad")
     if found:
         return found
+    tried = []
+    for d in install_dirs():
+        for name in _LIB_NAMES:
+            p = os.path.join(d, name)
+            if os.path.isfile(p):
+                return p
+        tried.append(d)
+    if os.path.isfile(_RELATIVE_LIB):
+        return _RELATIVE_LIB
     raise DyadLibraryError(
-        "libdyad.so not found: DYAD_LIBRARY is not set, there is no "
-        f"{_RELATIVE_LIB} and ctypes.util.find_library('dyad') found nothing; "
-        "set DYAD_LIBRARY to the library's path")
+        "libdyad not found. Looked at, in order: $DYAD_LIBRARY (not set); "
+        "ctypes.util.find_library('dyad') (nothing: not in the dynamic linker's cache or paths); "
+        f"{' or '.join(_LIB_NAMES)} in {', '.join(tried)}; "
+        f"the build tree beside this package ({_RELATIVE_LIB}). "
+        "Set DYAD_LIBRARY to the library's path, or install DYAD "
+        "(cmake --install build --prefix PREFIX) into one of those prefixes.")
 
 
 def _declare(lib):
@@ -318,7 +396,7 @@ def load_library():
             except OSError as e:
                 raise DyadLibraryError(f"cannot load {path}: {e}") from e
             _declare(lib)
-            _lib, _lib_path = lib, path
+            _lib, _lib_path = lib, path if os.sep in path else _loaded_path(path)
         return _lib
 
 

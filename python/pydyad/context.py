@@ -2,7 +2,7 @@
 import io
 import os
 import threading
-from contextlib import contextmanager
+import warnings
 
 from .bindings import Dyad, DyadError, DyadRC
 
@@ -61,16 +61,133 @@ def _split_args(args, kwargs):
     return file, mode
 
 
-@contextmanager
+class _Publication:
+    """The produce owed when a file opened for writing is closed: done once,
+    by the object dyad_open returned (or the layer detach() handed over), and
+    only after its close() succeeded; cancelled when the ``with`` block
+    raised or the file was never closed (garbage-collected while open)."""
+
+    def __init__(self, dyad, path):
+        self.dyad = dyad
+        self.path = path
+
+    def cancel(self):
+        self.dyad = None
+
+    def fire(self):
+        dyad, self.dyad = self.dyad, None
+        if dyad is not None and dyad.prod_path:
+            dyad.produce(self.path)
+
+
+class _Producing:
+    """Mixed into the io classes of a file that dyad_open opened for writing.
+    Only the outermost layer (``_dyad_pub`` set) publishes."""
+
+    _dyad_pub = None
+
+    def close(self):
+        pub = self._dyad_pub
+        if pub is None or self.closed:
+            return super().close()
+        try:
+            super().close()
+        except BaseException:
+            pub.cancel()  # flushing or closing failed: the file may be incomplete
+            raise
+        self._dyad_pub = None
+        pub.fire()
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and self._dyad_pub is not None:
+            self._dyad_pub.cancel()  # the block raised: close without producing
+        self.close()
+
+    def __del__(self):
+        # Never closed: not published (as when the with block raises).
+        pub = self._dyad_pub
+        if pub is not None:
+            pub.cancel()
+        super().__del__()
+
+    def detach(self):
+        inner = super().detach()
+        if self._dyad_pub is not None and isinstance(inner, _Producing):
+            inner._dyad_pub, self._dyad_pub = self._dyad_pub, None
+        return inner
+
+
+class DyadFileIO(_Producing, io.FileIO):
+    pass
+
+
+class DyadBufferedWriter(_Producing, io.BufferedWriter):
+    pass
+
+
+class DyadBufferedRandom(_Producing, io.BufferedRandom):
+    pass
+
+
+class DyadTextIOWrapper(_Producing, io.TextIOWrapper):
+    pass
+
+
+def _open_producing(pub, file, mode="r", buffering=-1, encoding=None, errors=None, newline=None,
+                    closefd=True, opener=None):
+    """io.open() for the writing modes, building the same layers (raw file,
+    buffer, text) from subclasses whose outermost layer produces on close."""
+    binary = "b" in mode
+    if binary:
+        for name, value in (("encoding", encoding), ("errors", errors), ("newline", newline)):
+            if value is not None:
+                raise ValueError(f"binary mode doesn't take an {name} argument")
+        if buffering == 1:
+            warnings.warn("line buffering (buffering=1) isn't supported in binary mode, the default "
+                          "buffer size will be used", RuntimeWarning, 3)
+    raw = DyadFileIO(file, mode.replace("b", "").replace("t", ""), closefd, opener=opener)
+    layers = [raw]
+    try:
+        line_buffering = False
+        if buffering == 1 or (buffering < 0 and raw.isatty()):
+            buffering, line_buffering = -1, True
+        if buffering < 0:
+            buffering = io.DEFAULT_BUFFER_SIZE
+            try:
+                blksize = os.fstat(raw.fileno()).st_blksize
+                if blksize > 1:
+                    buffering = blksize
+            except (OSError, AttributeError):
+                pass
+        if buffering == 0:
+            if not binary:
+                raise ValueError("can't have unbuffered text I/O")
+        else:
+            cls = DyadBufferedRandom if "+" in mode else DyadBufferedWriter
+            layers.append(cls(raw, buffering))
+            if not binary:
+                text = DyadTextIOWrapper(layers[-1], encoding, errors, newline, line_buffering)
+                text.mode = mode
+                layers.append(text)
+    except BaseException:
+        raw.close()
+        raise
+    layers[-1]._dyad_pub = pub
+    return layers[-1]
+
+
 def dyad_open(*args, dyad_ctx=None, metadata_wrapper=None, register_dyad_ctx=False, **kwargs):
-    """Context manager with open()'s arguments.
+    """open() through DYAD: same arguments, returns a file object, usable
+    with or without ``with``.
 
     Before opening in a read mode, waits for the file to be produced and
     brings it here (dyad consume; with metadata_wrapper from
-    Dyad.get_metadata, dyad_consume_w_metadata). After closing a file opened
-    in a writing mode, publishes it (dyad produce), unless the block raised.
-    DYAD acts only on paths under the consumer/producer-managed directories;
-    other files are opened as by open().
+    Dyad.get_metadata, dyad_consume_w_metadata). A file opened in a writing
+    mode is published (dyad produce) when it is closed: by close(), or at the
+    end of a ``with`` block, unless the block raised. A file that is never
+    closed is not published. DYAD acts only on paths under the
+    consumer/producer-managed directories; other files are opened as by
+    open().
 
     dyad_ctx: the Dyad to use (default: a module-global one created from the
     environment on first use); register_dyad_ctx=True makes dyad_ctx that
@@ -97,10 +214,6 @@ def dyad_open(*args, dyad_ctx=None, metadata_wrapper=None, register_dyad_ctx=Fal
             dyad.consume_w_metadata(path, metadata_wrapper)
         else:
             dyad.consume(path)
-    f = io.open(*args, **kwargs)
-    try:
-        yield f
-    finally:
-        f.close()
     if produce and dyad is not None and dyad.prod_path:
-        dyad.produce(path)
+        return _open_producing(_Publication(dyad, path), *args, **kwargs)
+    return io.open(*args, **kwargs)

@@ -1,6 +1,7 @@
 """dyad_open: every open() mode, across two nodes."""
 import json
 import os
+import subprocess
 
 import pytest
 
@@ -234,3 +235,60 @@ def test_errors_surface_from_dyad_open(cluster):
     assert "invalid mode" in out[1]
     assert out[2] == [DyadRC.DYAD_RC_NOCTX, "DYAD_RC_NOCTX"]
     assert not os.path.exists(n.path("x.txt")), "nothing is opened when DYAD fails first"
+
+
+# -- dyad_open as a plain function ------------------------------------------------
+
+def test_plain_function_returns_a_file_produced_at_close(cluster):
+    """Without `with`: dyad_open returns an open file object (of io's
+    classes); the file is published by close(), not before."""
+    prod, cons = cluster[0], cluster[1]
+    p = spawn_py(prod, f"""
+        import io
+        f = dyad_open({prod.path('plain.txt')!r}, "w", encoding="utf-8")
+        f.write("plain ")
+        b = dyad_open({prod.path('plain.bin')!r}, "wb", buffering=0)
+        b.write(b"raw")
+        print(json.dumps([isinstance(f, io.TextIOWrapper), f.mode, f.name, isinstance(b, io.FileIO)]), flush=True)
+        sys.stdin.readline()             # the test looks: nothing is produced yet
+        f.write("text")
+        f.close()
+        b.close()
+        f.close()                        # closing twice is harmless (produced once)
+        print(json.dumps("closed"), flush=True)
+    """, stdin=subprocess.PIPE)
+    first = json.loads(p.stdout.readline())
+    assert first == [True, "w", prod.path("plain.txt"), True]
+    assert cons.dyad("stat", cons.path("plain.txt"), check=False).returncode == 2, "produced before close"
+    out, _ = p.communicate("go\n", timeout=60)
+    assert p.returncode == 0 and json.loads(out.splitlines()[-1]) == "closed"
+    assert stat(cons, "plain.txt")["size"] == len("plain text")
+    got = last_json(run_py(cons, f"""
+        f = dyad_open({cons.path('plain.txt')!r})
+        g = dyad_open({cons.path('plain.bin')!r}, "rb")
+        print(json.dumps([f.read(), g.read().decode()]))
+        f.close(); g.close()
+    """, DYAD_WAIT_TIMEOUT=30).stdout)
+    assert got == ["plain text", "raw"]
+
+
+def test_a_file_never_closed_is_not_produced(cluster):
+    """A writer that drops its file without closing it (e.g. it failed half
+    way) does not publish what may be incomplete, as when a `with` block
+    raises; the data itself is flushed as by open()."""
+    prod, cons = cluster[0], cluster[1]
+    run_py(prod, f"""
+        import gc, warnings
+        warnings.simplefilter("ignore", ResourceWarning)
+        f = dyad_open({prod.path('dropped.txt')!r}, "w")
+        f.write("half")
+        del f
+        gc.collect()
+        g = dyad_open({prod.path('kept.txt')!r}, "a")
+        g.write("kept")
+        g.detach().close()               # the buffer detach() hands over publishes in its place
+    """)
+    with open(prod.path("dropped.txt")) as f:
+        assert f.read() == "half"
+    assert cons.dyad("stat", cons.path("dropped.txt"), check=False).returncode == 2
+    assert stat(cons, "kept.txt")["size"] == 4
