@@ -4,7 +4,7 @@ BUILD ?= build
 PY ?= /usr/bin/python3
 CMAKE_FLAGS ?= -DDYAD_WARNINGS_AS_ERRORS=ON
 
-.PHONY: all deps configure build test test-long test-asan demo bench bench-plot format check-format clean
+.PHONY: all deps configure build install test test-long test-asan demo bench bench-plot format check-format clean
 
 all: build
 
@@ -19,6 +19,16 @@ configure: deps
 
 build: $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j2
+
+# Installs into $(PREFIX) (DESTDIR= stages it): configures the build for that
+# prefix first, so that the library directory is the prefix's (multiarch
+# lib/x86_64-linux-gnu for /usr on Debian) and the programs' RUNPATH
+# points there.
+PREFIX ?= /usr/local
+install: | deps
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	cmake --build $(BUILD) -j2
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -LE long --timeout 600

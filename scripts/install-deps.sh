@@ -11,6 +11,7 @@ PKGS=(
   ninja-build          # cmake -G Ninja (Makefile)
   pkg-config           # pkg_check_modules for UCX and libfabric (src/dtl)
   clang-format         # make format / make check-format
+  help2man             # man pages of dyadd and dyad (packaging/)
   libasio-dev          # framed RPC over TCP/Unix sockets (src/rpc)
   nlohmann-json3-dev   # JSON records and replies (src/client, src/kvs, tools)
   libcli11-dev         # command lines of dyadd and dyad

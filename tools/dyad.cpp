@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include <CLI/CLI.hpp>
+#include <dyad/dyad_version.h>
 
 #include "client/client.hpp"
 #include "common/auth.hpp"
@@ -56,6 +57,8 @@ int main(int argc, char** argv) {
         "Configuration comes from DYAD_* environment variables (see 'dyad config')."};
     app.footer(kExitCodes);
     app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("dyad ") + dyad_version(),
+                         "print the version and exit");
     bool json = false;
     app.add_flag("--json", json, "machine-readable output");
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include <CLI/CLI.hpp>
+#include <dyad/dyad_version.h>
 
 #include "common/config.hpp"
 #include "common/log.hpp"
@@ -31,6 +32,8 @@ int main(int argc, char** argv) {
     CLI::App app{
         "dyadd: the DYAD service of one node. Serves the files of its producer directory to\n"
         "consumers on any node and hosts the metadata store (unless --kvs is given)."};
+    app.set_version_flag("--version", std::string("dyadd ") + dyad_version(),
+                         "print the version and exit");
     app.add_option("producer_dir", o.producer_dir,
                    "producer-managed directory (default: $DYAD_PATH_PRODUCER)");
     app.add_flag("-d,--debug", o.debug, "debug logging");
