@@ -5,7 +5,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential cmake ninja-build pkg-config clang-format
-  libasio-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libxxhash-dev libsodium-dev
+  libasio-dev libboost-dev nlohmann-json3-dev libspdlog-dev libcli11-dev libxxhash-dev libsodium-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libucx-dev ucx-utils libfabric-dev libfabric-bin
   etcd-server etcd-client
