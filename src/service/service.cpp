@@ -144,8 +144,11 @@ class Service::StoreWatch {
             auto e = store_.get(kServicesNamespace, id_, Deadline::after(kProbeTimeout));
             bool ok = e || e.status().rc() == DYAD_RC_NOTFOUND;
             std::string why;
-            if (!ok)
-                why = "metadata store at " + uri_ + " does not answer: " + e.status().message();
+            if (!ok) {
+                std::string m = e.status().message();
+                if (m.rfind("metadata store: ", 0) == 0) m.erase(0, 16);
+                why = "metadata store at " + uri_ + " does not answer: " + m;
+            }
             lk.lock();
             auto now = std::chrono::steady_clock::now();
             if (ok) {
