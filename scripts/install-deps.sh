@@ -13,6 +13,8 @@ PKGS=(
   clang-format         # make format / make check-format
   help2man             # man pages of dyadd and dyad (packaging/)
   libasio-dev          # framed RPC over TCP/Unix sockets (src/rpc)
+  libboost-dev         # Boost.Beast: dyadd's /metrics and /healthz (src/service/metrics_http.cpp)
+  libspdlog-dev        # the log backend, header-only (src/common/log.cpp)
   nlohmann-json3-dev   # JSON records and replies (src/client, src/kvs, tools)
   libcli11-dev         # command lines of dyadd and dyad
   libxxhash-dev        # checksums and key hashing (src/common)

@@ -278,6 +278,16 @@ int main(int argc, char** argv) {
         if (j.contains("store"))
             std::printf("store: %llu keys, %llu waiting\n", j["store"].value("keys", 0ull),
                         j["store"].value("waiters", 0ull));
+        if (j.contains("metadata_store")) {
+            auto& m = j["metadata_store"];
+            bool up = m.value("reachable", false);
+            std::string backend = m.value("backend", ""), endpoint = m.value("endpoint", "");
+            if (backend != endpoint) backend += " at " + endpoint;
+            std::printf("metadata store: %s, %s%s%s\n", backend.c_str(),
+                        up ? "reachable" : "NOT reachable", up ? "" : ": ",
+                        up ? "" : m.value("error", "").c_str());
+        }
+        if (j.contains("metrics")) std::printf("metrics: %s\n", j.value("metrics", "").c_str());
         return 0;
     }
     return 1;

@@ -5,8 +5,13 @@
 namespace dyad::rpc {
 
 Request::Request(std::weak_ptr<Session> s, asio::io_context& io, uint32_t tag, nlohmann::json args)
-    : session_(std::move(s)), io_(io), tag_(tag), args_(std::move(args)) {
+    : session_(std::move(s)),
+      arrived_(std::chrono::steady_clock::now()),
+      io_(io),
+      tag_(tag),
+      args_(std::move(args)) {
     topic_ = args_.value("topic", "");
+    if (auto p = session_.lock()) connection_ = p->id();
 }
 
 Request::~Request() = default;
@@ -93,6 +98,7 @@ void Request::end(nlohmann::json meta) {
     auto self = shared_from_this();
     asio::dispatch(io_, [self, meta = std::move(meta)] {
         self->finish();
+        self->notify(Outcome::How::ended, 0, {}, DYAD_RC_OK);
         if (auto s = self->session_.lock()) {
             Header h;
             h.type = Type::end;
@@ -108,6 +114,7 @@ void Request::error(int errnum, const std::string& msg, dyad_rc_t rc) {
     auto self = shared_from_this();
     asio::dispatch(io_, [self, errnum, msg, rc] {
         self->finish();
+        self->notify(Outcome::How::error, errnum, msg, rc);
         if (auto s = self->session_.lock()) {
             Header h;
             h.type = Type::error;
@@ -127,6 +134,20 @@ void Request::finish() {
     on_update_ = nullptr;
 }
 
+void Request::notify(Outcome::How how, int errnum, std::string msg, dyad_rc_t rc) {
+    if (!observer_) return;
+    Outcome o;
+    o.how = how;
+    o.errnum = errnum;
+    o.msg = std::move(msg);
+    o.rc = rc;
+    try {
+        observer_->finished(*this, o);
+    } catch (const std::exception&) {
+        // an observer never stops the answer
+    }
+}
+
 void Request::on_cancel(std::function<void()> fn) {
     if (cancelled_) {
         asio::post(io_, std::move(fn));
@@ -144,6 +165,12 @@ void Request::cancel(int why) {
     on_cancel_ = nullptr;
     on_update_ = nullptr;
     if (fn) fn();
+    if (why == ETIMEDOUT)
+        notify(Outcome::How::expired, why, "request deadline passed on the service",
+               DYAD_RC_TIMEOUT);
+    else
+        notify(Outcome::How::cancelled, why,
+               why == ECANCELED ? "cancelled by the client" : "the client went away", DYAD_RC_OK);
     if (auto s = session_.lock()) {
         if (why == ETIMEDOUT) {
             Header h;

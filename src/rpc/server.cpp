@@ -106,6 +106,7 @@ void Server::accept_unix() {
 
 void Server::start_session(asio::generic::stream_protocol::socket sock) {
     if (sessions_.size() >= static_cast<size_t>(kMaxSessions)) {
+        ++connections_refused_;
         DYAD_WARN("rpc", "refusing a connection: %d connections already", kMaxSessions);
         return;  // the socket closes here
     }
@@ -119,6 +120,14 @@ void Server::forget(Session* s) {
 }
 
 void Server::dispatch(std::shared_ptr<Request> r) {
+    r->set_observer(observer_);
+    if (observer_) {
+        try {
+            observer_->started(*r);
+        } catch (const std::exception&) {
+            // an observer never stops a request
+        }
+    }
     auto it = handlers_.find(r->topic());
     if (it == handlers_.end()) {
         r->error(ENOSYS, "unknown topic '" + r->topic() + "'", DYAD_RC_BADRPC);
@@ -129,7 +138,8 @@ void Server::dispatch(std::shared_ptr<Request> r) {
     try {
         it->second(r);
     } catch (const std::exception& e) {
-        DYAD_WARN("rpc", "malformed %s request: %s", r->topic().c_str(), e.what());
+        // (One warning per failed request comes from the observer, with this.)
+        DYAD_DEBUG("rpc", "malformed %s request: %s", r->topic().c_str(), e.what());
         r->error(EINVAL, std::string("malformed request: ") + e.what(), DYAD_RC_BADUNPACK);
     }
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,7 +42,34 @@ struct Peer {
     std::string role = "client";  // claimed in the hello: "client" or "service"
     std::string service_id;       // with role "service"
     int64_t pid = 0;
-    int64_t uid = -1;  // Unix socket peers (SO_PEERCRED); -1 over TCP
+    int64_t uid = -1;     // Unix socket peers (SO_PEERCRED); -1 over TCP
+    std::string address;  // "IP:PORT" over TCP, "unix" over a Unix socket (for logs)
+};
+
+// How a request ended, for a RequestObserver.
+struct Outcome {
+    enum class How {
+        ended,      // answered (end)
+        error,      // answered with an error frame by its handler
+        expired,    // its deadline passed on the service (the client got ETIMEDOUT)
+        cancelled,  // the peer cancelled it or went away (errnum ECANCELED, ECONNRESET)
+    };
+    How how = How::ended;
+    int errnum = 0;
+    std::string msg;
+    dyad_rc_t rc = DYAD_RC_OK;
+};
+
+class Request;
+
+// Sees every request of a server (metrics, request logs), on the loop:
+// started() before its handler runs, finished() exactly once when it ends,
+// however it ends. Must not throw.
+class RequestObserver {
+  public:
+    virtual ~RequestObserver() = default;
+    virtual void started(const Request& r) = 0;
+    virtual void finished(const Request& r, const Outcome& o) = 0;
 };
 
 class Request : public std::enable_shared_from_this<Request> {
@@ -67,6 +95,10 @@ class Request : public std::enable_shared_from_this<Request> {
     bool over_unix() const;
     // A number unique to the connection this request came on (0 once it closed).
     uint64_t session_id() const;
+    // The same number, kept after the connection closed (for logs).
+    uint64_t connection() const { return connection_; }
+    // When the request arrived (steady clock).
+    std::chrono::steady_clock::time_point arrived() const { return arrived_; }
 
     // One part of the answer. `data` must stay valid until `done` runs
     // (with ok=false if the connection went away first).
@@ -98,6 +130,8 @@ class Request : public std::enable_shared_from_this<Request> {
 
     // Internal (Session).
     void set_peer(Peer p) { peer_ = std::move(p); }
+    void set_observer(std::shared_ptr<RequestObserver> o) { observer_ = std::move(o); }
+    RequestObserver* observer() const { return observer_.get(); }
     void cancel(int why_errnum);
     void arm_deadline();
     void deliver_update(const nlohmann::json& meta) {
@@ -106,8 +140,12 @@ class Request : public std::enable_shared_from_this<Request> {
 
   private:
     void finish();
+    void notify(Outcome::How how, int errnum, std::string msg, dyad_rc_t rc);
 
     std::weak_ptr<Session> session_;
+    uint64_t connection_ = 0;
+    std::chrono::steady_clock::time_point arrived_;
+    std::shared_ptr<RequestObserver> observer_;
     asio::io_context& io_;
     uint32_t tag_;
     nlohmann::json args_;
@@ -138,6 +176,12 @@ class Server {
     // Peers refused in their hello (wrong or missing key, uid not allowed).
     uint64_t auth_refused() const { return auth_refused_; }
     void count_auth_refused() { ++auth_refused_; }
+    // Sees every request from now on (null: none). Requests keep the
+    // observer they started with.
+    void set_observer(std::shared_ptr<RequestObserver> o) { observer_ = std::move(o); }
+    const std::shared_ptr<RequestObserver>& observer() const { return observer_; }
+    // Connections closed at once because kMaxSessions were open.
+    uint64_t connections_refused() const { return connections_refused_; }
     // Closes listeners and every session; pending requests are cancelled.
     void stop();
 
@@ -157,6 +201,8 @@ class Server {
     nlohmann::json hello_info_;
     AuthPolicy auth_;
     uint64_t auth_refused_ = 0;
+    uint64_t connections_refused_ = 0;
+    std::shared_ptr<RequestObserver> observer_;
     std::unique_ptr<asio::ip::tcp::acceptor> tcp_;
     std::unique_ptr<asio::local::stream_protocol::acceptor> unix_;
     std::string unix_path_;

@@ -11,6 +11,8 @@
 #include "common/config.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
+#include "metrics_http.hpp"
+#include "rpc/wire.hpp"
 #include "service.hpp"
 
 int main(int argc, char** argv) {
@@ -27,7 +29,7 @@ int main(int argc, char** argv) {
     o.figures = settings::text("DYAD_DTL_FIGURES");
     o.auth_key = settings::text("DYAD_AUTH_KEY_FILE");
     std::vector<std::string> allow_uids;
-    std::string info_log, error_log, memory;
+    std::string info_log, error_log, memory, metrics_listen;
 
     CLI::App app{
         "dyadd: the DYAD service of one node. Serves the files of its producer directory to\n"
@@ -49,6 +51,10 @@ int main(int argc, char** argv) {
     app.add_option("--listen", o.listen, "TCP HOST:PORT to serve on ('' for none)")
         ->capture_default_str();
     app.add_option("--socket", o.socket_path, "also serve on this Unix socket");
+    app.add_option("--metrics-listen", metrics_listen,
+                   "serve GET /metrics (Prometheus text format) and GET /healthz over HTTP on "
+                   "HOST:PORT (default: off; unauthenticated: prefer a loopback or management "
+                   "address)");
     app.add_option("--kvs", o.kvs_uri,
                    "use the metadata store of the dyadd at tcp://HOST:PORT instead of hosting one");
     app.add_option("--io-threads", o.io_threads, "threads for file reads")
@@ -176,6 +182,22 @@ int main(int argc, char** argv) {
         return 2;
     }
 
+    // The metrics endpoint: bound now (a taken port fails before the service
+    // registers anywhere), served once the service runs.
+    std::unique_ptr<dyad::service::MetricsHttp> metrics;
+    std::string metrics_host;
+    uint16_t metrics_port = 0;
+    if (!metrics_listen.empty()) {
+        auto u = dyad::rpc::parse_uri("tcp://" + metrics_listen);
+        if (!u) {
+            std::fprintf(stderr, "dyadd: --metrics-listen '%s' is not HOST:PORT\n",
+                         metrics_listen.c_str());
+            return 2;
+        }
+        metrics_host = u->host;
+        metrics_port = u->port;
+    }
+
     // SIGTERM/SIGINT wait (blocked, in every thread the service starts)
     // until start-up is over: some transport libraries install handlers of
     // their own while they initialise, which end the process with exit code 1.
@@ -186,14 +208,39 @@ int main(int argc, char** argv) {
     sigaddset(&term, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &term, &old);
     dyad::service::Service svc(o);
+    if (!metrics_listen.empty()) {
+        metrics = std::make_unique<dyad::service::MetricsHttp>(dyad::service::MetricsSource{
+            [&svc](std::function<void(std::string)> done) { svc.metrics(std::move(done)); },
+            [&svc](std::function<void(bool, std::string)> done) { svc.health(std::move(done)); }});
+        auto ep = metrics->listen(metrics_host, metrics_port);
+        if (!ep) {
+            std::fprintf(stderr, "dyadd: %s\n", ep.status().message().c_str());
+            return 1;
+        }
+        // Unauthenticated, like any Prometheus endpoint: it shows counts and
+        // sizes, never a path, a file's bytes or a key (docs/security.md).
+        if (!dyad::service::is_loopback_host(metrics_host))
+            DYAD_WARN("dyadd",
+                      "metrics and health on %s are served without authentication to anyone who "
+                      "can reach that port (counters only: no paths, data or keys)",
+                      ep.value().c_str());
+        svc.set_metrics_endpoint("http://" + ep.value() + "/metrics");
+        metrics_listen = ep.value();
+    }
     dyad::Status s = svc.start();
     if (!s) {
         std::fprintf(stderr, "dyadd: %s\n", s.to_string().c_str());
         return 1;
     }
+    if (metrics) {
+        metrics->start();
+        DYAD_INFO("dyadd", "metrics on http://%s/metrics, health on http://%s/healthz",
+                  metrics_listen.c_str(), metrics_listen.c_str());
+    }
     svc.catch_signals();
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     svc.run(true);
+    if (metrics) metrics->stop();
     DYAD_INFO("dyadd", "stopped");
     return 0;
 }

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <future>
+#include <thread>
 
 #include "common/config.hpp"
 #include "common/keygen.hpp"
@@ -72,6 +74,108 @@ struct Service::Snapshot {
     }
 };
 
+// Whether the remote metadata store (--kvs) answers, for health and status:
+// the last successful call of the service or of a probe (a get of its own
+// registration, deadline kProbeTimeout) on a thread of its own, started on
+// first use. A result younger than kFresh is reused; a check otherwise
+// waits for the next probe, one at a time however many ask.
+class Service::StoreWatch {
+  public:
+    using Done = std::function<void(bool, std::string)>;
+    static constexpr auto kFresh = std::chrono::seconds(1);
+    static constexpr double kProbeTimeout = 1.5;
+
+    StoreWatch(kvs::RpcStore& store, std::string id, std::string uri)
+        : store_(store), id_(std::move(id)), uri_(std::move(uri)) {}
+    ~StoreWatch() {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    }
+
+    // The store answered a call of the service (file threads).
+    void answered() {
+        std::lock_guard<std::mutex> lk(mu_);
+        last_ok_ = std::chrono::steady_clock::now();
+    }
+
+    void check(Done done) {
+        std::unique_lock<std::mutex> lk(mu_);
+        if (stop_) return;
+        auto now = std::chrono::steady_clock::now();
+        bool ok_newer = last_ok_ && (!last_fail_ || *last_ok_ >= *last_fail_);
+        if (ok_newer && now - *last_ok_ < kFresh) {
+            lk.unlock();
+            return done(true, "");
+        }
+        if (!ok_newer && last_fail_ && now - *last_fail_ < kFresh) {
+            std::string why = error_;
+            lk.unlock();
+            return done(false, why);
+        }
+        waiting_.push_back(std::move(done));
+        if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+        cv_.notify_all();
+    }
+
+    // For status: reachable as last seen, seconds since the last answer.
+    nlohmann::json view() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        nlohmann::json j = nlohmann::json::object();
+        auto now = std::chrono::steady_clock::now();
+        if (last_ok_)
+            j["last_contact_s"] = std::chrono::duration<double>(now - *last_ok_).count();
+        else
+            j["last_contact_s"] = nullptr;
+        if (last_fail_ && (!last_ok_ || *last_fail_ > *last_ok_)) j["error"] = error_;
+        return j;
+    }
+
+  private:
+    void run() {
+        std::unique_lock<std::mutex> lk(mu_);
+        for (;;) {
+            cv_.wait(lk, [this] { return stop_ || !waiting_.empty(); });
+            if (stop_) return;
+            lk.unlock();
+            auto e = store_.get(kServicesNamespace, id_, Deadline::after(kProbeTimeout));
+            bool ok = e || e.status().rc() == DYAD_RC_NOTFOUND;
+            std::string why;
+            if (!ok) {
+                std::string m = e.status().message();
+                if (m.rfind("metadata store: ", 0) == 0) m.erase(0, 16);
+                why = "metadata store at " + uri_ + " does not answer: " + m;
+            }
+            lk.lock();
+            auto now = std::chrono::steady_clock::now();
+            if (ok) {
+                last_ok_ = now;
+            } else {
+                last_fail_ = now;
+                error_ = why;
+            }
+            auto waiting = std::move(waiting_);
+            waiting_.clear();
+            lk.unlock();
+            for (auto& d : waiting) d(ok, why);
+            lk.lock();
+        }
+    }
+
+    kvs::RpcStore& store_;
+    std::string id_, uri_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    std::optional<std::chrono::steady_clock::time_point> last_ok_, last_fail_;
+    std::string error_;
+    std::vector<Done> waiting_;
+    std::thread thread_;
+};
+
 Service::Service(Options opts)
     : opts_(std::move(opts)), file_pool_(opts_.io_threads ? opts_.io_threads : 1) {
     if (opts_.node.empty()) opts_.node = hostname();
@@ -86,6 +190,7 @@ Service::~Service() {
 
 Status Service::start() {
     started_ = std::chrono::steady_clock::now();
+    started_wall_ = std::chrono::system_clock::now();
     if (opts_.producer_dir.empty())
         return Status(
             DYAD_RC_BADMANAGEDPATH,
@@ -127,6 +232,7 @@ Status Service::start() {
         }
         senders_[b.name] = std::move(snd.value());
         per_transport_[b.name];
+        transfer_seconds_[b.name] = std::make_unique<Histogram>(kSlowBuckets);
     }
     if (mode.value() != dtl::kAutoMode && !senders_.count(mode.value()))
         return Status(DYAD_RC_BADDTLMODE,
@@ -144,6 +250,7 @@ Status Service::start() {
     }
     server_ = std::make_unique<rpc::Server>(io_, nlohmann::json::object());
     server_->set_auth({key_, opts_.allow_uids, opts_.allow_any_uid});
+    server_->set_observer(metrics_);
     if (!opts_.listen.empty()) {
         std::string host;
         uint16_t port = 0;
@@ -214,11 +321,13 @@ Status Service::start() {
         me.service_id = id_;
         remote_ = std::make_unique<kvs::RpcStore>(
             opts_.kvs_uri, std::make_shared<rpc::ConnectionPool>(std::move(me)));
+        store_watch_ = std::make_unique<StoreWatch>(*remote_, id_, opts_.kvs_uri);
         auto v = remote_->put(kServicesNamespace, id_, reg.dump(), Deadline::after(10));
         if (!v)
             return Status(v.status())
                 .wrap("cannot register in the metadata store at " + opts_.kvs_uri +
                       " (is the dyadd hosting it running?)");
+        store_watch_->answered();
         auto e = remote_->get(kServicesNamespace, id_, Deadline::after(10));
         if (e) mine = std::move(e.value());
     }
@@ -305,14 +414,16 @@ void Service::stop() {
 void Service::fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
                    const Status& st) {
     total_.errors++;
-    if (!transport.empty()) per_transport_[transport].errors++;
-    DYAD_DEBUG(kSub, "fetch failed: %s", st.to_string().c_str());
+    if (!transport.empty()) {
+        per_transport_[transport].errors++;
+        metrics_->note(*r, transport, 0);
+    }
+    // (Its warning is the request's line: RequestMetrics::finished.)
     int err = st.err() ? st.err() : EIO;
     r->error(err, st.message(), st.rc());
 }
 
 void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
-    total_.requests++;
     const auto& a = r->args();
     std::string transport = dtl::universal_backend().name;
     if (a.contains("transport") && a["transport"].is_string()) transport = a["transport"];
@@ -454,15 +565,24 @@ void Service::try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
 void Service::start_send(std::shared_ptr<rpc::Request> r, std::string transport,
                          std::shared_ptr<dtl::FetchJob> job, std::shared_ptr<const Snapshot> snap) {
     if (r->finished()) return release_fd(job);  // cancelled meanwhile
-    senders_[transport]->send(job, [this, r, transport, job, snap](Status s, uint64_t bytes,
-                                                                   std::string xxh) {
+    per_transport_[transport].in_flight++;
+    total_.in_flight++;
+    auto t0 = std::chrono::steady_clock::now();
+    senders_[transport]->send(job, [this, r, transport, job, snap, t0](Status s, uint64_t bytes,
+                                                                       std::string xxh) {
         auto& c = per_transport_[transport];
         c.bytes_sent += bytes;
         total_.bytes_sent += bytes;
+        if (c.in_flight) c.in_flight--;
+        if (total_.in_flight) total_.in_flight--;
         if (!s) {
             release_fd(job);
+            metrics_->note(*r, transport, bytes);
             return fail(r, transport, s);
         }
+        transfer_seconds_[transport]->observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        metrics_->note(*r, transport, bytes);
         // Unchanged to the end, or the consumer installs nothing: what was
         // read may be a mix of two versions whatever its checksum says. (On
         // a file thread: a stat on a network file system is a round trip.)
@@ -633,7 +753,19 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
 
 Result<uint64_t> Service::store_put(const std::string& ns, const std::string& key,
                                     const std::string& value, uint64_t replaces) {
-    if (remote_) return remote_->put(ns, key, value, Deadline::after(kStoreTimeout), replaces);
+    auto t0 = std::chrono::steady_clock::now();
+    struct Timed {
+        Histogram& h;
+        std::chrono::steady_clock::time_point t0;
+        ~Timed() {
+            h.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+    } timed{store_calls_[0], t0};
+    if (remote_) {
+        auto v = remote_->put(ns, key, value, Deadline::after(kStoreTimeout), replaces);
+        if (v || v.status().rc() == DYAD_RC_NOTFOUND) store_watch_->answered();
+        return v;
+    }
     auto p = std::make_shared<std::promise<Result<uint64_t>>>();
     auto f = p->get_future();
     asio::post(io_, [this, p, ns, key, value, replaces] {
@@ -646,7 +778,19 @@ Result<uint64_t> Service::store_put(const std::string& ns, const std::string& ke
 }
 
 Result<kvs::Entry> Service::store_get(const std::string& ns, const std::string& key) {
-    if (remote_) return remote_->get(ns, key, Deadline::after(kStoreTimeout));
+    auto t0 = std::chrono::steady_clock::now();
+    struct Timed {
+        Histogram& h;
+        std::chrono::steady_clock::time_point t0;
+        ~Timed() {
+            h.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+    } timed{store_calls_[1], t0};
+    if (remote_) {
+        auto e = remote_->get(ns, key, Deadline::after(kStoreTimeout));
+        if (e || e.status().rc() == DYAD_RC_NOTFOUND) store_watch_->answered();
+        return e;
+    }
     auto p = std::make_shared<std::promise<Result<kvs::Entry>>>();
     auto f = p->get_future();
     asio::post(io_, [this, p, ns, key]() {
@@ -677,14 +821,15 @@ nlohmann::json Service::status_json() const {
                      {"served", c.served},
                      {"errors", c.errors},
                      {"bytes_sent", c.bytes_sent},
-                     {"bytes_received", c.bytes_received}};
+                     {"bytes_received", c.bytes_received},
+                     {"in_flight", c.in_flight}};
         auto it = senders_.find(name);
         if (it != senders_.end()) {
             auto extra = it->second->stats();
             if (extra.is_object() && !extra.empty()) per[name]["transport"] = extra;
         }
     }
-    j["counters"] = {{"requests", total_.requests},
+    j["counters"] = {{"requests", metrics_->kind(Kind::fetch).requests},
                      {"served", total_.served},
                      {"errors", total_.errors},
                      {"bytes_sent", total_.bytes_sent},
@@ -694,7 +839,9 @@ nlohmann::json Service::status_json() const {
                      {"refused_unproduced", refused_unproduced_.load()},
                      {"refused_stale", refused_stale_.load()},
                      {"auth_refused", server_ ? server_->auth_refused() : 0},
-                     {"per_transport", per}};
+                     {"in_flight", total_.in_flight},
+                     {"per_transport", per},
+                     {"per_kind", metrics_->to_json()}};
     j["connections"] = server_ ? server_->session_count() : 0;
     if (budget_) j["memory"] = budget_->stats();
     j["uptime_s"] =
@@ -714,7 +861,149 @@ nlohmann::json Service::status_json() const {
 }
 
 void Service::on_status(std::shared_ptr<rpc::Request> r) {
-    r->end(status_json());
+    // With whether the metadata store answers (a remote one may take a
+    // probe: the answer comes from the loop once it is known).
+    health([this, r](bool ok, std::string why) {
+        asio::post(io_, [this, r, ok, why = std::move(why)] {
+            if (r->finished()) return;
+            nlohmann::json j = status_json();
+            j["metadata_store"] = store_json(ok, why);
+            if (!metrics_endpoint_.empty()) j["metrics"] = metrics_endpoint_;
+            r->end(std::move(j));
+        });
+    });
+}
+
+nlohmann::json Service::store_json(bool reachable, const std::string& why) const {
+    nlohmann::json j;
+    if (remote_) {
+        j = store_watch_->view();
+        j["backend"] = opts_.kvs_uri;
+        j["endpoint"] = opts_.kvs_uri;
+    } else {
+        j["backend"] = "embedded";
+        j["endpoint"] = endpoints_.empty() ? std::string() : endpoints_.front();
+    }
+    j["reachable"] = reachable;
+    if (!reachable) j["error"] = why;
+    return j;
+}
+
+void Service::health(std::function<void(bool, std::string)> done) {
+    // Through the loop first: a service whose loop does not turn is not
+    // healthy, and the caller's deadline says so.
+    asio::post(io_, [this, done = std::move(done)]() mutable {
+        if (!store_watch_) return done(true, "");  // embedded: the loop answers it
+        store_watch_->check(std::move(done));
+    });
+}
+
+void Service::metrics(std::function<void(std::string)> done) {
+    asio::post(io_, [this, done = std::move(done)] { done(metrics_text()); });
+}
+
+// Every metric, on the loop (docs/user-guide.md lists them). The counters are
+// the ones status_json() shows.
+std::string Service::metrics_text() const {
+    PromText t;
+    t.family("dyad_info", "gauge",
+             "this service: its id, node and authentication scheme (the value is 1)");
+    t.sample("dyad_info",
+             {{"service_id", id_},
+              {"node", opts_.node},
+              {"auth", key_ ? auth::kScheme : "none"},
+              {"store", opts_.kvs_uri.empty() ? std::string("embedded") : opts_.kvs_uri}},
+             uint64_t{1});
+    t.gauge("dyad_start_time_seconds", "when this service started, seconds since the Unix epoch",
+            std::chrono::duration<double>(started_wall_.time_since_epoch()).count());
+    t.gauge("dyad_uptime_seconds", "seconds since this service started",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+
+    metrics_->render(t);
+
+    auto per = [&](const char* name, const char* type, const char* help, auto field) {
+        t.family(name, type, help);
+        for (const auto& [transport, c] : per_transport_)
+            t.sample(name, {{"transport", transport}}, static_cast<uint64_t>(field(c)));
+    };
+    per("dyad_fetch_requests_total", "counter",
+        "fetch requests for a transport this service serves, by transport",
+        [](const Counters& c) { return c.requests; });
+    per("dyad_bytes_sent_total", "counter", "bytes of files sent to consumers, by transport",
+        [](const Counters& c) { return c.bytes_sent; });
+    per("dyad_bytes_received_total", "counter", "bytes received from consumers, by transport",
+        [](const Counters& c) { return c.bytes_received; });
+    per("dyad_transfers_total", "counter",
+        "fetches served completely (the consumer got the END trailer), by transport",
+        [](const Counters& c) { return c.served; });
+    per("dyad_transfer_failures_total", "counter",
+        "fetches this service failed (refused, file gone or changed, transport error, consumer "
+        "not reading), by transport",
+        [](const Counters& c) { return c.errors; });
+    per("dyad_transfers_in_flight", "gauge", "transfers sending now, by transport",
+        [](const Counters& c) { return c.in_flight; });
+    t.family("dyad_transfer_seconds", "histogram",
+             "time this service took to send a file, from the first read to the transport's "
+             "completion, successful transfers, by transport");
+    for (const auto& [transport, h] : transfer_seconds_)
+        t.histogram("dyad_transfer_seconds", {{"transport", transport}}, h->data());
+    t.family("dyad_fetch_refused_total", "counter",
+             "fetches refused before any byte moved, by reason: a transport this service does not "
+             "serve, a file it did not produce, a file changed since it was produced");
+    t.sample("dyad_fetch_refused_total", {{"reason", "transport"}}, rejected_);
+    t.sample("dyad_fetch_refused_total", {{"reason", "unproduced"}}, refused_unproduced_.load());
+    t.sample("dyad_fetch_refused_total", {{"reason", "stale"}}, refused_stale_.load());
+    t.counter("dyad_published_total", "files this service published (dyad produce)",
+              published_count_.load());
+
+    t.counter("dyad_auth_refused_total",
+              "peers refused in their hello (no or wrong job key, uid not allowed)",
+              server_ ? server_->auth_refused() : 0);
+    t.gauge("dyad_connections", "open connections of the DYAD port and socket",
+            static_cast<double>(server_ ? server_->session_count() : 0));
+    t.counter("dyad_connections_refused_total", "connections closed at once because 4096 were open",
+              server_ ? server_->connections_refused() : 0);
+
+    if (budget_) {
+        auto m = budget_->stats();
+        t.gauge("dyad_memory_budget_bytes",
+                "size of the transfer buffer budget (--memory, DYAD_SERVICE_MEMORY)",
+                m.value("limit", 0.0));
+        t.gauge("dyad_memory_in_use_bytes", "transfer buffer memory held by transfers now",
+                m.value("in_use", 0.0));
+        t.gauge("dyad_memory_peak_bytes", "most transfer buffer memory held at once",
+                m.value("peak", 0.0));
+        t.gauge("dyad_memory_cached_bytes", "transfer buffers kept for reuse",
+                m.value("cached", 0.0));
+        t.gauge("dyad_memory_waiting_transfers", "transfers parked until memory is returned",
+                m.value("waiting", 0.0));
+        t.counter("dyad_memory_parked_total", "times a transfer was parked for memory",
+                  m.value("parked_total", uint64_t{0}));
+    }
+
+    bool embedded = static_cast<bool>(store_);
+    t.gauge("dyad_store_embedded", "1 when this service hosts the metadata store, 0 with --kvs",
+            embedded ? 1 : 0);
+    if (store_) {
+        t.gauge("dyad_store_records", "records (keys) in the embedded metadata store",
+                static_cast<double>(store_->key_count()));
+        t.gauge("dyad_store_bytes", "bytes of keys and values in the embedded metadata store",
+                static_cast<double>(store_->bytes()));
+        t.gauge("dyad_store_max_bytes", "bytes the embedded metadata store may hold (--store-max)",
+                static_cast<double>(store_->limits().max_bytes));
+        t.gauge("dyad_store_waiters", "requests waiting for a key to be put",
+                static_cast<double>(store_->watcher_count()));
+        t.counter("dyad_store_puts_refused_total",
+                  "puts the embedded metadata store refused for a size limit (key, value, "
+                  "--store-max)",
+                  store_->refused());
+    }
+    t.family("dyad_store_call_seconds", "histogram",
+             "time this service's own metadata calls took (publish, fetch checks), embedded or "
+             "remote, by operation");
+    t.histogram("dyad_store_call_seconds", {{"op", "put"}}, store_calls_[0].data());
+    t.histogram("dyad_store_call_seconds", {{"op", "get"}}, store_calls_[1].data());
+    return std::move(t.str());
 }
 
 }  // namespace dyad::service

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include "dtl/budget.hpp"
 #include "dtl/dtl.hpp"
 #include "kvs/store.hpp"
+#include "metrics.hpp"
 #include "rpc/server.hpp"
 
 namespace dyad::service {
@@ -72,14 +74,31 @@ class Service {
     const std::string& id() const { return id_; }
     const std::vector<std::string>& endpoints() const { return endpoints_; }
 
+    // For the metrics endpoint (dyadd --metrics-listen), from any thread.
+    // Calls done on the service's loop with the Prometheus text (format
+    // 0.0.4) of every metric, taken in one turn of the loop: a consistent
+    // snapshot. done is never called once the loop has stopped.
+    void metrics(std::function<void(std::string text)> done);
+    // Calls done (on the loop, or on the thread probing a remote metadata
+    // store) with whether the service runs and its metadata store answers;
+    // why says what is wrong otherwise.
+    void health(std::function<void(bool ok, std::string why)> done);
+    // Where the metrics are served ("" for nowhere), for status. Before run().
+    void set_metrics_endpoint(std::string url) { metrics_endpoint_ = std::move(url); }
+
   private:
+    // The fetch counters `dyad service status` shows (and the metrics, which
+    // read the same ones). total_.requests stays 0: all fetch requests are
+    // counted by metrics_ (kind fetch), per transport here.
     struct Counters {
         uint64_t requests = 0;
         uint64_t served = 0;
         uint64_t errors = 0;
         uint64_t bytes_sent = 0;
         uint64_t bytes_received = 0;
+        uint64_t in_flight = 0;  // transfers sending now
     };
+    class StoreWatch;  // whether a remote metadata store answers (service.cpp)
 
     // What this service published of a file: a fetch serves the file only
     // while it is still exactly this (docs/security.md).
@@ -111,6 +130,9 @@ class Service {
     void release_fd(const std::shared_ptr<dtl::FetchJob>& job);
     nlohmann::json identity() const;
     nlohmann::json status_json() const;
+    // The metadata store this service uses: backend, endpoint, reachable.
+    nlohmann::json store_json(bool reachable, const std::string& why) const;
+    std::string metrics_text() const;  // loop only
     void fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
               const Status& st);
 
@@ -125,10 +147,14 @@ class Service {
     UniqueFd prod_fd_;
     asio::io_context io_;
     asio::thread_pool file_pool_;
+    // Sees every request of server_ (counts by kind, store and wait
+    // histograms, request log lines); requests keep a reference.
+    std::shared_ptr<RequestMetrics> metrics_ = std::make_shared<RequestMetrics>();
     std::unique_ptr<rpc::Server> server_;
     std::unique_ptr<kvs::MemoryStore> store_;
     std::shared_ptr<const auth::Key> key_;
-    std::unique_ptr<kvs::RpcStore> remote_;  // --kvs: the store, as this service
+    std::unique_ptr<kvs::RpcStore> remote_;    // --kvs: the store, as this service
+    std::unique_ptr<StoreWatch> store_watch_;  // with remote_; destroyed before it
     std::mutex pub_mu_;
     std::unordered_map<std::string, Published> published_;  // by upath
     std::atomic<uint64_t> published_count_{0}, refused_unproduced_{0}, refused_stale_{0};
@@ -137,6 +163,10 @@ class Service {
     std::vector<dtl::TransportRecord> records_;  // published for the AUTO selector
     std::map<std::string, Counters> per_transport_;
     Counters total_;
+    std::map<std::string, std::unique_ptr<Histogram>> transfer_seconds_;             // by transport
+    Histogram store_calls_[2] = {Histogram(kFastBuckets), Histogram(kFastBuckets)};  // put, get
+    std::string metrics_endpoint_;
+    std::chrono::system_clock::time_point started_wall_;
     uint64_t rejected_ = 0;
     std::atomic<bool> warned_no_locks_{false};
     std::chrono::steady_clock::time_point started_;

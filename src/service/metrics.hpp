@@ -1,0 +1,112 @@
+// dyadd's metrics: histograms, the Prometheus text exposition format (0.0.4)
+// and the request observer that counts every RPC by kind, times the store's
+// operations and wait-for-create, and writes one log line per request. The
+// service's other counters (bytes, transfers, memory, store) stay where
+// `dyad service status` reads them; Service::metrics() renders both.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "rpc/server.hpp"
+
+namespace dyad::service {
+
+// Bucket bounds (seconds): store operations (microseconds to a second),
+// waits and transfers (milliseconds to minutes).
+extern const std::vector<double> kFastBuckets;
+extern const std::vector<double> kSlowBuckets;
+
+// A Prometheus histogram: counts per bucket, sum and count. Thread-safe.
+class Histogram {
+  public:
+    explicit Histogram(std::vector<double> bounds);
+    void observe(double v);
+    struct Data {
+        std::vector<double> bounds;
+        std::vector<uint64_t> cumulative;  // one per bound, then +Inf (== count)
+        uint64_t count = 0;
+        double sum = 0;
+    };
+    Data data() const;
+
+  private:
+    mutable std::mutex mu_;
+    std::vector<double> bounds_;
+    std::vector<uint64_t> counts_;  // per bucket, the last one above every bound
+    double sum_ = 0;
+};
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// Writes the text format: a family's HELP and TYPE once, then its samples.
+class PromText {
+  public:
+    void family(const std::string& name, const char* type, const std::string& help);
+    void sample(const std::string& name, const Labels& labels, double v);
+    void sample(const std::string& name, const Labels& labels, uint64_t v);
+    // The _bucket, _sum and _count samples of one histogram.
+    void histogram(const std::string& name, const Labels& labels, const Histogram::Data& d);
+    // A family with one unlabelled sample.
+    void counter(const std::string& name, const std::string& help, uint64_t v);
+    void gauge(const std::string& name, const std::string& help, double v);
+    std::string& str() { return out_; }
+
+  private:
+    void labels(const Labels& l, const char* le = nullptr);
+    std::string out_;
+};
+
+// Escapes a label value (\, ", newline).
+std::string escape_label(const std::string& v);
+
+// What a request is, as a label with a fixed set of values (a peer cannot
+// make up new ones): the RPC topic, kvs.get split by whether it waits.
+enum class Kind : uint8_t { fetch, publish, status, kvs_put, kvs_get, kvs_wait, kvs_list, other };
+constexpr size_t kKinds = 8;
+const char* kind_name(Kind k);
+Kind kind_of(const rpc::Request& r);
+
+// Sees every request of the service's RPC server, on the loop.
+class RequestMetrics : public rpc::RequestObserver {
+  public:
+    struct PerKind {
+        uint64_t requests = 0;   // arrived
+        uint64_t errors = 0;     // answered with an error (one warning each)
+        uint64_t cancelled = 0;  // the peer cancelled or went away first
+        uint64_t in_flight = 0;  // arrived, not ended
+    };
+    RequestMetrics();
+
+    void started(const rpc::Request& r) override;
+    void finished(const rpc::Request& r, const rpc::Outcome& o) override;
+    // What the service learnt of a request in progress, for its log line
+    // (loop only; ignored once the request ended).
+    void note(const rpc::Request& r, const std::string& transport, uint64_t bytes);
+
+    const PerKind& kind(Kind k) const { return kinds_[static_cast<size_t>(k)]; }
+    // Loop only (with a consistent view of the counters).
+    void render(PromText& t) const;
+    nlohmann::json to_json() const;
+
+  private:
+    struct Note {
+        std::string transport;
+        uint64_t bytes = 0;
+    };
+    std::array<PerKind, kKinds> kinds_{};
+    uint64_t not_found_ = 0;     // kvs.get of an absent key
+    uint64_t wait_expired_ = 0;  // kvs.get with wait whose deadline passed first
+    std::unordered_map<const rpc::Request*, Note> notes_;
+    Histogram wait_for_create_;
+    std::array<Histogram, 3> store_ops_;  // put, get, list
+};
+
+}  // namespace dyad::service
