@@ -124,6 +124,29 @@ def test_peer_that_is_not_dyad(tmp_path, behaviour, words):
         peer.close()
 
 
+def test_a_real_http_server(tmp_path):
+    """Python's http.server waits for the end of a request line that a DYAD
+    hello never sends: a silent peer, found out by the hello's deadline."""
+    import http.server
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        uri = f"tcp://127.0.0.1:{srv.server_address[1]}"
+        env, _ = client_env(tmp_path, DYAD_SERVICE_URI=uri)
+        p, dt = dyad("ls", env=env)
+        assert p.returncode == 4 and dt < 5, (dt, p.stderr)
+        assert f"dyad ls: the service at {uri} did not answer like a DYAD service" in p.stderr, p.stderr
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 def test_nothing_listening(tmp_path):
     env, d = client_env(tmp_path, DYAD_SERVICE_URI="tcp://127.0.0.1:1")
     p, dt = dyad("consume", f"{d}/x.bin", env=env)
