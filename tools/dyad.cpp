@@ -336,17 +336,23 @@ int main(int argc, char** argv) {
         return 0;
     }
     auto cfg = dyad::Config::from_env();
-    if (!cfg) return report(cfg.status());
-    if (timeout >= 0) cfg->wait_timeout = timeout;
-    dyad::log::set_level(cfg->log_level);
-    g_debug = cfg->log_level <= dyad::log::Level::debug;
+    // `dyad config` lists the settings even when one is bad (to show where
+    // its value came from), then fails.
+    if (!cfg && !*config) return report(cfg.status());
+    if (cfg) {
+        if (timeout >= 0) cfg->wait_timeout = timeout;
+        dyad::log::set_level(cfg->log_level);
+        g_debug = cfg->log_level <= dyad::log::Level::debug;
+    }
 
     if (*config && markdown) {
         std::cout << dyad::settings::markdown();
         return 0;
     }
     if (*config) {
-        nlohmann::json j = {{"config", cfg->to_json()}, {"settings", dyad::settings::describe()}};
+        nlohmann::json j = {{"config", cfg ? cfg->to_json() : nlohmann::json()},
+                            {"settings", dyad::settings::describe()}};
+        if (!cfg) j["error"] = cfg.status().message();
         nlohmann::json t = nlohmann::json::array();
         for (const auto& b : dyad::dtl::backends()) t.push_back(b.attributes().to_json());
         j["transports_built"] = t;
@@ -369,7 +375,8 @@ int main(int argc, char** argv) {
                     std::cout << "  " << b["name"].get<std::string>() << ": " << info << "\n";
             }
         }
-        return 0;
+        std::cout.flush();
+        return cfg ? 0 : report(cfg.status());
     }
     if (*key) {
         auto k = dyad::gen_path_key(key_path, cfg->key_depth, cfg->key_bins);

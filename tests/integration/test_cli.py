@@ -196,6 +196,10 @@ def test_messages_name_command_file_cause_and_remedy(nodes):
     p = cons.dyad("stat", f, check=False, env_extra={"DYAD_WAIT_TIMEOUT": "soon"})
     assert p.returncode == 1 and p.stderr.startswith("dyad stat: DYAD_WAIT_TIMEOUT='soon'"), p.stderr
     assert "NOCTX" not in p.stderr
+    # dyad config still lists the settings, to show where the bad one came from, then fails.
+    p = cons.dyad("config", check=False, env_extra={"DYAD_KEY_DEPTH": "abc"})
+    assert p.returncode == 1 and re.search(r"^DYAD_KEY_DEPTH=abc +# env$", p.stdout, re.M), p.stdout
+    assert p.stderr.startswith("dyad config: DYAD_KEY_DEPTH='abc'")
     # A wait timeout: how long, which limit, what to do; no errno text.
     p = cons.dyad("consume", f, check=False, env_extra={"DYAD_WAIT_TIMEOUT": "0.5"})
     assert p.returncode == 3
