@@ -1,8 +1,16 @@
 // dyad: command-line tool for DYAD (produce, consume, stat, ls, config,
 // keygen, service status).
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <dyad/dyad_version.h>
@@ -22,18 +30,79 @@ constexpr const char* kExitCodes =
     "  1  usage or configuration error (bad option, bad DYAD_* variable)\n"
     "  2  file problem: not produced, not under a managed directory, missing or unreadable\n"
     "  3  timeout: the file was not produced within --timeout / DYAD_WAIT_TIMEOUT\n"
-    "  4  the DYAD service (or the owner's service) could not be reached\n"
+    "  4  the DYAD service, its metadata store or the owner's service could not be reached\n"
+    "     (or is not a DYAD service, or refused this client's key)\n"
     "  5  transfer failed or the received file did not match its checksum\n"
     "  6  other error\n";
 
-int exit_code(const dyad::Status& s) {
-    return dyad::rc_exit_code(s.rc());
+// "dyad consume", "dyad service status": the prefix of every error line.
+std::string g_command = "dyad";
+bool g_debug = false;
+
+std::string lower(std::string t) {
+    for (auto& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return t;
 }
 
-int report(const dyad::Status& s, const std::string& what) {
-    std::fprintf(stderr, "dyad %s: %s [%s]\n", what.c_str(), s.to_string().c_str(),
-                 dyad::rc_name(s.rc()));
-    return exit_code(s);
+// Does the message already say what its errno would? (The errno of a
+// timeout is ETIMEDOUT, of a path outside the managed directories EINVAL...:
+// appending "Connection timed out" to "not produced within 2 s" misleads.)
+bool errno_said(const dyad::Status& s) {
+    int e = s.err();
+    if (e == 0) return true;
+    if (lower(s.message()).find(lower(std::strerror(e))) != std::string::npos) return true;
+    switch (s.rc()) {
+        case DYAD_RC_TIMEOUT:
+            return e == ETIMEDOUT;
+        case DYAD_RC_NOTFOUND:
+            return e == ENOENT;
+        case DYAD_RC_NOCTX:
+        case DYAD_RC_BADMANAGEDPATH:
+        case DYAD_RC_UNTRACKED:
+        case DYAD_RC_BADDTLMODE:
+        case DYAD_RC_BAD_CLI_PARSE:
+            return e == EINVAL;
+        case DYAD_RC_BADMETADATA:
+        case DYAD_RC_BADRPC:
+        case DYAD_RC_BADPACK:
+        case DYAD_RC_BADUNPACK:
+            return e == EPROTO || e == EINVAL;
+        case DYAD_RC_CONNFAIL:
+            return e == EPROTO;  // not a DYAD service: the message says how
+        case DYAD_RC_NOAUTH:
+            return e == EACCES || e == EPERM;
+        case DYAD_RC_BADFETCH:
+            return e == ESTALE;
+        case DYAD_RC_BADCHECKSUM:
+            return true;
+        default:
+            return false;
+    }
+}
+
+// What to do, for the errors whose message does not say it already.
+std::string advice(const dyad::Status& s) {
+    switch (s.rc()) {
+        case DYAD_RC_NOCTX:
+            return "fix or unset it ('dyad config' shows every setting and where its value "
+                   "comes from)";
+        default:
+            return "";
+    }
+}
+
+// Prints "dyad SUBCOMMAND [FILE]: what happened[: errno text][: what to do]"
+// on stderr and returns the exit code of the failure.
+int report(const dyad::Status& s, const std::string& file = "", const std::string& extra = "") {
+    std::string msg = s.message();
+    if (!errno_said(s)) msg += std::string(": ") + std::strerror(s.err());
+    std::string what = extra.empty() ? advice(s) : extra;
+    if (!what.empty()) msg += ": " + what;
+    // The code's name is for whoever debugs the library, not the cause.
+    if (g_debug) msg += std::string(" [") + dyad::rc_name(s.rc()) + "]";
+    std::fprintf(stderr, "%s%s%s: %s\n", g_command.c_str(), file.empty() ? "" : " ", file.c_str(),
+                 msg.c_str());
+    return dyad::rc_exit_code(s.rc());
 }
 
 std::string human_bytes(double b) {
@@ -48,6 +117,122 @@ std::string human_bytes(double b) {
     return buf;
 }
 
+std::string human_seconds(double s) {
+    char buf[32];
+    if (s < 1)
+        return "<1 s";
+    else if (s < 100)
+        std::snprintf(buf, sizeof buf, "%.0f s", s);
+    else if (s < 3600)
+        std::snprintf(buf, sizeof buf, "%d min %02d s", static_cast<int>(s) / 60,
+                      static_cast<int>(s) % 60);
+    else
+        std::snprintf(buf, sizeof buf, "%d h %02d min", static_cast<int>(s) / 3600,
+                      static_cast<int>(s) % 3600 / 60);
+    return buf;
+}
+
+// "0644"
+std::string octal_mode(uint64_t mode) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%04llo", static_cast<unsigned long long>(mode & 07777));
+    return buf;
+}
+
+// ISO 8601 in the local time zone, to the nanosecond:
+// 2024-05-02T14:03:07.123456789+02:00.
+std::string iso_time(int64_t ns) {
+    time_t sec = static_cast<time_t>(ns / 1000000000LL);
+    long frac = static_cast<long>(ns % 1000000000LL);
+    if (frac < 0) {
+        frac += 1000000000L;
+        --sec;
+    }
+    struct tm tm;
+    if (!localtime_r(&sec, &tm)) return std::to_string(ns) + " ns";
+    char date[64], zone[16];
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &tm);
+    std::strftime(zone, sizeof zone, "%z", &tm);  // +0200
+    std::string z(zone);
+    if (z.size() == 5) z.insert(3, ":");
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%s.%09ld%s", date, frac, z.c_str());
+    return buf;
+}
+
+// The progress line of `dyad consume` on stderr: bytes, rate, ETA. Shown
+// on a terminal for files over 64 MiB or transfers past 1 s; --progress
+// shows it always (one line per update when stderr is not a terminal),
+// --no-progress never.
+class Progress {
+  public:
+    enum class Mode { automatic, on, off };
+    Progress(Mode mode) : mode_(mode), tty_(::isatty(STDERR_FILENO) == 1) {}
+
+    bool wanted() const { return mode_ == Mode::on || (mode_ == Mode::automatic && tty_); }
+
+    void start(const std::string& name) {
+        name_ = name;
+        shown_ = false;
+    }
+    void update(const dyad::client::TransferProgress& p) {
+        if (!wanted()) return;
+        if (mode_ == Mode::automatic && p.total <= (64ull << 20) && p.elapsed_s < 1.0) return;
+        print(p.bytes, p.total, p.elapsed_s, false);
+    }
+    // After the file: its last line (if any was shown), then a new line.
+    void finish(uint64_t bytes, uint64_t total, double elapsed_s, bool ok) {
+        if (!shown_) return;
+        if (ok)
+            print(bytes, total, elapsed_s, true);
+        else if (tty_)
+            std::fputc('\n', stderr);
+        shown_ = false;
+    }
+
+  private:
+    void print(uint64_t bytes, uint64_t total, double elapsed, bool done) {
+        double rate = elapsed > 0 ? static_cast<double>(bytes) / elapsed : 0;
+        std::string line = g_command + " " + name_ + ": " +
+                           human_bytes(static_cast<double>(bytes)) + " of " +
+                           human_bytes(static_cast<double>(total));
+        char pct[16];
+        std::snprintf(
+            pct, sizeof pct, " (%.0f%%)",
+            total ? 100.0 * static_cast<double>(bytes) / static_cast<double>(total) : 100.0);
+        line += pct;
+        if (rate > 0) line += ", " + human_bytes(rate) + "/s";
+        if (done)
+            line += ", done in " + human_seconds(elapsed);
+        else if (rate > 0 && total > bytes)
+            line += ", ETA " + human_seconds(static_cast<double>(total - bytes) / rate);
+        if (tty_)
+            std::fprintf(stderr, "\r%s\033[K%s", line.c_str(), done ? "\n" : "");
+        else
+            std::fprintf(stderr, "%s\n", line.c_str());
+        std::fflush(stderr);
+        shown_ = true;
+    }
+
+    Mode mode_;
+    bool tty_;
+    bool shown_ = false;
+    std::string name_;
+};
+
+// Errors that every remaining file would meet too (the node's service,
+// never reached, cannot be): the command stops at the first.
+bool service_failure(dyad::client::Client& c, const dyad::Status& s) {
+    return (s.rc() == DYAD_RC_CONNFAIL || s.rc() == DYAD_RC_NOAUTH) && !c.reached_service();
+}
+
+int not_attempted(size_t left) {
+    if (left)
+        std::fprintf(stderr, "%s: %zu more file%s not attempted\n", g_command.c_str(), left,
+                     left == 1 ? "" : "s");
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,8 +244,23 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("dyad ") + dyad_version(),
                          "print the version and exit");
+    // --json is taken anywhere on the command line (before or after the
+    // subcommand); it is removed here and declared below for --help.
     bool json = false;
-    app.add_flag("--json", json, "machine-readable output");
+    std::vector<char*> args;
+    for (int i = 0; i < argc; ++i) {
+        if (i > 0 && std::strcmp(argv[i], "--") == 0) {
+            for (; i < argc; ++i) args.push_back(argv[i]);
+            break;
+        }
+        if (i > 0 && std::strcmp(argv[i], "--json") == 0) {
+            json = true;
+            continue;
+        }
+        args.push_back(argv[i]);
+    }
+    bool json_flag = false;
+    app.add_flag("--json", json_flag, "machine-readable output (anywhere on the command line)");
 
     std::vector<std::string> files;
     double timeout = -1;
@@ -75,6 +275,15 @@ int main(int argc, char** argv) {
                       "candidate with its estimate)");
     consume->add_option("--timeout", timeout,
                         "seconds to wait for each file to be produced (default DYAD_WAIT_TIMEOUT)");
+    bool progress_on = false, progress_off = false;
+    auto* pon = consume->add_flag("--progress", progress_on,
+                                  "show the progress of each transfer on stderr (bytes, rate, "
+                                  "ETA) even when stderr is not a terminal, and for small files");
+    consume
+        ->add_flag("--no-progress", progress_off,
+                   "never show progress (default: shown on a terminal for files over 64 MiB or "
+                   "transfers that take more than 1 s)")
+        ->excludes(pon);
     std::string stat_file;
     auto* stat = app.add_subcommand("stat", "show the metadata of a file");
     stat->add_option("FILE", stat_file, "consumer-side path")->required();
@@ -102,14 +311,27 @@ int main(int argc, char** argv) {
     service->require_subcommand(1);
 
     try {
-        app.parse(argc, argv);
+        app.parse(static_cast<int>(args.size()), args.data());
     } catch (const CLI::ParseError& e) {
-        return app.exit(e) == 0 ? 0 : 1;
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help
+        std::string sub;
+        for (const CLI::App* a = &app; a && !a->get_subcommands().empty();) {
+            a = a->get_subcommands().front();
+            sub += " " + a->get_name();
+        }
+        std::fprintf(stderr, "dyad%s: %s (see 'dyad%s --help')\n", sub.c_str(), e.what(),
+                     sub.c_str());
+        return 1;
+    }
+    json = json || json_flag;
+    for (const CLI::App* a = &app; !a->get_subcommands().empty();) {
+        a = a->get_subcommands().front();
+        g_command += " " + a->get_name();
     }
 
     if (*keygen) {
         dyad::Status s = dyad::auth::Key::generate(keygen_path);
-        if (!s) return report(s, "keygen");
+        if (!s) return report(s, keygen_path);
         if (!json)
             std::cout << "wrote a new key to " << keygen_path
                       << " (mode 0600): give it to dyadd --auth-key and to clients as "
@@ -117,16 +339,23 @@ int main(int argc, char** argv) {
         return 0;
     }
     auto cfg = dyad::Config::from_env();
-    if (!cfg) return report(cfg.status(), "config");
-    if (timeout >= 0) cfg->wait_timeout = timeout;
-    dyad::log::set_level(cfg->log_level);
+    // `dyad config` lists the settings even when one is bad (to show where
+    // its value came from), then fails.
+    if (!cfg && !*config) return report(cfg.status());
+    if (cfg) {
+        if (timeout >= 0) cfg->wait_timeout = timeout;
+        dyad::log::set_level(cfg->log_level);
+        g_debug = cfg->log_level <= dyad::log::Level::debug;
+    }
 
     if (*config && markdown) {
         std::cout << dyad::settings::markdown();
         return 0;
     }
     if (*config) {
-        nlohmann::json j = {{"config", cfg->to_json()}, {"settings", dyad::settings::describe()}};
+        nlohmann::json j = {{"config", cfg ? cfg->to_json() : nlohmann::json()},
+                            {"settings", dyad::settings::describe()}};
+        if (!cfg) j["error"] = cfg.status().message();
         nlohmann::json t = nlohmann::json::array();
         for (const auto& b : dyad::dtl::backends()) t.push_back(b.attributes().to_json());
         j["transports_built"] = t;
@@ -149,37 +378,65 @@ int main(int argc, char** argv) {
                     std::cout << "  " << b["name"].get<std::string>() << ": " << info << "\n";
             }
         }
-        return 0;
+        std::cout.flush();
+        return cfg ? 0 : report(cfg.status());
     }
     if (*key) {
         auto k = dyad::gen_path_key(key_path, cfg->key_depth, cfg->key_bins);
-        if (!k) return report(k.status(), "key");
+        if (!k) return report(k.status(), key_path);
         std::cout << k.value() << "\n";
         return 0;
     }
 
     auto client = dyad::client::Client::create(cfg.value());
-    if (!client) return report(client.status(), "init");
+    if (!client) return report(client.status());
     auto& c = *client.value();
 
     if (*produce) {
         int rc = 0;
-        for (const auto& f : files) {
+        for (size_t i = 0; i < files.size(); ++i) {
+            const auto& f = files[i];
             dyad::Status s = c.produce(f);
-            if (!s)
-                rc = report(s, "produce");
-            else if (!json)
+            if (!s) {
+                rc = report(s, f);
+                if (service_failure(c, s)) return not_attempted(files.size() - i - 1), rc;
+            } else if (json) {
+                std::cout << nlohmann::json{{"file", f}, {"action", "produced"}}.dump() << "\n";
+            } else {
                 std::cout << "produced " << f << "\n";
+            }
         }
         return rc;
     }
     if (*consume) {
         int rc = 0;
-        for (const auto& f : files) {
+        Progress bar(progress_on    ? Progress::Mode::on
+                     : progress_off ? Progress::Mode::off
+                                    : Progress::Mode::automatic);
+        for (size_t i = 0; i < files.size(); ++i) {
+            const auto& f = files[i];
             dyad::client::ConsumeReport r;
+            if (bar.wanted()) {
+                bar.start(f);
+                r.progress = [&bar](const dyad::client::TransferProgress& p) { bar.update(p); };
+            }
             dyad::Status s = c.consume(f, &r);
+            bar.finish(r.bytes, r.bytes, r.transfer_s, s.is_ok());
             if (!s) {
-                rc = report(s, "consume");
+                if (s.rc() == DYAD_RC_TIMEOUT && timeout >= 0) {
+                    // The limit came from --timeout, not from the environment.
+                    std::string m = s.message();
+                    size_t at = m.find(" (DYAD_WAIT_TIMEOUT)");
+                    if (at != std::string::npos) {
+                        s = dyad::Status(s.rc(),
+                                         m.substr(0, at) +
+                                             " (--timeout): produce it first, or "
+                                             "wait longer (--timeout SECONDS)",
+                                         s.err());
+                    }
+                }
+                rc = report(s, f);
+                if (service_failure(c, s)) return not_attempted(files.size() - i - 1), rc;
                 continue;
             }
             if (json) {
@@ -206,27 +463,40 @@ int main(int argc, char** argv) {
                                                      ? "fixed transport (DYAD_DTL_MODE)"
                                                      : "nothing moved: the file was already here")
                                               : r.explain.c_str());
+                std::fflush(stdout);
             }
         }
         return rc;
     }
     if (*stat) {
         auto r = c.get_metadata(stat_file, false);
-        if (!r) return report(r.status(), "stat");
+        if (!r)
+            return report(r.status(), stat_file,
+                          r.status().rc() == DYAD_RC_NOTFOUND
+                              ? "'dyad ls' lists the files produced so far, 'dyad consume' "
+                                "waits for one"
+                              : "");
         nlohmann::json j = r->to_json();
         j["generation"] = r->generation;
         j["owner_rank"] = r->owner_rank();
         j["key"] = c.key_of(r->upath);
-        if (json)
+        if (json) {
             std::cout << j.dump(2) << "\n";
-        else
-            for (auto& [k, v] : j.items())
+            return 0;
+        }
+        for (auto& [k, v] : j.items()) {
+            if (k == "mode" && v.is_number_unsigned())
+                std::cout << "mode: " << octal_mode(v.get<uint64_t>()) << "\n";
+            else if (k == "mtime_ns" && v.is_number_integer())
+                std::cout << "mtime: " << iso_time(v.get<int64_t>()) << "\n";
+            else
                 std::cout << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+        }
         return 0;
     }
     if (*ls) {
         auto l = c.list();
-        if (!l) return report(l.status(), "ls");
+        if (!l) return report(l.status());
         if (json) {
             nlohmann::json a = nlohmann::json::array();
             for (auto& r : l.value()) {
@@ -246,7 +516,7 @@ int main(int argc, char** argv) {
     }
     if (*status) {
         auto s = c.service_status(uri);
-        if (!s) return report(s.status(), "service status");
+        if (!s) return report(s.status());
         if (json) {
             std::cout << s->dump(2) << "\n";
             return 0;

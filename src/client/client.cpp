@@ -1,6 +1,7 @@
 #include "client.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <new>
 #include <cstdio>
@@ -30,6 +31,47 @@ std::string seconds_text(std::optional<double> s) {
 
 double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The cause of a connection failure, in a few words: "connection refused",
+// "no answer to the hello within 2.5 s: ...".
+std::string cause_of(const Status& e) {
+    const std::string& m = e.message();
+    if (rpc::Connection::not_dyad(e)) {
+        // "... did not answer like a DYAD service (WHY)": WHY.
+        const std::string mark = " did not answer like a DYAD service (";
+        size_t at = m.find(mark);
+        size_t close = m.rfind(')');
+        if (at != std::string::npos && close != std::string::npos && close > at + mark.size())
+            return m.substr(at + mark.size(), close - at - mark.size());
+        return m;
+    }
+    if (e.rc() == DYAD_RC_CONNFAIL && e.err() == ECONNRESET) return "it closed the connection";
+    if (e.rc() == DYAD_RC_CONNFAIL && e.err() != 0 &&
+        m.find("cannot resolve") == std::string::npos) {
+        std::string t = std::strerror(e.err());
+        if (!t.empty()) t[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(t[0])));
+        return t;
+    }
+    return e.to_string();
+}
+
+// A failed connection to a DYAD service at `uri`: nothing there, something
+// that is not a dyadd, a refusal. `advice` says what to do when nothing
+// answers.
+Status unreachable(const std::string& uri, const Status& e, const std::string& advice) {
+    if (e.rc() == DYAD_RC_NOAUTH) return Status(e).wrap("DYAD service at " + uri);
+    if (rpc::Connection::not_dyad(e))
+        return Status(DYAD_RC_CONNFAIL,
+                      e.message() + ": " + advice +
+                          " (tcp://HOST:PORT of its --listen, or unix:PATH of its --socket)",
+                      e.err());
+    if (e.rc() == DYAD_RC_CONNFAIL)
+        return Status(
+            DYAD_RC_CONNFAIL,
+            "cannot reach the DYAD service at " + uri + " (" + cause_of(e) + "): " + advice,
+            e.err());
+    return Status(DYAD_RC_CONNFAIL, "the DYAD service at " + uri + ": " + e.message(), e.err());
 }
 
 }  // namespace
@@ -115,14 +157,12 @@ Result<ServiceInfo> Client::service() {
     std::lock_guard<std::mutex> lk(mu_);
     if (svc_) return *svc_;
     auto c = rpc::Connection::connect(cfg_.service_uri, Deadline::after(kControlTimeout), creds_);
-    if (!c && c.status().rc() == DYAD_RC_NOAUTH)
-        return Status(c.status()).wrap("DYAD service at " + cfg_.service_uri);
     if (!c)
-        return Status(DYAD_RC_CONNFAIL,
-                      "cannot reach the DYAD service at " + cfg_.service_uri + " (" +
-                          c.status().to_string() +
-                          "): start dyadd on this node or set DYAD_SERVICE_URI",
-                      c.status().err());
+        return unreachable(cfg_.service_uri, c.status(),
+                           rpc::Connection::not_dyad(c.status())
+                               ? "set DYAD_SERVICE_URI to the address of this node's dyadd"
+                               : "start dyadd on this node, or set DYAD_SERVICE_URI to its "
+                                 "address");
     const auto& h = c.value()->peer_info();
     ServiceInfo s;
     s.raw = h;
@@ -140,6 +180,28 @@ Result<ServiceInfo> Client::service() {
     pool_->put(std::move(c.value()));
     svc_ = s;
     return s;
+}
+
+std::string Client::store_uri(const ServiceInfo& svc) const {
+    return svc.kvs == "local" ? cfg_.service_uri : svc.kvs;
+}
+
+Status Client::store_failure(const Status& e, const ServiceInfo& svc) const {
+    if (e.rc() != DYAD_RC_CONNFAIL) return e;
+    std::string uri = store_uri(svc);
+    std::string what = svc.kvs == "local"
+                           ? "the node's service (" + svc.id + ") hosts it: is it stopping?"
+                           : "start the dyadd that hosts it (the one started without --kvs), or "
+                             "correct --kvs of this node's dyadd (" +
+                                 svc.id + ")";
+    return Status(DYAD_RC_CONNFAIL,
+                  "the metadata store at " + uri + " is unreachable (" + cause_of(e) + "): " + what,
+                  e.err());
+}
+
+bool Client::reached_service() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return svc_.has_value();
 }
 
 Result<kvs::Store*> Client::store() {
@@ -162,7 +224,8 @@ Status Client::produce(const std::string& path) {
     auto up = producer_upath(path);
     if (!up)
         return Status(DYAD_RC_UNTRACKED,
-                      "'" + path + "' is not inside the producer directory " + prod_.path(),
+                      "'" + path + "' is not inside the producer directory " + prod_.path() +
+                          " (DYAD_PATH_PRODUCER): only files under it can be produced",
                       EINVAL);
     if (Status r = reserved_check(up); !r) return r;
     auto svc = service();
@@ -214,7 +277,8 @@ Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
     auto up = consumer_upath(path);
     if (!up)
         return Status(DYAD_RC_UNTRACKED,
-                      "'" + path + "' is not inside the consumer directory " + cons_.path(),
+                      "'" + path + "' is not inside the consumer directory " + cons_.path() +
+                          " (DYAD_PATH_CONSUMER): give a path under it",
                       EINVAL);
     if (Status r = reserved_check(up); !r) return r;
     auto key = gen_path_key(up.value(), cfg_.key_depth, cfg_.key_bins);
@@ -228,14 +292,17 @@ Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
                  : st.value()->get(ns(svc.value()), key.value(), Deadline::after(kControlTimeout));
     if (!e) {
         Status s = e.status();
-        if (s.rc() == DYAD_RC_TIMEOUT)
+        if (s.rc() == DYAD_RC_TIMEOUT && should_wait)
             return Status(DYAD_RC_TIMEOUT,
-                          "'" + up.value() + "' was not produced within DYAD_WAIT_TIMEOUT=" +
-                              seconds_text(cfg_.wait_timeout) + " s",
+                          "'" + up.value() + "' was not produced within " +
+                              seconds_text(cfg_.wait_timeout) +
+                              " s (DYAD_WAIT_TIMEOUT): produce it first, or wait longer "
+                              "(DYAD_WAIT_TIMEOUT=SECONDS; unset: wait forever)",
                           ETIMEDOUT);
         if (s.rc() == DYAD_RC_NOTFOUND)
             return Status(DYAD_RC_NOTFOUND, "'" + up.value() + "' has not been produced (yet)",
                           ENOENT);
+        if (s.rc() == DYAD_RC_CONNFAIL) return store_failure(s, svc.value());
         return s.wrap("metadata of '" + up.value() + "'");
     }
     auto r = Record::from_json(e->value, e->version);
@@ -273,7 +340,8 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
     auto up = consumer_upath(path);
     if (!up)
         return Status(DYAD_RC_UNTRACKED,
-                      "'" + path + "' is not inside the consumer directory " + cons_.path(),
+                      "'" + path + "' is not inside the consumer directory " + cons_.path() +
+                          " (DYAD_PATH_CONSUMER): give a path under it",
                       EINVAL);
     if (Status r = reserved_check(up); !r) return r;
     // A record is only ever the record of its own path (consume_w_metadata
@@ -315,7 +383,7 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
     auto lk = cstore_.lock(up.value());
     if (!lk) return lk.status();
     if (cstore_.present(up.value(), rec)) return done_present();
-    Status s = fetch(up.value(), rec, svc.value(), rep);
+    Status s = fetch(up.value(), rec, svc.value(), rep, lk.value().get());
     if (!s) return s;
     rep->transfer_s = since(t0);
     return Status::ok();
@@ -386,7 +454,7 @@ std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceIn
 }
 
 Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                     ConsumeReport* rep) {
+                     ConsumeReport* rep, int lock_fd) {
     Status s;
     // Pick the owner's endpoint: its Unix socket when on this node.
     std::string ep;
@@ -405,7 +473,7 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
     Status last;
     for (const dtl::Backend* b : plan(rec, svc, rep)) {
         bool retry = false;
-        s = fetch_via(*b, upath, rec, ep, ns(svc), rep, &retry);
+        s = fetch_via(*b, upath, rec, ep, ns(svc), rep, lock_fd, &retry);
         if (s || !retry || backend_) return s;
         // This transport could not start here: note it, take the next one.
         DYAD_DEBUG(kSub, "%s could not move '%s' (%s): trying the next transport", b->name.c_str(),
@@ -418,11 +486,19 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
 
 Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
                          const std::string& ep, const std::string& nspace, ConsumeReport* rep,
-                         bool* retry) {
+                         int lock_fd, bool* retry) {
     rep->transport = b.name;
-    auto staging = cstore_.stage(upath);
+    auto staging = cstore_.stage(upath, lock_fd);
     if (!staging) return staging.status();
     FileSink& sink = staging.value()->sink();
+    if (rep->progress) {
+        auto t0 = std::chrono::steady_clock::now();
+        sink.on_progress(
+            [cb = rep->progress, t0, total = rec.size](uint64_t bytes) {
+                cb(TransferProgress{bytes, total, since(t0)});
+            },
+            rep->progress_interval_s);
+    }
 
     auto recv = b.make_receiver();
     if (!recv) {
@@ -477,7 +553,7 @@ Result<std::vector<Record>> Client::list() {
     auto st = store();
     if (!st) return st.status();
     auto entries = st.value()->list(ns(svc.value()), "", Deadline::after(kControlTimeout));
-    if (!entries) return entries.status();
+    if (!entries) return store_failure(entries.status(), svc.value());
     std::vector<Record> out;
     for (auto& [k, e] : entries.value()) {
         auto r = Record::from_json(e.value, e.version);
@@ -490,9 +566,10 @@ Result<nlohmann::json> Client::service_status(const std::string& uri) {
     std::string u = uri.empty() ? cfg_.service_uri : uri;
     auto c = pool_->get(u, Deadline::after(kControlTimeout));
     if (!c)
-        return Status(DYAD_RC_CONNFAIL,
-                      "cannot reach the DYAD service at " + u + ": " + c.status().to_string(),
-                      c.status().err());
+        return unreachable(u, c.status(),
+                           uri.empty() ? "start dyadd on this node, or set DYAD_SERVICE_URI to its "
+                                         "address"
+                                       : "check the address");
     auto r =
         c.value()->call("dyad.status", nlohmann::json::object(), Deadline::after(kControlTimeout));
     pool_->put(std::move(c.value()));

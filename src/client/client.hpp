@@ -2,6 +2,7 @@
 // used from any number of threads. The C API is a thin layer over this.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -30,8 +31,21 @@ struct ServiceInfo {
     nlohmann::json raw;
 };
 
+// How far a transfer is, for a progress display.
+struct TransferProgress {
+    uint64_t bytes = 0;    // received so far
+    uint64_t total = 0;    // the file's size
+    double elapsed_s = 0;  // since the transfer started
+};
+
 // What a consume did (for the CLI, the demo and tests).
 struct ConsumeReport {
+    // In: if set, called on the consuming thread while a file's bytes
+    // arrive: on the first bytes, then at most every progress_interval_s
+    // (a clock read per received block, no system call).
+    std::function<void(const TransferProgress&)> progress;
+    double progress_interval_s = 0.25;
+    // Out:
     std::string action;  // "fetched", "present", "in-place"
     std::string transport;
     std::string endpoint;
@@ -68,6 +82,8 @@ class Client {
     Result<std::vector<Record>> list();
     Result<nlohmann::json> service_status(const std::string& uri = "");
     Result<ServiceInfo> service();
+    // Has this client reached its node's service (service() succeeded)?
+    bool reached_service();
     std::string key_of(const std::string& upath) const;
     // In a child after fork(): drop the connections shared with the parent.
     void reset_after_fork();
@@ -75,14 +91,20 @@ class Client {
   private:
     Client(Config cfg, FileSystem& fs, rpc::Credentials creds);
     Result<kvs::Store*> store();
+    // The metadata store the node's service uses.
+    std::string store_uri(const ServiceInfo& svc) const;
+    // A store operation that could not reach the store, said so (others
+    // unchanged).
+    Status store_failure(const Status& e, const ServiceInfo& svc) const;
     std::string ns(const ServiceInfo& svc) const;
+    // lock_fd: the file's lock (ConsumerStore::lock), held meanwhile.
     Status fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                 ConsumeReport* report);
+                 ConsumeReport* report, int lock_fd);
     // One attempt over one transport; *retry says another may still work
     // (nothing was received and the failure is this transport's).
     Status fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
                      const std::string& ep, const std::string& nspace, ConsumeReport* rep,
-                     bool* retry);
+                     int lock_fd, bool* retry);
     // AUTO: the transports to try for this file, best first.
     std::vector<const dtl::Backend*> plan(const Record& rec, const ServiceInfo& svc,
                                           ConsumeReport* rep);

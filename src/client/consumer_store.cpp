@@ -65,20 +65,39 @@ std::optional<InstalledFrom> installed_from(const std::string& path) {
 
 // ---- FileSink ----
 
+void FileSink::on_progress(std::function<void(uint64_t)> cb, double interval_s) {
+    progress_ = std::move(cb);
+    interval_ = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(interval_s > 0 ? interval_s : 0));
+    next_ = {};
+}
+
+void FileSink::tick() {
+    if (!progress_) return;
+    auto now = std::chrono::steady_clock::now();  // vDSO: no system call
+    if (now < next_) return;
+    next_ = now + interval_;
+    progress_(bytes_);
+}
+
 Status FileSink::write(const void* p, size_t n) {
     hash_.update(p, n);
     bytes_ += n;
-    return fs_.write_all(fd_, p, n, what_);
+    Status s = fs_.write_all(fd_, p, n, what_);
+    tick();
+    return s;
 }
 
 void FileSink::copied(uint64_t n) {
     bytes_ += n;
     kernel_ = true;
+    if (n) tick();
 }
 
 Status FileSink::placed(const void* p, size_t n) {
     hash_.update(p, n);
     bytes_ += n;
+    tick();
     return Status::ok();
 }
 
@@ -111,15 +130,67 @@ Result<UniqueFd> ConsumerStore::lock(const std::string& upath) {
     char stripe[32];
     std::snprintf(stripe, sizeof stripe, "/%02x.lock",
                   static_cast<unsigned>(kh.digest() % kLockStripes));
-    return lock_file(locks + stripe);
+    auto fd = lock_file(locks + stripe);
+    if (fd) reclaim(fd.value().get());
+    return fd;
 }
 
-Result<std::unique_ptr<ConsumerStore::Staging>> ConsumerStore::stage(const std::string& upath) {
+namespace {
+
+// A record's path: relative, inside the directory, and named like a
+// temporary file of the store (nothing else is ever removed).
+bool temp_name(const std::string& rel) {
+    if (rel.empty() || rel[0] == '/') return false;
+    size_t start = 0;
+    std::string base;
+    for (;;) {
+        size_t slash = rel.find('/', start);
+        std::string part = rel.substr(start, slash == std::string::npos ? slash : slash - start);
+        if (part.empty() || part == "." || part == "..") return false;
+        if (slash == std::string::npos) {
+            base = part;
+            break;
+        }
+        start = slash + 1;
+    }
+    return base.size() > 7 && base[0] == '.' && base.find(".dyad-") != std::string::npos;
+}
+
+}  // namespace
+
+void ConsumerStore::reclaim(int lock_fd) {
+    char buf[4608];
+    ssize_t n = ::pread(lock_fd, buf, sizeof buf, 0);
+    if (n <= 0) return;  // nobody died writing (the usual case)
+    std::string rec(buf, static_cast<size_t>(n));
+    size_t sp = rec.find(' ');
+    size_t nl = rec.find('\n');
+    if (sp != std::string::npos && nl != std::string::npos && sp < nl) {
+        std::string pid = rec.substr(0, sp);
+        std::string rel = rec.substr(sp + 1, nl - sp - 1);
+        std::string path = dir_ + "/" + rel;
+        if (!temp_name(rel))
+            DYAD_WARN(kSub, "lock file record '%s' does not name a temporary file: ignored",
+                      rec.substr(0, nl).c_str());
+        else if (fs_.unlink(path.c_str()) == 0)
+            DYAD_INFO(kSub, "removed %s: consumer pid %s died while writing it", path.c_str(),
+                      pid.c_str());
+        else if (errno != ENOENT)
+            DYAD_WARN(kSub, "cannot remove %s (left by consumer pid %s, which died): %s",
+                      path.c_str(), pid.c_str(), std::strerror(errno));
+    }
+    if (::ftruncate(lock_fd, 0) != 0)
+        DYAD_DEBUG(kSub, "cannot empty a lock file: %s", std::strerror(errno));
+}
+
+Result<std::unique_ptr<ConsumerStore::Staging>> ConsumerStore::stage(const std::string& upath,
+                                                                     int lock_fd) {
     std::string t = target(upath);
     std::string dir = dirname_of(t);
     Status s = mkdir_p(dir, 02775);
     if (!s) return s.wrap("consumer directory for '" + upath + "'");
-    std::string tmpl = dir + "/." + t.substr(dir.size() + 1) + ".dyad-XXXXXX";
+    std::string tmpl =
+        dir + "/." + t.substr(dir.size() + 1) + ".dyad-" + std::to_string(::getpid()) + "-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     std::unique_ptr<Staging> st(new Staging(*this, upath));
@@ -128,11 +199,30 @@ Result<std::unique_ptr<ConsumerStore::Staging>> ConsumerStore::stage(const std::
         return Status(DYAD_RC_BADFIO, "cannot create a temporary file in " + dir, errno);
     st->tmp_ = buf.data();
     st->sink_ = std::make_unique<FileSink>(fs_, st->fd_.get(), "'" + st->tmp_ + "'");
+    if (lock_fd >= 0 && st->tmp_.size() > dir_.size() + 1) {
+        // "PID PATH\n", PATH relative to the consumer directory.
+        std::string line =
+            std::to_string(::getpid()) + " " + st->tmp_.substr(dir_.size() + 1) + "\n";
+        if (::pwrite(lock_fd, line.data(), line.size(), 0) == static_cast<ssize_t>(line.size()) &&
+            ::ftruncate(lock_fd, static_cast<off_t>(line.size())) == 0)
+            st->lock_fd_ = lock_fd;
+        else
+            DYAD_DEBUG(kSub, "cannot note %s in its lock file: %s", st->tmp_.c_str(),
+                       std::strerror(errno));
+    }
     return st;
+}
+
+void ConsumerStore::Staging::forget() {
+    if (lock_fd_ < 0) return;
+    if (::ftruncate(lock_fd_, 0) != 0)
+        DYAD_DEBUG(kSub, "cannot empty a lock file: %s", std::strerror(errno));
+    lock_fd_ = -1;
 }
 
 ConsumerStore::Staging::~Staging() {
     if (!committed_ && !tmp_.empty()) store_.fs_.unlink(tmp_.c_str());
+    forget();
 }
 
 Status ConsumerStore::Staging::commit(const nlohmann::json& trailer, const Record& rec) {
@@ -167,6 +257,7 @@ Status ConsumerStore::Staging::commit(const nlohmann::json& trailer, const Recor
     if (store_.fs_.rename(tmp_.c_str(), t.c_str()) != 0)
         return Status(DYAD_RC_BADFIO, "cannot move '" + upath_ + "' into place at " + t, errno);
     committed_ = true;
+    forget();
     return Status::ok();
 }
 

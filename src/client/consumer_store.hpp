@@ -8,6 +8,8 @@
 // system calls on the way go through the FileSystem seam.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +34,9 @@ class FileSink : public dtl::Sink {
     void copied(uint64_t n) override;
     bool can_place() const override { return true; }
     Status placed(const void* p, size_t n) override;
+    // Calls cb(bytes received so far) on the first bytes, then at most every
+    // interval_s seconds while bytes arrive.
+    void on_progress(std::function<void(uint64_t)> cb, double interval_s);
     uint64_t bytes() const { return bytes_; }
     bool kernel_copied() const { return kernel_; }
     std::string hex() const { return hash_.hex(); }
@@ -43,6 +48,10 @@ class FileSink : public dtl::Sink {
     Xxh3 hash_;
     uint64_t bytes_ = 0;
     bool kernel_ = false;
+    void tick();
+    std::function<void(uint64_t)> progress_;
+    std::chrono::steady_clock::duration interval_{};
+    std::chrono::steady_clock::time_point next_{};
 };
 
 class ConsumerStore {
@@ -55,7 +64,11 @@ class ConsumerStore {
     // Is the copy at upath's target this record's produce? (Its stamp, or
     // without one, size and mtime as rsync's quick check.)
     bool present(const std::string& upath, const Record& rec) const;
-    // The per-file lock (exclusive; released when the fd closes).
+    // The per-file lock (exclusive; released when the fd closes). While a
+    // holder writes a file, its lock file names the temporary file (see
+    // stage()); a holder that dies (kill -9) leaves that name behind, and
+    // the next holder of the lock, who knows the writer is gone, removes the
+    // temporary file.
     [[nodiscard]] Result<UniqueFd> lock(const std::string& upath);
 
     // One incoming file: a temporary file, removed unless committed.
@@ -71,17 +84,27 @@ class ConsumerStore {
       private:
         friend class ConsumerStore;
         Staging(ConsumerStore& s, std::string upath) : store_(s), upath_(std::move(upath)) {}
+        void forget();  // empties the lock file's record
         ConsumerStore& store_;
         std::string upath_;
         std::string tmp_;
         UniqueFd fd_;
+        int lock_fd_ = -1;  // the per-file lock's fd, whose record names tmp_
         std::unique_ptr<FileSink> sink_;
         bool committed_ = false;
     };
-    // Creates the target's directories and the temporary file.
-    [[nodiscard]] Result<std::unique_ptr<Staging>> stage(const std::string& upath);
+    // Creates the target's directories and the temporary file
+    // (".NAME.dyad-PID-XXXXXX" beside the target). With the fd of the
+    // file's lock (lock()), held until the staging ends, the lock file names
+    // the temporary file meanwhile.
+    [[nodiscard]] Result<std::unique_ptr<Staging>> stage(const std::string& upath,
+                                                         int lock_fd = -1);
 
   private:
+    // Removes the temporary file a dead holder of this lock left (its lock
+    // file's record), and empties the record.
+    void reclaim(int lock_fd);
+
     std::string dir_;
     FileSystem& fs_;
     bool fsync_;

@@ -1,6 +1,8 @@
 #include "client.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <netdb.h>
@@ -103,24 +105,56 @@ Status auth_error(const std::string& msg) {
     return Status(DYAD_RC_NOAUTH, msg, EACCES);
 }
 
-// The service's answer to a hello: another hello, or an error naming why.
-Result<Frame> read_hello(Connection& c, Deadline deadline, const std::string& uri) {
-    auto f = c.read_frame(deadline);
-    if (!f) return Status(f.status()).wrap("hello from " + uri);
-    if (f->header.type == Type::error) {
-        Status e =
-            Connection::error_status(f.value(), "service at " + uri + " refused the connection");
-        return e;
+// What a peer that is not a DYAD service sent instead of a frame header,
+// for the message: its printable start ("HTTP/1.1 400 Bad Request").
+std::string shown(const std::string& raw) {
+    std::string out;
+    for (char ch : raw) {
+        if (ch == '\r' || ch == '\n') break;
+        out += (ch >= 0x20 && ch < 0x7f) ? ch : '.';
     }
-    if (f->header.type != Type::hello || f->header.data_len != 0 || !f->meta.is_object())
-        return Status(
-            DYAD_RC_BADRPC,
-            "service at " + uri + " answered hello with a " + type_name(f->header.type) + " frame",
-            EPROTO);
-    return f;
+    return out;
+}
+
+std::string seconds(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", s);
+    return b;
 }
 
 }  // namespace
+
+Result<Frame> Connection::read_hello(Deadline deadline, double hello_s) {
+    auto not_dyad = [&](const std::string& why) {
+        return Status(
+            DYAD_RC_CONNFAIL,
+            "the service at " + uri_ + " did not answer like a DYAD service (" + why + ")", EPROTO);
+    };
+    bad_header_.clear();
+    auto f = read_frame(deadline);
+    if (!f) {
+        const Status& e = f.status();
+        if (e.rc() == DYAD_RC_TIMEOUT)
+            return not_dyad("no answer to the hello within " + seconds(hello_s) +
+                            " s: not a dyadd, or a stopped one");
+        if (e.err() == ECONNRESET)
+            return not_dyad(
+                "it closed the connection during the hello: not a dyadd, or one "
+                "that is stopping");
+        if (!bad_header_.empty() && bad_header_.compare(0, 4, "DYAD") != 0)
+            return not_dyad("it sent \"" + shown(bad_header_) + "\" instead of a DYAD frame");
+        return Status(e).wrap("hello from " + uri_);
+    }
+    if (f->header.type == Type::error)
+        return Connection::error_status(f.value(),
+                                        "service at " + uri_ + " refused the connection");
+    if (f->header.type != Type::hello || f->header.data_len != 0 || !f->meta.is_object())
+        return Status(
+            DYAD_RC_BADRPC,
+            "service at " + uri_ + " answered hello with a " + type_name(f->header.type) + " frame",
+            EPROTO);
+    return f;
+}
 
 Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, Deadline deadline,
                                                         const Credentials& creds) {
@@ -129,6 +163,9 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
     auto fd = connect_fd(u.value(), deadline);
     if (!fd) return fd.status();
     std::unique_ptr<Connection> c(new Connection(std::move(fd.value()), uri));
+    // The hello exchange has a short deadline of its own (kHelloTimeout).
+    const double hello_s = std::min(kHelloTimeout, deadline.remaining());
+    deadline = deadline.min(Deadline::after(hello_s));
     Header h;
     h.type = Type::hello;
     nlohmann::json hello = {{"version", kVersion}, {"pid", ::getpid()}, {"role", creds.role}};
@@ -140,7 +177,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
     }
     Status s = c->send_frame(h, hello.dump(), deadline);
     if (!s) return s.wrap("hello to " + uri);
-    auto f = read_hello(*c, deadline, uri);
+    auto f = c->read_hello(deadline, hello_s);
     if (!f) return f.status();
     std::string scheme = f->meta.value("auth", std::string("none"));
     if (scheme == "none") {
@@ -177,7 +214,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
         {"proof", creds.key->proof("dyad client", cnonce, snonce->get<std::string>())}};
     s = c->send_frame(h, answer.dump(), deadline);
     if (!s) return s.wrap("hello to " + uri);
-    auto g = read_hello(*c, deadline, uri);
+    auto g = c->read_hello(deadline, hello_s);
     if (!g) return g.status();
     c->peer_info_ = std::move(g->meta);
     return c;
@@ -325,6 +362,7 @@ Result<Frame> Connection::read_frame(Deadline deadline) {
     s = decode_header(hdr, &f.header);
     if (!s) {
         broken_ = true;
+        bad_header_.assign(reinterpret_cast<const char*>(hdr), kHeaderSize);
         return s.wrap("from " + uri_);
     }
     if (f.header.meta_len > 0) {

@@ -19,6 +19,12 @@
 
 namespace dyad::rpc {
 
+// Seconds a peer has to answer the hello once the TCP (or Unix) connection
+// is up. A dyadd answers in milliseconds; anything slower is not a DYAD
+// service (a silent listener, an HTTP server...) or one that is stopped, and
+// is reported as such well before the caller's own deadline.
+constexpr double kHelloTimeout = 2.5;
+
 struct Frame {
     Header header;
     nlohmann::json meta;  // null when meta_len == 0
@@ -40,6 +46,10 @@ struct Credentials {
 class Connection {
   public:
     // Connects and exchanges HELLO frames (version check, authentication).
+    // A peer that does not answer the hello like a DYAD service within
+    // kHelloTimeout (silence, bytes that are not a frame, a close) is
+    // DYAD_RC_CONNFAIL with errno EPROTO and a message saying so
+    // (not_dyad() recognises it).
     static Result<std::unique_ptr<Connection>> connect(const std::string& uri, Deadline deadline,
                                                        const Credentials& creds = Credentials());
 
@@ -77,12 +87,20 @@ class Connection {
 
     // Turns an error frame into a Status.
     static Status error_status(const Frame& f, const std::string& context);
+    // Is this connect() failure "the peer is not (or not acting like) a DYAD
+    // service" rather than "nothing there" or a refusal?
+    static bool not_dyad(const Status& s) {
+        return s.rc() == DYAD_RC_CONNFAIL && s.err() == EPROTO;
+    }
 
   private:
     friend class ConnectionPool;
     Connection(UniqueFd fd, std::string uri)
         : fd_(std::move(fd)), uri_(std::move(uri)), unix_(is_unix_socket(fd_.get())) {}
     static bool is_unix_socket(int fd);
+    // The peer's answer to a hello: another hello, or an error naming why
+    // (hello_s: the seconds it was given, for the message).
+    Result<Frame> read_hello(Deadline deadline, double hello_s);
     Status send_frame(const Header& h, const std::string& meta, Deadline deadline);
     Status write_exact(const void* p, size_t n, Deadline deadline);
     // With take_fds (frame headers on a Unix socket), by recvmsg keeping a
@@ -93,7 +111,8 @@ class Connection {
     UniqueFd fd_;
     std::string uri_;
     bool unix_ = false;
-    UniqueFd passed_fd_;  // came with the header of the last frame read
+    UniqueFd passed_fd_;      // came with the header of the last frame read
+    std::string bad_header_;  // the bytes of the last header that did not decode
     nlohmann::json peer_info_;
     uint32_t next_tag_ = 1;
     bool broken_ = false;

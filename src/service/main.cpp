@@ -15,6 +15,41 @@
 #include "rpc/wire.hpp"
 #include "service.hpp"
 
+namespace {
+
+// dyadd's exit codes use the numbers of the dyad tool's for the same
+// meanings (docs/user-guide.md).
+constexpr int kUsage = 1;    // bad option or value: nothing was started
+constexpr int kNetwork = 4;  // cannot listen, or the --kvs store is unreachable
+constexpr int kOther = 6;    // any other start-up failure
+
+constexpr const char* kExitCodes =
+    "Exit codes:\n"
+    "  0  stopped by SIGTERM or SIGINT\n"
+    "  1  usage or configuration error: bad option or value, bad DYAD_* variable, unusable\n"
+    "     key file or producer directory, a --listen not allowed without a key\n"
+    "  4  cannot listen on --listen/--socket (address in use?), or the metadata store of\n"
+    "     --kvs is unreachable or not a DYAD service\n"
+    "  6  other start-up failure\n";
+
+int start_failure_code(const dyad::Status& s) {
+    switch (s.rc()) {
+        case DYAD_RC_CONNFAIL:
+            return kNetwork;
+        case DYAD_RC_NOCTX:
+        case DYAD_RC_NOAUTH:  // no key for a non-loopback --listen, or not the store's key
+        case DYAD_RC_BADMANAGEDPATH:
+        case DYAD_RC_BADDTLMODE:
+        case DYAD_RC_BAD_CLI_PARSE:
+        case DYAD_RC_MARGO_BAD_PROTO:
+            return kUsage;
+        default:
+            return kOther;
+    }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
     std::signal(SIGPIPE, SIG_IGN);
     namespace settings = dyad::settings;
@@ -90,10 +125,13 @@ int main(int argc, char** argv) {
     app.add_option("--allow-uid", allow_uids,
                    "also admit this uid on the Unix socket (default: dyadd's own uid and root; "
                    "'any' admits every local user)");
+    app.footer(kExitCodes);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help
+        std::fprintf(stderr, "dyadd: %s (see 'dyadd --help')\n", e.what());
+        return kUsage;
     }
 
     for (const auto& u : allow_uids) {
@@ -105,7 +143,7 @@ int main(int argc, char** argv) {
         unsigned long v = std::strtoul(u.c_str(), &end, 10);
         if (u.empty() || *end != '\0' || v > 0xffffffffUL) {
             std::fprintf(stderr, "dyadd: --allow-uid '%s' is not a uid or 'any'\n", u.c_str());
-            return 2;
+            return kUsage;
         }
         o.allow_uids.push_back(static_cast<uint32_t>(v));
     }
@@ -126,19 +164,19 @@ int main(int argc, char** argv) {
     if (app.count("--rank")) settings::set_option("DYAD_NODE_RANK", rank);
     if (dyad::Status s = settings::check("dyadd"); !s) {
         std::fprintf(stderr, "dyadd: %s\n", s.message().c_str());
-        return 2;
+        return kUsage;
     }
     auto m = settings::size("DYAD_SERVICE_MEMORY");
     if (!m) {
         std::fprintf(stderr, "dyadd: %s\n", m.status().message().c_str());
-        return 2;
+        return kUsage;
     }
     o.memory = m.value();
     if (!store_max.empty()) {
         auto sm = dyad::parse_size("--store-max", store_max);
         if (!sm) {
             std::fprintf(stderr, "dyadd: %s\n", sm.status().message().c_str());
-            return 2;
+            return kUsage;
         }
         o.store_max = sm.value();
     }
@@ -146,7 +184,7 @@ int main(int argc, char** argv) {
         auto r = settings::count("DYAD_NODE_RANK", 0, UINT32_MAX - 1);
         if (!r) {
             std::fprintf(stderr, "dyadd: %s\n", r.status().message().c_str());
-            return 2;
+            return kUsage;
         }
         o.rank = r.value();
         o.rank_source = app.count("--rank") ? "--rank" : "DYAD_NODE_RANK";
@@ -168,18 +206,18 @@ int main(int argc, char** argv) {
     auto lv = dyad::log_level(dyad::log::Level::info);
     if (!lv) {
         std::fprintf(stderr, "dyadd: %s\n", lv.status().message().c_str());
-        return 2;
+        return kUsage;
     }
     auto lvl = lv.value();
     if (o.debug) lvl = dyad::log::Level::debug;
     dyad::log::set_level(lvl);
     if (!info_log.empty() && !dyad::log::set_info_file(info_log)) {
         std::fprintf(stderr, "dyadd: cannot open info log '%s'\n", info_log.c_str());
-        return 2;
+        return kUsage;
     }
     if (!error_log.empty() && !dyad::log::set_error_file(error_log)) {
         std::fprintf(stderr, "dyadd: cannot open error log '%s'\n", error_log.c_str());
-        return 2;
+        return kUsage;
     }
 
     // The metrics endpoint: bound now (a taken port fails before the service
@@ -230,7 +268,7 @@ int main(int argc, char** argv) {
     dyad::Status s = svc.start();
     if (!s) {
         std::fprintf(stderr, "dyadd: %s\n", s.to_string().c_str());
-        return 1;
+        return start_failure_code(s);
     }
     if (metrics) {
         metrics->start();

@@ -5,11 +5,13 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -269,4 +271,83 @@ TEST(ConsumerStore, TwoConsumersOfOneFileMoveItOnce) {
     EXPECT_EQ(moved.load(), 1);
     EXPECT_EQ(present.load(), 1);
     EXPECT_TRUE(store.present("shared", rec));
+}
+
+// The lock file of the stripe a file's lock is in (the only one made here).
+std::string only_lock_file(const Dir& d) {
+    auto locks = d.entries(".dyad/locks");
+    EXPECT_EQ(locks.size(), 1u);
+    return locks.empty() ? "" : d.path + "/.dyad/locks/" + locks[0];
+}
+
+TEST(ConsumerStore, ATemporaryFileOfADeadWriterGoesWithTheNextLock) {
+    Dir d;
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        // A consumer that dies (no destructor runs) while writing.
+        ConsumerStore mine(d.path, FileSystem::real(), false);
+        auto lk = mine.lock("sub/f");
+        auto st = mine.stage("sub/f", lk.is_ok() ? lk.value().get() : -1);
+        bool ok = lk.is_ok() && st.is_ok() && st.value()->sink().write("partial", 7).is_ok();
+        std::_Exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    auto left = d.entries("sub");
+    ASSERT_EQ(left.size(), 1u);
+    EXPECT_EQ(left[0].rfind(".f.dyad-" + std::to_string(child) + "-", 0), 0u) << left[0];
+    EXPECT_NE(slurp(only_lock_file(d)).find("sub/" + left[0]), std::string::npos);
+
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    {
+        auto lk = store.lock("sub/f");
+        ASSERT_TRUE(lk.is_ok());
+        EXPECT_TRUE(d.entries("sub").empty());
+        EXPECT_EQ(slurp(only_lock_file(d)), "");
+        // A writer that lives notes its temporary file, then forgets it.
+        std::string content(100, 'z');
+        auto st = store.stage("sub/f", lk.value().get());
+        ASSERT_TRUE(st.is_ok());
+        EXPECT_NE(slurp(only_lock_file(d)).find(std::to_string(getpid()) + " sub/.f.dyad-"),
+                  std::string::npos);
+        ASSERT_TRUE(st.value()->sink().write(content.data(), content.size()).is_ok());
+        ASSERT_TRUE(st.value()->commit(trailer_of(content), record_of("sub/f", content)).is_ok());
+        EXPECT_EQ(slurp(only_lock_file(d)), "");
+    }
+    EXPECT_EQ(d.entries("sub"), std::vector<std::string>{"f"});
+}
+
+TEST(ConsumerStore, ALockFileRecordRemovesOnlyTemporaryFiles) {
+    Dir d;
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    { ASSERT_TRUE(store.lock("x").is_ok()); }
+    std::string lock = only_lock_file(d);
+    std::ofstream(d.path + "/victim") << "keep";
+    for (const char* rec :
+         {"1 victim\n", "1 ../victim\n", "1 /etc/passwd\n", "1 a/../victim\n", "garbage"}) {
+        std::ofstream(lock, std::ios::trunc) << rec;
+        {
+            auto lk = store.lock("x");
+            ASSERT_TRUE(lk.is_ok());
+        }
+        EXPECT_EQ(slurp(d.path + "/victim"), "keep") << rec;
+        EXPECT_EQ(slurp(lock), "") << rec;
+    }
+}
+
+TEST(ConsumerStore, ProgressIsReportedOnTheFirstBytesThenAtMostPerInterval) {
+    Dir d;
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    auto st = store.stage("p");
+    ASSERT_TRUE(st.is_ok());
+    std::vector<uint64_t> seen;
+    st.value()->sink().on_progress([&](uint64_t b) { seen.push_back(b); }, 3600);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(st.value()->sink().write("abcd", 4).is_ok());
+    EXPECT_EQ(seen, std::vector<uint64_t>{4});
+    st.value()->sink().on_progress([&](uint64_t b) { seen.push_back(b); }, 0);
+    ASSERT_TRUE(st.value()->sink().write("ef", 2).is_ok());
+    ASSERT_TRUE(st.value()->sink().write("gh", 2).is_ok());
+    EXPECT_EQ(seen, (std::vector<uint64_t>{4, 22, 24}));
 }

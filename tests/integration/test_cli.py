@@ -1,0 +1,372 @@
+"""The dyad tool and dyadd when something is wrong: fast failures with messages
+that name the command, the file, the cause and what to do; exit codes; --json
+anywhere; stat formatting; the progress line; stale temporary files."""
+import glob
+import json
+import os
+import pty
+import re
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+import harness
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    c = harness.Cluster(nodes=2)
+    yield c
+    c.cleanup()
+
+
+class FakePeer:
+    """A TCP listener that is not a dyadd: `behaviour` is "silent" (accepts,
+    never answers), "http" (answers like a web server, then closes),
+    "garbage" (sends bytes that are no frame) or "close" (closes at once)."""
+
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.uri = f"tcp://127.0.0.1:{self.port}"
+        self.conns = []
+        self.stopped = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while not self.stopped:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.behaviour == "silent":
+                self.conns.append(c)  # kept open, never answered
+                continue
+            try:
+                if self.behaviour == "http":
+                    c.settimeout(2)
+                    c.recv(4096)  # the hello
+                    c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                elif self.behaviour == "garbage":
+                    c.sendall(bytes(range(7, 71)))
+            except OSError:
+                pass
+            c.close()
+
+    def close(self):
+        self.stopped = True
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+def client_env(tmp_path, **extra):
+    """A client environment without any service behind it."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("DYAD_") or k == "DYAD_BUILD_DIR"}
+    d = tmp_path / "cons"
+    d.mkdir(exist_ok=True)
+    e.update(DYAD_PATH_CONSUMER=str(d), DYAD_PATH_PRODUCER=str(d))
+    e.update({k: str(v) for k, v in extra.items()})
+    return e, str(d)
+
+
+def dyad(*args, env, timeout=60):
+    t0 = time.monotonic()
+    p = subprocess.run([harness.DYAD, *args], env=env, capture_output=True, text=True, timeout=timeout)
+    return p, time.monotonic() - t0
+
+
+# ---- a peer that is not a DYAD service ----
+
+def test_silent_peer_fails_within_five_seconds(tmp_path):
+    peer = FakePeer("silent")
+    try:
+        env, d = client_env(tmp_path, DYAD_SERVICE_URI=peer.uri)
+        p, dt = dyad("stat", f"{d}/x.bin", env=env)
+        assert p.returncode == 4, p.stderr
+        assert dt < 5, dt
+        assert f"dyad stat {d}/x.bin: the service at {peer.uri} did not answer like a DYAD service" in p.stderr
+        assert "DYAD_SERVICE_URI" in p.stderr and "DYAD_RC_" not in p.stderr
+        # Several files: the first failure ends the command (not one hello per file).
+        p, dt = dyad("consume", f"{d}/a.bin", f"{d}/b.bin", f"{d}/c.bin", env=env)
+        assert p.returncode == 4 and dt < 5, (dt, p.stderr)
+        assert "did not answer like a DYAD service" in p.stderr
+        assert "2 more files not attempted" in p.stderr
+        p, dt = dyad("service", "status", "--uri", peer.uri, env=env)
+        assert p.returncode == 4 and dt < 5 and "did not answer like a DYAD service" in p.stderr, p.stderr
+    finally:
+        peer.close()
+
+
+@pytest.mark.parametrize("behaviour,words", [
+    ("http", 'it sent "HTTP/1.1 400 Bad Request" instead of a DYAD frame'),
+    ("garbage", "instead of a DYAD frame"),
+    ("close", "closed the connection during the hello"),
+])
+def test_peer_that_is_not_dyad(tmp_path, behaviour, words):
+    peer = FakePeer(behaviour)
+    try:
+        env, d = client_env(tmp_path, DYAD_SERVICE_URI=peer.uri)
+        p, dt = dyad("consume", f"{d}/x.bin", env=env)
+        assert p.returncode == 4, p.stderr
+        assert dt < 5, dt
+        assert f"the service at {peer.uri} did not answer like a DYAD service" in p.stderr, p.stderr
+        assert words in p.stderr, p.stderr
+    finally:
+        peer.close()
+
+
+def test_a_real_http_server(tmp_path):
+    """Python's http.server waits for the end of a request line that a DYAD
+    hello never sends: a silent peer, found out by the hello's deadline."""
+    import http.server
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        uri = f"tcp://127.0.0.1:{srv.server_address[1]}"
+        env, _ = client_env(tmp_path, DYAD_SERVICE_URI=uri)
+        p, dt = dyad("ls", env=env)
+        assert p.returncode == 4 and dt < 5, (dt, p.stderr)
+        assert f"dyad ls: the service at {uri} did not answer like a DYAD service" in p.stderr, p.stderr
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_nothing_listening(tmp_path):
+    env, d = client_env(tmp_path, DYAD_SERVICE_URI="tcp://127.0.0.1:1")
+    p, dt = dyad("consume", f"{d}/x.bin", env=env)
+    assert p.returncode == 4 and dt < 5
+    assert p.stderr.strip() == (f"dyad consume {d}/x.bin: cannot reach the DYAD service at tcp://127.0.0.1:1 "
+                                "(connection refused): start dyadd on this node, or set DYAD_SERVICE_URI to "
+                                "its address")
+
+
+# ---- the metadata store ----
+
+def test_store_stopped_or_gone_fails_fast(cluster):
+    store, cons = cluster[0], cluster[1]
+    harness.write_file(store.path("s.bin"), 1000)
+    store.dyad("produce", store.path("s.bin"))
+    store.proc.send_signal(signal.SIGSTOP)  # up, but not answering
+    try:
+        t0 = time.monotonic()
+        p = cons.dyad("stat", cons.path("s.bin"), check=False)
+        assert p.returncode == 4, p.stderr
+        assert time.monotonic() - t0 < 5
+        assert f"the metadata store at {store.uri} is unreachable (no answer to the hello" in p.stderr, p.stderr
+        assert "the one started without --kvs" in p.stderr
+        t0 = time.monotonic()
+        p = cons.dyad("consume", cons.path("s.bin"), check=False)
+        assert p.returncode == 4 and time.monotonic() - t0 < 5
+        assert "metadata store" in p.stderr and "unreachable" in p.stderr
+    finally:
+        store.proc.send_signal(signal.SIGCONT)
+    store.stop()
+    t0 = time.monotonic()
+    p = cons.dyad("stat", cons.path("s.bin"), check=False)
+    assert p.returncode == 4 and time.monotonic() - t0 < 5
+    assert f"the metadata store at {store.uri} is unreachable (connection refused)" in p.stderr, p.stderr
+
+
+# ---- messages ----
+
+def test_messages_name_command_file_cause_and_remedy(nodes):
+    cons = nodes[1]
+    f = cons.path("never.bin")
+    # A bad setting value: the variable and its valid values, no DYAD_RC_ name.
+    p = cons.dyad("consume", f, check=False, env_extra={"DYAD_KEY_DEPTH": "abc"})
+    assert p.returncode == 1
+    assert p.stderr.startswith("dyad consume: DYAD_KEY_DEPTH='abc' is not an integer"), p.stderr
+    assert "fix or unset it" in p.stderr and "DYAD_RC_" not in p.stderr
+    p = cons.dyad("stat", f, check=False, env_extra={"DYAD_WAIT_TIMEOUT": "soon"})
+    assert p.returncode == 1 and p.stderr.startswith("dyad stat: DYAD_WAIT_TIMEOUT='soon'"), p.stderr
+    assert "NOCTX" not in p.stderr
+    # dyad config still lists the settings, to show where the bad one came from, then fails.
+    p = cons.dyad("config", check=False, env_extra={"DYAD_KEY_DEPTH": "abc"})
+    assert p.returncode == 1 and re.search(r"^DYAD_KEY_DEPTH=abc +# env$", p.stdout, re.M), p.stdout
+    assert p.stderr.startswith("dyad config: DYAD_KEY_DEPTH='abc'")
+    # A wait timeout: how long, which limit, what to do; no errno text.
+    p = cons.dyad("consume", f, check=False, env_extra={"DYAD_WAIT_TIMEOUT": "0.5"})
+    assert p.returncode == 3
+    assert p.stderr.startswith(f"dyad consume {f}: 'never.bin' was not produced within 0.5 s (DYAD_WAIT_TIMEOUT)")
+    assert "produce it first, or wait longer" in p.stderr
+    assert "timed out" not in p.stderr and "DYAD_RC_" not in p.stderr
+    p = cons.dyad("consume", "--timeout", "0.3", f, check=False)
+    assert p.returncode == 3 and "not produced within 0.3 s (--timeout)" in p.stderr, p.stderr
+    # Not produced, for stat: where to look.
+    p = cons.dyad("stat", f, check=False)
+    assert p.returncode == 2
+    assert p.stderr.startswith(f"dyad stat {f}: 'never.bin' has not been produced (yet)") and "dyad ls" in p.stderr
+    # Outside the managed directory.
+    p = cons.dyad("consume", "/etc/hostname", check=False)
+    assert p.returncode == 2 and p.stderr.startswith("dyad consume /etc/hostname: ")
+    assert "not inside the consumer directory" in p.stderr and "DYAD_PATH_CONSUMER" in p.stderr
+    # A usage error names the subcommand; exit code 1.
+    p = cons.dyad("consume", "--bogus", f, check=False)
+    assert p.returncode == 1 and p.stderr.startswith("dyad consume: ") and "--bogus" in p.stderr, p.stderr
+    p = cons.dyad("consume", "--progress", "--no-progress", f, check=False)
+    assert p.returncode == 1
+    # DYAD_LOG_LEVEL=debug adds the code's name, for whoever debugs the library.
+    p = cons.dyad("stat", f, check=False, env_extra={"DYAD_LOG_LEVEL": "debug"})
+    assert "[DYAD_RC_NOTFOUND]" in p.stderr
+
+
+def test_json_anywhere_on_the_command_line(nodes):
+    prod, cons = nodes[0], nodes[1]
+    harness.write_file(prod.path("j.bin"), 100)
+    prod.dyad("produce", prod.path("j.bin"))
+    outs = [json.loads(cons.dyad(*args).stdout) for args in (
+        ("--json", "stat", cons.path("j.bin")),
+        ("stat", "--json", cons.path("j.bin")),
+        ("stat", cons.path("j.bin"), "--json"))]
+    assert outs[0] == outs[1] == outs[2] and outs[0]["size"] == 100
+    assert json.loads(cons.dyad("service", "status", "--json").stdout)["node"] == "node1"
+    assert "transports_built" in json.loads(cons.dyad("config", "--json").stdout)
+    line = json.loads(cons.dyad("consume", cons.path("j.bin"), "--json").stdout)
+    assert line["file"] == cons.path("j.bin") and line["bytes"] == 100
+    # After "--", "--json" is a file name.
+    p = cons.dyad("consume", "--", "--json", check=False)
+    assert p.returncode == 2 and "'--json' is not inside the consumer directory" in p.stderr, p.stderr
+
+
+def test_stat_formats_mode_and_mtime(nodes):
+    prod, cons = nodes[0], nodes[1]
+    path = prod.path("fmt.bin")
+    harness.write_file(path, 10)
+    os.chmod(path, 0o640)
+    mtime_ns = 1609556645123456789  # 2021-01-02T03:04:05.123456789Z
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+    prod.dyad("produce", path)
+    out = cons.dyad("stat", cons.path("fmt.bin"), env_extra={"TZ": "UTC"}).stdout
+    assert "mode: 0640\n" in out, out
+    assert "mtime: 2021-01-02T03:04:05.123456789+00:00\n" in out, out
+    out = cons.dyad("stat", cons.path("fmt.bin"), env_extra={"TZ": "XYZ-5:30"}).stdout
+    assert "mtime: 2021-01-02T08:34:05.123456789+05:30\n" in out, out
+    j = json.loads(cons.dyad("stat", "--json", cons.path("fmt.bin")).stdout)
+    assert j["mode"] == 0o640 and j["mtime_ns"] == mtime_ns
+
+
+# ---- progress ----
+
+def test_progress_only_on_a_terminal_unless_forced(nodes):
+    prod, cons = nodes[0], nodes[1]
+    for name in ("p1.bin", "p2.bin", "p3.bin"):
+        harness.write_file(prod.path(name), 8 << 20)
+    prod.dyad("produce", prod.path("p1.bin"), prod.path("p2.bin"), prod.path("p3.bin"))
+    # stderr is a pipe: nothing.
+    p = cons.dyad("consume", cons.path("p1.bin"))
+    assert p.stderr == "", p.stderr
+    # Forced: one line per update, the last one complete.
+    p = cons.dyad("consume", "--progress", cons.path("p2.bin"))
+    lines = p.stderr.splitlines()
+    assert lines, p.stderr
+    assert all(line.startswith(f"dyad consume {cons.path('p2.bin')}: ") for line in lines), lines
+    assert re.search(r": 8\.0 MiB of 8\.0 MiB \(100%\), .*/s, done in ", lines[-1]), lines
+    assert "\r" not in p.stderr and "\033" not in p.stderr
+    # --no-progress wins on a terminal; --progress on a terminal redraws one line.
+    for flag, shown in (("--no-progress", False), ("--progress", True)):
+        master, slave = pty.openpty()
+        try:
+            proc = subprocess.Popen([harness.DYAD, "consume", flag, cons.path("p3.bin")], env=cons.env(),
+                                    stdout=subprocess.PIPE, stderr=slave)
+            os.close(slave)
+            slave = None
+            out = b""
+            while True:
+                r, _, _ = select.select([master], [], [], 30)
+                if not r:
+                    break
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the other side closed
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            proc.wait(timeout=30)
+            assert proc.returncode == 0
+        finally:
+            os.close(master)
+            if slave is not None:
+                os.close(slave)
+        if shown:
+            assert b"\r" in out and b"\033[K" in out and b"(100%)" in out, out
+        else:
+            assert out == b"", out
+        os.unlink(cons.path("p3.bin"))
+
+
+# ---- stale temporary files ----
+
+def test_temporary_file_of_a_killed_consumer_is_removed_by_the_next(nodes):
+    prod, cons = nodes[0], nodes[1]
+    size = 256 << 20
+    harness.write_file(prod.path("k/big.bin"), size)
+    prod.dyad("produce", prod.path("k/big.bin"))
+    pattern = os.path.join(cons.dir, "k", ".big.bin.dyad-*")
+    consumer = cons.dyad_async("consume", cons.path("k/big.bin"), env_extra={"DYAD_DTL_MODE": "FLUX_RPC"})
+
+    def writing():
+        if consumer.poll() is not None:
+            return "ended"
+        for t in glob.glob(pattern):
+            try:
+                if os.path.getsize(t) > 0:
+                    return t
+            except OSError:
+                pass
+        return None
+
+    temp = harness.wait_for(writing, 60, what="the consumer's temporary file", interval=0.002)
+    assert temp != "ended", "the transfer ended before it could be interrupted"
+    consumer.kill()
+    consumer.wait()
+    # The temporary file names the writer's pid.
+    assert os.path.basename(temp).startswith(f".big.bin.dyad-{consumer.pid}-"), temp
+    assert os.path.exists(temp) and not os.path.exists(cons.path("k/big.bin"))
+    p = cons.dyad("consume", cons.path("k/big.bin"))
+    assert p.returncode == 0
+    assert not os.path.exists(temp), "the dead consumer's temporary file is still there"
+    assert glob.glob(pattern) == []
+    assert harness.sha256(cons.path("k/big.bin")) == harness.sha256(prod.path("k/big.bin"))
+    os.unlink(cons.path("k/big.bin"))
+    os.unlink(prod.path("k/big.bin"))
+
+
+# ---- dyadd ----
+
+def test_dyadd_exit_codes(tmp_path):
+    p = subprocess.run([harness.DYADD, "--bogus"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and p.stderr.startswith("dyadd: ") and "--bogus" in p.stderr, p.stderr
+    p = subprocess.run([harness.DYADD, "--allow-uid", "x", str(tmp_path)], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 1 and "--allow-uid" in p.stderr
+    p = subprocess.run([harness.DYADD, "--help"], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and "Exit codes:" in p.stdout
+    # The --kvs store is not there: 4, as the dyad tool's "could not be reached".
+    port = harness.free_port()
+    p = subprocess.run([harness.DYADD, "--listen", f"127.0.0.1:{port}", "--kvs", "tcp://127.0.0.1:1",
+                        str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 4 and "cannot register in the metadata store" in p.stderr, p.stderr
+    # The address is taken.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        p = subprocess.run([harness.DYADD, "--listen", f"127.0.0.1:{s.getsockname()[1]}", str(tmp_path)],
+                           capture_output=True, text=True, timeout=60)
+    assert p.returncode == 4 and "cannot listen" in p.stderr, p.stderr
