@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # DYAD in C++. `make demo` and `make test` work on a fresh Debian 12 machine
 # (as root, or with sudo): they install dependencies, configure, build, run.
 BUILD ?= build

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The cost of authentication: the rows of bench.py (one 1 GiB file and
 2,000 files of 64 KiB, node0 -> node1, one `dyad consume` each), on two
 clusters side by side: one whose services and clients share a job key

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """AUTO rows of `make bench`: DYAD_DTL_MODE=AUTO beside every fixed mode this
 build has, in the same run, for each workload (a 256 MiB file, 1,000 files of
 64 KiB) and placement (the consumer on another node; on the producer's node

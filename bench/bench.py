@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """DYAD benchmark: real dyadd services on loopback, compared with baselines.
 
 Workload 1: one large file (1 GiB) produced on node0 and consumed on node1,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where `make bench` writes: $BENCH_OUT, else $DYAD_BUILD_DIR/bench, else
 build/bench. Never bench/results/, whose JSON files are tracked reference
 results (see bench/README.md)."""

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Fairness row of `make bench`: four fast FLUX_RPC consumers of 128 MiB files
 alone, then beside one consumer reading at 1 MB/s, alternating, with the
 ratio beside / alone (best round of each). Run on the default budget and on

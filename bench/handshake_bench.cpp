@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The price of the authenticated hello, alone: connections opened to a real
 // rpc::Server (its loop on a thread of its own) over loopback TCP, each
 // connect + hello timed, with and without the job key, interleaved in

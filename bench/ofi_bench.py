@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """MARGO/OFI rows of `make bench`: DYAD_DTL_MODE=MARGO (libfabric pull)
 moving a 256 MiB file and 1,000 files of 64 KiB between two services, per
 protocol that works here, side by side in the same run with a raw fi_read

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Raw fi_read bandwidth on one libfabric protocol: the yardstick for the
 // MARGO/OFI rows of `make bench`. Endpoint setup is DYAD's own (same
 // provider, same hints); the measured loop is plain fi_read of `size` bytes,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* open/read/close over N files in DIR (created first if missing); prints the
  * seconds the loop took. Usage: open_loop DIR N */
 #include <fcntl.h>

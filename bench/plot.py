@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Charts of `make bench` results: one PNG per benchmark family, from the JSON
 files the benchmark scripts write.
 

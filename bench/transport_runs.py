@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Measurements shared by the transport rows of `make bench` (UCX, MARGO):
 a large file consumed with several settings side by side with cp of the
 same file, and many small files, on a running two-node Cluster."""

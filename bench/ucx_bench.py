@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """UCX rows of `make bench`: DYAD_DTL_MODE=UCX moving a 256 MiB file (with the
 protocol UCX's endpoint calls for, and forced to tagged messages) and 1,000
 files of 64 KiB between two services, per UCX_TLS, side by side in the same

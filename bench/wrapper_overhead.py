@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Overhead of libdyad_wrapper.so on a program that never touches managed
 files: open/read/close over 100,000 unmanaged files, with and without the
 wrapper (active: DYAD_PATH_PRODUCER/CONSUMER set elsewhere), alternated,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """make demo: two DYAD services as two nodes on loopback. A consumer that
 waits for 20 files starts first; then a producer writes them (0 B to 64 MiB,
 one in a nested directory). Every file is checked byte for byte (SHA-256) and

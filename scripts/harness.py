@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Starts real dyadd services as simulated nodes and runs the dyad tool.
 
 Used by the demo, the integration tests and the benchmarks. Each node is a

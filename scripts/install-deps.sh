@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs exactly the Debian 12 packages the build, tests, demo and
 # benchmarks use, and enables or starts no system service.
 # Idempotent: skips apt entirely when everything is already present.

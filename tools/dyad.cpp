@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dyad: command-line tool for DYAD (produce, consume, stat, ls, config,
 // keygen, service status).
 #include <unistd.h>

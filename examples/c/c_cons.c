@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* DYAD's C demo, consumer side: waits for data<i>.txt (i < N) in DIR, brings
  * each here and checks its 10 int32 values. Exit 1 on a wrong value, 2 on a
  * DYAD error. Usage: c_cons N DIR (DIR must be DYAD_PATH_CONSUMER or inside it). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* DYAD's C demo, producer side: writes N files data<i>.txt of 10 int32
  * (i*10 .. i*10+9) into DIR and publishes each. Usage: c_prod N DIR
  * (DIR must be DYAD_PATH_PRODUCER or inside it). */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DYAD's C++ demo, consumer side, with dyad::ifstream_dyad: opening each
 // data<i>.txt waits for it and brings it here; checks the 10 int32 values.
 // Exit 1 on a wrong value, 2 on a DYAD error. Usage: cpp_cons N DIR

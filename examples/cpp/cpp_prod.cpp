@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DYAD's C++ demo, producer side, with dyad::ofstream_dyad: writes N files
 // data<i>.txt of 10 int32 into DIR; closing each stream publishes it.
 // Usage: cpp_prod N DIR

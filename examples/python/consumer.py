@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """DYAD's Python demo, consumer side: reads the NUM_FILES files of
 producer.py from the consumer-managed directory with dyad_open("rb"), which
 waits for each to be produced and brings it here, then checks every value.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """DYAD's Python demo, producer side: writes NUM_FILES files of NUM_INTS
 uint64 (file i holds i*NUM_INTS .. (i+1)*NUM_INTS-1) into the
 producer-managed directory with dyad_open("wb"), which publishes each file

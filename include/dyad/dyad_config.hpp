@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Build configuration, for programs written against the original DYAD: its
  * headers include <dyad/dyad_config.hpp> when DYAD_HAS_CONFIG is defined.
  * Valid C and C++ (the name is the original's). Every header of this

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The version of the DYAD library a program runs with. */
 #ifndef DYAD_DYAD_VERSION_H
 #define DYAD_DYAD_VERSION_H

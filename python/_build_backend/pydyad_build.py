@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pydyad's PEP 517 build backend, written with the standard library only.
 
 pydyad is pure Python: a wheel is a zip of the package's .py files plus a

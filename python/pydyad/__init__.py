@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pydyad: Python interface to DYAD (ctypes over libdyad.so's public C API).
 
     from pydyad import Dyad, dyad_open

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ctypes bindings to DYAD's public C API (libdyad.so).
 
 Only the public headers are relied on: ``dyad_ctx_t`` is opaque (a pointer),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dyad_open: open() that consumes before reading and produces after writing."""
 import io
 import os

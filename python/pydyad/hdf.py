@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DyadFile: an h5py.File that consumes before reading and produces on close."""
 import os
 

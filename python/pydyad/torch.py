@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch integration: a map-style Dataset whose samples arrive through DYAD.
 
     from pydyad.torch import DyadDataset

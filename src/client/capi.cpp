@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C API: DYAD's names and return codes over dyad::client::Client.
 // No exception crosses this boundary.
 //

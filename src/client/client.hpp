@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The DYAD client: produce, look up, consume. Thread-safe: one Client may be
 // used from any number of threads. The C API is a thin layer over this.
 #pragma once

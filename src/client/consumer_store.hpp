@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The consumer store: how fetched files land in the consumer directory.
 // Bytes go into a temporary file beside the target, are checked against the
 // END trailer (size and end-to-end checksum), get the producer's mode and

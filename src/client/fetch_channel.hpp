@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The consumer's side of the fetch conversation over the rpc layer: sends
 // the `dyad.fetch` request, filters and checks the answer's frames for the
 // transport's receiver (dtl::FetchChannel), and checks the END trailer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Interception policy for the LD_PRELOAD wrapper: decides, without
 // allocating, whether an open/close concerns a managed directory, and maps
 // DYAD failures to errno. The wrapper itself only resolves symbols and calls

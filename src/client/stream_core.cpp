@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dyad::dyad_stream_core over the public C API (dyad_ctx.h, dyad_client.h):
 // the context is opaque here. See include/dyad/stream/dyad_stream_core.hpp.
 #include <dyad/stream/dyad_stream_core.hpp>

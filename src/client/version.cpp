@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dyad_version(): the version of this libdyad.so, set by the build from the
 // one version number of the project (CMakeLists.txt, project(VERSION)).
 #include <dyad/dyad_version.h>

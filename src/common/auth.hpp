@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The job key and the proofs of the hello handshake (docs/security.md,
 // docs/wire-protocol.md section 4). A key file holds at least 32 random
 // bytes (`dyad keygen` writes 64 hex digits) and must not be readable by

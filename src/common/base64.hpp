@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RFC 4648 base64 (standard alphabet, padded), for binary blobs such as UCX
 // worker addresses carried in JSON.
 #pragma once

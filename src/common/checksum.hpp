@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // End-to-end checksum: XXH3-64 computed while bytes stream.
 #pragma once
 

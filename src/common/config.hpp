@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The typed configuration of a DYAD client, from the settings table
 // (settings.hpp: the only place in the project that reads DYAD_* variables).
 // Precedence: defaults < DYAD_CONFIG_FILE < environment < explicit API

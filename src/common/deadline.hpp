@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A point in time after which a wait gives up. Every blocking call takes one.
 #pragma once
 

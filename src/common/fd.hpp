@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RAII owner of a file descriptor.
 #pragma once
 

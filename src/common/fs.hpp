@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The file-system seam, in the spirit of LevelDB's Env: the consumer store
 // and the service's file source make their file system calls through it,
 // so tests can inject ENOSPC, EIO, short writes and rename failures without

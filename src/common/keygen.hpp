@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DYAD's "hierarchical file locator": the metadata key of a managed path,
 // bit-compatible with the original gen_path_key (MurmurHash3_x64_128 levels).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The logging backend, over spdlog (header-only, with fmt header-only: see
 // docs/design.md, "Logging"). Only this file includes spdlog: its code is
 // compiled into libdyad.so here and stays local to it (src/libdyad.map), so a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One logging facade: named subsystems, a level chosen by DYAD_LOG_LEVEL (or
 // DYAD_SYNC_DEBUG), output to stderr or a file. A library never writes to
 // stdout. Hot-path callers use DYAD_LOG_EVERY to rate-limit.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Path rules: managed-directory matching on canonical paths, validation of
 // paths relative to a managed directory, traversal-safe opening beneath a
 // directory, and small file helpers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one table of DYAD's settings: every DYAD_* variable, its type, default,
 // meaning and the components that read it. This is the only code that reads
 // DYAD_* variables; everything else asks it for typed values.

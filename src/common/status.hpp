@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Status and Result: errors carry a code (mapped to dyad_rc_t at the C
 // boundary), the errno that caused them (0 if none) and a message that says
 // what failed, on which file, and what to do.

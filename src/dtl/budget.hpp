@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The service's transfer memory: every chunk buffer a transfer holds comes
 // from one budget (DYAD_SERVICE_MEMORY, default 256 MiB), whatever the number
 // of consumers and the size of their files. A transfer that finds the budget

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fetch channel: what a transport sees of one fetch conversation, on each
 // side. The conversation itself (the request, the first answer, error
 // frames, the END trailer with size and checksum, cancellation, deadlines)

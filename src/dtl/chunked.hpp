@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The chunk pipeline shared by the sending side of every transport: file
 // reads on the service's file pool run ahead of the transport's sends, at
 // most `depth` chunks of `chunk` bytes in memory per transfer, an XXH3 of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Data Transport Layer: one small interface per side, backends listed in
 // one explicit table. Transports move bytes; the fetch conversation
 // (request, end trailer with size and checksum, errors, cancel, deadlines)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LOCAL: the consumer is on the producer's node but uses another directory.
 // Nothing crosses a network: the owner service opens the file beneath its
 // producer directory and holds its shared lock, as for any fetch, and hands

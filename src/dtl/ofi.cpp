@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libfabric transport (DYAD_DTL_MODE=MARGO, alias OFI): the pull model of
 // DYAD's Margo backend, built directly on libfabric.
 //

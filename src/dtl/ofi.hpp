@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libfabric plumbing shared by the OFI transport (DYAD_DTL_MODE=MARGO, alias
 // OFI) and its raw-bandwidth benchmark: protocols with Mercury's names mapped
 // to providers, validation with fi_getinfo, and one RDM endpoint with its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The entry point of a DTL transport plugin (libdyad_ofi.so), loaded by
  * src/dtl/registry.cpp with dlopen.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DYAD_DTL_MODE=AUTO: which transport moves a file, chosen per transfer by
 // score, after UCX's wire-up (seed 004): every service publishes one record
 // per way it can be reached (transport, reach, latency, bandwidth, native or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FLUX_RPC / STREAM backend: file bytes travel as response frames of the
 // fetch RPC, in bounded chunks, with reads pipelined ahead of socket writes
 // (at most kStreamDepth chunks in memory per transfer).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The metadata record of a produced file, as the store holds it. Only the
 // owner service writes it (docs/security.md).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Metadata store interface (client side, blocking with deadlines) and the
 // embedded in-memory store a dyadd hosts. Keys live in namespaces; each put
 // bumps the key's version (1 on create), which DYAD uses as the generation.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Blocking RPC client connection: one request at a time per connection (the
 // caller's thread waits), every wait bounded by a Deadline. Not thread-safe;
 // use one connection per thread (see ConnectionPool).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The server side of one request: its answer frames, cancellation and
 // deadline, forwarded to the loop and its session.
 #include "session.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The rpc server: listeners, sessions, dispatch by topic.
 #include "session.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Asynchronous RPC server on an Asio event loop: TCP and Unix listeners, one
 // session per connection (no thread per connection), requests dispatched by
 // topic, streaming answers with per-frame write completion (flow control),

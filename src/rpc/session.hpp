@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One client connection of the rpc server (private to src/rpc): reads
 // frames (hello first, within kHelloTimeout), dispatches requests, queues and
 // writes answers with flow control (at most kMaxActive requests and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DYAD wire format (docs/wire-protocol.md): every frame is a 24-byte
 // little-endian header, then meta_len bytes of JSON, then data_len raw bytes.
 #pragma once

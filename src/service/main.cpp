@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dyadd: the DYAD service of one node.
 #include <pthread.h>
 

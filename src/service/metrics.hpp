@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dyadd's metrics: histograms, the Prometheus text exposition format (0.0.4)
 // and the request observer that counts every RPC by kind, times the store's
 // operations and wait-for-create, and writes one log line per request. The

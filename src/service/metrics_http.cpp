@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dyadd's metrics endpoint over Boost.Beast (see metrics_http.hpp).
 #include "metrics_http.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The HTTP endpoint of dyadd --metrics-listen: GET /metrics (Prometheus text
 // format 0.0.4) and GET /healthz, served with Boost.Beast on a thread and an
 // io_context of its own (docs/design.md, "Metrics and health"). Part of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dyadd: the per-node DYAD service. Serves the files of its producer
 // directory (dyad.fetch) over every transport it has, hosts the embedded
 // metadata store (unless --kvs points at another service's), registers

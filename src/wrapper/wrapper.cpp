@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libdyad_wrapper.so: LD_PRELOAD shim. Thin by design: resolves the
 // originals once, keeps a per-thread reentrancy guard and a lock-free fd
 // table, and leaves every decision to dyad::client::InterceptPolicy and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #define _DEFAULT_SOURCE /* mmap flags under -std=c11 */
 /* A consumer written against the original DYAD's C API and names only.
  * Usage: cons MODE N DIR, MODE one of

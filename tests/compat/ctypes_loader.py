@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A data loader written the way code for the original DYAD is: its own
 ctypes mirror of struct dyad_ctx and dyad_metadata (the original pydyad's
 field lists), the libraries found by their original names, and the DLIO

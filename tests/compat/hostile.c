@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 #define _DEFAULT_SOURCE /* mmap flags under -std=c11 */
 /* Metadata that is not what it claims: must give clear errors, never crash.
  * Usage: hostile PATH (a consumer-managed path of a produced file). Prints

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The original DYAD's public layout and values, checked at compile time
  * against our headers (x86-64 / LP64), and the context's fields printed after
  * dyad_init_env as JSON, for the test to compare with the environment.

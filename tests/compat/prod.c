@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A producer written against the original DYAD's C API and names only
  * (built like its users build: -DDYAD_HAS_CONFIG=1 -ldyad_client -ldyad_ctx).
  * Usage: prod N DIR. Writes DIR/data<i>.bin (64 int32 values from i*64) and

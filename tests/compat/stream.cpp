@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Producer and consumer written against the original DYAD's C++ stream API
 // (as its demo does: open, get_stream(), read/write, close), built with
 // -std=c++11 -DDYAD_HAS_CONFIG=1 -ldyad_fstream only.

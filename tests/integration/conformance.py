@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The transport conformance cases every data transport passes (UCX, MARGO,
 ...). Each takes the producer and consumer nodes, the DYAD_DTL_MODE name and
 the consumer environment, and asserts; the per-transport suites call them."""

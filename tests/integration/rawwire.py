@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """An independent implementation of the DYAD wire protocol
 (docs/wire-protocol.md), to send requests the real client never would."""
 import hashlib

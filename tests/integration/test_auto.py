@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DYAD_DTL_MODE=AUTO end to end: the transport chosen per file from the
 owner's published records (and said by `dyad consume --explain`), LOCAL on
 the producer's node, every transport this machine has reached through AUTO,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The dyad tool and dyadd when something is wrong: fast failures with messages
 that name the command, the file, the cause and what to do; exit codes; --json
 anywhere; stat formatting; the progress line; stale temporary files."""

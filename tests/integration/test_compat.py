@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Drop-in for the original DYAD's users: programs written against its API
 and names only (tests/compat/, written here from its public headers) build
 the way its users build them and run against ours. See

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bad input gets a clear error, the service keeps serving, waits have deadlines."""
 import json
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DYAD's demo pairs in C (C API) and C++ (stream API) across two nodes,
 consumer started first, every value checked by the consumer."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The producer's service dies mid-transfer: error, no partial file, recovery."""
 import glob
 import hashlib

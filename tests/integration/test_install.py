@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DYAD installed with `cmake --install`: the installed dyadd and dyad tool
 find the installed libdyad.so and its libfabric plugin (RUNPATH relative to
 themselves, nothing from the build tree), and move a file with

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Long tests (`make test-long`, CTest label `long`): files over 4 GiB through
 every transport this build has. The source is sparse; the copy is real."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dyadd --metrics-listen: GET /metrics (Prometheus text format 0.0.4) and
 GET /healthz, on real services of a 2-node cluster; the endpoint survives
 malformed and hostile HTTP clients; per-request log lines at debug level."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Two nodes as network namespaces joined by veth pairs on a bridge: the
 consumer cannot see the producer's loopback, every byte crosses a veth.
 Falls back to loopback addresses where namespaces cannot be made."""

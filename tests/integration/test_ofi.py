@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The transport conformance cases for DYAD_DTL_MODE=MARGO (libfabric pull),
 once per protocol. A protocol whose provider fi_info does not list here is
 skipped with its name; nothing else is."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The red-team findings of the trust issue, each as an attack on real
 services by another process (this one, speaking the wire protocol, or a
 program it starts): the attack fails, legitimate clients keep being served,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The settings table is the one place that reads DYAD_* variables, the
 user guide's table is generated from it, and `dyad config` reports sources."""
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Files move from a producer to a waiting consumer across two services."""
 import hashlib
 import json

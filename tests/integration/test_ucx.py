@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The transport conformance cases for DYAD_DTL_MODE=UCX, once per UCX_TLS
 this machine's UCX offers (tcp; shared memory). A transport UCX lacks here is
 skipped with its name; nothing else is."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Unmodified programs under LD_PRELOAD=libdyad_wrapper.so, across two nodes,
 consumer started first each time."""
 import ctypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers for the pydyad tests: real dyadd services (scripts/harness.py) and
 pydyad code run in subprocesses with a node's environment (libdyad keeps one
 context per process, so each simulated client is its own process)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench/plot.py turns benchmark JSON into PNG charts; the benchmarks write
 under build/bench/, never into the tracked bench/results/."""
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pydyad.Dyad over libdyad: loading, initialisation, errors and their codes."""
 import inspect
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """examples/python/producer.py and consumer.py across two nodes."""
 import os
 import subprocess

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pydyad.hdf.DyadFile: HDF5 files through DYAD across two nodes."""
 import json
 import os

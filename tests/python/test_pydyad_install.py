@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pydyad as a Python package: the in-tree build backend (wheel, sdist,
 editable), its version, and `pip install ./python` into a plain virtual
 environment with no index at all, then produce/consume through real services

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """get_metadata (with and without waiting), consume_w_metadata, free_metadata."""
 import os
 import time

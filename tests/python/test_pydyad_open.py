@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """dyad_open: every open() mode, across two nodes."""
 import json
 import os

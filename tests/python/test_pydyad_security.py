@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The public API cannot be talked into fetching a file it did not look up."""
 import os
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pydyad.torch.DyadDataset with DataLoader workers, across two nodes."""
 import json
 import os

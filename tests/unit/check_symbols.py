@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """libdyad.so exports DYAD's symbols and nothing else (src/libdyad.map).
 
 Fails when libdyad.so exports a symbol that is neither a C function of

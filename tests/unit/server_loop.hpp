@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A real rpc::Server on 127.0.0.1 (and, if asked, a Unix socket), its event
 // loop on a thread of its own, for unit tests that talk to it with the
 // blocking client on the test thread.

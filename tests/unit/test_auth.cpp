@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The authenticated hello and the store's write rules, over real sockets:
 // a server on its own loop thread, the blocking client on the test thread.
 #include <gtest/gtest.h>

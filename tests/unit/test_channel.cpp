@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fetch channel (consumer side, over a real rpc server on a socket), the
 // acknowledgement window, and the chunked send pipeline (through a
 // recording SendChannel on a real event loop and a real file).

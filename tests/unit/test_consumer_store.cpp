@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The consumer store on a real directory, with faults injected through the
 // file-system seam: whole files appear atomically, nothing partial or
 // corrupt is ever visible, and failures leave no temporary file behind.

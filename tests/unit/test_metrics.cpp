@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Prometheus text writer and histograms of dyadd's metrics
 // (src/service/metrics.hpp); the endpoint itself: integration/test_metrics.py.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The RPC layer and the embedded store over real sockets, in one process:
 // the server loop runs on a thread, the blocking client on the test thread.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The AUTO selector on synthetic records, and the service's memory budget.
 #include <gtest/gtest.h>
 

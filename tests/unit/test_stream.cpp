@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dyad::*fstream_dyad and dyad::dyad_stream_core: stream state, DYAD errors,
 // roles, paths and locks, without a service.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Publishes only at the last close of duplicated fds. Usage: dup_close PATH
  * Writes "first", dups the fd (dup, then fcntl F_DUPFD), closes the original,
  * prints "ONE-CLOSED", waits for a line on stdin, writes "second" through a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reads DIR/t<i>.bin from 8 threads (each opened first by its thread, so the
  * wrapper consumes from non-main threads) and checks every byte.
  * Usage: mt_reader DIR SIZE. Exit 0 when all match. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Writes from 8 threads. Usage:
  *   mt_writer one  PATH SIZE      8 threads pwrite disjoint parts of one file
  *   mt_writer many DIR SIZE       8 threads each create, write, close DIR/t<i>.bin

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Deterministic content: byte at offset o of file k. */
 #pragma once
 #include <stddef.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* DYAD client API: produce and consume files (same names as the original DYAD). */
 #ifndef DYAD_CLIENT_DYAD_CLIENT_H
 #define DYAD_CLIENT_DYAD_CLIENT_H

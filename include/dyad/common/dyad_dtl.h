@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Data transport layer names (same names and values as the original DYAD).
  *
  * DYAD_DTL_FLUX_RPC is served by this implementation's stream transport

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Names of the environment variables DYAD reads. */
 #ifndef DYAD_COMMON_DYAD_ENVS_H
 #define DYAD_COMMON_DYAD_ENVS_H

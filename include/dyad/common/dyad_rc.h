@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* DYAD return codes: same names and values as the original DYAD, plus codes
  * this implementation adds (marked "new"). Negative values are errors. */
 #ifndef DYAD_COMMON_DYAD_RC_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The context type, declared (defined in <dyad/core/dyad_ctx.h>). */
 #ifndef DYAD_COMMON_STRUCTURES_H
 #define DYAD_COMMON_STRUCTURES_H

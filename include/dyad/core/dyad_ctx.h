@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* DYAD context: initialisation and teardown (same names as the original DYAD).
  *
  * Thread safety: there is one process-wide context; every function here and in

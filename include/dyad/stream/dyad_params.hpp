@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dyad::dyad_params: the settings dyad::dyad_stream_core::init(const
 // dyad_params&) passes to dyad_init(), for programs that configure DYAD in
 // code instead of through the DYAD_* environment. Member names and defaults

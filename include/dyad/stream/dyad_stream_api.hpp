@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // C++ file streams that go through DYAD: opening for reading consumes the
 // file first (waits until it is produced, then fetches it); closing a stream
 // opened for writing produces (publishes) it. Each stream is a std file

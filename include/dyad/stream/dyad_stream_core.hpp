@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dyad::dyad_stream_core: the DYAD side of the C++ file streams
 // (<dyad/stream/dyad_stream_api.hpp>), usable on its own: consume a file
 // before opening it for reading (open_sync), publish it after writing it

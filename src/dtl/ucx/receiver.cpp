@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UCX transport, consumer side: one process-wide UCP context and
 // worker with the wakeup feature; a bounded registered receive window
 // (DYAD_UCX_WINDOW, default 64 MiB) cut into chunk slots; receives are

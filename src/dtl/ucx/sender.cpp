@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UCX backend (DYAD_DTL_MODE=UCX). File bytes move from the service's worker
 // to the consumer's worker in one of two ways, chosen per endpoint:
 //   put: RMA puts into the consumer's registered window, where UCX does put

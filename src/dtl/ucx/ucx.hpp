@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UCX transport (DYAD_DTL_MODE=UCX): what its consumer side
 // (receiver.cpp) and service side (sender.cpp) share: the worker, errors,
 // attributes. The transport's overview is in sender.cpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The UCX transport's shared pieces and its row of the table of backends.
 #include <unistd.h>
 
