@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -43,6 +44,22 @@ class Histogram {
     std::vector<double> bounds_;
     std::vector<uint64_t> counts_;  // per bucket, the last one above every bound
     double sum_ = 0;
+};
+
+// Observes, into a histogram, the seconds from its construction to the end
+// of its scope.
+class ScopedTimer {
+  public:
+    explicit ScopedTimer(Histogram& h) : h_(h), t0_(std::chrono::steady_clock::now()) {}
+    ~ScopedTimer() {
+        h_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
+    }
+    ScopedTimer(const ScopedTimer&) = delete;
+    ScopedTimer& operator=(const ScopedTimer&) = delete;
+
+  private:
+    Histogram& h_;
+    std::chrono::steady_clock::time_point t0_;
 };
 
 using Labels = std::vector<std::pair<std::string, std::string>>;

@@ -754,14 +754,7 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
 
 Result<uint64_t> Service::store_put(const std::string& ns, const std::string& key,
                                     const std::string& value, uint64_t replaces) {
-    auto t0 = std::chrono::steady_clock::now();
-    struct Timed {
-        Histogram& h;
-        std::chrono::steady_clock::time_point t0;
-        ~Timed() {
-            h.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        }
-    } timed{store_calls_[0], t0};
+    ScopedTimer timed(store_calls_[0]);
     if (remote_) {
         auto v = remote_->put(ns, key, value, Deadline::after(kStoreTimeout), replaces);
         if (v || v.status().rc() == DYAD_RC_NOTFOUND) store_watch_->answered();
@@ -779,14 +772,7 @@ Result<uint64_t> Service::store_put(const std::string& ns, const std::string& ke
 }
 
 Result<kvs::Entry> Service::store_get(const std::string& ns, const std::string& key) {
-    auto t0 = std::chrono::steady_clock::now();
-    struct Timed {
-        Histogram& h;
-        std::chrono::steady_clock::time_point t0;
-        ~Timed() {
-            h.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        }
-    } timed{store_calls_[1], t0};
+    ScopedTimer timed(store_calls_[1]);
     if (remote_) {
         auto e = remote_->get(ns, key, Deadline::after(kStoreTimeout));
         if (e || e.status().rc() == DYAD_RC_NOTFOUND) store_watch_->answered();
