@@ -122,6 +122,8 @@ class MemoryStore {
     size_t key_count() const;
     size_t watcher_count() const { return watch_index_.size(); }
     uint64_t bytes() const { return bytes_; }
+    // Of bytes(), those of the registry (not charged to max_bytes).
+    uint64_t registry_bytes() const { return registry_bytes_; }
     uint64_t refused() const { return refused_.total(); }
     const StoreRefusals& refusals() const { return refused_; }
     const StoreLimits& limits() const { return limits_; }

@@ -855,7 +855,8 @@ nlohmann::json Service::status_json() const {
     if (store_)
         j["store"] = {{"keys", store_->key_count()},
                       {"waiters", store_->watcher_count()},
-                      {"bytes", store_->bytes()},
+                      {"bytes", store_->bytes() - store_->registry_bytes()},
+                      {"registry_bytes", store_->registry_bytes()},
                       {"max_bytes", store_->limits().max_bytes},
                       {"refused", store_->refused()},
                       {"refused_too_large", store_->refusals().too_large},
