@@ -253,13 +253,12 @@ Status Client::produce(const std::string& path) {
     // if that version is no longer current (docs/security.md).
     if (auto from = installed_from(full); from && from->owner != svc->id)
         args["replaces"] = from->generation;
-    auto conn = pool_->get(cfg_.service_uri, Deadline::after(kControlTimeout));
-    if (!conn)
-        return Status(DYAD_RC_CONNFAIL,
-                      "cannot publish '" + full + "': " + conn.status().to_string(),
-                      conn.status().err());
-    auto v = conn.value()->call("dyad.publish", args, Deadline::after(kControlTimeout));
-    pool_->put(std::move(conn.value()));
+    bool connect_failed = false;
+    auto v = pool_->call(cfg_.service_uri, "dyad.publish", args, Deadline::after(kControlTimeout),
+                         0, false, &connect_failed);
+    if (!v && connect_failed)
+        return Status(DYAD_RC_CONNFAIL, "cannot publish '" + full + "': " + v.status().to_string(),
+                      v.status().err());
     if (!v) {
         Status e = v.status();
         return Status(e.rc() == DYAD_RC_BADRPC ? DYAD_RC_BADCOMMIT : e.rc(),
@@ -565,15 +564,14 @@ Result<std::vector<Record>> Client::list() {
 
 Result<nlohmann::json> Client::service_status(const std::string& uri) {
     std::string u = uri.empty() ? cfg_.service_uri : uri;
-    auto c = pool_->get(u, Deadline::after(kControlTimeout));
-    if (!c)
-        return unreachable(u, c.status(),
+    bool connect_failed = false;
+    auto r = pool_->call(u, "dyad.status", nlohmann::json::object(),
+                         Deadline::after(kControlTimeout), 0, true, &connect_failed);
+    if (!r && connect_failed)
+        return unreachable(u, r.status(),
                            uri.empty() ? "start dyadd on this node, or set DYAD_SERVICE_URI to its "
                                          "address"
                                        : "check the address");
-    auto r =
-        c.value()->call("dyad.status", nlohmann::json::object(), Deadline::after(kControlTimeout));
-    pool_->put(std::move(c.value()));
     return r;
 }
 

@@ -11,7 +11,7 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
                                   const std::string& writer, uint64_t replaces) {
     if (ns.size() > limits_.max_key || key.size() > limits_.max_key ||
         value.size() > limits_.max_value) {
-        ++refused_;
+        ++refused_.too_large;
         return Status(DYAD_RC_BADCOMMIT,
                       "metadata entry too large (key " + std::to_string(key.size()) +
                           " bytes, value " + std::to_string(value.size()) + " bytes; at most " +
@@ -19,7 +19,8 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
                           std::to_string(limits_.max_value) + ")",
                       EMSGSIZE);
     }
-    if (ns == kServicesNamespace) assign_rank(key, value);
+    const bool registry = ns == kServicesNamespace;
+    if (registry) assign_rank(key, value);
     auto nsit = data_.find(ns);
     const Entry* old = nullptr;
     if (nsit != data_.end()) {
@@ -28,13 +29,39 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
     }
     uint64_t before = old ? key.size() + old->value.size() : 0;
     uint64_t after = key.size() + value.size() + (nsit == data_.end() ? ns.size() : 0);
-    if (after > before && bytes_ + (after - before) > limits_.max_bytes) {
-        ++refused_;
+    const NamespaceUse cur = usage(ns);
+    // A new key is a new record; replacing one is not.
+    if (!old && cur.records + 1 > ns_record_quota(ns)) {
+        ++refused_.ns_records;
         return Status(DYAD_RC_BADCOMMIT,
-                      "the metadata store is full (" + std::to_string(bytes_) + " of " +
+                      "namespace '" + ns + "' is at its quota of " +
+                          std::to_string(ns_record_quota(ns)) + " records (it holds " +
+                          std::to_string(cur.records) + "): cannot add '" + key + "'" +
+                          (registry ? std::string(" (the registry's quota is fixed)")
+                                    : std::string(": start the store's dyadd with a larger "
+                                                  "--store-max-records-per-namespace")),
+                      EDQUOT);
+    }
+    const uint64_t charged = bytes_ - registry_bytes_;
+    if (!registry && after > before && charged + (after - before) > limits_.max_bytes) {
+        ++refused_.store_full;
+        return Status(DYAD_RC_BADCOMMIT,
+                      "the metadata store is full (" + std::to_string(charged) + " of " +
                           std::to_string(limits_.max_bytes) +
                           " bytes): start the store's dyadd with a larger --store-max",
                       ENOSPC);
+    }
+    if (after > before && cur.bytes + (after - before) > ns_byte_quota(ns)) {
+        ++refused_.ns_bytes;
+        return Status(DYAD_RC_BADCOMMIT,
+                      "namespace '" + ns + "' would exceed its quota of " +
+                          std::to_string(ns_byte_quota(ns)) + " bytes (it holds " +
+                          std::to_string(cur.bytes) + ", the put of '" + key + "' adds " +
+                          std::to_string(after - before) + ")" +
+                          (registry ? std::string(" (the registry's quota is fixed)")
+                                    : std::string(": start the store's dyadd with a larger "
+                                                  "--store-max-bytes-per-namespace")),
+                      EDQUOT);
     }
     auto& space = data_[ns];
     auto found = space.find(key);
@@ -49,8 +76,12 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
                           (replaces ? " (it consumed generation " + std::to_string(replaces) + ")"
                                     : std::string()),
                       EEXIST);
-    Entry& e = found != space.end() ? found->second : space[key];
+    NamespaceUse& u = use_[ns];
+    if (found == space.end()) ++u.records;
+    u.bytes = u.bytes - before + after;
     bytes_ = bytes_ - before + after;
+    if (registry) registry_bytes_ = registry_bytes_ - before + after;
+    Entry& e = found != space.end() ? found->second : space[key];
     e.value = std::move(value);
     e.writer = writer;
     e.version += 1;
@@ -129,6 +160,20 @@ void MemoryStore::assign_rank(const std::string& key, std::string& value) const 
     j["rank"] = mine ? *mine : next;
     j["rank_source"] = "store";
     value = j.dump();
+}
+
+NamespaceUse MemoryStore::usage(const std::string& ns) const {
+    auto it = use_.find(ns);
+    return it == use_.end() ? NamespaceUse() : it->second;
+}
+
+uint64_t MemoryStore::ns_byte_quota(const std::string& ns) const {
+    if (ns == kServicesNamespace) return limits_.registry_max_bytes;
+    return limits_.max_bytes_per_ns ? limits_.max_bytes_per_ns : limits_.max_bytes;
+}
+
+uint64_t MemoryStore::ns_record_quota(const std::string& ns) const {
+    return ns == kServicesNamespace ? limits_.registry_max_records : limits_.max_records_per_ns;
 }
 
 size_t MemoryStore::key_count() const {

@@ -11,10 +11,12 @@ constexpr double kGrace = 5.0;       // extra client-side time for the answer to
 
 Result<nlohmann::json> RpcStore::call(const std::string& topic, nlohmann::json args, Deadline d,
                                       double grace) {
-    auto c = pool_->get(uri_, d);
-    if (!c) return Status(c.status()).wrap("metadata store");
-    auto r = c.value()->call(topic, std::move(args), d, grace);
-    pool_->put(std::move(c.value()));
+    // Reads may be sent again if a pooled connection turns out closed; a put
+    // only if it certainly did not reach the store.
+    const bool idempotent = topic != "kvs.put";
+    bool connect_failed = false;
+    auto r = pool_->call(uri_, topic, args, d, grace, idempotent, &connect_failed);
+    if (!r && connect_failed) return Status(r.status()).wrap("metadata store");
     return r;
 }
 

@@ -80,6 +80,31 @@ struct StoreLimits {
     size_t max_key = 4096;            // bytes of a key (namespace alike)
     size_t max_value = 64u << 10;     // bytes of a value (a record is ~300)
     uint64_t max_bytes = 1ull << 30;  // keys and values together (dyadd --store-max)
+    // Quotas of one namespace (the registry has its own, below): records
+    // (dyadd --store-max-records-per-namespace) and bytes of keys and values
+    // (dyadd --store-max-bytes-per-namespace; 0: max_bytes).
+    uint64_t max_records_per_ns = 1000000;
+    uint64_t max_bytes_per_ns = 0;
+    // The registry of services (kServicesNamespace) is not charged to
+    // max_bytes, so a full data namespace cannot keep services from
+    // registering; it has these quotas of its own instead.
+    uint64_t registry_max_records = 65536;
+    uint64_t registry_max_bytes = 64ull << 20;
+};
+
+// Puts refused, by reason.
+struct StoreRefusals {
+    uint64_t too_large = 0;   // a key or value over max_key / max_value
+    uint64_t store_full = 0;  // over max_bytes (--store-max)
+    uint64_t ns_records = 0;  // over a namespace's record quota
+    uint64_t ns_bytes = 0;    // over a namespace's byte quota
+    uint64_t total() const { return too_large + store_full + ns_records + ns_bytes; }
+};
+
+// What one namespace holds.
+struct NamespaceUse {
+    uint64_t records = 0;
+    uint64_t bytes = 0;  // keys and values, and the namespace's name
 };
 
 class MemoryStore {
@@ -97,14 +122,23 @@ class MemoryStore {
     size_t key_count() const;
     size_t watcher_count() const { return watch_index_.size(); }
     uint64_t bytes() const { return bytes_; }
-    uint64_t refused() const { return refused_; }
+    // Of bytes(), those of the registry (not charged to max_bytes).
+    uint64_t registry_bytes() const { return registry_bytes_; }
+    uint64_t refused() const { return refused_.total(); }
+    const StoreRefusals& refusals() const { return refused_; }
     const StoreLimits& limits() const { return limits_; }
+    NamespaceUse usage(const std::string& ns) const;
+    // The byte quota of a namespace (max_bytes_per_ns, or max_bytes when 0).
+    uint64_t ns_byte_quota(const std::string& ns) const;
+    uint64_t ns_record_quota(const std::string& ns) const;
 
   private:
     void assign_rank(const std::string& key, std::string& value) const;
     StoreLimits limits_;
-    uint64_t bytes_ = 0;    // keys and values held
-    uint64_t refused_ = 0;  // puts over a limit
+    uint64_t bytes_ = 0;           // keys and values held
+    uint64_t registry_bytes_ = 0;  // of which in the registry (not charged to max_bytes)
+    StoreRefusals refused_;        // puts over a limit
+    std::map<std::string, NamespaceUse> use_;
     using NsKey = std::pair<std::string, std::string>;
     std::map<std::string, std::map<std::string, Entry>> data_;
     std::map<NsKey, std::map<uint64_t, Watcher>> watchers_;

@@ -226,6 +226,7 @@ Status Connection::write_exact(const void* p, size_t n, Deadline deadline) {
     while (n > 0) {
         ssize_t w = ::send(fd_.get(), c, n, MSG_NOSIGNAL);
         if (w > 0) {
+            sent_any_ = true;
             c += w;
             n -= static_cast<size_t>(w);
             continue;
@@ -239,8 +240,11 @@ Status Connection::write_exact(const void* p, size_t n, Deadline deadline) {
             }
             continue;
         }
+        int err = errno;
         broken_ = true;
-        return Status(DYAD_RC_CONNFAIL, "send to " + uri_ + " failed", errno);
+        if (sending_request_ && !sent_any_ && (err == EPIPE || err == ECONNRESET))
+            loss_ = Loss::unsent;
+        return Status(DYAD_RC_CONNFAIL, "send to " + uri_ + " failed", err);
     }
     return Status::ok();
 }
@@ -299,12 +303,14 @@ Status Connection::read_exact(void* p, size_t n, Deadline deadline, bool take_fd
     while (n > 0) {
         ssize_t r = take_fds ? recv_with_fd(c, n) : ::recv(fd_.get(), c, n, 0);
         if (r > 0) {
+            read_any_ = true;
             c += r;
             n -= static_cast<size_t>(r);
             continue;
         }
-        if (r == 0) {
+        if (r == 0 || (r < 0 && errno == ECONNRESET)) {
             broken_ = true;
+            if (!read_any_ && sent_any_ && loss_ == Loss::none) loss_ = Loss::unanswered;
             return Status(DYAD_RC_CONNFAIL,
                           "service at " + uri_ + " closed the connection (did it stop?)",
                           ECONNRESET);
@@ -346,7 +352,11 @@ Result<uint32_t> Connection::send_request(const std::string& topic, nlohmann::js
     Header h;
     h.type = Type::request;
     h.tag = tag;
+    loss_ = Loss::none;
+    sent_any_ = read_any_ = false;
+    sending_request_ = true;
     Status s = send_frame(h, args.dump(), deadline);
+    sending_request_ = false;
     if (!s) return s;
     return tag;
 }
@@ -465,7 +475,10 @@ Result<std::unique_ptr<Connection>> ConnectionPool::get(const std::string& uri, 
             // An idle connection must have nothing to read: readable means the
             // service closed it (restart) or sent junk; drop it.
             struct pollfd p = {c->fd_.get(), POLLIN, 0};
-            if (::poll(&p, 1, 0) == 0) return c;
+            if (::poll(&p, 1, 0) == 0) {
+                c->reused_ = true;
+                return c;
+            }
         }
     }
     return Connection::connect(uri, deadline, creds_);
@@ -477,6 +490,31 @@ void ConnectionPool::put(std::unique_ptr<Connection> c) {
     std::lock_guard<std::mutex> lk(mu_);
     auto& v = idle_[c->uri()];
     if (v.size() < max_idle_) v.push_back(std::move(c));
+}
+
+Result<nlohmann::json> ConnectionPool::call(const std::string& uri, const std::string& topic,
+                                            const nlohmann::json& args, Deadline deadline,
+                                            double grace_s, bool idempotent, bool* connect_failed) {
+    if (connect_failed) *connect_failed = false;
+    for (int attempt = 0;; ++attempt) {
+        auto c = get(uri, deadline);
+        if (!c) {
+            if (connect_failed) *connect_failed = true;
+            return c.status();
+        }
+        auto r = c.value()->call(topic, args, deadline, grace_s);
+        if (!r && attempt == 0 && c.value()->reused() &&
+            c.value()->lost_before_request(idempotent) && !deadline.expired()) {
+            DYAD_DEBUG("rpc",
+                       "%s: the pooled connection to %s was closed by the service (%s); "
+                       "sending again on a new connection",
+                       topic.c_str(), uri.c_str(), r.status().message().c_str());
+            ++retries_;
+            continue;  // the broken connection is dropped here
+        }
+        put(std::move(c.value()));
+        return r;
+    }
 }
 
 void ConnectionPool::clear() {

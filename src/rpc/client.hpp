@@ -4,6 +4,7 @@
 // use one connection per thread (see ConnectionPool).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -93,6 +94,14 @@ class Connection {
     static bool not_dyad(const Status& s) {
         return s.rc() == DYAD_RC_CONNFAIL && s.err() == EPROTO;
     }
+    // Came from a ConnectionPool's idle connections (not freshly connected).
+    bool reused() const { return reused_; }
+    // The last request failed because the service had closed the connection
+    // before it: nothing of the request was accepted (its send failed at
+    // once), or, `idempotent` alike, the service closed without any answer.
+    bool lost_before_request(bool idempotent) const {
+        return loss_ == Loss::unsent || (idempotent && loss_ == Loss::unanswered);
+    }
 
   private:
     friend class ConnectionPool;
@@ -117,6 +126,12 @@ class Connection {
     nlohmann::json peer_info_;
     uint32_t next_tag_ = 1;
     bool broken_ = false;
+    bool reused_ = false;
+    // How the last request was lost to a closed connection, if it was.
+    enum class Loss { none, unsent, unanswered } loss_ = Loss::none;
+    bool sending_request_ = false;  // in send_request: a failed first write is Loss::unsent
+    bool sent_any_ = false;         // bytes of the current request accepted by the kernel
+    bool read_any_ = false;         // bytes read since the current request was sent
 };
 
 // Idle connections kept per URI so that many small requests do not pay for
@@ -129,8 +144,21 @@ class ConnectionPool {
     // Returns a connection after a completed exchange; broken ones are dropped.
     void put(std::unique_ptr<Connection> c);
     void clear();
+    // A request with a single answer (Connection::call) on a connection of
+    // the pool. An idle connection the service closed under the pool
+    // (dyadd --idle-timeout, a restart) is not an error: the request is sent
+    // once more on a fresh connection when it certainly did not reach the
+    // service (or, for an `idempotent` request, when the service closed the
+    // connection without answering it). When no connection could be had,
+    // *connect_failed (if given) is set.
+    Result<nlohmann::json> call(const std::string& uri, const std::string& topic,
+                                const nlohmann::json& args, Deadline deadline, double grace_s = 0,
+                                bool idempotent = false, bool* connect_failed = nullptr);
+    // Requests sent again by call() on a fresh connection.
+    uint64_t retries() const { return retries_.load(); }
 
   private:
+    std::atomic<uint64_t> retries_{0};
     std::mutex mu_;
     Credentials creds_;
     size_t max_idle_;

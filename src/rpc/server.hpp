@@ -183,6 +183,12 @@ class Server {
     const std::shared_ptr<RequestObserver>& observer() const { return observer_; }
     // Connections closed at once because kMaxSessions were open.
     uint64_t connections_refused() const { return connections_refused_; }
+    // Connections closed after `t` without a request in flight and without
+    // traffic, once past the hello (zero: never; dyadd --idle-timeout).
+    void set_idle_timeout(std::chrono::milliseconds t) { idle_timeout_ = t; }
+    std::chrono::milliseconds idle_timeout() const { return idle_timeout_; }
+    uint64_t idle_closed() const { return idle_closed_; }
+    void count_idle_closed() { ++idle_closed_; }
     // Closes listeners and every session; pending requests are cancelled.
     void stop();
 
@@ -203,6 +209,8 @@ class Server {
     AuthPolicy auth_;
     uint64_t auth_refused_ = 0;
     uint64_t connections_refused_ = 0;
+    std::chrono::milliseconds idle_timeout_{120000};
+    uint64_t idle_closed_ = 0;
     std::shared_ptr<RequestObserver> observer_;
     std::unique_ptr<asio::ip::tcp::acceptor> tcp_;
     std::unique_ptr<asio::local::stream_protocol::acceptor> unix_;

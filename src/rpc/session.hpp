@@ -190,6 +190,7 @@ class Session : public std::enable_shared_from_this<Session> {
         auto self = shared_from_this();
         asio::async_read(sock_, asio::buffer(hdr_), [self](asio::error_code ec, size_t) {
             if (ec) return self->close();
+            self->last_activity_ = std::chrono::steady_clock::now();
             Status s = decode_header(self->hdr_.data(), &self->h_);
             if (!s) {
                 DYAD_WARN("rpc", "dropping connection: %s", s.to_string().c_str());
@@ -376,12 +377,42 @@ class Session : public std::enable_shared_from_this<Session> {
         client_nonce_.clear();
         service_nonce_.clear();
         hello_timer_.cancel();
+        last_activity_ = std::chrono::steady_clock::now();
+        arm_idle(server_.idle_timeout());
         Header r;
         r.type = Type::hello;
         nlohmann::json info = server_.hello_info();
         info["auth"] = server_.auth().key ? auth::kScheme : "none";
         send(r, info.dump(), {}, {});
         return true;
+    }
+
+    // The idle timeout (Server::set_idle_timeout), on the hello's timer once
+    // the hello is done: a connection with a request in flight, or answers
+    // still going out, is never idle; one without is closed once `limit`
+    // passed since its last frame in or out.
+    void arm_idle(std::chrono::milliseconds wait) {
+        const auto limit = server_.idle_timeout();
+        if (closed_ || limit.count() <= 0) return;
+        std::weak_ptr<Session> weak = shared_from_this();
+        hello_timer_.expires_after(wait);
+        hello_timer_.async_wait([weak, limit](asio::error_code ec) {
+            auto self = weak.lock();
+            if (ec || !self || self->closed_) return;
+            if (!self->active_.empty() || self->writing_ || !self->q_.empty())
+                return self->arm_idle(limit);
+            auto idle = std::chrono::steady_clock::now() - self->last_activity_;
+            if (idle < limit)
+                return self->arm_idle(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(limit - idle) +
+                    std::chrono::milliseconds(1));
+            DYAD_DEBUG("rpc", "closing connection %llu (%s, pid %lld): idle for %lld ms",
+                       static_cast<unsigned long long>(self->id_), self->peer_.address.c_str(),
+                       static_cast<long long>(self->peer_.pid),
+                       static_cast<long long>(limit.count()));
+            self->server_.count_idle_closed();
+            self->close();
+        });
     }
 
     bool refuse(const std::string& msg) {
@@ -500,6 +531,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     void front_written(asio::error_code ec) {
+        last_activity_ = std::chrono::steady_clock::now();
         Out done = std::move(q_.front());
         q_.pop_front();
         if (done.file_fd >= 0) ::close(done.file_fd);
@@ -529,7 +561,8 @@ class Session : public std::enable_shared_from_this<Session> {
     std::array<uint8_t, kHeaderSize> hdr_{};
     Header h_;
     std::string meta_;
-    asio::steady_timer hello_timer_;
+    asio::steady_timer hello_timer_;  // the hello's deadline, then the idle timeout
+    std::chrono::steady_clock::time_point last_activity_ = std::chrono::steady_clock::now();
     size_t queued_bytes_ = 0;
     bool paused_ = false;
     bool hello_done_ = false;

@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
     app.add_option("--memory", memory,
                    "memory for transfer buffers, all consumers together, e.g. 256M (default: "
                    "$DYAD_SERVICE_MEMORY or 256M)");
-    std::string store_max, rank;
+    std::string store_max, store_ns_bytes, rank;
     app.add_option("--rank", rank,
                    "this node's rank: owner_rank of its files, ctx->rank of its clients "
                    "(default: $DYAD_NODE_RANK, else the resource manager's node rank "
@@ -117,6 +117,19 @@ int main(int argc, char** argv) {
     app.add_option("--store-max", store_max,
                    "bytes of metadata the embedded store may hold, e.g. 1G (default 1G); puts "
                    "beyond it are refused");
+    app.add_option("--store-max-records-per-namespace", o.store_max_records_per_ns,
+                   "records (keys) one namespace of the embedded store may hold; a put of a new "
+                   "key beyond it is refused (EDQUOT)")
+        ->capture_default_str()
+        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+    app.add_option("--store-max-bytes-per-namespace", store_ns_bytes,
+                   "bytes of keys and values one namespace of the embedded store may hold, e.g. "
+                   "100M (default: --store-max); puts beyond it are refused (EDQUOT)");
+    app.add_option("--idle-timeout", o.idle_timeout,
+                   "seconds a connection may stay without a request in flight and without "
+                   "traffic before the service closes it (0: never)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
     app.add_option("--auth-key", o.auth_key,
                    "the job's key file (dyad keygen FILE): peers must prove they hold it "
                    "(default: $DYAD_AUTH_KEY_FILE)");
@@ -180,6 +193,14 @@ int main(int argc, char** argv) {
             return kUsage;
         }
         o.store_max = sm.value();
+    }
+    if (!store_ns_bytes.empty()) {
+        auto sm = dyad::parse_size("--store-max-bytes-per-namespace", store_ns_bytes);
+        if (!sm) {
+            std::fprintf(stderr, "dyadd: %s\n", sm.status().message().c_str());
+            return kUsage;
+        }
+        o.store_max_bytes_per_ns = sm.value();
     }
     if (settings::lookup("DYAD_NODE_RANK").set()) {
         auto r = settings::count("DYAD_NODE_RANK", 0, UINT32_MAX - 1);

@@ -252,6 +252,8 @@ Status Service::start() {
     server_ = std::make_unique<rpc::Server>(io_, nlohmann::json::object());
     server_->set_auth({key_, opts_.allow_uids, opts_.allow_any_uid});
     server_->set_observer(metrics_);
+    server_->set_idle_timeout(
+        std::chrono::milliseconds(static_cast<int64_t>(opts_.idle_timeout * 1000.0)));
     if (!opts_.listen.empty()) {
         std::string host;
         uint16_t port = 0;
@@ -310,6 +312,8 @@ Status Service::start() {
     if (opts_.kvs_uri.empty()) {
         kvs::StoreLimits limits;
         limits.max_bytes = opts_.store_max;
+        limits.max_records_per_ns = opts_.store_max_records_per_ns;
+        limits.max_bytes_per_ns = opts_.store_max_bytes_per_ns;
         store_ = std::make_unique<kvs::MemoryStore>(limits);
         kvs::serve(*server_, *store_);
         auto v = store_->put(kServicesNamespace, id_, reg.dump(), id_);
@@ -826,6 +830,7 @@ nlohmann::json Service::status_json() const {
                      {"refused_unproduced", refused_unproduced_.load()},
                      {"refused_stale", refused_stale_.load()},
                      {"auth_refused", server_ ? server_->auth_refused() : 0},
+                     {"idle_closed", server_ ? server_->idle_closed() : 0},
                      {"in_flight", total_.in_flight},
                      {"per_transport", per},
                      {"per_kind", metrics_->to_json()}};
@@ -836,9 +841,16 @@ nlohmann::json Service::status_json() const {
     if (store_)
         j["store"] = {{"keys", store_->key_count()},
                       {"waiters", store_->watcher_count()},
-                      {"bytes", store_->bytes()},
+                      {"bytes", store_->bytes() - store_->registry_bytes()},
+                      {"registry_bytes", store_->registry_bytes()},
                       {"max_bytes", store_->limits().max_bytes},
-                      {"refused", store_->refused()}};
+                      {"refused", store_->refused()},
+                      {"refused_too_large", store_->refusals().too_large},
+                      {"refused_store_full", store_->refusals().store_full},
+                      {"refused_namespace_records", store_->refusals().ns_records},
+                      {"refused_namespace_bytes", store_->refusals().ns_bytes},
+                      {"max_records_per_namespace", store_->limits().max_records_per_ns},
+                      {"max_bytes_per_namespace", store_->ns_byte_quota(opts_.ns)}};
     // The settings this service reads, with where each value came from.
     nlohmann::json mine = nlohmann::json::array();
     for (auto& s : settings::describe())
@@ -950,6 +962,9 @@ std::string Service::metrics_text() const {
             static_cast<double>(server_ ? server_->session_count() : 0));
     t.counter("dyad_connections_refused_total", "connections closed at once because 4096 were open",
               server_ ? server_->connections_refused() : 0);
+    t.counter("dyad_connections_idle_closed_total",
+              "connections closed because they stayed idle for --idle-timeout",
+              server_ ? server_->idle_closed() : 0);
 
     if (budget_) {
         auto m = budget_->stats();

@@ -50,6 +50,12 @@ struct Options {
     std::vector<uint32_t> allow_uids;  // more uids allowed on the Unix socket
     bool allow_any_uid = false;
     uint64_t store_max = 1ull << 30;  // bytes the embedded store may hold (--store-max)
+    // Quotas of one namespace of the embedded store
+    // (--store-max-records-per-namespace, --store-max-bytes-per-namespace; 0: store_max).
+    uint64_t store_max_records_per_ns = 1000000;
+    uint64_t store_max_bytes_per_ns = 0;
+    // Seconds an authenticated connection may stay idle (--idle-timeout; 0: never).
+    double idle_timeout = 120;
     // This node's rank (--rank, DYAD_NODE_RANK, the resource manager's node
     // rank); unset: the store assigns one in registration order.
     std::optional<uint32_t> rank;

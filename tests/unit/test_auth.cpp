@@ -252,3 +252,66 @@ TEST(StoreLimits, OversizeAndFullAreRefusedWithAReason) {
     EXPECT_TRUE(store.put("n", "key0", std::string(90, 'x'), "a").is_ok());
     EXPECT_EQ(store.get("n", "key0")->value, std::string(90, 'x'));
 }
+
+TEST(StoreLimits, RecordQuotaPerNamespaceNamesTheOption) {
+    kvs::StoreLimits lim;
+    lim.max_records_per_ns = 3;
+    kvs::MemoryStore store(lim);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(store.put("a", "k" + std::to_string(i), "v", "s"));
+    auto r = store.put("a", "k3", "v", "s");
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.status().err(), EDQUOT);
+    EXPECT_EQ(r.status().rc(), DYAD_RC_BADCOMMIT);
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("'a'"), std::string::npos) << m;
+    EXPECT_NE(m.find("3 records"), std::string::npos) << m;
+    EXPECT_NE(m.find("holds 3"), std::string::npos) << m;
+    EXPECT_NE(m.find("--store-max-records-per-namespace"), std::string::npos) << m;
+    EXPECT_EQ(store.refusals().ns_records, 1u);
+    EXPECT_EQ(store.refused(), 1u);
+    // Replacing a key is not a new record.
+    EXPECT_TRUE(store.put("a", "k1", "changed", "s"));
+    EXPECT_EQ(store.usage("a").records, 3u);
+    // Another namespace has a quota of its own.
+    EXPECT_TRUE(store.put("b", "k3", "v", "s"));
+    EXPECT_EQ(store.usage("b").records, 1u);
+}
+
+TEST(StoreLimits, ByteQuotaPerNamespace) {
+    kvs::StoreLimits lim;
+    lim.max_bytes_per_ns = 200;
+    kvs::MemoryStore store(lim);
+    EXPECT_EQ(store.ns_byte_quota("a"), 200u);
+    ASSERT_TRUE(store.put("a", "k0", std::string(100, 'v'), "s"));
+    auto r = store.put("a", "k1", std::string(100, 'v'), "s");
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.status().err(), EDQUOT);
+    EXPECT_NE(r.status().message().find("--store-max-bytes-per-namespace"), std::string::npos);
+    EXPECT_NE(r.status().message().find("quota of 200 bytes"), std::string::npos);
+    EXPECT_EQ(store.refusals().ns_bytes, 1u);
+    // A smaller replacement fits and frees room.
+    EXPECT_TRUE(store.put("a", "k0", std::string(10, 'w'), "s"));
+    EXPECT_TRUE(store.put("a", "k1", std::string(100, 'v'), "s"));
+    EXPECT_TRUE(store.put("b", "k1", std::string(150, 'v'), "s"));
+    // Default: the whole store's size.
+    kvs::MemoryStore plain;
+    EXPECT_EQ(plain.ns_byte_quota("a"), plain.limits().max_bytes);
+}
+
+TEST(StoreLimits, AFullDataNamespaceDoesNotStarveTheRegistry) {
+    kvs::StoreLimits lim;
+    lim.max_bytes = 500;
+    kvs::MemoryStore store(lim);
+    int stored = 0;
+    while (store.put("data", "k" + std::to_string(stored), std::string(50, 'v'), "s")) ++stored;
+    EXPECT_EQ(store.refusals().store_full, 1u);
+    auto reg = store.put(kvs::kServicesNamespace, "svc-1", R"({"service_id":"svc-1"})", "svc-1");
+    EXPECT_TRUE(reg) << reg.status().message();
+    // The registry has its own record quota.
+    kvs::StoreLimits small;
+    small.registry_max_records = 1;
+    kvs::MemoryStore s2(small);
+    EXPECT_TRUE(s2.put(kvs::kServicesNamespace, "a", "{}", "a"));
+    EXPECT_TRUE(s2.put(kvs::kServicesNamespace, "a", "{}", "a"));  // registering again
+    EXPECT_EQ(s2.put(kvs::kServicesNamespace, "b", "{}", "b").status().err(), EDQUOT);
+}
