@@ -41,7 +41,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         FUZZ_CHECK(again->is_unix == u->is_unix && again->host == u->host &&
                    again->port == u->port && again->path == u->path);
     } else {
-        (void)nlohmann::json({{"msg", u.status().message()}}).dump();
+        // Logged, and in JSON output with replacement of invalid UTF-8.
+        (void)nlohmann::json({{"msg", u.status().message()}})
+            .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
     return 0;
 }

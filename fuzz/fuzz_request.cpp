@@ -27,10 +27,12 @@ void answerable(const Status& st) {
     (void)nlohmann::json({{"msg", st.message()}, {"rc", static_cast<int>(st.rc())}}).dump();
 }
 
-void check_upath(std::string_view raw) {
+// from_json: the path came in a JSON string (valid UTF-8), so its refusal
+// goes back as JSON; raw bytes are only checked for the path properties.
+void check_upath(std::string_view raw, bool from_json = true) {
     auto up = normalize_upath(raw);
     if (!up) {
-        answerable(up.status());
+        if (from_json) answerable(up.status());
         return;
     }
     const std::string& u = up.value();
@@ -94,7 +96,7 @@ void kvs_put(const nlohmann::json& a, const std::string& writer) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string text(reinterpret_cast<const char*>(data), size);
-    check_upath(text);
+    check_upath(text, false);
     auto meta = rpc::parse_meta(text);
     if (meta.is_discarded() || !meta.is_object()) return 0;
     if (!meta.contains("topic") || !meta["topic"].is_string())
