@@ -5,7 +5,7 @@ BUILD ?= build
 PY ?= /usr/bin/python3
 CMAKE_FLAGS ?= -DDYAD_WARNINGS_AS_ERRORS=ON
 
-.PHONY: all deps configure build install test test-long test-asan demo bench bench-plot format check-format clean
+.PHONY: all deps configure build install test test-long test-asan fuzz fuzz-deps fuzz-merge demo bench bench-plot format check-format clean
 
 all: build
 
@@ -42,6 +42,40 @@ test-asan: deps
 	cmake -S . -B build-asan -G Ninja -DDYAD_ENABLE_ASAN=ON -DCMAKE_BUILD_TYPE=Debug
 	cmake --build build-asan -j2
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -LE long --timeout 900
+
+# libFuzzer (clang) on every target in fuzz/ for FUZZ_SECONDS each, from a
+# scratch copy of fuzz/corpus/ (build-fuzz/corpus): the checked-in corpus
+# grows only by `make fuzz-merge`. Crashes land in build-fuzz/crashes/.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 2
+FUZZ_TARGETS = frame hello request record address
+# clang and libFuzzer's runtime (Debian 12: clang, libclang-rt-14-dev), for
+# `make fuzz` only: `make test` never needs clang.
+fuzz-deps: | deps
+	@printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n' | \
+	  clang++ -fsanitize=fuzzer -x c++ - -o /dev/null 2>/dev/null || \
+	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev
+
+fuzz: fuzz-deps
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DDYAD_FUZZ=ON -DDYAD_ENABLE_TESTS=OFF -DDYAD_ENABLE_UCX=OFF \
+	  -DDYAD_ENABLE_OFI=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(FUZZ_BUILD) -j$(FUZZ_JOBS) --target fuzz_all
+	mkdir -p $(FUZZ_BUILD)/crashes
+	set -e; for t in $(FUZZ_TARGETS); do \
+	  rm -rf $(FUZZ_BUILD)/corpus/$$t; mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	  cp fuzz/corpus/$$t/* $(FUZZ_BUILD)/corpus/$$t/; \
+	  $(FUZZ_BUILD)/bin/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ_BUILD)/crashes/$$t- $(FUZZ_BUILD)/corpus/$$t \
+	    2>&1 | tee $(FUZZ_BUILD)/fuzz_$$t.log | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY)" || true; \
+	done
+
+# Adds to fuzz/corpus/ the inputs of the last `make fuzz` that reach new
+# coverage (libFuzzer -merge=1: few files, not the whole scratch corpus).
+fuzz-merge:
+	set -e; for t in $(FUZZ_TARGETS); do \
+	  $(FUZZ_BUILD)/bin/fuzz_$$t -merge=1 fuzz/corpus/$$t $(FUZZ_BUILD)/corpus/$$t; \
+	done
 
 demo: build
 	$(PY) scripts/demo.py

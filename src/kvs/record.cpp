@@ -26,6 +26,15 @@ Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
     if (j.is_discarded() || !j.is_object())
         return Status(DYAD_RC_BADMETADATA,
                       "metadata record is not JSON: was it written by this DYAD version?", EPROTO);
+    // Numbers must be integers: a float (1e300) would be converted out of
+    // range, which is undefined behaviour, not an exception.
+    for (const char* k : {"size", "mtime_ns", "mode", "ino"}) {
+        auto it = j.find(k);
+        if (it != j.end() && it->is_number() && !it->is_number_integer())
+            return Status(DYAD_RC_BADMETADATA,
+                          std::string("malformed metadata record: '") + k + "' is not an integer",
+                          EPROTO);
+    }
     Record r;
     try {
         r.upath = j.at("path").get<std::string>();

@@ -425,9 +425,15 @@ Status Connection::error_status(const Frame& f, const std::string& context) {
         auto m = f.meta.find("msg");
         if (m != f.meta.end() && m->is_string()) msg = m->get<std::string>();
         auto r = f.meta.find("rc");
-        if (r != f.meta.end() && r->is_number_integer() && r->get<int64_t>() >= -100000 &&
-            r->get<int64_t>() <= 0)
-            rc = static_cast<dyad_rc_t>(r->get<int>());
+        // Only a code this build knows, and never success (an error frame
+        // with "rc": 0 is still an error; an unknown value is no dyad_rc_t).
+        if (r != f.meta.end() && r->is_number_integer() && r->get<int64_t>() < 0) {
+            int64_t v = r->get<int64_t>();
+#define DYAD_RC_KNOWN_(name, value, exit_code, text) \
+    if (v == static_cast<int64_t>(name)) rc = name;
+            DYAD_RC_LIST(DYAD_RC_KNOWN_)
+#undef DYAD_RC_KNOWN_
+        }
     }
     return Status(rc, context + ": " + msg, f.header.errnum);
 }
