@@ -101,7 +101,7 @@ bench: build
 bench-plot:
 	$(PY) bench/plot.py $(BENCH_OUT)
 
-FORMATTED = find include src tools tests examples bench \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \)
+FORMATTED = find include src tools tests examples bench fuzz \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' -o -name '*.c' \)
 
 format:
 	$(FORMATTED) | xargs clang-format -i
