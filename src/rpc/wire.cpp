@@ -102,7 +102,10 @@ nlohmann::json parse_meta(const std::string& text) {
 }
 
 std::string Uri::str() const {
-    return is_unix ? "unix:" + path : "tcp://" + host + ":" + std::to_string(port);
+    // "unix://P" is read as "unix:P": a path that itself starts with "//"
+    // keeps that prefix only behind one more (found by fuzz_address).
+    if (is_unix) return (path.rfind("//", 0) == 0 ? "unix://" : "unix:") + path;
+    return "tcp://" + host + ":" + std::to_string(port);
 }
 
 Result<Uri> parse_uri(const std::string& s) {
