@@ -186,22 +186,20 @@ int main(int argc, char** argv) {
         return kUsage;
     }
     o.memory = m.value();
-    if (!store_max.empty()) {
-        auto sm = dyad::parse_size("--store-max", store_max);
-        if (!sm) {
-            std::fprintf(stderr, "dyadd: %s\n", sm.status().message().c_str());
-            return kUsage;
+    // A SIZE option, if given: false (after saying why) when it does not parse.
+    auto size_option = [](const char* name, const std::string& text, uint64_t* out) {
+        if (text.empty()) return true;
+        auto v = dyad::parse_size(name, text);
+        if (!v) {
+            std::fprintf(stderr, "dyadd: %s\n", v.status().message().c_str());
+            return false;
         }
-        o.store_max = sm.value();
-    }
-    if (!store_ns_bytes.empty()) {
-        auto sm = dyad::parse_size("--store-max-bytes-per-namespace", store_ns_bytes);
-        if (!sm) {
-            std::fprintf(stderr, "dyadd: %s\n", sm.status().message().c_str());
-            return kUsage;
-        }
-        o.store_max_bytes_per_ns = sm.value();
-    }
+        *out = v.value();
+        return true;
+    };
+    if (!size_option("--store-max", store_max, &o.store_max) ||
+        !size_option("--store-max-bytes-per-namespace", store_ns_bytes, &o.store_max_bytes_per_ns))
+        return kUsage;
     if (settings::lookup("DYAD_NODE_RANK").set()) {
         auto r = settings::count("DYAD_NODE_RANK", 0, UINT32_MAX - 1);
         if (!r) {
