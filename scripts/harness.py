@@ -218,9 +218,10 @@ class Cluster:
     where namespaces cannot be made (not root, no ip), it falls back to
     distinct loopback addresses 127.0.0.1 .. 127.0.0.N (self.mode says which)."""
 
-    def __init__(self, nodes=2, root=None, start=True, netns=False, env=None, auth=True):
+    def __init__(self, nodes=2, root=None, start=True, netns=False, env=None, auth=True, kvs=None):
         """auth: the services and their clients share a job key (made here
-        with `dyad keygen`); False runs them without one (loopback only)."""
+        with `dyad keygen`); False runs them without one (loopback only).
+        kvs: a store every node uses (etcd://...); default: node 0 hosts it."""
         self.root = root or tempfile.mkdtemp(prefix="dyad-cluster-")
         self.key = None
         if auth:
@@ -239,7 +240,8 @@ class Cluster:
             except (OSError, subprocess.CalledProcessError) as e:
                 self._remove_namespaces()
                 print(f"harness: network namespaces unavailable ({e}); using loopback addresses")
-        kvs = None
+        shared_kvs = kvs
+        kvs = shared_kvs
         for i in range(nodes):
             host = hosts[i]
             port = free_port("127.0.0.1") if self.mode == "netns" else free_port(host)
@@ -252,7 +254,7 @@ class Cluster:
             if self.mode == "netns":
                 n.prefix = ["ip", "netns", "exec", self.namespaces[i]]
             self.nodes.append(n)
-            if kvs is None:
+            if kvs is None and shared_kvs is None:
                 kvs = n.uri
         if start:
             try:
@@ -389,3 +391,69 @@ def sha256(path):
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+
+
+class Etcd:
+    """A real etcd (Debian's etcd-server) of its own: loopback, free ports, a
+    temporary data directory. restart() keeps the data (a member restart)."""
+
+    def __init__(self, root=None, host="127.0.0.1", prefix=()):
+        self.root = root or tempfile.mkdtemp(prefix="dyad-etcd-")
+        self.host = host
+        self.prefix = list(prefix)  # e.g. ["ip", "netns", "exec", NS]
+        self.port = free_port("127.0.0.1" if self.prefix else host)
+        self.peer_port = free_port("127.0.0.1" if self.prefix else host)
+        self.data = os.path.join(self.root, "etcd.data")
+        self.log = os.path.join(self.root, "etcd.log")
+        self.proc = None
+        self.start()
+
+    @property
+    def endpoint(self):
+        return f"{self.host}:{self.port}"
+
+    @property
+    def uri(self):
+        return f"etcd://{self.endpoint}"
+
+    def start(self, timeout=30.0):
+        client = f"http://{self.endpoint}"
+        peer = f"http://{self.host}:{self.peer_port}"
+        args = [ETCD, "--name", "dyad-test", "--data-dir", self.data,
+                "--listen-client-urls", client, "--advertise-client-urls", client,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", f"dyad-test={peer}", "--log-level", "warn"]
+        env = dict(os.environ, ETCD_UNSUPPORTED_ARCH=os.environ.get("ETCD_UNSUPPORTED_ARCH", ""))
+        self.proc = subprocess.Popen(self.prefix + args, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, env=env)
+        self.wait_healthy(timeout)
+
+    def ctl(self, *args, check=True, timeout=30):
+        return subprocess.run(self.prefix + ["etcdctl", "--endpoints", self.endpoint, *args], capture_output=True,
+                              text=True, check=check, timeout=timeout, env=dict(os.environ, ETCDCTL_API="3"))
+
+    def wait_healthy(self, timeout=30.0):
+        def healthy():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {self.log}")
+            return self.ctl("endpoint", "health", check=False, timeout=10).returncode == 0
+        wait_for(healthy, timeout, what=f"etcd healthy on {self.endpoint}", interval=0.1)
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def cleanup(self):
+        self.stop(signal.SIGKILL)
+        shutil.rmtree(self.root, ignore_errors=True)

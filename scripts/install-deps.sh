@@ -21,6 +21,11 @@ PKGS=(
   libxxhash-dev        # checksums and key hashing (src/common)
   libsodium-dev        # the job key's authentication (src/common/auth.cpp)
   libgtest-dev         # unit tests (tests/CMakeLists.txt: GTest::gtest_main)
+  # -- the etcd backend of the metadata store (src/kvs/etcd, dyadd only) --
+  libgrpc++-dev        # etcd's v3 API is gRPC
+  libprotobuf-dev      # its messages
+  protobuf-compiler    # protoc: src/kvs/etcd/etcd.proto -> C++
+  protobuf-compiler-grpc  # grpc_cpp_plugin: the gRPC stubs
   # -- transports --
   libucx-dev           # DYAD_DTL_MODE=UCX (src/dtl)
   ucx-utils            # ucx_info (tests), ucx_perftest (bench/ucx_bench.py)
