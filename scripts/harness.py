@@ -117,7 +117,13 @@ class Node:
             env.pop(var, None)
         env.update(self.extra_env)
         self.proc = subprocess.Popen(self.prefix + args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        wait_listening(self.host, self.port, proc=self.proc)
+        try:
+            wait_listening(self.host, self.port, proc=self.proc)
+        except RuntimeError as e:  # it exited: say why
+            self.log.flush()
+            with open(self.log_path, errors="replace") as f:
+                tail = "".join(f.readlines()[-5:])
+            raise RuntimeError(f"{self.name}: {e}; last lines of {self.log_path}:\n{tail}") from None
         return self
 
     def stop(self, sig=signal.SIGTERM, timeout=10):
