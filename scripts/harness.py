@@ -198,7 +198,12 @@ class Node:
         def check():
             if any(p.poll() is not None for p in procs):
                 return "ended"
-            w = host.status()["store"]["waiters"]
+            st = host.status()
+            if "waiters" not in st.get("store", {}):
+                # With etcd each service reports the consumers its watch serves.
+                raise RuntimeError(f"{host.name}'s service status has no store.waiters (metadata store "
+                                   f"{host.kvs_uri or 'embedded'}): it cannot tell who waits")
+            w = st["store"]["waiters"]
             return w if w >= n else None
 
         r = wait_for(check, timeout, what=f"{n} consumer(s) waiting in {host.name}'s metadata store")
