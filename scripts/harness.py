@@ -470,6 +470,9 @@ class Etcd:
                 self.proc.wait()
         rc = self.proc.returncode if self.proc else None
         self.proc = None
+        if getattr(self, "log", None):
+            self.log.close()
+            self.log = None
         return rc
 
     def kill(self):
