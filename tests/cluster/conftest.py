@@ -46,16 +46,24 @@ def make_cluster():
     (pytest shows them when the test failed)."""
     made = []
 
-    def make(nodes, store, dyadd_args=()):
-        require_store(store)
+    def make(nodes, store, dyadd_args=(), start=True, etcd_only=False):
+        """etcd_only: a cluster whose etcd starts, its dyadds not (any dyadd)."""
+        if etcd_only:
+            if not os.access(harness.ETCD, os.X_OK):
+                pytest.skip(f"etcd is not installed ({harness.ETCD}): run scripts/install-deps.sh")
+        else:
+            require_store(store)
         reason = harness.netns_unavailable_reason()
         if reason:
             pytest.skip(reason)
         try:
-            c = harness.Cluster(nodes=nodes, netns="require", store=store, dyadd_args=dyadd_args)
+            c = harness.Cluster(nodes=nodes, netns="require", store=store, dyadd_args=dyadd_args,
+                                start=start and not etcd_only)
         except harness.NetnsUnavailable as e:
             pytest.skip(str(e))
         made.append(c)
+        if etcd_only:
+            c.etcd.start()
         return c
 
     yield make

@@ -7,6 +7,7 @@ every byte and every metadata request crosses a veth. Both metadata stores:
 import collections
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -88,6 +89,26 @@ def listed(node):
     except json.JSONDecodeError:
         records = [json.loads(line) for line in out.splitlines() if line.strip()]
     return {r["path"]: r for r in records}
+
+
+def test_etcd_of_the_harness(make_cluster):
+    """What the etcd tests rely on, with any dyadd: the harness's etcd serves
+    every node's namespace on the test subnet, keeps what it acknowledged
+    across a SIGKILL and restart, and runs in a namespace of its own."""
+    c = make_cluster(2, "etcd", etcd_only=True)
+    for n in c.nodes:
+        p = subprocess.run(n.prefix + [harness.ETCDCTL, "--endpoints", c.etcd.client_url, "put",
+                                       f"/dyad-test/{n.name}", n.host], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+    c.etcd.restart()
+    got = c.etcd.etcdctl("get", "--prefix", "/dyad-test/").stdout.split()
+    assert got == ["/dyad-test/node0", c[0].host, "/dyad-test/node1", c[1].host]
+    assert c.etcd.host not in {n.host for n in c.nodes}
+    # Not on a node's own loopback: only across the veths.
+    p = subprocess.run(c[0].prefix + [harness.ETCDCTL, "--endpoints", f"http://127.0.0.1:{c.etcd.client_port}",
+                                      "--dial-timeout", "1s", "get", "/dyad-test/node0"],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "deadline exceeded" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("store", STORES)
