@@ -199,11 +199,15 @@ class Node:
             if any(p.poll() is not None for p in procs):
                 return "ended"
             st = host.status()
-            if "waiters" not in st.get("store", {}):
-                # With etcd each service reports the consumers its watch serves.
-                raise RuntimeError(f"{host.name}'s service status has no store.waiters (metadata store "
-                                   f"{host.kvs_uri or 'embedded'}): it cannot tell who waits")
-            w = st["store"]["waiters"]
+            # The embedded store's host: store.waiters; with etcd each service
+            # reports the consumers its watch serves: metadata_store.waiters.
+            for section in ("store", "metadata_store"):
+                if isinstance(st.get(section), dict) and "waiters" in st[section]:
+                    w = st[section]["waiters"]
+                    break
+            else:
+                raise RuntimeError(f"{host.name}'s service status has no store.waiters nor metadata_store.waiters "
+                                   f"(metadata store {host.kvs_uri or 'embedded'}): it cannot tell who waits")
             return w if w >= n else None
 
         r = wait_for(check, timeout, what=f"{n} consumer(s) waiting in {host.name}'s metadata store")
@@ -247,7 +251,7 @@ class NetnsUnavailable(OSError):
 # Interface names stay within IFNAMSIZ (15 characters).
 _NS_RE = re.compile(r"^dyadh-(\d+)-[a-z]-(?:n\d+|etcd)$")
 _LINK_RE = re.compile(r"^dyh[bv](\d+)[a-z]\d*$")
-_live = set()  # every Cluster/NetnsNetwork not cleaned up yet (atexit cleans them)
+_live = set()  # every Cluster, NetnsNetwork, own-root Etcd not cleaned up yet (atexit cleans them)
 _letters = iter(())
 
 
@@ -405,60 +409,81 @@ class NetnsNetwork:
 
 
 class Etcd:
-    """One etcd member (Debian's /usr/bin/etcd) for a test: its own data
-    directory under `root`, client and peer ports given by the caller, run
-    with `prefix` (e.g. inside a namespace). The distribution's etcd service
-    plays no part (scripts/install-deps.sh leaves it disabled)."""
+    """A real etcd (Debian's etcd-server, one member) of its own: a data
+    directory under `root` (a temporary one by default), free ports unless
+    given, run with `prefix` (e.g. ["ip", "netns", "exec", NS]). restart()
+    keeps the data (a member restart). The distribution's etcd service plays
+    no part (scripts/install-deps.sh leaves it disabled)."""
 
-    def __init__(self, root, host, client_port, peer_port, prefix=(), name="dyad-test-etcd"):
-        self.root = root
+    def __init__(self, root=None, host="127.0.0.1", prefix=(), port=None, peer_port=None, start=True,
+                 name="dyad-test"):
+        self.own_root = root is None
+        self.root = root or tempfile.mkdtemp(prefix="dyad-etcd-")
         self.host = host
-        self.client_port = client_port
-        self.peer_port = peer_port
         self.prefix = list(prefix)
+        bind = "127.0.0.1" if self.prefix else host  # in a namespace of its own every port is free
+        self.port = port or free_port(bind)
+        self.peer_port = peer_port or free_port(bind)
+        while self.peer_port == self.port:
+            self.peer_port = free_port(bind)
         self.name = name
-        self.data_dir = os.path.join(root, "etcd-data")
-        self.log_path = os.path.join(root, "etcd.log")
+        self.data = os.path.join(self.root, "etcd.data")
+        self.log = os.path.join(self.root, "etcd.log")
         self.proc = None
-        self.starts = 0
+        self._logf = None
+        if self.own_root:
+            _live.add(self)
+        if start:
+            try:
+                self.start()
+            except BaseException:
+                self.cleanup()
+                raise
+
+    @property
+    def endpoint(self):
+        return f"{self.host}:{self.port}"
 
     @property
     def client_url(self):
-        return f"http://{self.host}:{self.client_port}"
+        return f"http://{self.endpoint}"
 
     @property
     def uri(self):
         """What dyadd --kvs takes."""
-        return f"etcd://{self.host}:{self.client_port}"
+        return f"etcd://{self.endpoint}"
+
+    @staticmethod
+    def _env():
+        # ETCD_* / ETCDCTL_* variables of the caller would configure it.
+        return {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
 
     def start(self, timeout=30.0):
         peer = f"http://{self.host}:{self.peer_port}"
-        args = [ETCD, "--name", self.name, "--data-dir", self.data_dir,
+        args = [ETCD, "--name", self.name, "--data-dir", self.data,
                 "--listen-client-urls", self.client_url, "--advertise-client-urls", self.client_url,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                 "--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new",
-                "--initial-cluster-token", f"dyad-test-{os.getpid()}", "--logger", "zap"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.prefix + args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        self.starts += 1
-        wait_listening(self.host, self.client_port, timeout=timeout, proc=self.proc, what="etcd")
-        wait_for(self.healthy, timeout, what=f"etcd at {self.client_url} to report healthy", interval=0.1)
+                "--initial-cluster-token", f"dyad-test-{os.getpid()}", "--logger", "zap", "--log-level", "warn"]
+        self._logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(self.prefix + args, stdout=self._logf, stderr=subprocess.STDOUT, env=self._env())
+        self.wait_healthy(timeout)
         return self
 
-    def etcdctl(self, *args, check=True, timeout=30):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
-        env["ETCDCTL_API"] = "3"
-        p = subprocess.run(self.prefix + [ETCDCTL, "--endpoints", self.client_url, *args], env=env,
-                           capture_output=True, text=True, timeout=timeout)
-        if check and p.returncode != 0:
-            raise RuntimeError(f"etcdctl {' '.join(args)} failed ({p.returncode}): {p.stderr}")
-        return p
+    def ctl(self, *args, check=True, timeout=30):
+        """Runs etcdctl (v3 API) against this member; check: raise
+        CalledProcessError when it fails."""
+        env = dict(self._env(), ETCDCTL_API="3")
+        return subprocess.run(self.prefix + [ETCDCTL, "--endpoints", self.client_url, *args], capture_output=True,
+                              text=True, check=check, timeout=timeout, env=env)
 
-    def healthy(self):
-        if self.proc is not None and self.proc.poll() is not None:
-            raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {self.log_path}")
-        return self.etcdctl("endpoint", "health", check=False).returncode == 0
+    def wait_healthy(self, timeout=30.0):
+        def healthy():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {self.log}")
+            return self.ctl("endpoint", "health", check=False, timeout=10).returncode == 0
+
+        wait_for(healthy, timeout, what=f"etcd healthy on {self.endpoint}", interval=0.1)
 
     def stop(self, sig=signal.SIGTERM, timeout=20):
         if self.proc and self.proc.poll() is None:
@@ -470,19 +495,25 @@ class Etcd:
                 self.proc.wait()
         rc = self.proc.returncode if self.proc else None
         self.proc = None
-        if getattr(self, "log", None):
-            self.log.close()
-            self.log = None
+        if self._logf:
+            self._logf.close()
+            self._logf = None
         return rc
 
     def kill(self):
         return self.stop(signal.SIGKILL)
 
-    def restart(self, sig=signal.SIGKILL):
-        """Stops etcd (SIGKILL by default: no clean shutdown) and starts it
-        again on the same ports and data directory."""
+    def restart(self, sig=signal.SIGTERM):
+        """Stops etcd (sig=signal.SIGKILL: without a clean shutdown) and
+        starts it again on the same ports and data directory."""
         self.stop(sig)
         return self.start()
+
+    def cleanup(self):
+        self.stop(signal.SIGKILL)
+        if self.own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+        _live.discard(self)
 
 
 class Cluster:
@@ -500,11 +531,16 @@ class Cluster:
     etcd://HOST:PORT. dyadd_args go to every dyadd."""
 
     def __init__(self, nodes=2, root=None, start=True, netns=False, env=None, auth=True, store="embedded",
-                 dyadd_args=()):
+                 dyadd_args=(), kvs=None):
         """auth: the services and their clients share a job key (made here
-        with `dyad keygen`); False runs them without one (loopback only)."""
+        with `dyad keygen`); False runs them without one (loopback only).
+        kvs: a store every node uses (etcd://..., e.g. a standalone Etcd's
+        uri) instead of node0's or the cluster's own etcd."""
         if store not in ("embedded", "etcd"):
             raise ValueError(f"store must be 'embedded' or 'etcd', not {store!r}")
+        if kvs and store == "etcd":
+            raise ValueError("store='etcd' starts the cluster's own etcd: give no kvs with it")
+        self.shared_kvs = kvs
         self.root = root or tempfile.mkdtemp(prefix="dyad-cluster-")
         self.key = None
         self.store = store
@@ -549,9 +585,9 @@ class Cluster:
                     return p
 
         if self.store == "etcd":
-            self.etcd = Etcd(self.root, hosts["etcd"], port(hosts["etcd"]), port(hosts["etcd"]),
-                             prefix=self.net.prefix("etcd") if self.net else ())
-        kvs = self.etcd.uri if self.etcd else None
+            self.etcd = Etcd(self.root, hosts["etcd"], prefix=self.net.prefix("etcd") if self.net else (),
+                             port=port(hosts["etcd"]), peer_port=port(hosts["etcd"]), start=False)
+        kvs = self.etcd.uri if self.etcd else self.shared_kvs
         for i in range(nodes):
             host = hosts[f"n{i}"]
             d = os.path.join(self.root, f"node{i}")
@@ -582,7 +618,7 @@ class Cluster:
         for n in reversed(self.nodes):
             n.stop()
         if self.etcd:
-            self.etcd.stop()
+            self.etcd.stop()  # its data goes with the cluster's directory
 
     def cleanup(self):
         """Stops every process of the cluster, removes its namespaces and
@@ -606,10 +642,10 @@ class Cluster:
 def _cleanup_live():
     for thing in list(_live):
         try:
-            if isinstance(thing, Cluster):
-                thing.cleanup()
-            else:
+            if isinstance(thing, NetnsNetwork):
                 thing.remove()
+            else:
+                thing.cleanup()
         except Exception as e:  # keep cleaning the others
             print(f"harness: cleanup at exit: {e}")
 

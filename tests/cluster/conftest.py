@@ -68,7 +68,7 @@ def make_cluster():
 
     yield make
     for c in made:
-        logs = [n.log_path for n in c.nodes] + ([c.etcd.log_path] if c.etcd else [])
+        logs = [n.log_path for n in c.nodes] + ([c.etcd.log] if c.etcd else [])
         try:
             for path in logs:
                 print(f"--- {os.path.basename(path)} (last lines)\n{_tail(path)}")

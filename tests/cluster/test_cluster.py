@@ -7,6 +7,7 @@ every byte and every metadata request crosses a veth. Both metadata stores:
 import collections
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -100,12 +101,12 @@ def test_etcd_of_the_harness(make_cluster):
         p = subprocess.run(n.prefix + [harness.ETCDCTL, "--endpoints", c.etcd.client_url, "put",
                                        f"/dyad-test/{n.name}", n.host], capture_output=True, text=True)
         assert p.returncode == 0, p.stderr
-    c.etcd.restart()
-    got = c.etcd.etcdctl("get", "--prefix", "/dyad-test/").stdout.split()
+    c.etcd.restart(signal.SIGKILL)
+    got = c.etcd.ctl("get", "--prefix", "/dyad-test/").stdout.split()
     assert got == ["/dyad-test/node0", c[0].host, "/dyad-test/node1", c[1].host]
     assert c.etcd.host not in {n.host for n in c.nodes}
     # Not on a node's own loopback: only across the veths.
-    p = subprocess.run(c[0].prefix + [harness.ETCDCTL, "--endpoints", f"http://127.0.0.1:{c.etcd.client_port}",
+    p = subprocess.run(c[0].prefix + [harness.ETCDCTL, "--endpoints", f"http://127.0.0.1:{c.etcd.port}",
                                       "--dial-timeout", "1s", "get", "/dyad-test/node0"],
                        capture_output=True, text=True)
     assert p.returncode != 0 and "deadline exceeded" in p.stderr, p.stderr
@@ -153,7 +154,7 @@ def test_etcd_restarted_mid_run(make_cluster):
         return True
 
     harness.wait_for(first_half_arrived, WAIT, what="the consumers to receive the first half")
-    c.etcd.restart()
+    c.etcd.restart(signal.SIGKILL)
     records = listed(c[2])
     lost = {ring_name(i, j) for i in range(nodes) for j in first} - set(records)
     assert not lost, f"{len(lost)} records lost in the restart of etcd, e.g. {sorted(lost)[:3]}"
@@ -166,30 +167,50 @@ def test_etcd_restarted_mid_run(make_cluster):
     check_consumed(late, c[0], p, first)
 
 
+def consume_victims(cons, victim, files):
+    """`cons` consumes the killed owner's files: (process result, seconds)."""
+    t0 = time.monotonic()
+    p = cons.dyad("consume", *[cons.path(ring_name(victim.index, j)) for j in range(files)], check=False,
+                  timeout=2 * WAIT, env_extra={"DYAD_WAIT_TIMEOUT": WAIT, "DYAD_TRANSFER_TIMEOUT": WAIT})
+    return p, time.monotonic() - t0
+
+
+def registered(etcd, service):
+    """Whether etcd holds a registration of `service` (a key .../services/<id>)."""
+    keys = etcd.ctl("get", "--prefix", "/", "--keys-only").stdout.split()
+    return any(k.endswith(f"/services/{service}") for k in keys)
+
+
 @pytest.mark.parametrize("store", STORES)
 def test_owner_killed(make_cluster, store):
     """Node 2's dyadd is killed with SIGKILL after publishing. A consumer of
     its files fails with an error naming the owner (not a timeout: it would
-    wait up to WAIT seconds for one), while the other nodes keep producing and
-    consuming. With etcd the error says the owner is gone (its lease expired:
-    --lease-ttl 3)."""
-    nodes, files, victim = 4, 20, 2
+    wait up to WAIT seconds for one), at once and, with etcd, once the
+    owner's lease (--lease-ttl 3) has expired: then "gone". The other nodes
+    keep producing and consuming."""
+    nodes, files = 4, 20
     args = ["--lease-ttl", "3"] if store == "etcd" or "--lease-ttl" in harness.dyadd_help() else []
     c = make_cluster(nodes, store, dyadd_args=args)
+    victim, cons = c[2], c[3]
     produce(c, range(nodes), range(files))
-    c[victim].kill()
-    t0 = time.monotonic()
-    cons = c[victim + 1]
-    p = cons.dyad("consume", *[cons.path(ring_name(victim, j)) for j in range(files)], check=False,
-                  timeout=2 * WAIT, env_extra={"DYAD_WAIT_TIMEOUT": WAIT, "DYAD_TRANSFER_TIMEOUT": WAIT})
-    elapsed = time.monotonic() - t0
-    print(f"{store}: consumer of the killed owner's files: rc {p.returncode} after {elapsed:.2f}s: {p.stderr.strip()}")
+    if store == "etcd":
+        assert registered(c.etcd, victim.name)
+    killed = time.monotonic()
+    victim.kill()
+    p, took = consume_victims(cons, victim, files)
+    print(f"{store}: consumer right after the kill: rc {p.returncode} after {took:.2f}s: {p.stderr.strip()}")
     assert p.returncode not in (0, 3), p.stderr
-    assert c[victim].name in p.stderr, f"the error does not name the owner {c[victim].name}: {p.stderr}"
+    assert victim.name in p.stderr, f"the error does not name the owner {victim.name}: {p.stderr}"
     assert "timed out" not in p.stderr and "timeout" not in p.stderr, p.stderr
     if store == "etcd":
-        assert "gone" in p.stderr, f"not an 'owner service gone' error: {p.stderr}"
-    assert not os.path.exists(cons.path(ring_name(victim, 0))), "a file of the killed owner appeared"
+        harness.wait_for(lambda: not registered(c.etcd, victim.name), 60, interval=0.1,
+                         what=f"{victim.name}'s registration to go with its lease")
+        print(f"etcd: {victim.name}'s registration went {time.monotonic() - killed:.2f}s after the kill")
+        p, took = consume_victims(cons, victim, files)
+        print(f"etcd: consumer after the lease: rc {p.returncode} after {took:.2f}s: {p.stderr.strip()}")
+        assert p.returncode not in (0, 3), p.stderr
+        assert victim.name in p.stderr and "gone" in p.stderr, f"not an 'owner service gone' error: {p.stderr}"
+    assert not os.path.exists(cons.path(ring_name(victim.index, 0))), "a file of the killed owner appeared"
     # The others keep going: 0 -> 1, 1 -> 3, 3 -> 0, with files published
     # before the kill and after it.
     pairs = [(0, 1), (1, 3), (3, 0)]
