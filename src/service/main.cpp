@@ -321,6 +321,10 @@ int main(int argc, char** argv) {
         DYAD_INFO("dyadd", "metrics on http://%s/metrics, health on http://%s/healthz",
                   metrics_listen.c_str(), metrics_listen.c_str());
     }
+    // Last: these replace what transport libraries installed while loading
+    // (UCX's backtrace printer; the plugin loader already undid PSM's
+    // `.btr` file writer): a crash goes to our error log, nowhere else.
+    dyad::log::install_crash_handler();
     svc.catch_signals();
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     svc.run(true);
