@@ -48,6 +48,13 @@ def rss_kib(pid):
     return 0
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def put_records(node, n):
     """n records owned by service 'bench', pipelined WINDOW at a time."""
     raw = rawwire.Raw.to(node, role="service", service_id="bench", timeout=120)
@@ -90,6 +97,7 @@ def timed_ls(node, pid, *args):
 
     th = threading.Thread(target=sample)
     th.start()
+    cpu0 = cpu_s(pid)
     t0 = time.monotonic()
     p = subprocess.Popen([harness.DYAD, *args, "ls"], env=node.env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
@@ -103,11 +111,12 @@ def timed_ls(node, pid, *args):
     _, status, usage = os.wait4(p.pid, 0)
     p.returncode = os.waitstatus_to_exitcode(status)
     dt = time.monotonic() - t0
+    dyadd_cpu = cpu_s(pid) - cpu0
     done.set()
     th.join()
     if p.returncode != 0:
         raise RuntimeError(f"dyad ls failed ({p.returncode}): {err.decode()}")
-    return dt, lines, before, peak[0], usage.ru_maxrss
+    return dt, lines, before, peak[0], usage.ru_maxrss, dyadd_cpu, usage.ru_utime + usage.ru_stime
 
 
 def main():
@@ -123,15 +132,17 @@ def main():
                "dyadd_rss_start_mib": round(start_rss / 1024, 1),
                "store_keys": st["keys"], "store_bytes_mib": round(st["bytes"] / 2**20, 1)}
         for name, args in (("ls", ()), ("ls_json", ("--json",))):
-            dt, lines, before, peak, ls_rss = timed_ls(node, pid, *args)
+            dt, lines, before, peak, ls_rss, dyadd_cpu, ls_cpu = timed_ls(node, pid, *args)
             if lines != RECORDS:
                 raise RuntimeError(f"dyad {' '.join(args)} ls printed {lines} lines, not {RECORDS}")
             out[name] = {"seconds": round(dt, 2), "lines": lines, "records_per_s": round(lines / dt),
                          "dyadd_rss_before_mib": round(before / 1024, 1),
                          "dyadd_rss_growth_mib": round((peak - before) / 1024, 1),
-                         "dyad_ls_max_rss_mib": round(ls_rss / 1024, 1)}
+                         "dyad_ls_max_rss_mib": round(ls_rss / 1024, 1),
+                         "dyadd_cpu_s": round(dyadd_cpu, 2), "dyad_ls_cpu_s": round(ls_cpu, 2)}
             log(f"dyad {' '.join(args)} ls: {lines} lines in {dt:.2f} s; dyadd RSS {before / 1024:.0f} MiB, "
-                f"+{(peak - before) / 1024:.1f} MiB during the listing; dyad ls peak RSS {ls_rss / 1024:.1f} MiB")
+                f"+{(peak - before) / 1024:.1f} MiB during the listing; dyad ls peak RSS {ls_rss / 1024:.1f} MiB; "
+                f"CPU dyadd {dyadd_cpu:.2f} s, dyad ls {ls_cpu:.2f} s")
         print(json.dumps(out, indent=2))
 
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <future>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -581,18 +582,25 @@ Status Client::list(const std::string& prefix, const std::function<bool(const Re
     // Keys are the relative path behind DYAD_KEY_DEPTH hashed levels: only
     // without them can the store itself select by the path's prefix.
     const std::string key_prefix = cfg_.key_depth == 0 ? prefix : std::string();
-    std::string after;
+    const std::string space = ns(svc.value());
+    kvs::Store* store = st.value();
+    auto fetch = [store, &space, &key_prefix](const std::string& after) {
+        return store->list_page(space, key_prefix, after, 0, Deadline::after(kControlTimeout));
+    };
+    // One page ahead: the store makes the next page while this one is
+    // read (two pages in memory at most).
+    auto page = fetch("");
     for (;;) {
-        auto page = st.value()->list_page(ns(svc.value()), key_prefix, after, 0,
-                                          Deadline::after(kControlTimeout));
         if (!page) return store_failure(page.status(), svc.value());
+        std::future<Result<kvs::Page>> next;
+        if (page->more) next = std::async(std::launch::async, fetch, page->entries.back().first);
         for (auto& [k, e] : page->entries) {
             auto r = Record::from_json(e.value, e.version);
             if (!r || r->upath.compare(0, prefix.size(), prefix) != 0) continue;
-            if (!each(r.value())) return Status::ok();
+            if (!each(r.value())) return Status::ok();  // (next ends with its future)
         }
-        if (!page->more) return Status::ok();
-        after = page->entries.back().first;
+        if (!next.valid()) return Status::ok();
+        page = next.get();
     }
 }
 

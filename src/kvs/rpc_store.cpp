@@ -93,10 +93,14 @@ Result<Page> RpcStore::list_page(const std::string& ns, const std::string& prefi
         return Status(DYAD_RC_BADRPC,
                       "the metadata store at " + uri_ + " answered kvs.list without entries",
                       EPROTO);
+    page.entries.reserve(entries->size());
     for (auto& e : *entries) {
-        if (!e.is_object()) continue;
-        page.entries.emplace_back(e.value("key", ""),
-                                  Entry{e.value("value", ""), e.value("version", 0ull)});
+        auto k = e.is_object() ? e.find("key") : e.end();
+        auto v = e.is_object() ? e.find("value") : e.end();
+        if (k == e.end() || v == e.end() || !k->is_string() || !v->is_string()) continue;
+        page.entries.emplace_back(std::move(k->get_ref<std::string&>()),
+                                  Entry{std::move(v->get_ref<std::string&>()),
+                                        e.value("version", static_cast<uint64_t>(0))});
     }
     page.more = r->value("more", false);
     // A page that does not advance would be asked for again forever.
