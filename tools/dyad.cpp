@@ -555,8 +555,9 @@ int main(int argc, char** argv) {
                         p.value("errors", 0ull), p.value("bytes_sent", 0ull),
                         p.value("bytes_received", 0ull));
         if (j.contains("store"))
-            std::printf("store: %llu keys, %llu waiting\n", j["store"].value("keys", 0ull),
-                        j["store"].value("waiters", 0ull));
+            std::printf("store: %llu keys, %llu waiting, epoch %llu\n",
+                        j["store"].value("keys", 0ull), j["store"].value("waiters", 0ull),
+                        j["store"].value("epoch", 0ull));
         if (j.contains("metadata_store")) {
             auto& m = j["metadata_store"];
             bool up = m.value("reachable", false);
@@ -565,6 +566,11 @@ int main(int argc, char** argv) {
             std::printf("metadata store: %s, %s%s%s\n", backend.c_str(),
                         up ? "reachable" : "NOT reachable", up ? "" : ": ",
                         up ? "" : m.value("error", "").c_str());
+            if (m.value("rejoined", 0ull) || m.value("republished", 0ull))
+                std::printf(
+                    "  registered again %llu times after the store came back empty, "
+                    "%llu records published again\n",
+                    m.value("rejoined", 0ull), m.value("republished", 0ull));
         }
         if (j.contains("metrics")) std::printf("metrics: %s\n", j.value("metrics", "").c_str());
         return 0;

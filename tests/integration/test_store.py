@@ -108,8 +108,10 @@ def test_services_rejoin_and_publish_again_when_the_store_host_comes_back(cluste
     # dyad service status says which store, where, and that it answers.
     out = prod.dyad("service", "status").stdout
     assert f"metadata store: remote embedded at {meta.uri}, reachable" in out, out
+    assert "registered again 1 times after the store came back empty, 2 records published again" in out, out
     out = meta.dyad("service", "status").stdout
     assert f"metadata store: embedded at {meta.uri}, reachable" in out, out
+    assert ", epoch 1\n" in out, out
 
 
 def test_status_says_when_the_store_host_is_down(cluster):
