@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <iomanip>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -287,8 +288,14 @@ int main(int argc, char** argv) {
         ->excludes(pon);
     std::string stat_file;
     auto* stat = app.add_subcommand("stat", "show the metadata of a file");
-    stat->add_option("FILE", stat_file, "consumer-side path")->required();
-    auto* ls = app.add_subcommand("ls", "list the files produced in the namespace");
+    stat->add_option("FILE", stat_file,
+                     "a path in the consumer directory, or in the producer directory")
+        ->required();
+    std::string ls_prefix;
+    auto* ls = app.add_subcommand(
+        "ls", "list the files produced in the namespace, page by page as they arrive");
+    ls->add_option("PREFIX", ls_prefix,
+                   "only files whose relative path starts with PREFIX (e.g. 'run3/')");
     auto* config = app.add_subcommand(
         "config", "print every setting with its value and source, and the transports");
     bool markdown = false;
@@ -470,7 +477,7 @@ int main(int argc, char** argv) {
         return rc;
     }
     if (*stat) {
-        auto r = c.get_metadata(stat_file, false);
+        auto r = c.stat(stat_file);
         if (!r)
             return report(r.status(), stat_file,
                           r.status().rc() == DYAD_RC_NOTFOUND
@@ -496,23 +503,24 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (*ls) {
-        auto l = c.list();
-        if (!l) return report(l.status());
-        if (json) {
-            nlohmann::json a = nlohmann::json::array();
-            for (auto& r : l.value()) {
+        // Streamed: a page is printed as it arrives, so memory stays flat
+        // however many records there are. --json: one object per line.
+        bool out_ok = true;
+        dyad::Status s = c.list(ls_prefix, [&](const dyad::client::Record& r) {
+            if (json) {
                 auto j = r.to_json();
                 j["generation"] = r.generation;
-                a.push_back(j);
+                std::cout << j.dump() << "\n";
+            } else {
+                std::cout << std::setw(12) << r.size << "  gen " << std::left << std::setw(4)
+                          << r.generation << " " << std::setw(16) << r.owner << std::right << " "
+                          << r.upath << "\n";
             }
-            std::cout << a.dump(2) << "\n";
-        } else {
-            for (auto& r : l.value())
-                std::printf("%12llu  gen %-4llu %-16s %s\n",
-                            static_cast<unsigned long long>(r.size),
-                            static_cast<unsigned long long>(r.generation), r.owner.c_str(),
-                            r.upath.c_str());
-        }
+            out_ok = static_cast<bool>(std::cout);
+            return out_ok;  // stdout closed (dyad ls | head): stop
+        });
+        std::cout.flush();
+        if (!s) return report(s);
         return 0;
     }
     if (*status) {
@@ -547,8 +555,9 @@ int main(int argc, char** argv) {
                         p.value("errors", 0ull), p.value("bytes_sent", 0ull),
                         p.value("bytes_received", 0ull));
         if (j.contains("store"))
-            std::printf("store: %llu keys, %llu waiting\n", j["store"].value("keys", 0ull),
-                        j["store"].value("waiters", 0ull));
+            std::printf("store: %llu keys, %llu waiting, epoch %llu\n",
+                        j["store"].value("keys", 0ull), j["store"].value("waiters", 0ull),
+                        j["store"].value("epoch", 0ull));
         if (j.contains("metadata_store")) {
             auto& m = j["metadata_store"];
             bool up = m.value("reachable", false);
@@ -557,6 +566,11 @@ int main(int argc, char** argv) {
             std::printf("metadata store: %s, %s%s%s\n", backend.c_str(),
                         up ? "reachable" : "NOT reachable", up ? "" : ": ",
                         up ? "" : m.value("error", "").c_str());
+            if (m.value("rejoined", 0ull) || m.value("republished", 0ull))
+                std::printf(
+                    "  registered again %llu times after the store came back empty, "
+                    "%llu records published again\n",
+                    m.value("rejoined", 0ull), m.value("republished", 0ull));
         }
         if (j.contains("metrics")) std::printf("metrics: %s\n", j.value("metrics", "").c_str());
         return 0;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <future>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -281,6 +282,32 @@ Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
                           " (DYAD_PATH_CONSUMER): give a path under it",
                       EINVAL);
     if (Status r = reserved_check(up); !r) return r;
+    return lookup(up.value(), should_wait);
+}
+
+Result<Record> Client::stat(const std::string& path) {
+    auto up = cons_.empty() ? std::nullopt : consumer_upath(path);
+    if (!up && !prod_.empty()) up = producer_upath(path);
+    if (!up) {
+        std::string dirs;
+        if (!cons_.empty())
+            dirs = "the consumer directory " + cons_.path() + " (DYAD_PATH_CONSUMER)";
+        if (!prod_.empty())
+            dirs += (dirs.empty() ? "" : " nor ") + std::string("the producer directory ") +
+                    prod_.path() + " (DYAD_PATH_PRODUCER)";
+        if (dirs.empty())
+            return Status(DYAD_RC_BADMANAGEDPATH,
+                          "no managed directory: set DYAD_PATH_CONSUMER or DYAD_PATH_PRODUCER",
+                          EINVAL);
+        return Status(DYAD_RC_UNTRACKED,
+                      "'" + path + "' is not inside " + dirs + ": give a path under it", EINVAL);
+    }
+    if (Status r = reserved_check(up); !r) return r;
+    return lookup(up.value(), false);
+}
+
+Result<Record> Client::lookup(const std::string& upath, bool should_wait) {
+    const std::optional<std::string> up = upath;
     auto key = gen_path_key(up.value(), cfg_.key_depth, cfg_.key_bins);
     if (!key) return key.status();
     auto svc = service();
@@ -567,18 +594,43 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
     return Status::ok();
 }
 
-Result<std::vector<Record>> Client::list() {
+Status Client::list(const std::string& prefix, const std::function<bool(const Record&)>& each) {
     auto svc = service();
     if (!svc) return svc.status();
     auto st = store();
     if (!st) return st.status();
-    auto entries = st.value()->list(ns(svc.value()), "", Deadline::after(kControlTimeout));
-    if (!entries) return store_failure(entries.status(), svc.value());
-    std::vector<Record> out;
-    for (auto& [k, e] : entries.value()) {
-        auto r = Record::from_json(e.value, e.version);
-        if (r) out.push_back(std::move(r.value()));
+    // Keys are the relative path behind DYAD_KEY_DEPTH hashed levels: only
+    // without them can the store itself select by the path's prefix.
+    const std::string key_prefix = cfg_.key_depth == 0 ? prefix : std::string();
+    const std::string space = ns(svc.value());
+    kvs::Store* store = st.value();
+    auto fetch = [store, &space, &key_prefix](const std::string& after) {
+        return store->list_page(space, key_prefix, after, 0, Deadline::after(kControlTimeout));
+    };
+    // One page ahead: the store makes the next page while this one is
+    // read (two pages in memory at most).
+    auto page = fetch("");
+    for (;;) {
+        if (!page) return store_failure(page.status(), svc.value());
+        std::future<Result<kvs::Page>> next;
+        if (page->more) next = std::async(std::launch::async, fetch, page->entries.back().first);
+        for (auto& [k, e] : page->entries) {
+            auto r = Record::from_json(e.value, e.version);
+            if (!r || r->upath.compare(0, prefix.size(), prefix) != 0) continue;
+            if (!each(r.value())) return Status::ok();  // (next ends with its future)
+        }
+        if (!next.valid()) return Status::ok();
+        page = next.get();
     }
+}
+
+Result<std::vector<Record>> Client::list() {
+    std::vector<Record> out;
+    Status s = list("", [&out](const Record& r) {
+        out.push_back(r);
+        return true;
+    });
+    if (!s) return s;
     return out;
 }
 

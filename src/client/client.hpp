@@ -80,6 +80,13 @@ class Client {
     Status consume_with(const std::string& path, const Record& rec,
                         ConsumeReport* report = nullptr);
 
+    // The metadata of a path in the consumer or the producer directory
+    // (whichever holds it: a node with only one of them set), without waiting.
+    Result<Record> stat(const std::string& path);
+    // The records whose relative path starts with `prefix`, in key order,
+    // fetched page by page (kvs.list): `each` sees every one as its page
+    // arrives and returns false to stop.
+    Status list(const std::string& prefix, const std::function<bool(const Record&)>& each);
     Result<std::vector<Record>> list();
     Result<nlohmann::json> service_status(const std::string& uri = "");
     Result<ServiceInfo> service();
@@ -91,6 +98,8 @@ class Client {
 
   private:
     Client(Config cfg, FileSystem& fs, rpc::Credentials creds);
+    // The record of the relative path `upath`.
+    Result<Record> lookup(const std::string& upath, bool should_wait);
     Result<kvs::Store*> store();
     // The metadata store the node's service uses.
     std::string store_uri(const ServiceInfo& svc) const;

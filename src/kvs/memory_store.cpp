@@ -76,6 +76,18 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
                           (replaces ? " (it consumed generation " + std::to_string(replaces) + ")"
                                     : std::string()),
                       EEXIST);
+    // The key's next version: the first of this epoch, or one more.
+    const uint64_t base = static_cast<uint64_t>(epoch_) << 32;
+    uint64_t version = base | 1;
+    if (found != space.end() && found->second.version > base) {
+        if ((found->second.version & 0xffffffffu) == 0xffffffffu)
+            return Status(DYAD_RC_BADCOMMIT,
+                          "'" + key + "' in namespace '" + ns +
+                              "' was put 4294967295 times since the store started: restart the "
+                              "store's dyadd to publish it again",
+                          EOVERFLOW);
+        version = found->second.version + 1;
+    }
     NamespaceUse& u = use_[ns];
     if (found == space.end()) ++u.records;
     u.bytes = u.bytes - before + after;
@@ -84,7 +96,7 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
     Entry& e = found != space.end() ? found->second : space[key];
     e.value = std::move(value);
     e.writer = writer;
-    e.version += 1;
+    e.version = version;
     auto it = watchers_.find({ns, key});
     if (it != watchers_.end()) {
         auto fired = std::move(it->second);
@@ -133,6 +145,27 @@ std::vector<std::pair<std::string, Entry>> MemoryStore::list(const std::string& 
         out.emplace_back(it->first, it->second);
     }
     return out;
+}
+
+Page MemoryStore::list_page(const std::string& ns, const std::string& prefix,
+                            const std::string& after, uint64_t limit) const {
+    Page page;
+    if (limit == 0 || limit > kPageLimit) limit = kPageLimit;
+    auto n = data_.find(ns);
+    if (n == data_.end()) return page;
+    const auto& m = n->second;
+    auto it = after < prefix ? m.lower_bound(prefix) : m.upper_bound(after);
+    uint64_t bytes = 0;
+    for (; it != m.end(); ++it) {
+        if (it->first.compare(0, prefix.size(), prefix) != 0) return page;
+        if (page.entries.size() >= limit || (!page.entries.empty() && bytes >= kPageBytes)) {
+            page.more = true;
+            return page;
+        }
+        bytes += it->first.size() + it->second.value.size();
+        page.entries.emplace_back(it->first, it->second);
+    }
+    return page;
 }
 
 // The registry gives each service a dense rank in registration order, unless
@@ -253,14 +286,21 @@ void serve(rpc::Server& server, MemoryStore& store) {
         });
         r->on_cancel([&store, id] { store.unwatch(id); });
     });
+    // One page (docs/wire-protocol.md, "Listing in pages").
     server.handle("kvs.list", [&store](std::shared_ptr<rpc::Request> r) {
         if (!args_ok(r, {"ns"})) return;
         const auto& a = r->args();
-        auto entries = store.list(a["ns"], a.value("prefix", ""));
+        auto text = [&a](const char* name) {
+            auto f = a.find(name);
+            return f != a.end() && f->is_string() ? f->get<std::string>() : std::string();
+        };
+        auto lim = a.find("limit");
+        uint64_t limit = lim != a.end() && lim->is_number_unsigned() ? lim->get<uint64_t>() : 0;
+        auto page = store.list_page(a["ns"], text("prefix"), text("after"), limit);
         nlohmann::json arr = nlohmann::json::array();
-        for (auto& [k, e] : entries)
+        for (auto& [k, e] : page.entries)
             arr.push_back({{"key", k}, {"value", e.value}, {"version", e.version}});
-        r->end({{"entries", std::move(arr)}});
+        r->end({{"entries", std::move(arr)}, {"more", page.more}});
     });
 }
 

@@ -1,22 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <algorithm>
+#include <thread>
 
+#include "common/log.hpp"
 #include "store.hpp"
 
 namespace dyad::kvs {
 namespace {
 constexpr double kWaitSlice = 30.0;  // seconds per wait request; the loop re-arms
 constexpr double kGrace = 5.0;       // extra client-side time for the answer to travel
+// A waiting consumer whose store connection fails (its host restarting)
+// tries again after these pauses (doubling), until its own deadline.
+constexpr double kRetryFirst = 0.05, kRetryMax = 1.0;
 }  // namespace
 
 Result<nlohmann::json> RpcStore::call(const std::string& topic, nlohmann::json args, Deadline d,
-                                      double grace) {
+                                      double grace, bool* connect_failed) {
     // Reads may be sent again if a pooled connection turns out closed; a put
-    // only if it certainly did not reach the store.
-    const bool idempotent = topic != "kvs.put";
-    bool connect_failed = false;
-    auto r = pool_->call(uri_, topic, args, d, grace, idempotent, &connect_failed);
-    if (!r && connect_failed) return Status(r.status()).wrap("metadata store");
+    // only if it certainly did not reach the store. wait() (connect_failed
+    // given) sends again itself.
+    const bool idempotent = topic != "kvs.put" && !connect_failed;
+    bool failed = false;
+    auto r = pool_->call(uri_, topic, args, d, grace, idempotent, &failed);
+    if (connect_failed) *connect_failed = failed;
+    if (!r && failed) return Status(r.status()).wrap("metadata store");
     return r;
 }
 
@@ -36,24 +43,87 @@ Result<Entry> RpcStore::get(const std::string& ns, const std::string& key, Deadl
 }
 
 Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Deadline d) {
+    double pause = kRetryFirst;
+    bool warned = false;
+    bool reached = false;  // this wait got to the store (a request went out on a connection)
     for (;;) {
         Deadline slice = d.min(Deadline::after(kWaitSlice));
-        auto r = call("kvs.get", {{"ns", ns}, {"key", key}, {"wait", true}}, slice, kGrace);
+        bool connect_failed = false;
+        auto r = call("kvs.get", {{"ns", ns}, {"key", key}, {"wait", true}}, slice, kGrace,
+                      &connect_failed);
         if (r) return Entry{r->value("value", ""), r->value("version", static_cast<uint64_t>(0))};
-        if (r.status().rc() == DYAD_RC_TIMEOUT && !d.expired()) continue;
-        return r.status();
+        const Status& st = r.status();
+        if (st.rc() == DYAD_RC_TIMEOUT && !d.expired()) {
+            reached = true;
+            pause = kRetryFirst;
+            continue;
+        }
+        // The store went away under a waiting request (its dyadd
+        // restarting): wait for it to come back, until our own deadline. A
+        // store unreachable from the start is said at once, and a peer that
+        // refuses us or is no DYAD service is final.
+        if (st.rc() != DYAD_RC_CONNFAIL || rpc::Connection::not_dyad(st) || d.expired() ||
+            (connect_failed && !reached))
+            return st;
+        reached = true;
+        if (!warned) {
+            DYAD_WARN("client",
+                      "metadata store at %s lost while waiting for '%s' (%s): trying again until "
+                      "the wait's deadline",
+                      uri_.c_str(), key.c_str(), st.message().c_str());
+            warned = true;
+        }
+        double left = d.remaining();
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(pause, left)));
+        pause = std::min(pause * 2, kRetryMax);
+        if (d.expired()) return Status(DYAD_RC_TIMEOUT, "no answer before the deadline", ETIMEDOUT);
     }
+}
+
+Result<Page> RpcStore::list_page(const std::string& ns, const std::string& prefix,
+                                 const std::string& after, uint64_t limit, Deadline d) {
+    nlohmann::json args = {{"ns", ns}, {"prefix", prefix}};
+    if (!after.empty()) args["after"] = after;
+    if (limit) args["limit"] = limit;
+    auto r = call("kvs.list", std::move(args), d, 0);
+    if (!r) return r.status();
+    Page page;
+    auto entries = r->find("entries");
+    if (entries == r->end() || !entries->is_array())
+        return Status(DYAD_RC_BADRPC,
+                      "the metadata store at " + uri_ + " answered kvs.list without entries",
+                      EPROTO);
+    page.entries.reserve(entries->size());
+    for (auto& e : *entries) {
+        auto k = e.is_object() ? e.find("key") : e.end();
+        auto v = e.is_object() ? e.find("value") : e.end();
+        if (k == e.end() || v == e.end() || !k->is_string() || !v->is_string()) continue;
+        page.entries.emplace_back(std::move(k->get_ref<std::string&>()),
+                                  Entry{std::move(v->get_ref<std::string&>()),
+                                        e.value("version", static_cast<uint64_t>(0))});
+    }
+    page.more = r->value("more", false);
+    // A page that does not advance would be asked for again forever.
+    if (page.more && (page.entries.empty() || page.entries.back().first <= after))
+        return Status(DYAD_RC_BADRPC,
+                      "the metadata store at " + uri_ +
+                          " answered kvs.list with more entries but no key after '" + after + "'",
+                      EPROTO);
+    return page;
 }
 
 Result<std::vector<std::pair<std::string, Entry>>> RpcStore::list(const std::string& ns,
                                                                   const std::string& prefix,
                                                                   Deadline d) {
-    auto r = call("kvs.list", {{"ns", ns}, {"prefix", prefix}}, d, 0);
-    if (!r) return r.status();
     std::vector<std::pair<std::string, Entry>> out;
-    for (auto& e : (*r)["entries"])
-        out.emplace_back(e.value("key", ""), Entry{e.value("value", ""), e.value("version", 0ull)});
-    return out;
+    std::string after;
+    for (;;) {
+        auto p = list_page(ns, prefix, after, 0, d);
+        if (!p) return p.status();
+        for (auto& e : p->entries) out.push_back(std::move(e));
+        if (!p->more) return out;
+        after = out.back().first;
+    }
 }
 
 }  // namespace dyad::kvs

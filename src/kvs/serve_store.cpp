@@ -13,8 +13,6 @@ namespace {
 // asks again until its own deadline (it slices its waits at 30 s).
 constexpr double kWaitAnswer = 30.0;
 constexpr double kCallTimeout = 30.0;  // a lookup or a page
-constexpr size_t kDefaultPage = 1000;
-constexpr size_t kMaxPage = 10000;
 
 bool string_arg(const std::shared_ptr<rpc::Request>& r, const char* name, std::string* out,
                 bool required = true) {
@@ -66,18 +64,27 @@ void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool) {
         if (!string_arg(r, "ns", &ns) || !string_arg(r, "prefix", &prefix, false) ||
             !string_arg(r, "after", &after, false))
             return;
-        size_t limit = kDefaultPage;
+        size_t limit = kPageLimit;
         auto l = r->args().find("limit");
-        if (l != r->args().end() && l->is_number_unsigned())
-            limit = std::clamp<size_t>(l->get<size_t>(), 1, kMaxPage);
+        if (l != r->args().end() && l->is_number_unsigned() && l->get<uint64_t>() > 0)
+            limit = std::min<uint64_t>(l->get<uint64_t>(), kPageLimit);
         asio::post(pool, [&store, r, ns = std::move(ns), prefix = std::move(prefix),
                           after = std::move(after), limit] {
             auto page = store.list(ns, prefix, after, limit, Deadline::after(kCallTimeout));
             if (!page) return fail(r, page.status());
+            // A page also ends at kPageBytes (the rest comes with the next).
             nlohmann::json arr = nlohmann::json::array();
-            for (auto& [k, e] : page->entries)
-                arr.push_back({{"key", k}, {"value", e.value}, {"version", e.version}});
-            r->end({{"entries", std::move(arr)}, {"more", page->more}});
+            uint64_t bytes = 0;
+            bool more = page->more;
+            for (auto& [k, e] : page->entries) {
+                if (!arr.empty() && bytes + k.size() + e.value.size() > kPageBytes) {
+                    more = true;
+                    break;
+                }
+                bytes += k.size() + e.value.size();
+                arr.push_back({{"key", k}, {"value", std::move(e.value)}, {"version", e.version}});
+            }
+            r->end({{"entries", std::move(arr)}, {"more", more}});
         });
     });
 }

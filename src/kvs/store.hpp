@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Metadata store interface (client side, blocking with deadlines) and the
 // embedded in-memory store a dyadd hosts. Keys live in namespaces; each put
-// bumps the key's version (1 on create), which DYAD uses as the generation.
+// bumps the key's version, which DYAD uses as the generation: the embedded
+// store's is (epoch << 32) | count, the epoch growing at every start of its
+// dyadd (kvs/epoch.hpp), so versions never repeat across restarts.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,20 @@ struct Entry {
     std::string writer;  // the service that wrote it ("" for the hosting service itself)
 };
 
+// One page of a listing (kvs.list, docs/wire-protocol.md): entries in key
+// order; more: there may be entries after the last one (ask again with
+// after = its key).
+struct Page {
+    std::vector<std::pair<std::string, Entry>> entries;
+    bool more = false;
+};
+
+// Entries of one kvs.list page: at most this many, and no more than
+// kPageBytes of keys and values (at least one entry), so that one reply
+// stays far below the frame limit.
+constexpr uint64_t kPageLimit = 1000;
+constexpr uint64_t kPageBytes = 256u << 10;
+
 // What a client uses. Implementations: RpcStore (the embedded store of a
 // dyadd, reached over RPC); an etcd store can implement the same.
 class Store {
@@ -48,6 +64,10 @@ class Store {
     virtual Result<std::vector<std::pair<std::string, Entry>>> list(const std::string& ns,
                                                                     const std::string& prefix,
                                                                     Deadline deadline) = 0;
+    // The keys starting with prefix that sort after `after` ("" : from the
+    // first), at most `limit` (0: the store's default; it may give fewer).
+    virtual Result<Page> list_page(const std::string& ns, const std::string& prefix,
+                                   const std::string& after, uint64_t limit, Deadline deadline) = 0;
     virtual std::string describe() const = 0;
 };
 
@@ -62,11 +82,15 @@ class RpcStore : public Store {
     Result<std::vector<std::pair<std::string, Entry>>> list(const std::string& ns,
                                                             const std::string& prefix,
                                                             Deadline d) override;
+    Result<Page> list_page(const std::string& ns, const std::string& prefix,
+                           const std::string& after, uint64_t limit, Deadline d) override;
     std::string describe() const override { return "embedded store at " + uri_; }
 
   private:
+    // connect_failed: set when no connection could be had (then the call
+    // is never sent again on a fresh connection: the caller does).
     Result<nlohmann::json> call(const std::string& topic, nlohmann::json args, Deadline d,
-                                double grace);
+                                double grace, bool* connect_failed = nullptr);
     std::string uri_;
     std::shared_ptr<rpc::ConnectionPool> pool_;
 };
@@ -112,7 +136,10 @@ struct NamespaceUse {
 class MemoryStore {
   public:
     using Watcher = std::function<void(const Entry&)>;
-    explicit MemoryStore(StoreLimits limits = StoreLimits()) : limits_(limits) {}
+    // epoch: this run's (kvs/epoch.hpp); versions are (epoch << 32) | count.
+    explicit MemoryStore(StoreLimits limits = StoreLimits(), uint32_t epoch = 0)
+        : limits_(limits), epoch_(epoch) {}
+    uint32_t epoch() const { return epoch_; }
     Result<uint64_t> put(const std::string& ns, const std::string& key, std::string value,
                          const std::string& writer = "", uint64_t replaces = 0);
     std::optional<Entry> get(const std::string& ns, const std::string& key) const;
@@ -121,6 +148,10 @@ class MemoryStore {
     void unwatch(uint64_t id);
     std::vector<std::pair<std::string, Entry>> list(const std::string& ns,
                                                     const std::string& prefix) const;
+    // A page of list(): keys after `after`, at most `limit` (clamped to
+    // 1..kPageLimit, 0: kPageLimit) and about kPageBytes.
+    Page list_page(const std::string& ns, const std::string& prefix, const std::string& after,
+                   uint64_t limit) const;
     size_t key_count() const;
     size_t watcher_count() const { return watch_index_.size(); }
     uint64_t bytes() const { return bytes_; }
@@ -137,6 +168,7 @@ class MemoryStore {
   private:
     void assign_rank(const std::string& key, std::string& value) const;
     StoreLimits limits_;
+    uint32_t epoch_ = 0;
     uint64_t bytes_ = 0;           // keys and values held
     uint64_t registry_bytes_ = 0;  // of which in the registry (not charged to max_bytes)
     StoreRefusals refused_;        // puts over a limit
@@ -148,12 +180,6 @@ class MemoryStore {
     uint64_t next_watch_ = 1;
 };
 
-// One page of a listing: entries in key order; `more` when keys after the
-// last one remain (ask again with after = its key).
-struct Page {
-    std::vector<std::pair<std::string, Entry>> entries;
-    bool more = false;
-};
 
 // A metadata store the service itself talks to and serves to its clients
 // (the etcd backend, built into dyadd only). Clients of such a service send

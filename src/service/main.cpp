@@ -134,6 +134,10 @@ int main(int argc, char** argv) {
     app.add_option("--store-max-bytes-per-namespace", store_ns_bytes,
                    "bytes of keys and values one namespace of the embedded store may hold, e.g. "
                    "100M (default: --store-max); puts beyond it are refused (EDQUOT)");
+    app.add_option("--state-dir", o.state_dir,
+                   "where the embedded store keeps its epoch file (store-epoch), so that "
+                   "generations never repeat across restarts; keep it as long as consumers keep "
+                   "copies (default: PRODUCER_DIR/.dyad)");
     app.add_option("--idle-timeout", o.idle_timeout,
                    "seconds a connection may stay without a request in flight and without "
                    "traffic before the service closes it (0: never)")

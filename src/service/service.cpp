@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -18,9 +17,11 @@
 #include "common/log.hpp"
 #include "common/paths.hpp"
 #include "common/settings.hpp"
+#include "kvs/epoch.hpp"
 #include "kvs/record.hpp"
 #include "rpc/wire.hpp"
 #include "send_channel.hpp"
+#include "store_watch.hpp"
 
 namespace dyad::service {
 namespace {
@@ -75,108 +76,6 @@ struct Service::Snapshot {
     }
 };
 
-// Whether the remote metadata store (--kvs) answers, for health and status:
-// the last successful call of the service or of a probe (a get of its own
-// registration, deadline kProbeTimeout) on a thread of its own, started on
-// first use. A result younger than kFresh is reused; a check otherwise
-// waits for the next probe, one at a time however many ask.
-class Service::StoreWatch {
-  public:
-    using Done = std::function<void(bool, std::string)>;
-    static constexpr auto kFresh = std::chrono::seconds(1);
-    static constexpr double kProbeTimeout = 1.5;
-
-    StoreWatch(kvs::RpcStore& store, std::string id, std::string uri)
-        : store_(store), id_(std::move(id)), uri_(std::move(uri)) {}
-    ~StoreWatch() {
-        {
-            std::lock_guard<std::mutex> lk(mu_);
-            stop_ = true;
-        }
-        cv_.notify_all();
-        if (thread_.joinable()) thread_.join();
-    }
-
-    // The store answered a call of the service (file threads).
-    void answered() {
-        std::lock_guard<std::mutex> lk(mu_);
-        last_ok_ = std::chrono::steady_clock::now();
-    }
-
-    void check(Done done) {
-        std::unique_lock<std::mutex> lk(mu_);
-        if (stop_) return;
-        auto now = std::chrono::steady_clock::now();
-        bool ok_newer = last_ok_ && (!last_fail_ || *last_ok_ >= *last_fail_);
-        if (ok_newer && now - *last_ok_ < kFresh) {
-            lk.unlock();
-            return done(true, "");
-        }
-        if (!ok_newer && last_fail_ && now - *last_fail_ < kFresh) {
-            std::string why = error_;
-            lk.unlock();
-            return done(false, why);
-        }
-        waiting_.push_back(std::move(done));
-        if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
-        cv_.notify_all();
-    }
-
-    // For status: reachable as last seen, seconds since the last answer.
-    nlohmann::json view() const {
-        std::lock_guard<std::mutex> lk(mu_);
-        nlohmann::json j = nlohmann::json::object();
-        auto now = std::chrono::steady_clock::now();
-        if (last_ok_)
-            j["last_contact_s"] = std::chrono::duration<double>(now - *last_ok_).count();
-        else
-            j["last_contact_s"] = nullptr;
-        if (last_fail_ && (!last_ok_ || *last_fail_ > *last_ok_)) j["error"] = error_;
-        return j;
-    }
-
-  private:
-    void run() {
-        std::unique_lock<std::mutex> lk(mu_);
-        for (;;) {
-            cv_.wait(lk, [this] { return stop_ || !waiting_.empty(); });
-            if (stop_) return;
-            lk.unlock();
-            auto e = store_.get(kServicesNamespace, id_, Deadline::after(kProbeTimeout));
-            bool ok = e || e.status().rc() == DYAD_RC_NOTFOUND;
-            std::string why;
-            if (!ok) {
-                std::string m = e.status().message();
-                if (m.rfind("metadata store: ", 0) == 0) m.erase(0, 16);
-                why = "metadata store at " + uri_ + " does not answer: " + m;
-            }
-            lk.lock();
-            auto now = std::chrono::steady_clock::now();
-            if (ok) {
-                last_ok_ = now;
-            } else {
-                last_fail_ = now;
-                error_ = why;
-            }
-            auto waiting = std::move(waiting_);
-            waiting_.clear();
-            lk.unlock();
-            for (auto& d : waiting) d(ok, why);
-            lk.lock();
-        }
-    }
-
-    kvs::RpcStore& store_;
-    std::string id_, uri_;
-    mutable std::mutex mu_;
-    std::condition_variable cv_;
-    bool stop_ = false;
-    std::optional<std::chrono::steady_clock::time_point> last_ok_, last_fail_;
-    std::string error_;
-    std::vector<Done> waiting_;
-    std::thread thread_;
-};
-
 Service::Service(Options opts)
     : opts_(std::move(opts)), file_pool_(opts_.io_threads ? opts_.io_threads : 1) {
     if (opts_.node.empty()) opts_.node = hostname();
@@ -184,6 +83,8 @@ Service::Service(Options opts)
 }
 
 Service::~Service() {
+    // First: its threads (a rejoin) use the members declared after it.
+    store_watch_.reset();
     stop();
     file_pool_.stop();
     file_pool_.join();
@@ -329,7 +230,11 @@ Status Service::start() {
         limits.max_bytes = opts_.store_max;
         limits.max_records_per_ns = opts_.store_max_records_per_ns;
         limits.max_bytes_per_ns = opts_.store_max_bytes_per_ns;
-        store_ = std::make_unique<kvs::MemoryStore>(limits);
+        // Generations never repeat across restarts: each run has an epoch.
+        state_dir_ = opts_.state_dir.empty() ? prod_dir_ + "/" + kReservedDir : opts_.state_dir;
+        auto epoch = kvs::next_epoch(state_dir_);
+        if (!epoch) return Status(epoch.status()).wrap("embedded metadata store");
+        store_ = std::make_unique<kvs::MemoryStore>(limits, epoch.value());
         kvs::serve(*server_, *store_);
         auto v = store_->put(kServicesNamespace, id_, reg.dump(), id_);
         if (!v) return v.status();
@@ -341,13 +246,16 @@ Status Service::start() {
         me.service_id = id_;
         remote_ = std::make_unique<kvs::RpcStore>(
             opts_.kvs_uri, std::make_shared<rpc::ConnectionPool>(std::move(me)));
-        store_watch_ = std::make_unique<StoreWatch>(*remote_, id_, opts_.kvs_uri);
+        store_watch_ = std::make_unique<StoreWatch>(
+            *remote_, id_, opts_.kvs_uri,
+            [this](const std::function<bool()>& stopping) { return rejoin(stopping); });
         auto v = remote_->put(kServicesNamespace, id_, reg.dump(), Deadline::after(10));
         if (!v)
             return Status(v.status())
                 .wrap("cannot register in the metadata store at " + opts_.kvs_uri +
                       " (is the dyadd hosting it running?)");
         store_watch_->answered();
+        store_watch_->start();
         auto e = remote_->get(kServicesNamespace, id_, Deadline::after(10));
         if (e) mine = std::move(e.value());
     }
@@ -370,6 +278,12 @@ Status Service::start() {
               rank_ ? (std::to_string(*rank_) + " (" + rank_source_ + ")").c_str() : "none",
               prod_dir_.c_str(), nlohmann::json(endpoints_).dump().c_str(),
               opts_.kvs_uri.empty() ? "embedded" : opts_.kvs_uri.c_str());
+    if (store_)
+        DYAD_INFO(
+            kSub, "embedded metadata store: epoch %u (generations from %llu; %s/%s)",
+            store_->epoch(),
+            static_cast<unsigned long long>((static_cast<uint64_t>(store_->epoch()) << 32) | 1),
+            state_dir_.c_str(), kvs::kEpochFile);
     return Status::ok();
 }
 
@@ -670,7 +584,9 @@ Status Service::check_served(const std::shared_ptr<rpc::Request>& r, const dtl::
                rec->size,
                rec->mtime_ns,
                e->version,
-               0};
+               0,
+               *ns,
+               *key};
     }
     auto gen = dtl::meta_u64(a, "generation");
     if (gen && *gen != 0 && pub.generation != 0 && *gen != pub.generation)
@@ -731,24 +647,21 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
     if (::fstat(fd->get(), &sb) != 0)
         return Status(DYAD_RC_BADFIO, "cannot publish '" + up + "': stat failed", errno);
     if (Status one = one_name(up, sb); !one) return one.wrap("cannot publish");
-    kvs::Record rec;
-    rec.upath = up;
-    rec.owner = id_;
-    rec.node = opts_.node;
-    rec.producer_dir = prod_dir_;
-    rec.endpoints = endpoints_;
-    rec.size = static_cast<uint64_t>(sb.st_size);
-    rec.mtime_ns = ns_of(sb.st_mtim);
-    rec.mode = sb.st_mode & 07777;
-    rec.ino = static_cast<uint64_t>(sb.st_ino);
-    rec.rank = rank_;
+    kvs::Record rec = record_of(up, sb);
     auto key = gen_path_key(up, depth, bins);
     if (!key) return key.status();
+    std::shared_lock<std::shared_mutex> gate(publish_gate_);
     // Published before the store says so: a consumer woken by the put may
     // ask for the file at once.
     // (Generation 0 until the store answers: not checked meanwhile.)
-    Published pub{
-        static_cast<uint64_t>(sb.st_dev), rec.ino, rec.size, rec.mtime_ns, 0, ns_of(sb.st_ctim)};
+    Published pub{static_cast<uint64_t>(sb.st_dev),
+                  rec.ino,
+                  rec.size,
+                  rec.mtime_ns,
+                  0,
+                  ns_of(sb.st_ctim),
+                  ns,
+                  key.value()};
     std::optional<Published> before;
     {
         std::lock_guard<std::mutex> lk(pub_mu_);
@@ -869,7 +782,9 @@ nlohmann::json Service::status_json() const {
                       {"refused_namespace_records", store_->refusals().ns_records},
                       {"refused_namespace_bytes", store_->refusals().ns_bytes},
                       {"max_records_per_namespace", store_->limits().max_records_per_ns},
-                      {"max_bytes_per_namespace", store_->ns_byte_quota(opts_.ns)}};
+                      {"max_bytes_per_namespace", store_->ns_byte_quota(opts_.ns)},
+                      {"epoch", store_->epoch()},
+                      {"state_dir", state_dir_}};
     // The settings this service reads, with where each value came from.
     nlohmann::json mine = nlohmann::json::array();
     for (auto& s : settings::describe())
@@ -901,12 +816,16 @@ nlohmann::json Service::store_json(bool reachable, const std::string& why) const
         return j;
     }
     if (remote_) {
+        // Another dyadd's embedded store; rejoined: how often this service
+        // registered and published again after it came back empty.
         j = store_watch_->view();
-        j["backend"] = opts_.kvs_uri;
+        j["backend"] = "remote embedded";
         j["endpoint"] = opts_.kvs_uri;
+        j["republished"] = republished_.load();
     } else {
         j["backend"] = "embedded";
         j["endpoint"] = endpoints_.empty() ? std::string() : endpoints_.front();
+        j["epoch"] = store_->epoch();
     }
     j["reachable"] = reachable;
     if (!reachable) j["error"] = why;

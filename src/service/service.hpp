@@ -14,6 +14,10 @@
 #include <string>
 #include <unordered_map>
 
+#include <shared_mutex>
+
+#include <sys/stat.h>
+
 #include <asio.hpp>
 #include <nlohmann/json.hpp>
 
@@ -22,6 +26,7 @@
 #include "common/status.hpp"
 #include "dtl/budget.hpp"
 #include "dtl/dtl.hpp"
+#include "kvs/record.hpp"
 #include "kvs/store.hpp"
 #include "metrics.hpp"
 #include "rpc/server.hpp"
@@ -41,6 +46,9 @@ struct Options {
     // The store the service talks to itself (--kvs etcd://...; made by
     // dyadd's main, which alone links the etcd client): kvs_uri names it.
     std::shared_ptr<kvs::ServiceStore> external_store;
+    // Where the embedded store keeps its epoch (--state-dir; "": the
+    // producer directory's .dyad/).
+    std::string state_dir;
     unsigned io_threads = 4;
     double send_timeout = 60;             // seconds without progress before a transfer is abandoned
     std::vector<std::string> transports;  // serve only these (empty: every built one)
@@ -117,6 +125,7 @@ class Service {
         int64_t mtime_ns = 0;
         uint64_t generation = 0;
         int64_t ctime_ns = 0;  // 0: unknown (learnt from the store after a restart)
+        std::string ns, key;   // where the record is ("": learnt from the store)
     };
     struct Snapshot;  // the served file as the transfer started
 
@@ -124,6 +133,11 @@ class Service {
     void on_publish(std::shared_ptr<rpc::Request> r);
     Result<nlohmann::json> publish(const std::string& upath, const std::string& ns, unsigned depth,
                                    unsigned bins, uint64_t replaces);
+    // The record publish() writes for the file `up` as `sb` says it is.
+    kvs::Record record_of(const std::string& up, const struct stat& sb) const;
+    // Registers again in the remote store and publishes again every file
+    // still as published (store_watch.cpp); false: not finished.
+    bool rejoin(const std::function<bool()>& stopping);
     Status check_served(const std::shared_ptr<rpc::Request>& r, const dtl::FetchJob& job,
                         Snapshot* snap);
     // The metadata store from a file thread (the embedded one through the loop).
@@ -168,6 +182,10 @@ class Service {
     std::unique_ptr<kvs::RpcStore> remote_;        // --kvs: the store, as this service
     std::unique_ptr<StoreWatch> store_watch_;      // with remote_; destroyed before it
     std::mutex pub_mu_;
+    // Publishes share it; rejoin() takes it alone for each file it puts.
+    std::shared_mutex publish_gate_;
+    std::atomic<uint64_t> republished_{0};
+    std::string state_dir_;  // of the embedded store (its epoch file)
     std::unordered_map<std::string, Published> published_;  // by upath
     std::atomic<uint64_t> published_count_{0}, refused_unproduced_{0}, refused_stale_{0};
     std::vector<std::string> endpoints_;

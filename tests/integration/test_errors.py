@@ -165,6 +165,7 @@ def test_malformed_fields_do_not_kill_the_service(cluster):
 def test_consumer_that_stops_reading_is_dropped(cluster):
     """The service abandons a transfer nobody reads (and so frees the file's lock)."""
     prod = cluster[0]
+    cluster[1].stop()  # its service keeps a connection to the store (prod) otherwise
     prod.stop()
     prod.start(["--send-timeout", "1"])
     harness.write_file(prod.path("big.bin"), 128 << 20)

@@ -7,7 +7,6 @@ rules and quotas of the embedded store, paging."""
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import time
 
@@ -15,8 +14,6 @@ import pytest
 
 import harness
 
-pytestmark = pytest.mark.skipif(not shutil.which("etcd") and not os.path.exists(harness.ETCD),
-                                reason="etcd (Debian's etcd-server) is not installed: make deps")
 
 
 @pytest.fixture

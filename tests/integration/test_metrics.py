@@ -213,7 +213,7 @@ def test_healthz_and_store_in_status(mcluster):
     s0 = prod.status()["metadata_store"]
     assert s0["backend"] == "embedded" and s0["reachable"] is True and s0["endpoint"] == prod.uri
     s1 = cons.status()["metadata_store"]
-    assert s1["backend"] == prod.uri and s1["endpoint"] == prod.uri and s1["reachable"] is True
+    assert s1["backend"] == "remote embedded" and s1["endpoint"] == prod.uri and s1["reachable"] is True
     assert s1["last_contact_s"] is not None and s1["last_contact_s"] < 30
 
     # The store's host stops: node1's health turns 503 within a few seconds.

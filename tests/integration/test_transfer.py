@@ -93,7 +93,7 @@ def test_ls_lists_produced_files(cluster):
     for n in ("a.txt", "x/b.txt"):
         harness.write_file(prod.path(n), 10)
         prod.dyad("produce", prod.path(n))
-    rows = json.loads(cons.dyad("--json", "ls").stdout)
+    rows = [json.loads(line) for line in cons.dyad("--json", "ls").stdout.splitlines()]
     assert sorted(r["path"] for r in rows) == ["a.txt", "x/b.txt"]
     assert all(r["owner"] == "node0" for r in rows)
 

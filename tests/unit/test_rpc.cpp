@@ -3,9 +3,14 @@
 // the server loop runs on a thread, the blocking client on the test thread.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <thread>
 
+#include "kvs/epoch.hpp"
 #include "kvs/store.hpp"
 #include "rpc/client.hpp"
 #include "rpc/server.hpp"
@@ -146,4 +151,102 @@ TEST(Kvs, DisconnectedWaiterIsRemoved) {
     auto c3 = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
     EXPECT_TRUE(c3->call("kvs.list", {{"ns", "n"}}, Deadline::after(5)).is_ok());
     EXPECT_EQ(l.on_loop([&] { return l.store_->watcher_count(); }), 0u);
+}
+
+TEST(Kvs, VersionsCarryTheEpoch) {
+    kvs::MemoryStore s(kvs::StoreLimits(), 7);
+    const uint64_t base = uint64_t{7} << 32;
+    EXPECT_EQ(s.put("ns", "k", owned("svc", 1), "svc").value(), base | 1);
+    EXPECT_EQ(s.put("ns", "k", owned("svc", 2), "svc").value(), base | 2);
+    EXPECT_EQ(s.put("ns", "j", owned("svc", 1), "svc").value(), base | 1);
+    // A later run (a larger epoch) never gives a version of an earlier one.
+    kvs::MemoryStore later(kvs::StoreLimits(), 8);
+    EXPECT_GT(later.put("ns", "k", owned("svc", 1), "svc").value(), base | 2);
+    // replaces names the version taken over, whole.
+    EXPECT_FALSE(s.put("ns", "k", owned("other", 3), "other", 2).is_ok());
+    EXPECT_EQ(s.put("ns", "k", owned("other", 3), "other", base | 2).value(), base | 3);
+}
+
+TEST(Kvs, EpochFileGrowsAtEveryStart) {
+    char tmpl[] = "/tmp/dyad-epoch-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    std::string dir = std::string(tmpl) + "/state";
+    EXPECT_EQ(kvs::next_epoch(dir).value(), 0u);
+    EXPECT_EQ(kvs::next_epoch(dir).value(), 1u);
+    EXPECT_EQ(kvs::next_epoch(dir).value(), 2u);
+    std::string file = dir + "/" + kvs::kEpochFile;
+    {
+        std::FILE* f = std::fopen(file.c_str(), "w");
+        ASSERT_NE(f, nullptr);
+        std::fputs("garbage\n", f);
+        std::fclose(f);
+    }
+    auto bad = kvs::next_epoch(dir);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find(file), std::string::npos) << bad.status().message();
+    std::remove(file.c_str());
+    ::rmdir(dir.c_str());
+    ::rmdir(tmpl);
+}
+
+TEST(Kvs, ListPagesInKeyOrder) {
+    kvs::MemoryStore s;
+    for (int i = 0; i < 25; ++i) {
+        char k[16];
+        std::snprintf(k, sizeof k, "a/%02d", i);
+        ASSERT_TRUE(s.put("ns", k, owned("svc", i), "svc").is_ok());
+    }
+    ASSERT_TRUE(s.put("ns", "b/0", owned("svc", 0), "svc").is_ok());
+    std::vector<std::string> seen;
+    std::string after;
+    int pages = 0;
+    for (;;) {
+        auto p = s.list_page("ns", "a/", after, 10);
+        ++pages;
+        for (auto& [k, e] : p.entries) seen.push_back(k);
+        if (!p.more) break;
+        ASSERT_FALSE(p.entries.empty());
+        after = p.entries.back().first;
+    }
+    EXPECT_EQ(pages, 3);
+    ASSERT_EQ(seen.size(), 25u);
+    EXPECT_EQ(seen.front(), "a/00");
+    EXPECT_EQ(seen.back(), "a/24");
+    // The limit is clamped; the byte budget ends a page early.
+    EXPECT_EQ(s.list_page("ns", "", "", 1000000).entries.size(), 26u);
+    kvs::MemoryStore big;
+    std::string blob(60000, 'x');
+    for (int i = 0; i < 10; ++i)
+        ASSERT_TRUE(big.put("ns", "k" + std::to_string(i),
+                            nlohmann::json{{"owner", "svc"}, {"blob", blob}}.dump(), "svc")
+                        .is_ok());
+    auto p = big.list_page("ns", "", "", 0);
+    EXPECT_TRUE(p.more);
+    EXPECT_LT(p.entries.size(), 10u);
+    EXPECT_GE(p.entries.size(), 1u);
+}
+
+TEST(Kvs, ListOverRpcGoesThroughEveryPage) {
+    Loop l;
+    kvs::RpcStore s(l.uri, std::make_shared<rpc::ConnectionPool>(as_service("svc")));
+    // More than fits one reply frame at once (about 3,500 records did).
+    const int n = 5000;
+    int stored = l.on_loop([&] {
+        int ok = 0;
+        for (int i = 0; i < n; ++i)
+            ok += l.store_
+                      ->put("ns", "key/" + std::to_string(i),
+                            nlohmann::json{{"owner", "svc"}, {"pad", std::string(300, 'p')}}.dump(),
+                            "svc")
+                      .is_ok();
+        return ok;
+    });
+    ASSERT_EQ(stored, n);
+    auto all = s.list("ns", "key/", Deadline::after(30));
+    ASSERT_TRUE(all.is_ok()) << all.status().to_string();
+    EXPECT_EQ(all->size(), static_cast<size_t>(n));
+    auto first = s.list_page("ns", "", "", 7, Deadline::after(5));
+    ASSERT_TRUE(first.is_ok());
+    EXPECT_EQ(first->entries.size(), 7u);
+    EXPECT_TRUE(first->more);
 }

@@ -25,7 +25,8 @@ struct dyad_metadata {
     char* owner_node;    /* node name of the owning service */
     uint64_t size;       /* bytes */
     int64_t mtime_ns;    /* producer-side modification time */
-    uint64_t generation; /* 1 on first produce, +1 on each re-produce */
+    uint64_t generation; /* 1 on first produce, +1 on each re-produce; larger after a
+                           restart of the store host (epoch << 32, docs/design.md) */
     char* record;        /* the serialized record (used by dyad_consume_w_metadata) */
 };
 typedef struct dyad_metadata dyad_metadata_t;

@@ -1,0 +1,201 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The embedded metadata store across restarts of its dyadd (generations
+never repeat, services come back on their own, waiting consumers ride
+through), listing in pages, and stat/ls from a node with one directory."""
+import json
+import os
+
+import harness
+
+GEN_BITS = 32  # generation = (epoch << 32) | count (docs/design.md)
+
+
+def stat(node, path, **env):
+    return json.loads(node.dyad("--json", "stat", path, env_extra=env).stdout)
+
+
+def consume(node, path):
+    p = node.dyad("--json", "consume", path, env_extra={"DYAD_WAIT_TIMEOUT": 60})
+    return json.loads(p.stdout)
+
+
+def restart(node):
+    assert node.stop() == 0
+    node.start()
+
+
+def test_generations_never_repeat_after_a_restart_of_the_store_host(cluster):
+    host, cons = cluster[0], cluster[1]
+    src = host.path("same.bin")
+    harness.write_file(src, 5000, seed=3)
+    st = os.stat(src)
+    host.dyad("produce", src)
+    first = stat(cons, cons.path("same.bin"))
+    assert first["generation"] >> GEN_BITS == 0
+    assert host.status()["store"]["epoch"] == 0
+    assert consume(cons, cons.path("same.bin"))["action"] == "fetched"
+    assert consume(cons, cons.path("same.bin"))["action"] == "present"
+
+    restart(host)
+    assert host.status()["store"]["epoch"] == 1
+    # The same bytes with the same mtime (as after cp -p), produced again.
+    harness.write_file(src, 5000, seed=3)
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    host.dyad("produce", src)
+    again = stat(cons, cons.path("same.bin"))
+    assert again["generation"] >> GEN_BITS == 1 and again["generation"] != first["generation"]
+    assert again["size"] == first["size"] and again["mtime_ns"] == first["mtime_ns"]
+    # The consumer's copy is of the earlier generation: fetched again.
+    assert consume(cons, cons.path("same.bin"))["action"] == "fetched"
+    assert consume(cons, cons.path("same.bin"))["action"] == "present"
+    # The epoch lives in the state directory (default: PRODUCER_DIR/.dyad).
+    with open(os.path.join(host.dir, ".dyad", "store-epoch")) as f:
+        assert f.read().strip() == "2"
+
+
+def test_state_dir_option_holds_the_epoch(tmp_path):
+    with harness.Cluster(nodes=1, start=False) as c:
+        node = c[0]
+        state = str(tmp_path / "state")
+        for expected in (0, 1):
+            node.start(["--state-dir", state])
+            assert node.status()["store"]["epoch"] == expected
+            assert node.status()["store"]["state_dir"] == state
+            assert node.stop() == 0
+        assert not os.path.exists(os.path.join(node.dir, ".dyad", "store-epoch"))
+
+
+def test_unusable_epoch_file_stops_the_start_and_says_why(tmp_path):
+    with harness.Cluster(nodes=1, start=False) as c:
+        node = c[0]
+        state = tmp_path / "state"
+        state.mkdir()
+        (state / "store-epoch").write_text("not a number\n")
+        node.log_path = str(tmp_path / "dyadd.log")
+        try:
+            node.start(["--state-dir", str(state)])
+        except RuntimeError:
+            pass
+        assert node.proc.wait(timeout=30) != 0
+        log = open(node.log_path).read()
+        assert str(state / "store-epoch") in log and "does not hold a number" in log, log
+        node.proc = None
+
+
+def test_services_rejoin_and_publish_again_when_the_store_host_comes_back(cluster3):
+    meta, prod, cons = cluster3[0], cluster3[1], cluster3[2]
+    for name in ("a.bin", "sub/b.bin"):
+        harness.write_file(prod.path(name), 3000, seed=len(name))
+        prod.dyad("produce", prod.path(name))
+    # Changed after it was published: not published again (never served).
+    harness.write_file(prod.path("changed.bin"), 100)
+    prod.dyad("produce", prod.path("changed.bin"))
+    harness.write_file(prod.path("changed.bin"), 200)
+    ms = prod.status()["metadata_store"]
+    assert ms["backend"] == "remote embedded" and ms["endpoint"] == meta.uri and ms["reachable"]
+    assert ms["rejoined"] == 0
+
+    restart(meta)
+    st = prod.wait_status(lambda s: s["metadata_store"]["rejoined"] >= 1, "registered again")
+    assert st["metadata_store"]["republished"] == 2
+    # The registry and the records are back, with generations of the new epoch.
+    rec = stat(cons, cons.path("sub/b.bin"))
+    assert rec["owner"] == "node1" and rec["generation"] >> GEN_BITS == 1
+    assert consume(cons, cons.path("a.bin"))["action"] == "fetched"
+    assert consume(cons, cons.path("sub/b.bin"))["action"] == "fetched"
+    p = cons.dyad("stat", cons.path("changed.bin"), check=False)
+    assert p.returncode == 2, p.stderr
+    # dyad service status says which store, where, and that it answers.
+    out = prod.dyad("service", "status").stdout
+    assert f"metadata store: remote embedded at {meta.uri}, reachable" in out, out
+    assert "registered again 1 times after the store came back empty, 2 records published again" in out, out
+    out = meta.dyad("service", "status").stdout
+    assert f"metadata store: embedded at {meta.uri}, reachable" in out, out
+    assert ", epoch 1\n" in out, out
+
+
+def test_status_says_when_the_store_host_is_down(cluster):
+    host, other = cluster[0], cluster[1]
+    assert host.stop() == 0
+    st = other.wait_status(lambda s: not s["metadata_store"]["reachable"], "store unreachable")
+    assert st["metadata_store"]["backend"] == "remote embedded"
+    assert host.uri in st["metadata_store"]["error"]
+    out = other.dyad("service", "status").stdout
+    assert f"metadata store: remote embedded at {host.uri}, NOT reachable" in out, out
+    host.start()
+    other.wait_status(lambda s: s["metadata_store"]["reachable"] and s["metadata_store"]["rejoined"] >= 1,
+                      "store reachable again")
+
+
+def test_waiting_consumer_rides_through_a_restart_of_the_store_host(cluster3):
+    meta, prod, cons = cluster3[0], cluster3[1], cluster3[2]
+    consumer = cons.dyad_async("--json", "consume", cons.path("late.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 120})
+    assert cons.wait_waiters(1, procs=[consumer]) is not None, consumer.communicate()
+    restart(meta)
+    # The consumer waits again in the new store (the producer's service too
+    # comes back, and its publish wakes the consumer).
+    assert cons.wait_waiters(1, procs=[consumer]) is not None, consumer.communicate()
+    prod.wait_status(lambda s: s["metadata_store"]["rejoined"] >= 1, "registered again")
+    harness.write_file(prod.path("late.bin"), 4096, seed=9)
+    prod.dyad("produce", prod.path("late.bin"))
+    out, err = consumer.communicate(timeout=120)
+    assert consumer.returncode == 0, err
+    assert json.loads(out)["action"] == "fetched"
+    assert "lost while waiting" in err, err
+    assert harness.sha256(cons.path("late.bin")) == harness.sha256(prod.path("late.bin"))
+
+
+def test_ls_lists_ten_thousand_records_in_pages(cluster):
+    host, cons = cluster[0], cluster[1]
+    n = 10000
+    os.makedirs(host.path("many/deep"), exist_ok=True)
+    names = [f"many/{i:05d}.dat" if i % 10 else f"many/deep/{i:05d}.dat" for i in range(n)]
+    for name in names:
+        with open(host.path(name), "w") as f:
+            f.write(name)
+    for i in range(0, n, 500):
+        host.dyad("produce", *[host.path(x) for x in names[i:i + 500]])
+    p = cons.dyad("--json", "ls")
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    assert len(rows) == n
+    assert sorted(r["path"] for r in rows) == sorted(names)
+    # PREFIX selects by relative path.
+    deep = [json.loads(line) for line in cons.dyad("--json", "ls", "many/deep/").stdout.splitlines()]
+    assert sorted(r["path"] for r in deep) == sorted(x for x in names if x.startswith("many/deep/"))
+    assert cons.dyad("ls", "nothing/").stdout == ""
+    # Text output: one line per file.
+    assert len(cons.dyad("ls").stdout.splitlines()) == n
+
+
+def test_ls_prefix_with_unhashed_keys(cluster):
+    # DYAD_KEY_DEPTH=0: the key is the relative path, the store selects.
+    prod, cons = cluster[0], cluster[1]
+    flat = {"DYAD_KEY_DEPTH": 0}
+    for name in ("r1/a", "r1/b", "r2/a"):
+        harness.write_file(prod.path(name), 10)
+        prod.dyad("produce", prod.path(name), env_extra=flat)
+    rows = cons.dyad("--json", "ls", "r1/", env_extra=flat).stdout.splitlines()
+    assert [json.loads(r)["path"] for r in rows] == ["r1/a", "r1/b"]
+
+
+def test_stat_and_ls_from_a_node_with_one_directory(cluster):
+    prod, cons = cluster[0], cluster[1]
+    harness.write_file(prod.path("one/f.bin"), 1234)
+    prod.dyad("produce", prod.path("one/f.bin"))
+    only_producer = {"producer": True, "consumer": False}
+    only_consumer = {"producer": False, "consumer": True}
+    # Only a producer directory: stat a produced file by its producer path.
+    st = json.loads(prod.dyad("--json", "stat", prod.path("one/f.bin"), env_extra=only_producer).stdout)
+    assert st["path"] == "one/f.bin" and st["size"] == 1234
+    rows = prod.dyad("--json", "ls", env_extra=only_producer).stdout.splitlines()
+    assert [json.loads(r)["path"] for r in rows] == ["one/f.bin"]
+    # Only a consumer directory (on another node).
+    st = json.loads(cons.dyad("--json", "stat", cons.path("one/f.bin"), env_extra=only_consumer).stdout)
+    assert st["path"] == "one/f.bin" and st["owner"] == "node0"
+    rows = cons.dyad("--json", "ls", "one/", env_extra=only_consumer).stdout.splitlines()
+    assert [json.loads(r)["path"] for r in rows] == ["one/f.bin"]
+    # A path in neither directory names the ones that are set.
+    p = cons.dyad("stat", "/elsewhere/f.bin", check=False, env_extra=only_consumer)
+    assert p.returncode != 0 and "not inside the consumer directory" in p.stderr, p.stderr
+    p = prod.dyad("stat", "/elsewhere/f.bin", check=False, env_extra=only_producer)
+    assert p.returncode != 0 and "not inside the producer directory" in p.stderr, p.stderr
