@@ -151,6 +151,7 @@ class Session : public std::enable_shared_from_this<Session> {
     void close() {
         if (closed_) return;
         closed_ = true;
+        auto self = std::move(keep_alive_);  // alive to the end of close()
         if (paused_) server_.unwatch_hangup(sock_.native_handle());
         paused_ = false;
         asio::error_code ec;
@@ -248,6 +249,10 @@ class Session : public std::enable_shared_from_this<Session> {
             if (!self->handle_frame()) return;
             if (self->overloaded()) {
                 self->paused_ = true;  // resume when answers drain
+                // No read is pending to keep the session alive meanwhile:
+                // it keeps itself until it resumes or closes (else it would
+                // go with its requests still in flight, never cancelled).
+                self->keep_alive_ = self;
                 self->server_.watch_hangup(self.get(), self->sock_.native_handle());
                 return;
             }
@@ -262,6 +267,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     void maybe_resume() {
         if (paused_ && !closed_ && !overloaded()) {
+            auto self = std::move(keep_alive_);
             paused_ = false;
             server_.unwatch_hangup(sock_.native_handle());
             read_header();
@@ -612,8 +618,9 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string client_nonce_, service_nonce_;
     bool closed_ = false;
     bool writing_ = false;
-    bool unix_ = false;     // a Unix socket: descriptors can pass
-    std::string over_cap_;  // non-empty: refused (its peer has too many connections)
+    bool unix_ = false;                    // a Unix socket: descriptors can pass
+    std::string over_cap_;                 // non-empty: refused (its peer has too many connections)
+    std::shared_ptr<Session> keep_alive_;  // itself, while paused
     Peer peer_;
     std::deque<Out> q_;
     std::unordered_map<uint32_t, std::shared_ptr<Request>> active_;
