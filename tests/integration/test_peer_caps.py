@@ -132,6 +132,22 @@ def test_local_descriptors_are_capped_per_process_and_let_go_on_disconnect(one_n
                      what="the attacker's descriptors released")
 
 
+@pytest.mark.parametrize("one_node", [["--max-fetches-per-peer", "4"]], indirect=True)
+def test_fetches_in_progress_are_capped_per_peer(one_node):
+    prod = one_node[0]
+    produce(prod, "f.bin", 4096)
+    a = Attacker(prod, "local", 10, upath="f.bin", unix=True)
+    try:
+        assert a.result["held"] == 4, a.result
+        msg = a.result["refused"][0]
+        assert "4 fetches in progress" in msg and "--max-fetches-per-peer" in msg, msg
+        view = harness.NodeView(prod, os.path.join(one_node.root, "view"))
+        consume(view, view.path("f.bin"))  # another process: served
+        assert prod.status()["counters"]["refused_peer_fetches"] == 6
+    finally:
+        a.stop()
+
+
 @pytest.mark.parametrize("one_node", [["--max-local-per-peer", "300"]], indirect=True)
 def test_a_paused_connection_lets_go_when_its_peer_hangs_up(one_node):
     """260 unconfirmed fetches on one connection: the service stops reading
