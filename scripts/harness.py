@@ -2,12 +2,17 @@
 """Starts real dyadd services as simulated nodes and runs the dyad tool.
 
 Used by the demo, the integration tests and the benchmarks. Each node is a
-dyadd with its own loopback address (127.0.0.N) and its own directory; the
-first node hosts the metadata store, the others use it (--kvs).
+dyadd with its own loopback address (127.0.0.N), or its own network namespace
+(Cluster(netns=True)), and its own directory; the first node hosts the
+metadata store, the others use it (--kvs), or an etcd started here holds it
+(Cluster(store="etcd")).
 """
+import atexit
+import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -19,6 +24,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("DYAD_BUILD_DIR", os.path.join(ROOT, "build"))
 DYADD = os.path.join(BUILD, "bin", "dyadd")
 DYAD = os.path.join(BUILD, "bin", "dyad")
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"  # Debian's etcd-server
+ETCDCTL = shutil.which("etcdctl") or "/usr/bin/etcdctl"  # Debian's etcd-client
+
+
+@functools.lru_cache(maxsize=None)
+def dyadd_help():
+    """dyadd --help of this build: tests detect features in it ('etcd://')."""
+    return subprocess.run([DYADD, "--help"], capture_output=True, text=True, timeout=60).stdout
 
 
 def built_transports():
@@ -48,10 +61,10 @@ def wait_for(predicate, timeout=10.0, what="the condition", interval=0.02):
         time.sleep(interval)  # the poll interval
 
 
-def wait_listening(host, port, timeout=10.0, proc=None):
+def wait_listening(host, port, timeout=10.0, proc=None, what="dyadd"):
     def listening():
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"dyadd exited with {proc.returncode} before listening on {host}:{port}")
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening on {host}:{port}")
         try:
             with socket.create_connection((host, port), timeout=0.5):
                 return True
@@ -97,14 +110,20 @@ class Node:
             args += ["--kvs", self.kvs_uri]
         if self.socket:
             args += ["--socket", self.socket]
-        args += list(extra_args)
+        args += self.cluster.dyadd_args + list(extra_args)
         self.log = open(self.log_path, "ab")
         env = dict(os.environ)
         for var in ("SLURM_NODEID", "FLUX_TASK_RANK", "PMIX_RANK"):  # ranks come from the test
             env.pop(var, None)
         env.update(self.extra_env)
         self.proc = subprocess.Popen(self.prefix + args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        wait_listening(self.host, self.port, proc=self.proc)
+        try:
+            wait_listening(self.host, self.port, proc=self.proc)
+        except RuntimeError as e:  # it exited: say why
+            self.log.flush()
+            with open(self.log_path, errors="replace") as f:
+                tail = "".join(f.readlines()[-5:])
+            raise RuntimeError(f"{self.name}: {e}; last lines of {self.log_path}:\n{tail}") from None
         return self
 
     def stop(self, sig=signal.SIGTERM, timeout=10):
@@ -164,8 +183,8 @@ class Node:
 
     def store_host(self):
         """The node whose service hosts the metadata store this node uses."""
-        if not self.kvs_uri:
-            return self
+        if not self.kvs_uri or self.kvs_uri.startswith("etcd://"):
+            return self  # with etcd: the service that watches for this node's consumers
         return next(n for n in self.cluster.nodes if n.uri == self.kvs_uri)
 
     def wait_waiters(self, n, procs=(), timeout=30.0):
@@ -179,7 +198,16 @@ class Node:
         def check():
             if any(p.poll() is not None for p in procs):
                 return "ended"
-            w = host.status()["store"]["waiters"]
+            st = host.status()
+            # The embedded store's host: store.waiters; with etcd each service
+            # reports the consumers its watch serves: metadata_store.waiters.
+            for section in ("store", "metadata_store"):
+                if isinstance(st.get(section), dict) and "waiters" in st[section]:
+                    w = st[section]["waiters"]
+                    break
+            else:
+                raise RuntimeError(f"{host.name}'s service status has no store.waiters nor metadata_store.waiters "
+                                   f"(metadata store {host.kvs_uri or 'embedded'}): it cannot tell who waits")
             return w if w >= n else None
 
         r = wait_for(check, timeout, what=f"{n} consumer(s) waiting in {host.name}'s metadata store")
@@ -212,92 +240,376 @@ class NodeView(Node):
         return e
 
 
-class Cluster:
-    """N simulated nodes. With netns=True each node is a Linux network
-    namespace joined to the others by a veth pair on a bridge (10.213.X.N/24);
-    where namespaces cannot be made (not root, no ip), it falls back to
-    distinct loopback addresses 127.0.0.1 .. 127.0.0.N (self.mode says which)."""
+class NetnsUnavailable(OSError):
+    """Network namespaces cannot be made here (not root, no iproute2, no
+    CAP_NET_ADMIN/CAP_SYS_ADMIN); the message says which."""
 
-    def __init__(self, nodes=2, root=None, start=True, netns=False, env=None, auth=True):
+
+# Names of everything NetnsNetwork creates: the pid of the creating process and
+# a letter per network of that process, so that leftovers of a killed run are
+# recognized (their pid is gone) and never confused with another live run's.
+# Interface names stay within IFNAMSIZ (15 characters).
+_NS_RE = re.compile(r"^dyadh-(\d+)-[a-z]-(?:n\d+|etcd)$")
+_LINK_RE = re.compile(r"^dyh[bv](\d+)[a-z]\d*$")
+_live = set()  # every Cluster, NetnsNetwork, own-root Etcd not cleaned up yet (atexit cleans them)
+_letters = iter(())
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+def _pid_alive(pid):
+    """Whether process `pid` runs (a zombie does not: its parent may be gone
+    and nobody reaps it)."""
+    if pid == os.getpid():
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _kill_namespace_processes(ns):
+    """SIGKILLs the processes inside namespace `ns` (one the harness made)."""
+    r = _ip("netns", "pids", ns, check=False)
+    for pid in r.stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def remove_leftover_namespaces():
+    """Removes the namespaces and bridges that a harness run left behind when
+    it was killed (SIGKILL, a ctest timeout): only names of the harness's own
+    pattern whose creating process is gone, with the processes inside them."""
+    if shutil.which("ip") is None or os.geteuid() != 0:
+        return
+    for line in _ip("netns", "list", check=False).stdout.splitlines():
+        ns = line.split()[0] if line.split() else ""
+        m = _NS_RE.match(ns)
+        if m and not _pid_alive(int(m.group(1))):
+            _kill_namespace_processes(ns)
+            _ip("netns", "del", ns, check=False)
+    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
+        parts = line.split(":")
+        if len(parts) < 2:
+            continue
+        name = parts[1].strip().split("@")[0]
+        m = _LINK_RE.match(name)
+        if m and not _pid_alive(int(m.group(1))):
+            _ip("link", "del", name, check=False)
+
+
+def netns_unavailable_reason():
+    """None where the harness can make network namespaces, else why not."""
+    if os.geteuid() != 0:
+        return f"network namespaces need root (running as uid {os.geteuid()})"
+    if shutil.which("ip") is None:
+        return "iproute2's ip is not installed (scripts/install-deps.sh)"
+    return None
+
+
+class NetnsNetwork:
+    """Network namespaces joined by veth pairs on a bridge, on a private /24
+    of 10.213.0.0/16 that no interface of this machine uses: the bridge
+    (in the initial namespace) has .254, the namespaces .1, .2, ... in the
+    order of `members`. Nothing routes out of it: the namespaces have no
+    default route and only their own loopback besides. remove() (also run
+    at exit, and for leftovers of killed runs by remove_leftover_namespaces)
+    kills what still runs inside and deletes all of it."""
+
+    def __init__(self, members):
+        reason = netns_unavailable_reason()
+        if reason:
+            raise NetnsUnavailable(reason)
+        remove_leftover_namespaces()
+        global _letters
+        self.namespaces = {}  # member -> namespace name
+        self.hosts = {}  # member -> address
+        self.bridge = None
+        _live.add(self)
+        try:
+            letter = next(_letters, None)
+            if letter is None:
+                _letters = iter("abcdefghijklmnopqrstuvwxyz")
+                letter = next(_letters)
+            tag = f"{os.getpid()}{letter}"
+            subnet = self._free_subnet()
+            self.bridge = f"dyhb{tag}"
+            self._setup(tag, subnet, members)
+        except subprocess.CalledProcessError as e:
+            self.remove()
+            raise NetnsUnavailable(f"cannot make network namespaces: `{' '.join(e.cmd)}` failed: "
+                                   f"{(e.stderr or '').strip()}") from e
+        except BaseException:
+            self.remove()
+            raise
+
+    @staticmethod
+    def _free_subnet():
+        used = _ip("-4", "-o", "addr", "show", check=False).stdout + _ip("-4", "route", "show", "table", "all",
+                                                                          check=False).stdout
+        start = os.getpid() % 250
+        for k in range(250):
+            x = 1 + (start + k) % 250
+            if f"10.213.{x}." not in used:
+                return x
+        raise NetnsUnavailable("every 10.213.X.0/24 test subnet is in use on this machine")
+
+    def _setup(self, tag, subnet, members):
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"10.213.{subnet}.254/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for i, member in enumerate(members):
+            ns = f"dyadh-{tag[:-1]}-{tag[-1]}-{member}"
+            _ip("netns", "add", ns)
+            self.namespaces[member] = ns
+            host_if = f"dyhv{tag}{i}"
+            _ip("link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _ip("link", "set", host_if, "master", self.bridge)
+            _ip("link", "set", host_if, "up")
+            addr = f"10.213.{subnet}.{i + 1}"
+            _ip("netns", "exec", ns, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
+            _ip("netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+            _ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            self.hosts[member] = addr
+
+    def prefix(self, member):
+        """The command prefix that runs a program inside `member`'s namespace."""
+        return ["ip", "netns", "exec", self.namespaces[member]]
+
+    def _quiet(self):
+        """True when no TCP connection in the namespaces is open or closing:
+        a socket still closing when its namespace goes (its peer's namespace
+        gone first) keeps that namespace, and its veth, alive for minutes."""
+        for ns in self.namespaces.values():
+            r = _ip("netns", "exec", ns, "ss", "-Htan", "state", "connected", "exclude", "time-wait", check=False)
+            if r.returncode == 0 and r.stdout.strip():
+                return False
+        return True
+
+    def remove(self):
+        for ns in self.namespaces.values():
+            _kill_namespace_processes(ns)
+        if self.namespaces:
+            try:
+                wait_for(self._quiet, 10.0, what="the namespaces' TCP connections to close", interval=0.05)
+            except TimeoutError as e:
+                print(f"harness: {e}; removing the namespaces anyway")
+        for ns in self.namespaces.values():
+            _ip("netns", "del", ns, check=False)
+        self.namespaces = {}
+        if self.bridge:
+            _ip("link", "del", self.bridge, check=False)  # its veths went with their namespaces
+            self.bridge = None
+        _live.discard(self)
+
+
+class Etcd:
+    """A real etcd (Debian's etcd-server, one member) of its own: a data
+    directory under `root` (a temporary one by default), free ports unless
+    given, run with `prefix` (e.g. ["ip", "netns", "exec", NS]). restart()
+    keeps the data (a member restart). The distribution's etcd service plays
+    no part (scripts/install-deps.sh leaves it disabled)."""
+
+    def __init__(self, root=None, host="127.0.0.1", prefix=(), port=None, peer_port=None, start=True,
+                 name="dyad-test"):
+        self.own_root = root is None
+        self.root = root or tempfile.mkdtemp(prefix="dyad-etcd-")
+        self.host = host
+        self.prefix = list(prefix)
+        bind = "127.0.0.1" if self.prefix else host  # in a namespace of its own every port is free
+        self.port = port or free_port(bind)
+        self.peer_port = peer_port or free_port(bind)
+        while self.peer_port == self.port:
+            self.peer_port = free_port(bind)
+        self.name = name
+        self.data = os.path.join(self.root, "etcd.data")
+        self.log = os.path.join(self.root, "etcd.log")
+        self.proc = None
+        self._logf = None
+        if self.own_root:
+            _live.add(self)
+        if start:
+            try:
+                self.start()
+            except BaseException:
+                self.cleanup()
+                raise
+
+    @property
+    def endpoint(self):
+        return f"{self.host}:{self.port}"
+
+    @property
+    def client_url(self):
+        return f"http://{self.endpoint}"
+
+    @property
+    def uri(self):
+        """What dyadd --kvs takes."""
+        return f"etcd://{self.endpoint}"
+
+    @staticmethod
+    def _env():
+        # ETCD_* / ETCDCTL_* variables of the caller would configure it.
+        return {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
+
+    def start(self, timeout=30.0):
+        peer = f"http://{self.host}:{self.peer_port}"
+        args = [ETCD, "--name", self.name, "--data-dir", self.data,
+                "--listen-client-urls", self.client_url, "--advertise-client-urls", self.client_url,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new",
+                "--initial-cluster-token", f"dyad-test-{os.getpid()}", "--logger", "zap", "--log-level", "warn"]
+        self._logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(self.prefix + args, stdout=self._logf, stderr=subprocess.STDOUT, env=self._env())
+        self.wait_healthy(timeout)
+        return self
+
+    def ctl(self, *args, check=True, timeout=30):
+        """Runs etcdctl (v3 API) against this member; check: raise
+        CalledProcessError when it fails."""
+        env = dict(self._env(), ETCDCTL_API="3")
+        return subprocess.run(self.prefix + [ETCDCTL, "--endpoints", self.client_url, *args], capture_output=True,
+                              text=True, check=check, timeout=timeout, env=env)
+
+    def wait_healthy(self, timeout=30.0):
+        def healthy():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"etcd exited with {self.proc.returncode}; see {self.log}")
+            return self.ctl("endpoint", "health", check=False, timeout=10).returncode == 0
+
+        wait_for(healthy, timeout, what=f"etcd healthy on {self.endpoint}", interval=0.1)
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        rc = self.proc.returncode if self.proc else None
+        self.proc = None
+        if self._logf:
+            self._logf.close()
+            self._logf = None
+        return rc
+
+    def kill(self):
+        return self.stop(signal.SIGKILL)
+
+    def restart(self, sig=signal.SIGTERM):
+        """Stops etcd (sig=signal.SIGKILL: without a clean shutdown) and
+        starts it again on the same ports and data directory."""
+        self.stop(sig)
+        return self.start()
+
+    def cleanup(self):
+        self.stop(signal.SIGKILL)
+        if self.own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+        _live.discard(self)
+
+
+class Cluster:
+    """N simulated nodes.
+
+    netns: False: node i is a dyadd on loopback address 127.0.0.(i+1).
+    True: each node is a Linux network namespace joined to the others by a
+    veth pair on a bridge (NetnsNetwork); where namespaces cannot be made
+    (not root, no ip), it falls back to loopback addresses (self.mode says
+    which). "require": namespaces or NetnsUnavailable.
+
+    store: "embedded": node0's dyadd hosts the metadata store, the others use
+    it (--kvs tcp://NODE0). "etcd": an etcd of its own (self.etcd; in a
+    namespace of its own with netns) holds it, every dyadd uses --kvs
+    etcd://HOST:PORT. dyadd_args go to every dyadd."""
+
+    def __init__(self, nodes=2, root=None, start=True, netns=False, env=None, auth=True, store="embedded",
+                 dyadd_args=(), kvs=None):
         """auth: the services and their clients share a job key (made here
-        with `dyad keygen`); False runs them without one (loopback only)."""
+        with `dyad keygen`); False runs them without one (loopback only).
+        kvs: a store every node uses (etcd://..., e.g. a standalone Etcd's
+        uri) instead of node0's or the cluster's own etcd."""
+        if store not in ("embedded", "etcd"):
+            raise ValueError(f"store must be 'embedded' or 'etcd', not {store!r}")
+        if kvs and store == "etcd":
+            raise ValueError("store='etcd' starts the cluster's own etcd: give no kvs with it")
+        self.shared_kvs = kvs
         self.root = root or tempfile.mkdtemp(prefix="dyad-cluster-")
         self.key = None
+        self.store = store
+        self.dyadd_args = list(dyadd_args)
+        self.nodes = []
+        self.net = None
+        self.etcd = None
+        self.mode = "loopback"
+        _live.add(self)
+        try:
+            self._build(nodes, start, netns, env, auth)
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def _build(self, nodes, start, netns, env, auth):
         if auth:
             self.key = os.path.join(self.root, "job.key")
             subprocess.run([DYAD, "keygen", self.key], check=True, capture_output=True)
             env = dict(env or {}, DYAD_AUTH_KEY_FILE=self.key)
-        self.nodes = []
-        self.namespaces = []
-        self.bridge = None
-        self.mode = "loopback"
-        hosts = [f"127.0.0.{i + 1}" for i in range(nodes)]
+        members = [f"n{i}" for i in range(nodes)] + (["etcd"] if self.store == "etcd" else [])
+        hosts = {m: f"127.0.0.{i + 1}" for i, m in enumerate(members)}
+        if self.store == "etcd":
+            hosts["etcd"] = "127.0.0.1"
         if netns:
             try:
-                hosts = self._make_namespaces(nodes)
+                self.net = NetnsNetwork(members)
+                hosts = self.net.hosts
                 self.mode = "netns"
-            except (OSError, subprocess.CalledProcessError) as e:
-                self._remove_namespaces()
+            except NetnsUnavailable as e:
+                if netns == "require":
+                    raise
                 print(f"harness: network namespaces unavailable ({e}); using loopback addresses")
-        kvs = None
+        taken = set()
+
+        def port(host):
+            # distinct within the cluster: etcd and a dyadd may share a host
+            while True:
+                p = free_port("127.0.0.1" if self.mode == "netns" else host)
+                if p not in taken:
+                    taken.add(p)
+                    return p
+
+        if self.store == "etcd":
+            self.etcd = Etcd(self.root, hosts["etcd"], prefix=self.net.prefix("etcd") if self.net else (),
+                             port=port(hosts["etcd"]), peer_port=port(hosts["etcd"]), start=False)
+        kvs = self.etcd.uri if self.etcd else self.shared_kvs
         for i in range(nodes):
-            host = hosts[i]
-            port = free_port("127.0.0.1") if self.mode == "netns" else free_port(host)
+            host = hosts[f"n{i}"]
             d = os.path.join(self.root, f"node{i}")
             os.makedirs(d, exist_ok=True)
-            n = Node(self, i, f"node{i}", host, port, d, kvs, env)
+            n = Node(self, i, f"node{i}", host, port(host), d, kvs, env)
             sock = os.path.join(self.root, f"node{i}.sock")
             if len(sock.encode()) < 100:  # sun_path holds 107 bytes
                 n.socket = sock
-            if self.mode == "netns":
-                n.prefix = ["ip", "netns", "exec", self.namespaces[i]]
+            if self.net:
+                n.prefix = self.net.prefix(f"n{i}")
             self.nodes.append(n)
             if kvs is None:
                 kvs = n.uri
         if start:
-            try:
-                for n in self.nodes:
-                    n.start()
-            except Exception:
-                self.cleanup()
-                raise
+            if self.etcd:
+                self.etcd.start()
+            for n in self.nodes:
+                n.start()
 
-    def _make_namespaces(self, nodes):
-        if os.geteuid() != 0 or not shutil.which("ip"):
-            raise OSError("needs root and iproute2")
-        tag = f"{os.getpid() % 100000}"
-        subnet = 1 + os.getpid() % 250
-
-        def ip(*a):
-            subprocess.run(["ip", *a], check=True, capture_output=True)
-
-        self.bridge = f"dybr{tag}"
-        ip("link", "add", self.bridge, "type", "bridge")
-        ip("addr", "add", f"10.213.{subnet}.254/24", "dev", self.bridge)
-        ip("link", "set", self.bridge, "up")
-        hosts = []
-        for i in range(nodes):
-            ns = f"dyad{tag}n{i}"
-            ip("netns", "add", ns)
-            self.namespaces.append(ns)
-            host_if = f"dyv{tag}n{i}"
-            ip("link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            ip("link", "set", host_if, "master", self.bridge)
-            ip("link", "set", host_if, "up")
-            addr = f"10.213.{subnet}.{i + 1}"
-            ip("netns", "exec", ns, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
-            ip("netns", "exec", ns, "ip", "link", "set", "eth0", "up")
-            ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            hosts.append(addr)
-        return hosts
-
-    def _remove_namespaces(self):
-        for ns in self.namespaces:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        self.namespaces = []
-        if self.bridge:
-            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
-            self.bridge = None
+    @property
+    def namespaces(self):
+        return list(self.net.namespaces.values()) if self.net else []
 
     def __getitem__(self, i):
         return self.nodes[i]
@@ -305,17 +617,37 @@ class Cluster:
     def stop(self):
         for n in reversed(self.nodes):
             n.stop()
+        if self.etcd:
+            self.etcd.stop()  # its data goes with the cluster's directory
 
     def cleanup(self):
-        self.stop()
-        self._remove_namespaces()
-        shutil.rmtree(self.root, ignore_errors=True)
+        """Stops every process of the cluster, removes its namespaces and
+        its directory. Idempotent; also run at exit for clusters a test left."""
+        try:
+            self.stop()
+        finally:
+            if self.net:
+                self.net.remove()
+            _live.discard(self)
+            shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.cleanup()
+
+
+@atexit.register
+def _cleanup_live():
+    for thing in list(_live):
+        try:
+            if isinstance(thing, NetnsNetwork):
+                thing.remove()
+            else:
+                thing.cleanup()
+        except Exception as e:  # keep cleaning the others
+            print(f"harness: cleanup at exit: {e}")
 
 
 def write_file(path, size, seed=0, chunk=1 << 20):

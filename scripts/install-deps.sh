@@ -21,13 +21,21 @@ PKGS=(
   libxxhash-dev        # checksums and key hashing (src/common)
   libsodium-dev        # the job key's authentication (src/common/auth.cpp)
   libgtest-dev         # unit tests (tests/CMakeLists.txt: GTest::gtest_main)
+  # -- the etcd backend of the metadata store (src/kvs/etcd, dyadd only) --
+  libgrpc++-dev        # etcd's v3 API is gRPC
+  libprotobuf-dev      # its messages
+  protobuf-compiler    # protoc: src/kvs/etcd/etcd.proto -> C++
+  protobuf-compiler-grpc  # grpc_cpp_plugin: the gRPC stubs
   # -- transports --
   libucx-dev           # DYAD_DTL_MODE=UCX (src/dtl)
   ucx-utils            # ucx_info (tests), ucx_perftest (bench/ucx_bench.py)
   libfabric-dev        # DYAD_DTL_MODE=MARGO/OFI (src/dtl, bench/ofi_read_bw.cpp)
   libfabric-bin        # fi_info (tests/integration)
   # -- tests, demo, benchmarks --
-  iproute2             # ip: the harness's second loopback address (scripts/harness.py)
+  iproute2             # ip, ss: the harness's loopback addresses and network namespaces (scripts/harness.py)
+  etcd-server          # /usr/bin/etcd: the etcd metadata store (dyadd --kvs etcd://); tests and benchmarks
+                       # start their own (scripts/harness.py Etcd); the distribution's service is disabled below
+  etcd-client          # etcdctl: health checks of the tests' etcd, the etcdctl baseline of make bench
   iperf3               # TCP baseline of make bench (bench/bench.py); its daemon stays off
   python3              # tests, demo, benchmarks, pydyad
   python3-pytest       # every Python test (ctest runs pytest)
@@ -74,3 +82,27 @@ done
 
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# etcd-server's maintainer scripts enable the distribution's etcd service
+# (systemd unit and SysV links) and start it unless a policy-rc.d forbids it
+# (ours does; a machine's own policy-rc.d may allow it). That service would
+# listen on 127.0.0.1:2379 with its data in /var/lib/etcd, at every boot. DYAD
+# needs none of it: its tests and benchmarks run their own etcd on free ports
+# with a temporary data directory. So stop it if it runs and disable it (not
+# mask: an administrator can still start it on purpose; package upgrades keep
+# it disabled). Only when this script installed etcd-server: an etcd a site
+# installed before is the site's to run.
+for p in "${missing[@]}"; do
+  if [ "$p" = etcd-server ]; then
+    if [ -d /run/systemd/system ]; then
+      $SUDO systemctl disable --now --quiet etcd.service
+    else
+      # No systemd running (a container, sysvinit): the SysV links and, where
+      # systemctl exists, the unit's symlinks (systemctl edits them offline).
+      if command -v systemctl >/dev/null; then $SUDO systemctl disable --quiet etcd.service; fi
+      if $SUDO /etc/init.d/etcd status >/dev/null 2>&1; then $SUDO /etc/init.d/etcd stop; fi
+      $SUDO update-rc.d etcd disable >/dev/null
+    fi
+    echo "install-deps: etcd-server installed; its system service is stopped and disabled (DYAD's tests run their own)"
+  fi
+done

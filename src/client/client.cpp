@@ -412,6 +412,17 @@ Result<nlohmann::json> Client::owner_info(const std::string& owner, const Servic
     return j;
 }
 
+bool Client::owner_registered(const std::string& owner) {
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        owners_.erase(owner);
+    }
+    auto st = store();
+    if (!st) return true;
+    auto e = st.value()->get(kvs::kServicesNamespace, owner, Deadline::after(kControlTimeout));
+    return e || e.status().rc() != DYAD_RC_NOTFOUND;
+}
+
 std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceInfo& svc,
                                               ConsumeReport* rep) {
     std::vector<const dtl::Backend*> out;
@@ -513,11 +524,20 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
         return recv.status();
     }
     auto conn = pool_->get(ep, Deadline::after(kControlTimeout));
-    if (!conn)
+    if (!conn) {
+        if (!owner_registered(rec.owner))
+            return Status(DYAD_RC_CONNFAIL,
+                          "the service " + rec.owner + " that produced '" + upath +
+                              "' is gone: it is no longer registered in the metadata store (it "
+                              "stopped, or its lease ran out). Start it again on its node (its "
+                              "records are served again if the files are unchanged), or produce "
+                              "the file elsewhere",
+                          EHOSTDOWN);
         return Status(DYAD_RC_CONNFAIL,
                       "cannot reach the service " + rec.owner + " that owns '" + upath + "' at " +
                           ep + ": " + conn.status().to_string(),
                       conn.status().err());
+    }
     nlohmann::json args = recv.value()->describe();
     args["upath"] = upath;
     args["transport"] = b.name;

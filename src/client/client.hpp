@@ -117,7 +117,10 @@ class Client {
     ManagedDir prod_;
     ManagedDir cons_;
     ConsumerStore cstore_;
-    const dtl::Backend* backend_ = nullptr;         // fixed mode; null for AUTO
+    const dtl::Backend* backend_ = nullptr;  // fixed mode; null for AUTO
+    // False when `owner` is no longer in the registry (stopped, or its
+    // lease in etcd ran out); drops what was cached of it.
+    bool owner_registered(const std::string& owner);
     std::map<std::string, nlohmann::json> owners_;  // under mu_
     std::map<std::string, std::string> unusable_;   // transport -> why (under mu_)
     rpc::Credentials creds_;                        // DYAD_AUTH_KEY_FILE

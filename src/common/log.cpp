@@ -8,7 +8,12 @@
 // lines, and ours cannot touch the host's.
 #include "log.hpp"
 
+#include <execinfo.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <strings.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,6 +32,9 @@ namespace dyad::log {
 namespace {
 
 std::atomic<Level> g_level{Level::warn};
+// Where the crash handler writes: the error log file, or stderr.
+std::atomic<int> g_crash_fd{2};
+long g_utc_offset_s = 0;  // local time's, taken when the handler is installed
 
 // One line: "12:34:56.123456 dyad[PID] LEVEL SUBSYS: MESSAGE", local time, as
 // the hand-written backend wrote it (scripts and tests read it). The level
@@ -90,9 +98,68 @@ bool open_into(bool errors, const std::string& path) {
         }
     }
     auto l = make_logger(std::move(sink));
+    if (errors) {
+        int fd = path.empty() ? 2 : ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+        int old = g_crash_fd.exchange(fd < 0 ? 2 : fd);
+        if (old > 2) ::close(old);
+    }
     std::lock_guard<std::mutex> lk(b.mu);
     (errors ? b.error : b.info) = std::move(l);
     return true;
+}
+
+// Appends the decimal digits of v (zero-padded to `width`) at *p.
+void put_num(char** p, char* end, unsigned long v, int width) {
+    char d[24];
+    int n = 0;
+    do {
+        d[n++] = static_cast<char>('0' + v % 10);
+        v /= 10;
+    } while (v && n < 24);
+    while (n < width && n < 24) d[n++] = '0';
+    while (n > 0 && *p < end) *(*p)++ = d[--n];
+}
+void put_str(char** p, char* end, const char* s) {
+    while (*s && *p < end) *(*p)++ = *s++;
+}
+
+void on_crash(int sig) {
+    int fd = g_crash_fd.load();
+    char line[256];
+    char* p = line;
+    char* end = line + sizeof line - 1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long day = (static_cast<long>(ts.tv_sec) + g_utc_offset_s) % 86400;
+    if (day < 0) day += 86400;
+    put_num(&p, end, static_cast<unsigned long>(day / 3600), 2);
+    put_str(&p, end, ":");
+    put_num(&p, end, static_cast<unsigned long>(day / 60 % 60), 2);
+    put_str(&p, end, ":");
+    put_num(&p, end, static_cast<unsigned long>(day % 60), 2);
+    put_str(&p, end, ".");
+    put_num(&p, end, static_cast<unsigned long>(ts.tv_nsec / 1000), 6);
+    put_str(&p, end, " dyad[");
+    put_num(&p, end, static_cast<unsigned long>(::getpid()), 0);
+    put_str(&p, end, "] error crash: fatal signal ");
+    put_num(&p, end, static_cast<unsigned long>(sig), 0);
+    put_str(&p, end,
+            sig == SIGSEGV   ? " (SIGSEGV)"
+            : sig == SIGBUS  ? " (SIGBUS)"
+            : sig == SIGILL  ? " (SIGILL)"
+            : sig == SIGFPE  ? " (SIGFPE)"
+            : sig == SIGABRT ? " (SIGABRT)"
+                             : "");
+    put_str(&p, end,
+            "; backtrace follows; please report it with this log "
+            "(docs/user-guide.md, Troubleshooting)\n");
+    ssize_t ignored = ::write(fd, line, static_cast<size_t>(p - line));
+    void* frames[64];
+    int n = backtrace(frames, 64);
+    backtrace_symbols_fd(frames, n, fd);
+    (void)ignored;
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 }  // namespace
@@ -136,6 +203,21 @@ const char* level_name(Level l) {
             return "off";
     }
     return "?";
+}
+
+void install_crash_handler() {
+    time_t now = ::time(nullptr);
+    struct tm lt;
+    if (localtime_r(&now, &lt)) g_utc_offset_s = lt.tm_gmtoff;
+    // backtrace() loads libgcc on first use: not in the handler.
+    void* warm[1];
+    backtrace(warm, 1);
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_crash;
+    sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) sigaction(sig, &sa, nullptr);
 }
 
 bool set_info_file(const std::string& path) {

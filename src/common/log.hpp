@@ -20,6 +20,14 @@ const char* level_name(Level l);
 bool set_info_file(const std::string& path);
 bool set_error_file(const std::string& path);
 
+// For a long-running program (dyadd): a fatal signal (SIGSEGV, SIGBUS,
+// SIGILL, SIGFPE, SIGABRT) writes one error line in the log's format to the
+// error log (file or stderr) with the signal, then a backtrace, then the
+// default action runs (core dump as the system configures it). Only
+// async-signal-safe calls in the handler. Call after the libraries that
+// install handlers of their own have been initialised.
+void install_crash_handler();
+
 void write(Level l, const char* subsys, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 
 inline bool enabled(Level l) {

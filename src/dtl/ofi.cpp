@@ -34,6 +34,7 @@
 
 #include "chunked.hpp"
 #include "common/base64.hpp"
+#include "dtl/peer_address.hpp"
 #include "common/config.hpp"
 #include "common/settings.hpp"
 #include "common/log.hpp"
@@ -145,6 +146,10 @@ class OfiConsumer {
             lru_.splice(lru_.begin(), lru_, it->second);
             return it->second->second;
         }
+        // fi_av_insert reads an address of our format's length, whatever
+        // the blob's: one of another length or family never gets there.
+        Status fits = check_ofi_peer_address(addr, ep_->address(), ep_->sockaddr_format());
+        if (!fits) return fits;
         fi_addr_t fa = FI_ADDR_UNSPEC;
         int n = fi_av_insert(ep_->av(), addr.data(), 1, &fa, 0, nullptr);
         if (n != 1) return ofi::fi_error(DYAD_RC_BADFETCH, "fi_av_insert of the service", n);

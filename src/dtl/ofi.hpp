@@ -55,6 +55,8 @@ class Endpoint {
     Endpoint& operator=(const Endpoint&) = delete;
 
     const std::string& address() const { return addr_; }
+    // Whether this endpoint's addresses are struct sockaddr (family first).
+    bool sockaddr_format() const;
     const Protocol& protocol() const { return *proto_; }
     struct fid_ep* ep() const {
         return ep_;

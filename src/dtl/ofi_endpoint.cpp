@@ -167,6 +167,17 @@ Result<std::unique_ptr<Endpoint>> Endpoint::open(const Protocol& p, const char* 
     return e;
 }
 
+bool Endpoint::sockaddr_format() const {
+    switch (info_->addr_format) {
+        case FI_SOCKADDR:
+        case FI_SOCKADDR_IN:
+        case FI_SOCKADDR_IN6:
+            return true;
+        default:
+            return false;
+    }
+}
+
 Endpoint::~Endpoint() {
     if (ep_) fi_close(&ep_->fid);
     if (av_) fi_close(&av_->fid);

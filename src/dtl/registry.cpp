@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <unistd.h>
@@ -49,8 +50,25 @@ std::string mismatch(const std::string& path, const std::string& theirs) {
 
 // Opens one candidate and checks its entry point (plugin.h). The backend, or
 // why this file is not usable.
+// Libraries the plugin pulls in may install signal handlers when loaded:
+// libfabric links PSM's libinfinipath, whose constructor takes SIGSEGV,
+// SIGBUS, SIGILL, SIGABRT, SIGINT and SIGFPE to write `<program>.<...>.btr`
+// backtrace files into the working directory, replacing the program's own
+// handlers (dyadd's crash log, an application's). The handlers in place
+// before loading are put back.
+void* dlopen_keeping_signals(const char* path) {
+    const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGABRT, SIGINT, SIGFPE, SIGTERM, SIGQUIT};
+    struct sigaction before[sizeof sigs / sizeof sigs[0]];
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; ++i)
+        sigaction(sigs[i], nullptr, &before[i]);
+    void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; ++i)
+        sigaction(sigs[i], &before[i], nullptr);
+    return h;
+}
+
 Result<const Backend*> open_plugin(const std::string& path) {
-    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    void* h = dlopen_keeping_signals(path.c_str());
     if (!h) {
         std::string err = dlerror();
         if (access(path.c_str(), F_OK) != 0)

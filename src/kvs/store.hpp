@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <asio/thread_pool.hpp>
+
 #include "common/deadline.hpp"
 #include "common/status.hpp"
 #include "rpc/client.hpp"
@@ -146,6 +148,46 @@ class MemoryStore {
     uint64_t next_watch_ = 1;
 };
 
+// One page of a listing: entries in key order; `more` when keys after the
+// last one remain (ask again with after = its key).
+struct Page {
+    std::vector<std::pair<std::string, Entry>> entries;
+    bool more = false;
+};
+
+// A metadata store the service itself talks to and serves to its clients
+// (the etcd backend, built into dyadd only). Clients of such a service send
+// their kvs.get / kvs.list to it ("kvs": "local" in its hello), so one
+// service multiplexes the waits of all its consumers. Thread-safe.
+class ServiceStore {
+  public:
+    using Done = std::function<void(Result<Entry>)>;
+    virtual ~ServiceStore() = default;
+    // Registers the service `id` (value: its identity) and keeps the
+    // registration alive (re-registering after an outage) until destroyed.
+    // Returns the entry as registered (with the rank the store gave).
+    virtual Result<Entry> register_service(const std::string& id, const std::string& value,
+                                           Deadline d) = 0;
+    // The write rules of MemoryStore::put: `writer` owns what it created
+    // first; another writer's key only as a change of version `replaces`.
+    virtual Result<uint64_t> put(const std::string& ns, const std::string& key,
+                                 const std::string& value, const std::string& writer,
+                                 uint64_t replaces, Deadline d) = 0;
+    virtual Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) = 0;
+    // Wait-for-create: calls `done` once, with the entry as soon as the key
+    // exists (at once if it does), or TIMEOUT at `d`. Blocks for the lookup
+    // only. Returns an id for cancel(); after cancel() `done` is not called.
+    virtual uint64_t wait(const std::string& ns, const std::string& key, Deadline d, Done done) = 0;
+    virtual void cancel(uint64_t id) = 0;
+    // Keys of `ns` starting with `prefix`, after `after` (exclusive), at most
+    // `limit` of them.
+    virtual Result<Page> list(const std::string& ns, const std::string& prefix,
+                              const std::string& after, size_t limit, Deadline d) = 0;
+    // {backend, endpoint, reachable, error, counters...} for dyad service status.
+    virtual nlohmann::json status() const = 0;
+    virtual std::string describe() const = 0;
+};
+
 }  // namespace dyad::kvs
 
 namespace dyad::rpc {
@@ -159,6 +201,9 @@ namespace dyad::kvs {
 // may register only its own id in the registry and only records that name
 // it as their owner.
 void serve(rpc::Server& server, MemoryStore& store);
+// Serves kvs.get / kvs.list from a ServiceStore, running its blocking calls
+// on `pool`; kvs.put is refused (services write through their own store).
+void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool);
 // The write rules of serve(), for a put by `writer` (a service id).
 Status check_put(const std::string& writer, const std::string& ns, const std::string& key,
                  const std::string& value);

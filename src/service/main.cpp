@@ -12,6 +12,7 @@
 #include "common/config.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
+#include "kvs/etcd/etcd_store.hpp"
 #include "metrics_http.hpp"
 #include "rpc/wire.hpp"
 #include "service.hpp"
@@ -92,7 +93,15 @@ int main(int argc, char** argv) {
                    "HOST:PORT (default: off; unauthenticated: prefer a loopback or management "
                    "address)");
     app.add_option("--kvs", o.kvs_uri,
-                   "use the metadata store of the dyadd at tcp://HOST:PORT instead of hosting one");
+                   "keep metadata in etcd (etcd://HOST:PORT[,HOST:PORT...], the members of one "
+                   "etcd cluster), or use the store of the dyadd at tcp://HOST:PORT, instead of "
+                   "hosting one");
+    double lease_ttl = 10;
+    app.add_option("--lease-ttl", lease_ttl,
+                   "with etcd: seconds this service's registration outlives it (its consumers "
+                   "learn it is gone within that time)")
+        ->capture_default_str()
+        ->check(CLI::Range(1.0, 3600.0));
     app.add_option("--io-threads", o.io_threads, "threads for file reads")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
@@ -284,6 +293,23 @@ int main(int argc, char** argv) {
     sigaddset(&term, SIGINT);
     sigaddset(&term, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &term, &old);
+    if (o.kvs_uri.rfind("etcd://", 0) == 0) {
+        auto eps = dyad::kvs::etcd::parse_uri(o.kvs_uri);
+        if (!eps) {
+            std::fprintf(stderr, "dyadd: --kvs: %s\n", eps.status().message().c_str());
+            return kUsage;
+        }
+        dyad::kvs::etcd::Options eo;
+        eo.endpoints = eps.value();
+        eo.lease_ttl = lease_ttl;
+        eo.limits.max_records_per_ns = o.store_max_records_per_ns;
+        auto st = dyad::kvs::etcd::connect(eo, 10);
+        if (!st) {
+            std::fprintf(stderr, "dyadd: %s\n", st.status().to_string().c_str());
+            return kNetwork;
+        }
+        o.external_store = st.value();
+    }
     dyad::service::Service svc(o);
     if (!metrics_listen.empty()) {
         metrics = std::make_unique<dyad::service::MetricsHttp>(dyad::service::MetricsSource{
@@ -314,6 +340,10 @@ int main(int argc, char** argv) {
         DYAD_INFO("dyadd", "metrics on http://%s/metrics, health on http://%s/healthz",
                   metrics_listen.c_str(), metrics_listen.c_str());
     }
+    // Last: these replace what transport libraries installed while loading
+    // (UCX's backtrace printer; the plugin loader already undid PSM's
+    // `.btr` file writer): a crash goes to our error log, nowhere else.
+    dyad::log::install_crash_handler();
     svc.catch_signals();
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     svc.run(true);

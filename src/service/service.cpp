@@ -187,6 +187,10 @@ Service::~Service() {
     stop();
     file_pool_.stop();
     file_pool_.join();
+    if (ext_pool_) {
+        ext_pool_->stop();
+        ext_pool_->join();
+    }
 }
 
 Status Service::start() {
@@ -319,7 +323,18 @@ Status Service::start() {
     rank_source_ = opts_.rank ? opts_.rank_source : std::string();
     nlohmann::json reg = identity();
     std::optional<kvs::Entry> mine;
-    if (opts_.kvs_uri.empty()) {
+    if (opts_.external_store) {
+        // Our clients ask us (kvs "local" in the hello): one connection and
+        // one watch stream to the store serve every consumer of this node.
+        ext_ = opts_.external_store;
+        ext_pool_ = std::make_unique<asio::thread_pool>(4);
+        kvs::serve(*server_, *ext_, *ext_pool_);
+        auto e = ext_->register_service(id_, reg.dump(), Deadline::after(30));
+        if (!e)
+            return Status(e.status())
+                .wrap("cannot register in the metadata store (" + ext_->describe() + ")");
+        mine = std::move(e.value());
+    } else if (opts_.kvs_uri.empty()) {
         kvs::StoreLimits limits;
         limits.max_bytes = opts_.store_max;
         limits.max_records_per_ns = opts_.store_max_records_per_ns;
@@ -371,18 +386,20 @@ Status Service::start() {
 nlohmann::json Service::identity() const {
     nlohmann::json transports = nlohmann::json::array();
     for (const auto& r : records_) transports.push_back(r.to_json());
-    nlohmann::json j = {{"service_id", id_},
-                        {"node", opts_.node},
-                        {"host_id", dtl::host_id()},
-                        {"namespace", opts_.ns},
-                        {"producer_dir", prod_dir_},
-                        {"kvs", opts_.kvs_uri.empty() ? std::string("local") : opts_.kvs_uri},
-                        {"endpoints", endpoints_},
-                        {"transports", transports},
-                        {"default_mode", opts_.mode},
-                        {"pid", ::getpid()},
-                        {"auth", key_ ? auth::kScheme : "none"},
-                        {"wire_version", rpc::kVersion}};
+    nlohmann::json j = {
+        {"service_id", id_},
+        {"node", opts_.node},
+        {"host_id", dtl::host_id()},
+        {"namespace", opts_.ns},
+        {"producer_dir", prod_dir_},
+        {"kvs", opts_.kvs_uri.empty() || ext_ ? std::string("local") : opts_.kvs_uri},
+        {"store", opts_.kvs_uri.empty() ? std::string("embedded") : opts_.kvs_uri},
+        {"endpoints", endpoints_},
+        {"transports", transports},
+        {"default_mode", opts_.mode},
+        {"pid", ::getpid()},
+        {"auth", key_ ? auth::kScheme : "none"},
+        {"wire_version", rpc::kVersion}};
     if (rank_) {
         j["rank"] = *rank_;
         j["rank_source"] = rank_source_;
@@ -776,6 +793,7 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
 Result<uint64_t> Service::store_put(const std::string& ns, const std::string& key,
                                     const std::string& value, uint64_t replaces) {
     ScopedTimer timed(store_calls_[0]);
+    if (ext_) return ext_->put(ns, key, value, id_, replaces, Deadline::after(kStoreTimeout));
     if (remote_) {
         auto v = remote_->put(ns, key, value, Deadline::after(kStoreTimeout), replaces);
         if (v || v.status().rc() == DYAD_RC_NOTFOUND) store_watch_->answered();
@@ -794,6 +812,7 @@ Result<uint64_t> Service::store_put(const std::string& ns, const std::string& ke
 
 Result<kvs::Entry> Service::store_get(const std::string& ns, const std::string& key) {
     ScopedTimer timed(store_calls_[1]);
+    if (ext_) return ext_->get(ns, key, Deadline::after(kStoreTimeout));
     if (remote_) {
         auto e = remote_->get(ns, key, Deadline::after(kStoreTimeout));
         if (e || e.status().rc() == DYAD_RC_NOTFOUND) store_watch_->answered();
@@ -905,6 +924,12 @@ void Service::on_status(std::shared_ptr<rpc::Request> r) {
 
 nlohmann::json Service::store_json(bool reachable, const std::string& why) const {
     nlohmann::json j;
+    if (ext_) {
+        j = ext_->status();
+        reachable = j.value("reachable", false);
+        if (!reachable) j["error"] = j.value("error", why);
+        return j;
+    }
     if (remote_) {
         j = store_watch_->view();
         j["backend"] = opts_.kvs_uri;

@@ -39,6 +39,9 @@ struct Options {
     std::string listen = "127.0.0.1:7627";  // HOST:PORT, "" for none
     std::string socket_path;                // unix socket, "" for none
     std::string kvs_uri;                    // "" hosts the embedded store
+    // The store the service talks to itself (--kvs etcd://...; made by
+    // dyadd's main, which alone links the etcd client): kvs_uri names it.
+    std::shared_ptr<kvs::ServiceStore> external_store;
     unsigned io_threads = 4;
     double send_timeout = 60;             // seconds without progress before a transfer is abandoned
     std::vector<std::string> transports;  // serve only these (empty: every built one)
@@ -169,8 +172,10 @@ class Service {
     std::unique_ptr<rpc::Server> server_;
     std::unique_ptr<kvs::MemoryStore> store_;
     std::shared_ptr<const auth::Key> key_;
-    std::unique_ptr<kvs::RpcStore> remote_;    // --kvs: the store, as this service
-    std::unique_ptr<StoreWatch> store_watch_;  // with remote_; destroyed before it
+    std::shared_ptr<kvs::ServiceStore> ext_;       // --kvs etcd://: served to our clients
+    std::unique_ptr<asio::thread_pool> ext_pool_;  // its blocking calls for our clients
+    std::unique_ptr<kvs::RpcStore> remote_;        // --kvs: the store, as this service
+    std::unique_ptr<StoreWatch> store_watch_;      // with remote_; destroyed before it
     std::mutex pub_mu_;
     std::unordered_map<std::string, Published> published_;  // by upath
     std::atomic<uint64_t> published_count_{0}, refused_unproduced_{0}, refused_stale_{0};

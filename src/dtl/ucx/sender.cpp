@@ -16,10 +16,12 @@
 // service's death ends the wait at once.
 //
 // Service: one worker on the event loop (its event fd watched by Asio); an
-// endpoint cache keyed by the consumer's identity (node, pid, process start
-// time) with LRU eviction (DYAD_UCX_EP_CACHE_SIZE, default 64) and an error
-// handler that drops broken endpoints. Sends go through the shared chunk
-// pipeline (bounded memory per transfer).
+// endpoint cache keyed by the consumer's connection (session) and the worker
+// address itself, never by a name the consumer chooses, with LRU eviction
+// (DYAD_UCX_EP_CACHE_SIZE, default 64) and an error handler that drops
+// broken endpoints. A consumer's address reaches ucp_ep_create only after
+// parse_ucx_worker_address and ucx_address_fits (peer_address.hpp) passed. Sends go through the
+// shared chunk pipeline (bounded memory per transfer).
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include "common/log.hpp"
 #include "common/settings.hpp"
 #include "dtl/chunked.hpp"
+#include "dtl/peer_address.hpp"
 #include "ucx.hpp"
 
 namespace dyad::dtl::ucx {
@@ -57,7 +60,8 @@ class UcxSender;
 // A cached endpoint. Transfers hold it; it is closed only when it is out of
 // the cache (evicted or failed) and no transfer uses it any more.
 struct EpEntry {
-    std::string key;
+    std::string key;    // session and worker address (UcxSender::endpoint)
+    std::string label;  // for logs and status: session and the consumer's own name
     ucp_ep_h ep = nullptr;
     int users = 0;
     bool broken = false;
@@ -228,14 +232,22 @@ class UcxPutTransfer : public ChunkedTransfer {
 class UcxSender : public Sender {
   public:
     static Result<std::unique_ptr<Sender>> create(asio::io_context& io) {
-        auto w = Worker::create();
+        auto w = Worker::create(/*service=*/true);
         if (!w) return w.status();
+        // Our own address: what a consumer's is compared with.
+        auto own = parse_ucx_worker_address(w.value()->address());
+        if (!own)
+            return Status(DYAD_RC_UCXINIT_FAIL,
+                          "this UCX packs worker addresses in a layout DYAD does not know (" +
+                              own.status().message() + "); build DYAD against this UCX release",
+                          ENOTSUP);
         auto cap = settings::count("DYAD_UCX_EP_CACHE_SIZE", 1, 1u << 20);
         if (!cap) return cap.status();
         auto direct = settings::flag("DYAD_UCX_DIRECT");
         if (!direct) return direct.status();
         std::unique_ptr<UcxSender> s(new UcxSender(io, std::move(w.value()), cap.value()));
         s->no_direct_ = !direct.value();
+        s->own_ = std::move(own.value());
         s->watch();
         return std::unique_ptr<Sender>(std::move(s));
     }
@@ -254,7 +266,7 @@ class UcxSender : public Sender {
     nlohmann::json stats() const override {
         nlohmann::json eps = nlohmann::json::array();
         for (const auto& e : lru_)
-            eps.push_back({{"consumer", e->key},
+            eps.push_back({{"consumer", e->label},
                            {"transports", e->transports},
                            {"put", e->put_native ? "native" : "emulated"}});
         return {
@@ -263,6 +275,8 @@ class UcxSender : public Sender {
             {"put_transfers", put_transfers_},
             {"direct_transfers", direct_transfers_},
             {"tag_transfers", tag_transfers_},
+            {"addresses_refused", addresses_refused_},
+            {"endpoints_failed", eps_failed_},
             {"endpoints", eps}};
     }
 
@@ -270,15 +284,15 @@ class UcxSender : public Sender {
         const auto& a = job->transport_args;
         auto addr_it = a.find("ucx_worker");
         auto tag_it = a.find("ucx_tag");
-        auto id_it = a.find("ucx_consumer");
         if (addr_it == a.end() || !addr_it->is_string() || tag_it == a.end() ||
-            !tag_it->is_number_unsigned() || id_it == a.end() || !id_it->is_string()) {
-            done(Status(DYAD_RC_BADUNPACK, "UCX fetch without ucx_worker, ucx_tag and ucx_consumer",
-                        EINVAL),
-                 0, "");
+            !tag_it->is_number_unsigned()) {
+            done(Status(DYAD_RC_BADUNPACK, "UCX fetch without ucx_worker and ucx_tag", EINVAL), 0,
+                 "");
             return;
         }
-        auto ep = endpoint(*id_it, *addr_it);
+        // The consumer's own name, for logs only (it proves nothing).
+        std::string name = meta_str(a, "ucx_consumer").value_or("?").substr(0, 128);
+        auto ep = endpoint(job->endpoint, name, *addr_it);
         if (!ep) {
             done(ep.status(), 0, "");
             return;
@@ -475,6 +489,7 @@ class UcxSender : public Sender {
                 e->broken = true;
                 e->cached = false;
                 self->index_.erase(e->key);
+                ++self->eps_failed_;
                 self->lru_.erase(it);
                 // Closing from inside the callback is not allowed: do it next.
                 if (e->users == 0) asio::post(self->io_, [self, e] { self->close_ep(*e); });
@@ -497,14 +512,30 @@ class UcxSender : public Sender {
         if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);  // completes in the background
     }
 
-    Result<std::shared_ptr<EpEntry>> endpoint(const std::string& key, const std::string& addr_b64) {
+    // The endpoint for this consumer connection (`session`) and worker
+    // address. Keyed by both: another connection naming the same address, or
+    // this one naming another, never gets or changes this entry (its rkey,
+    // its window).
+    Result<std::shared_ptr<EpEntry>> endpoint(uint64_t session, const std::string& name,
+                                              const std::string& addr_b64) {
+        auto addr = base64_decode(addr_b64);
+        if (!addr) return addr.status();
+        std::string key = std::to_string(session) + '\n' + addr.value();
         auto it = index_.find(key);
         if (it != index_.end()) {
             lru_.splice(lru_.begin(), lru_, it->second);
             return *it->second;
         }
-        auto addr = base64_decode(addr_b64);
-        if (!addr) return addr.status();
+        std::string label = "session " + std::to_string(session) + " (" + name + ")";
+        // Nothing UCX would choke on goes further (peer_address.hpp).
+        auto parsed = parse_ucx_worker_address(addr.value());
+        Status fits = parsed ? ucx_address_fits(parsed.value(), own_) : parsed.status();
+        if (!fits) {
+            ++addresses_refused_;
+            DYAD_WARN(kSub, "refused the UCX worker address of %s: %s", label.c_str(),
+                      fits.message().c_str());
+            return fits;
+        }
         ucp_ep_params_t p;
         std::memset(&p, 0, sizeof p);
         p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -524,14 +555,15 @@ class UcxSender : public Sender {
             s = ucp_ep_create(worker_->get(), &p, &ep);
         }
         if (s != UCS_OK)
-            return ucx_error(DYAD_RC_UCXEP_FAIL, "ucp_ep_create to consumer " + key, s);
+            return ucx_error(DYAD_RC_UCXEP_FAIL, "ucp_ep_create to consumer " + label, s);
         auto e = std::make_shared<EpEntry>();
         e->key = key;
+        e->label = label;
         e->ep = ep;
         describe_endpoint(*e);
         ++(e->put_native ? eps_native_ : eps_emulated_);
         last_transports_ = e->transports;
-        DYAD_DEBUG(kSub, "endpoint to %s over %s: %s", key.c_str(), e->transports.c_str(),
+        DYAD_DEBUG(kSub, "endpoint to %s over %s: %s", label.c_str(), e->transports.c_str(),
                    e->put_native ? "native put" : "put emulated, tagged messages");
         lru_.push_front(e);
         index_[key] = lru_.begin();
@@ -575,8 +607,11 @@ class UcxSender : public Sender {
     uint64_t eps_emulated_ = 0;
     std::string last_transports_;
     uint64_t tag_transfers_ = 0;
+    uint64_t addresses_refused_ = 0;  // failed parse_ucx_worker_address / ucx_address_fits
+    uint64_t eps_failed_ = 0;
 
   private:
+    UcxAddressInfo own_;  // this worker's address, parsed
     asio::io_context& io_;
     std::unique_ptr<Worker> worker_;
     asio::posix::stream_descriptor efd_;

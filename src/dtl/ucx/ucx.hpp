@@ -33,11 +33,21 @@ std::string process_identity();
 // A UCP context and one worker with an event fd.
 class Worker {
   public:
-    static Result<std::unique_ptr<Worker>> create() {
+    // `service`: the worker that connects to consumers' addresses; UCX's
+    // unified mode stays off there, whatever UCX_UNIFIED_MODE says, since
+    // the address check (peer_address.hpp) knows the layout without it.
+    static Result<std::unique_ptr<Worker>> create(bool service = false) {
         std::unique_ptr<Worker> w(new Worker());
         ucp_config_t* cfg = nullptr;
         ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
         if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_read", s);
+        if (service) {
+            s = ucp_config_modify(cfg, "UNIFIED_MODE", "n");
+            if (s != UCS_OK) {
+                ucp_config_release(cfg);
+                return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_modify(UNIFIED_MODE=n)", s);
+            }
+        }
         ucp_params_t p;
         std::memset(&p, 0, sizeof p);
         p.field_mask = UCP_PARAM_FIELD_FEATURES;

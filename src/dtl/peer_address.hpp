@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// Checks of transport addresses that peers send, before any transport
+// library sees them (docs/security.md, "Transport addresses").
+//
+// UCX: ucp_ep_create takes a packed worker address without its length and
+// unpacks it trusting every byte; garbage makes it read past the buffer or
+// abort the process (an always-on assertion on the version nibble). The
+// service therefore parses the whole address here first, with the grammar
+// of UCX 1.13 (src/ucp/wireup/address.c: header, uuid, client id, worker
+// name, devices, transports), bounds-checked and to the last byte, and
+// compares it with its own worker's address: a transport both sides have
+// must come with address lengths this side produces for it. Only an address
+// that passes both reaches UCX. Pure functions: no UCX needed (fuzzed by
+// fuzz/fuzz_address.cpp).
+//
+// libfabric: fi_av_insert reads as many bytes as the address format of the
+// endpoint says, whatever the blob's length; a peer's address must have
+// exactly the length (and, for socket addresses, the family) of our own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.hpp"
+
+namespace dyad::dtl {
+
+// One transport of a UCX worker address.
+struct UcxAddressEntry {
+    uint16_t tl_csum = 0;  // checksum of the transport's name
+    unsigned md_index = 0;
+    unsigned dev_index = 0;
+    size_t dev_addr_len = 0;
+    size_t iface_addr_len = 0;
+};
+
+struct UcxAddressInfo {
+    unsigned version = 0;  // 0: v1, 1: v2 (UCX's UCP_OBJECT_VERSION_*)
+    unsigned flags = 0;    // header flags
+    bool has_uuid = false;
+    uint64_t uuid = 0;
+    size_t devices = 0;
+    std::vector<UcxAddressEntry> entries;
+};
+
+// Parses a packed UCX worker address (what ucp_worker_get_address gives)
+// the way UCX 1.13 unpacks it in ucp_ep_create, without trusting a byte:
+// DYAD_RC_UCXEP_FAIL with what is wrong and where, or the address's parts.
+Result<UcxAddressInfo> parse_ucx_worker_address(const std::string& blob);
+
+// Whether a peer's parsed address fits this worker's own: not our own
+// worker, at least one transport in common, and for each transport in
+// common, device and interface address lengths that our own address uses
+// for that transport.
+Status ucx_address_fits(const UcxAddressInfo& peer, const UcxAddressInfo& own);
+
+// A libfabric peer address next to our own endpoint's (fi_getname):
+// same length; for socket address formats (`sockaddr` true) the same
+// address family in the first two bytes.
+Status check_ofi_peer_address(const std::string& peer, const std::string& own, bool sockaddr);
+
+}  // namespace dyad::dtl

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// The connection to etcd shared by the store's parts: one gRPC channel over
+// every endpoint (pick_first: the first that answers; reconnecting with a
+// short backoff, so calls ride through a restart of an etcd member), its
+// stubs, the mapping of gRPC errors to ours, and whether etcd answers.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/deadline.hpp"
+#include "common/status.hpp"
+#include "etcd.grpc.pb.h"
+
+namespace dyad::kvs::etcd {
+
+namespace pb = etcdserverpb;
+
+// The smallest key after every key that starts with `p` (etcd's range_end
+// of a prefix).
+std::string prefix_end(const std::string& p);
+
+class Client {
+  public:
+    // endpoints: HOST:PORT; resolved once (pick_first over the addresses).
+    static Result<std::unique_ptr<Client>> open(const std::vector<std::string>& endpoints);
+
+    const std::string& where() const { return where_; }
+    pb::KV::Stub& kv() { return *kv_; }
+    pb::Lease::Stub& lease() { return *lease_; }
+    pb::Watch::Stub& watch() { return *watch_; }
+
+    // A context that waits for a connection (through an etcd restart) until
+    // the deadline.
+    static void prepare(grpc::ClientContext* ctx, Deadline d);
+    // A unary call: retried while etcd is unavailable (`retry`: the call is
+    // safe to repeat) until the deadline.
+    template <typename Req, typename Resp, typename Fn>
+    Status call(const char* what, Fn fn, const Req& req, Resp* resp, Deadline d, bool retry) {
+        for (;;) {
+            grpc::ClientContext ctx;
+            prepare(&ctx, d);
+            grpc::Status s = fn(&ctx, req, resp);
+            if (s.ok()) {
+                answered();
+                return Status::ok();
+            }
+            if (retry && s.error_code() == grpc::StatusCode::UNAVAILABLE && !d.expired()) {
+                failed(s.error_message());
+                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                continue;
+            }
+            return failed(s, what);
+        }
+    }
+
+    Result<pb::RangeResponse> range(const std::string& key, const std::string& end, int64_t limit,
+                                    bool count_only, Deadline d);
+    Result<pb::TxnResponse> txn(const pb::TxnRequest& q, Deadline d);
+
+    // Health, for status: etcd answered / failed (with why).
+    void answered();
+    Status failed(const grpc::Status& s, const std::string& what);
+    void failed(const std::string& why);
+    bool reachable() const { return reachable_.load(); }
+    std::string last_error() const;
+    double seconds_since_answer() const;
+
+  private:
+    std::string where_;
+    std::shared_ptr<grpc::Channel> channel_;
+    std::unique_ptr<pb::KV::Stub> kv_;
+    std::unique_ptr<pb::Lease::Stub> lease_;
+    std::unique_ptr<pb::Watch::Stub> watch_;
+    std::atomic<bool> reachable_{false};
+    std::atomic<int64_t> last_answer_ns_{0};
+    mutable std::mutex mu_;
+    std::string error_;
+};
+
+}  // namespace dyad::kvs::etcd

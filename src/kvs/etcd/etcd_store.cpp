@@ -1,0 +1,504 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "etcd_store.hpp"
+
+#include <condition_variable>
+#include <thread>
+
+#include "common/log.hpp"
+#include "etcd_client.hpp"
+#include "etcd_watch.hpp"
+
+namespace dyad::kvs::etcd {
+namespace {
+const char* kSub = "etcd";
+// How long a namespace's record count (for its quota) is trusted before it
+// is counted again, when a put would reach the quota.
+constexpr double kCountFresh = 2.0;
+constexpr int kPutAttempts = 16;  // compare-and-put rounds lost to other writers
+
+std::string unescape(const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size()) {
+            std::string hex = s.substr(i + 1, 2);
+            if (hex == "25" || hex == "2F") {
+                out += hex == "25" ? '%' : '/';
+                i += 2;
+                continue;
+            }
+        }
+        out += s[i];
+    }
+    return out;
+}
+
+std::string owner_of(const std::string& value) {
+    auto j = nlohmann::json::parse(value, nullptr, false);
+    if (!j.is_object()) return "";
+    auto o = j.find("owner");
+    return o != j.end() && o->is_string() ? o->get<std::string>() : std::string();
+}
+
+pb::Compare compare_create(const std::string& key, int64_t rev) {
+    pb::Compare c;
+    c.set_key(key);
+    c.set_target(pb::Compare::CREATE);
+    c.set_result(pb::Compare::EQUAL);
+    c.set_create_revision(rev);
+    return c;
+}
+
+pb::Compare compare_mod(const std::string& key, int64_t rev) {
+    pb::Compare c;
+    c.set_key(key);
+    c.set_target(pb::Compare::MOD);
+    c.set_result(pb::Compare::EQUAL);
+    c.set_mod_revision(rev);
+    return c;
+}
+
+void add_put(google::protobuf::RepeatedPtrField<pb::RequestOp>* ops, const std::string& key,
+             const std::string& value, int64_t lease = 0) {
+    auto* p = ops->Add()->mutable_request_put();
+    p->set_key(key);
+    p->set_value(value);
+    if (lease) p->set_lease(lease);
+}
+
+void add_range(google::protobuf::RepeatedPtrField<pb::RequestOp>* ops, const std::string& key) {
+    ops->Add()->mutable_request_range()->set_key(key);
+}
+}  // namespace
+
+std::string escape(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '%')
+            out += "%25";
+        else if (c == '/')
+            out += "%2F";
+        else
+            out += c;
+    }
+    return out;
+}
+
+Result<std::vector<std::string>> parse_uri(const std::string& uri) {
+    const std::string scheme = "etcd://";
+    if (uri.compare(0, scheme.size(), scheme) != 0)
+        return Status(DYAD_RC_BAD_CLI_PARSE, "'" + uri + "' is not etcd://HOST:PORT[,HOST:PORT...]",
+                      EINVAL);
+    std::vector<std::string> out;
+    std::string rest = uri.substr(scheme.size());
+    while (!rest.empty() && rest.back() == '/') rest.pop_back();
+    size_t pos = 0;
+    while (pos <= rest.size()) {
+        size_t comma = rest.find(',', pos);
+        std::string ep =
+            rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        if (ep.empty() || ep.find(':') == std::string::npos)
+            return Status(DYAD_RC_BAD_CLI_PARSE,
+                          "'" + uri + "': endpoint '" + ep +
+                              "' is not HOST:PORT (e.g. etcd://10.0.0.1:2379,10.0.0.2:2379)",
+                          EINVAL);
+        out.push_back(ep);
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+    }
+    return out;
+}
+
+class EtcdStore final : public ServiceStore {
+  public:
+    EtcdStore(Options o, std::unique_ptr<Client> c)
+        : o_(std::move(o)),
+          c_(std::move(c)),
+          watcher_(*c_, [this](const std::string& k) { return lookup(k, Deadline::after(30)); }) {}
+
+    ~EtcdStore() override {
+        {
+            std::lock_guard<std::mutex> lk(lease_mu_);
+            stop_ = true;
+            if (ka_ctx_) ka_ctx_->TryCancel();
+        }
+        lease_cv_.notify_all();
+        if (keepalive_.joinable()) keepalive_.join();
+        watcher_.stop();
+        // A clean stop takes the registration away at once (its consumers
+        // learn the service is gone without waiting for the lease to end).
+        if (lease_id_) {
+            pb::LeaseRevokeRequest q;
+            q.set_id(lease_id_);
+            pb::LeaseRevokeResponse a;
+            grpc::ClientContext ctx;
+            ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+            (void)c_->lease().LeaseRevoke(&ctx, q, &a);
+        }
+    }
+
+    Status probe(double seconds) {
+        auto r =
+            c_->range(o_.root + "/", prefix_end(o_.root + "/"), 1, true, Deadline::after(seconds));
+        if (!r) return r.status();
+        watcher_.start();
+        return Status::ok();
+    }
+
+    std::string key_of(const std::string& ns, const std::string& key) const {
+        if (ns == kServicesNamespace) return o_.root + "/services/" + escape(key);
+        return ns_base(ns) + key;
+    }
+    std::string ns_base(const std::string& ns) const {
+        if (ns == kServicesNamespace) return o_.root + "/services/";
+        return o_.root + "/ns/" + escape(ns) + "/files/";
+    }
+
+    // The entry of an etcd key now, and the revision it was read at.
+    Result<std::pair<std::optional<Entry>, int64_t>> lookup(const std::string& k, Deadline d) {
+        auto r = c_->range(k, "", 1, false, d);
+        if (!r) return r.status();
+        std::optional<Entry> e;
+        if (r->kvs_size() > 0)
+            e = Entry{r->kvs(0).value(), static_cast<uint64_t>(r->kvs(0).mod_revision()), ""};
+        return std::make_pair(std::move(e), r->header().revision());
+    }
+
+    Result<Entry> register_service(const std::string& id, const std::string& value,
+                                   Deadline d) override {
+        auto j = nlohmann::json::parse(value, nullptr, false);
+        if (!j.is_object())
+            return Status(DYAD_RC_BADPACK, "registration of '" + id + "' is not a JSON object",
+                          EINVAL);
+        auto rk = j.find("rank");
+        if (rk == j.end() || !rk->is_number_unsigned()) {
+            auto rank = assign_rank(id, d);
+            if (!rank) return rank.status();
+            j["rank"] = rank.value();
+            j["rank_source"] = "store";
+        }
+        {
+            std::lock_guard<std::mutex> lk(lease_mu_);
+            reg_id_ = id;
+            reg_value_ = j.dump();
+        }
+        Status s = grant_and_put(d);
+        if (!s) return s;
+        if (!keepalive_.joinable()) keepalive_ = std::thread([this] { keepalive(); });
+        auto e = lookup(key_of(kServicesNamespace, id), d);
+        if (!e) return e.status();
+        if (!e->first)
+            return Status(DYAD_RC_BADCOMMIT,
+                          "the registration of '" + id + "' vanished from etcd at " + c_->where(),
+                          EIO);
+        return *e->first;
+    }
+
+    Result<uint64_t> put(const std::string& ns, const std::string& key, const std::string& value,
+                         const std::string& writer, uint64_t replaces, Deadline d) override {
+        if (ns.size() > o_.limits.max_key || key.size() > o_.limits.max_key ||
+            value.size() > o_.limits.max_value) {
+            ++refused_too_large_;
+            return Status(DYAD_RC_BADCOMMIT,
+                          "metadata entry too large (key " + std::to_string(key.size()) +
+                              " bytes, value " + std::to_string(value.size()) + " bytes; at most " +
+                              std::to_string(o_.limits.max_key) + " and " +
+                              std::to_string(o_.limits.max_value) + ")",
+                          EMSGSIZE);
+        }
+        const std::string k = key_of(ns, key);
+        for (int attempt = 0; attempt < kPutAttempts; ++attempt) {
+            Status q = check_quota(ns, k, d);
+            if (!q) return q;
+            // Create it if nobody has; else read who has.
+            pb::TxnRequest t;
+            *t.add_compare() = compare_create(k, 0);
+            add_put(t.mutable_success(), k, value);
+            add_range(t.mutable_failure(), k);
+            auto r = c_->txn(t, d);
+            if (!r) return r.status();
+            if (r->succeeded()) {
+                counted(ns, 1);
+                return static_cast<uint64_t>(r->header().revision());
+            }
+            const auto& got = r->responses(0).response_range();
+            if (got.kvs_size() == 0) continue;  // deleted meanwhile: create it again
+            const auto& kv = got.kvs(0);
+            const std::string owner = owner_of(kv.value());
+            const auto gen = static_cast<uint64_t>(kv.mod_revision());
+            if (!owner.empty() && owner != writer && replaces != gen)
+                return Status(
+                    DYAD_RC_BADCOMMIT,
+                    "'" + key + "' in namespace '" + ns + "' is produced by service '" + owner +
+                        "' (generation " + std::to_string(gen) +
+                        "): another service may publish it only as a change of the "
+                        "version it consumed" +
+                        (replaces ? " (it consumed generation " + std::to_string(replaces) + ")"
+                                  : std::string()),
+                    EEXIST);
+            pb::TxnRequest u;
+            *u.add_compare() = compare_mod(k, kv.mod_revision());
+            add_put(u.mutable_success(), k, value);
+            auto w = c_->txn(u, d);
+            if (!w) return w.status();
+            if (w->succeeded()) return static_cast<uint64_t>(w->header().revision());
+        }
+        return Status(DYAD_RC_BADCOMMIT,
+                      "'" + key + "' changed " + std::to_string(kPutAttempts) +
+                          " times while this service published it: another producer writes it "
+                          "at the same time",
+                      EBUSY);
+    }
+
+    Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) override {
+        auto r = lookup(key_of(ns, key), d);
+        if (!r) return r.status();
+        if (!r->first)
+            return Status(DYAD_RC_NOTFOUND, "key '" + key + "' not found in namespace '" + ns + "'",
+                          ENOENT);
+        return *r->first;
+    }
+
+    uint64_t wait(const std::string& ns, const std::string& key, Deadline d, Done done) override {
+        const std::string k = key_of(ns, key);
+        auto r = lookup(k, d);
+        if (!r) {
+            done(r.status());
+            return 0;
+        }
+        if (r->first) {
+            done(*r->first);
+            return 0;
+        }
+        return watcher_.add(k, r->second, d, std::move(done));
+    }
+
+    void cancel(uint64_t id) override {
+        if (id) watcher_.cancel(id);
+    }
+
+    Result<Page> list(const std::string& ns, const std::string& prefix, const std::string& after,
+                      size_t limit, Deadline d) override {
+        const std::string base = ns_base(ns);
+        const bool registry = ns == kServicesNamespace;
+        std::string from = base + (registry ? escape(prefix) : prefix);
+        const std::string end = prefix_end(from);
+        if (!after.empty()) {
+            std::string a = base + (registry ? escape(after) : after) + std::string(1, '\0');
+            if (a > from) from = a;
+        }
+        auto r = c_->range(from, end, static_cast<int64_t>(limit), false, d);
+        if (!r) return r.status();
+        Page p;
+        p.more = r->more();
+        for (const auto& kv : r->kvs()) {
+            std::string k = kv.key().substr(base.size());
+            if (registry) k = unescape(k);
+            p.entries.emplace_back(std::move(k),
+                                   Entry{kv.value(), static_cast<uint64_t>(kv.mod_revision()), ""});
+        }
+        return p;
+    }
+
+    nlohmann::json status() const override {
+        nlohmann::json j = watcher_.status();
+        j["backend"] = "etcd";
+        j["endpoint"] = c_->where();
+        j["reachable"] = c_->reachable();
+        double since = c_->seconds_since_answer();
+        if (since >= 0) j["seconds_since_answer"] = since;
+        if (!c_->reachable()) j["error"] = c_->last_error();
+        std::lock_guard<std::mutex> lk(lease_mu_);
+        j["lease_id"] = lease_id_;
+        j["lease_ttl"] = o_.lease_ttl;
+        j["registrations"] = registrations_;
+        j["refused_too_large"] = refused_too_large_.load();
+        j["refused_namespace_records"] = refused_records_.load();
+        j["max_records_per_namespace"] = o_.limits.max_records_per_ns;
+        return j;
+    }
+
+    std::string describe() const override { return "etcd at " + c_->where(); }
+
+  private:
+    // Dense ranks in registration order; a service keeps its rank for the
+    // life of the etcd data (ranks are not bound to the lease).
+    Result<uint64_t> assign_rank(const std::string& id, Deadline d) {
+        const std::string mine = o_.root + "/ranks/by-id/" + escape(id);
+        const std::string claims = o_.root + "/ranks/claim/";
+        auto have = lookup(mine, d);
+        if (!have) return have.status();
+        if (have->first) return std::strtoull(have->first->value.c_str(), nullptr, 10);
+        auto n = c_->range(claims, prefix_end(claims), 0, true, d);
+        if (!n) return n.status();
+        for (uint64_t next = static_cast<uint64_t>(n->count()); next < UINT32_MAX; ++next) {
+            const std::string claim = claims + std::to_string(next);
+            pb::TxnRequest t;
+            *t.add_compare() = compare_create(claim, 0);
+            *t.add_compare() = compare_create(mine, 0);
+            add_put(t.mutable_success(), claim, id);
+            add_put(t.mutable_success(), mine, std::to_string(next));
+            add_range(t.mutable_failure(), mine);
+            auto r = c_->txn(t, d);
+            if (!r) return r.status();
+            if (r->succeeded()) return next;
+            const auto& got = r->responses(0).response_range();
+            if (got.kvs_size() > 0) return std::strtoull(got.kvs(0).value().c_str(), nullptr, 10);
+        }
+        return Status(DYAD_RC_BADCOMMIT, "no rank left in etcd at " + c_->where(), ENOSPC);
+    }
+
+    Status grant_and_put(Deadline d) {
+        pb::LeaseGrantRequest q;
+        q.set_ttl(static_cast<int64_t>(std::max(1.0, o_.lease_ttl + 0.5)));
+        pb::LeaseGrantResponse a;
+        Status s = c_->call(
+            "etcd lease grant",
+            [this](grpc::ClientContext* c, const pb::LeaseGrantRequest& r,
+                   pb::LeaseGrantResponse* o) { return c_->lease().LeaseGrant(c, r, o); },
+            q, &a, d, true);
+        if (!s) return s;
+        if (!a.error().empty())
+            return Status(DYAD_RC_BADCOMMIT, "etcd refused a lease: " + a.error(), EIO);
+        std::string key, value;
+        {
+            std::lock_guard<std::mutex> lk(lease_mu_);
+            lease_id_ = a.id();
+            key = key_of(kServicesNamespace, reg_id_);
+            value = reg_value_;
+            ++registrations_;
+        }
+        pb::PutRequest p;
+        p.set_key(key);
+        p.set_value(value);
+        p.set_lease(a.id());
+        pb::PutResponse pa;
+        return c_->call(
+            "etcd put of the service registration",
+            [this](grpc::ClientContext* c, const pb::PutRequest& r, pb::PutResponse* o) {
+                return c_->kv().Put(c, r, o);
+            },
+            p, &pa, d, true);
+    }
+
+    // Keeps the lease alive (every third of its TTL); registers again when
+    // it ended (etcd was away longer than the TTL).
+    void keepalive() {
+        const auto period = std::chrono::duration<double>(std::max(0.2, o_.lease_ttl / 3.0));
+        double backoff = 0.1;
+        for (;;) {
+            grpc::ClientContext ctx;
+            ctx.set_wait_for_ready(true);
+            {
+                std::lock_guard<std::mutex> lk(lease_mu_);
+                if (stop_) return;
+                ka_ctx_ = &ctx;
+            }
+            auto stream = c_->lease().LeaseKeepAlive(&ctx);
+            for (;;) {
+                pb::LeaseKeepAliveRequest q;
+                {
+                    std::lock_guard<std::mutex> lk(lease_mu_);
+                    q.set_id(lease_id_);
+                }
+                pb::LeaseKeepAliveResponse a;
+                if (!stream->Write(q) || !stream->Read(&a)) break;
+                c_->answered();
+                backoff = 0.1;
+                if (a.ttl() <= 0) {
+                    DYAD_WARN(kSub,
+                              "the lease of this service's registration in etcd at %s ended "
+                              "(etcd was away longer than %.0f s): registering again",
+                              c_->where().c_str(), o_.lease_ttl);
+                    Status s = grant_and_put(Deadline::after(o_.lease_ttl));
+                    if (!s) DYAD_WARN(kSub, "registering again failed: %s", s.to_string().c_str());
+                }
+                std::unique_lock<std::mutex> lk(lease_mu_);
+                if (lease_cv_.wait_for(lk, period, [this] { return stop_; })) break;
+            }
+            ctx.TryCancel();
+            grpc::Status st = stream->Finish();
+            std::unique_lock<std::mutex> lk(lease_mu_);
+            ka_ctx_ = nullptr;
+            if (stop_) return;
+            c_->failed("lease keep-alive stream to etcd at " + c_->where() +
+                       " broke: " + st.error_message());
+            lease_cv_.wait_for(lk, std::chrono::duration<double>(backoff),
+                               [this] { return stop_; });
+            backoff = std::min(backoff * 2, 1.0);
+        }
+    }
+
+    // Records per namespace: a count kept from etcd's (counted again when a
+    // put would reach the quota and the count is older than kCountFresh), so
+    // the common put costs no extra request. Several services may overshoot
+    // the quota together by what they add within kCountFresh.
+    Status check_quota(const std::string& ns, const std::string& k, Deadline d) {
+        if (ns == kServicesNamespace) return Status::ok();
+        const uint64_t quota = o_.limits.max_records_per_ns;
+        std::unique_lock<std::mutex> lk(count_mu_);
+        auto& c = counts_[ns];
+        auto now = std::chrono::steady_clock::now();
+        bool fresh = c.known && now - c.at < std::chrono::duration<double>(kCountFresh);
+        if (c.known && c.count + 1 <= quota) return Status::ok();
+        if (!fresh) {
+            lk.unlock();
+            const std::string base = ns_base(ns);
+            auto n = c_->range(base, prefix_end(base), 0, true, d);
+            if (!n) return n.status();
+            lk.lock();
+            auto& c2 = counts_[ns];
+            c2.known = true;
+            c2.count = static_cast<uint64_t>(n->count());
+            c2.at = std::chrono::steady_clock::now();
+            if (c2.count + 1 <= quota) return Status::ok();
+        }
+        lk.unlock();
+        // At the quota: replacing a record adds none.
+        auto e = lookup(k, d);
+        if (!e) return e.status();
+        if (e->first) return Status::ok();
+        ++refused_records_;
+        return Status(DYAD_RC_BADCOMMIT,
+                      "namespace '" + ns + "' is at its quota of " + std::to_string(quota) +
+                          " records: start the dyadd services with a larger "
+                          "--store-max-records-per-namespace, or use another namespace",
+                      EDQUOT);
+    }
+    void counted(const std::string& ns, uint64_t n) {
+        std::lock_guard<std::mutex> lk(count_mu_);
+        auto it = counts_.find(ns);
+        if (it != counts_.end() && it->second.known) it->second.count += n;
+    }
+
+    Options o_;
+    std::unique_ptr<Client> c_;
+    Watcher watcher_;
+    mutable std::mutex lease_mu_;
+    std::condition_variable lease_cv_;
+    bool stop_ = false;
+    int64_t lease_id_ = 0;
+    uint64_t registrations_ = 0;
+    std::string reg_id_, reg_value_;
+    grpc::ClientContext* ka_ctx_ = nullptr;
+    std::thread keepalive_;
+    struct Count {
+        bool known = false;
+        uint64_t count = 0;
+        std::chrono::steady_clock::time_point at;
+    };
+    std::mutex count_mu_;
+    std::map<std::string, Count> counts_;
+    std::atomic<uint64_t> refused_too_large_{0}, refused_records_{0};
+};
+
+Result<std::shared_ptr<ServiceStore>> connect(const Options& o, double connect_seconds) {
+    auto c = Client::open(o.endpoints);
+    if (!c) return c.status();
+    auto s = std::make_shared<EtcdStore>(o, std::move(c.value()));
+    Status ok = s->probe(connect_seconds);
+    if (!ok) return Status(ok).wrap("cannot use etcd as the metadata store");
+    DYAD_INFO(kSub, "metadata store: %s (lease TTL %.0f s)", s->describe().c_str(), o.lease_ttl);
+    return std::shared_ptr<ServiceStore>(std::move(s));
+}
+
+}  // namespace dyad::kvs::etcd

@@ -1,0 +1,140 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Transport addresses from a peer holding the key (docs/security.md,
+"Transport addresses"): UCX worker addresses with every first byte,
+truncated and random; libfabric fields likewise; a peer claiming another
+consumer's id. dyadd answers each with an error or a transfer attempt,
+never aborts, and keeps serving a legitimate consumer."""
+import base64
+import os
+import random
+import socket
+import subprocess
+
+import pytest
+
+import harness
+from rawwire import END, ERROR, Raw
+
+CORPUS = os.path.join(harness.ROOT, "fuzz", "corpus", "address")
+BUILT = harness.built_transports()
+
+
+def seed(name):
+    with open(os.path.join(CORPUS, name), "rb") as f:
+        return f.read()
+
+
+@pytest.fixture
+def ucluster():
+    if "UCX" not in BUILT:
+        pytest.skip("this build has no UCX transport (libucx-dev not found at configure time)")
+    c = harness.Cluster(nodes=2, env={"UCX_TLS": "tcp", "UCX_WARN_UNUSED_ENV_VARS": "n"})
+    yield c
+    c.cleanup()
+
+
+def produce(node, name, text):
+    with open(node.path(name), "w") as f:
+        f.write(text)
+    node.dyad("produce", node.path(name))
+
+
+def legit_consume(prod, cons, name, mode):
+    produce(prod, name, "legit " + name)
+    cons.dyad("consume", cons.path(name), env_extra={"DYAD_DTL_MODE": mode, "DYAD_WAIT_TIMEOUT": 30})
+    with open(cons.path(name)) as f:
+        assert f.read() == "legit " + name
+
+
+def fetch_ucx(node, blob, consumer="attacker"):
+    """One fetch naming `blob` as the UCX worker address, on its own
+    connection; the answer's frame, or None when the service is still
+    trying to send (an address that passed the checks names a dead worker):
+    then the connection is closed, which cancels the transfer."""
+    r = Raw.to(node, timeout=5)
+    try:
+        tag = r.request("dyad.fetch", upath="f.txt", transport="UCX", ucx_tag=7, ucx_proto="tag",
+                        ucx_worker=base64.b64encode(blob).decode(), ucx_consumer=consumer)
+        try:
+            f, _ = r.collect(tag)
+            return f
+        except (socket.timeout, ConnectionError):
+            return None
+    finally:
+        r.close()
+
+
+def test_ucx_addresses_with_every_first_byte_truncated_and_random(ucluster):
+    prod, cons = ucluster[0], ucluster[1]
+    produce(prod, "f.txt", "x" * 100)
+    base = seed("seed-ucx-v1-tcp")
+    blobs = [bytes([b]) + base[1:] for b in range(256)]
+    blobs += [base[:k] for k in range(len(base))]
+    rng = random.Random(15)
+    blobs += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))) for _ in range(100)]
+    blobs += [base[:1] + bytes(rng.randrange(256) for _ in range(len(base) - 1)) for _ in range(50)]
+    v2 = seed("seed-ucx-v2-tcp")
+    blobs += [bytes([b]) + v2[1:] for b in range(256)] + [v2[:k] for k in range(len(v2))]
+    refused = 0
+    for blob in blobs:
+        f = fetch_ucx(prod, blob)
+        assert prod.proc.poll() is None, f"dyadd ended on address {blob.hex()}"
+        if f is not None and f["type"] == ERROR and "malformed UCX worker address" in f["meta"]["msg"]:
+            refused += 1
+    # Nearly all are malformed; the few that parse name dead workers.
+    assert refused >= len(blobs) - 40
+    t = prod.status()["counters"]["per_transport"]["UCX"]["transport"]
+    assert t["addresses_refused"] >= refused
+    legit_consume(prod, cons, "after-ucx.txt", "UCX")
+    assert not [n for n in os.listdir(".") if n.endswith(".btr")]
+
+
+def test_a_claimed_consumer_id_does_not_redirect_its_transfers(ucluster):
+    """The old cache gave the endpoint of the first claimant of an id to
+    everybody naming it: the attacker claims the waiting consumer's
+    node/pid/start-time id with another worker's address first. (With a
+    dead worker's address, as here, the old cache also dropped the claim
+    once UCX reported the endpoint failed, so this passes on the old code
+    too when that report comes first; a live foreign worker would make it
+    fail there, and needs a UCX program of the test's own.)"""
+    prod, cons = ucluster[0], ucluster[1]
+    env = cons.env(DYAD_DTL_MODE="UCX", DYAD_WAIT_TIMEOUT=60)
+    victim = subprocess.Popen([harness.DYAD, "consume", cons.path("v.txt")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with open(f"/proc/{victim.pid}/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+        victim_id = f"{socket.gethostname()}/{victim.pid}/{start}"
+        produce(prod, "f.txt", "y")
+        fetch_ucx(prod, seed("seed-ucx-v1-tcp"), consumer=victim_id)
+        produce(prod, "v.txt", "the victim's bytes")
+        out, err = victim.communicate(timeout=120)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+    assert victim.returncode == 0, err
+    with open(cons.path("v.txt")) as f:
+        assert f.read() == "the victim's bytes"
+
+
+def test_libfabric_fields_from_a_peer_keep_dyadd_serving(cluster):
+    if "MARGO" not in BUILT:
+        pytest.skip("this build has no libfabric transport (libfabric-dev not found at configure time)")
+    prod, cons = cluster[0], cluster[1]
+    produce(prod, "f.txt", "z" * 10)
+    rng = random.Random(16)
+    junk = [None, 0, -1, 1 << 70, "", "x" * 5000, "\u0000", [], {}]
+    junk += [bytes(rng.randrange(256) for _ in range(rng.randrange(40))).decode("latin-1") for _ in range(50)]
+    for j in junk:
+        r = Raw.to(prod, timeout=10)
+        tag = r.request("dyad.fetch", upath="f.txt", transport="MARGO", ofi_proto=j,
+                        ofi_addr=base64.b64encode(os.urandom(16)).decode())
+        try:
+            f, _ = r.collect(tag)
+            assert f["type"] in (ERROR, END)
+        except (socket.timeout, ConnectionError):
+            pass  # a transfer under way, cancelled by closing
+        r.close()
+        assert prod.proc.poll() is None
+    legit_consume(prod, cons, "after-ofi.txt", "MARGO")

@@ -1,0 +1,241 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The etcd backend of the metadata store (dyadd --kvs etcd://...) against a
+real etcd (Debian's etcd-server) started by the test on loopback: records,
+wait-for-create through the service's watch stream, generations from etcd
+revisions, leases (owner gone), restarts of etcd and of services, the write
+rules and quotas of the embedded store, paging."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+import harness
+
+pytestmark = pytest.mark.skipif(not shutil.which("etcd") and not os.path.exists(harness.ETCD),
+                                reason="etcd (Debian's etcd-server) is not installed: make deps")
+
+
+@pytest.fixture
+def etcd():
+    e = harness.Etcd()
+    yield e
+    e.cleanup()
+
+
+def cluster(etcd, nodes=2, args=("--lease-ttl", "2")):
+    c = harness.Cluster(nodes=nodes, start=False, kvs=etcd.uri)
+    try:
+        for n in c.nodes:
+            n.start(list(args))
+    except Exception:
+        c.cleanup()
+        raise
+    return c
+
+
+@pytest.fixture
+def two(etcd):
+    c = cluster(etcd)
+    yield c
+    c.cleanup()
+
+
+def sha(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def store_waiters(node):
+    return node.status()["metadata_store"]["waiters"]
+
+
+def wait_store_waiters(node, n, procs=()):
+    def check():
+        if any(p.poll() is not None for p in procs):
+            return "ended"
+        return store_waiters(node) >= n
+
+    harness.wait_for(check, 30, what=f"{n} waiter(s) in {node.name}'s etcd watch")
+
+
+def etcd_json(etcd, *args):
+    return json.loads(etcd.ctl("-w", "json", *args).stdout)
+
+
+def test_produce_consume_and_the_key_layout(etcd, two):
+    prod, cons = two[0], two[1]
+    harness.write_file(prod.path("d/a.bin"), 300_000, seed=1)
+    prod.dyad("produce", prod.path("d/a.bin"))
+    out = cons.dyad("--json", "consume", cons.path("d/a.bin")).stdout
+    rep = json.loads(out.splitlines()[-1])
+    assert rep["action"] == "fetched"
+    assert sha(cons.path("d/a.bin")) == sha(prod.path("d/a.bin"))
+    # The record lives in etcd under /dyad/ns/<namespace>/files/, its
+    # generation is the key's mod_revision; services under /dyad/services/.
+    got = etcd_json(etcd, "get", "--prefix", "/dyad/ns/dyad/files/")
+    assert len(got["kvs"]) == 1
+    st = cons.dyad("--json", "stat", cons.path("d/a.bin"))
+    stat = json.loads(st.stdout)
+    assert stat["generation"] == got["kvs"][0]["mod_revision"]
+    services = etcd_json(etcd, "get", "--prefix", "/dyad/services/")
+    assert sorted(json.loads(__import__("base64").b64decode(kv["value"]))["service_id"]
+                  for kv in services["kvs"]) == ["node0", "node1"]
+    assert all(kv.get("lease") for kv in services["kvs"])  # bound to each service's lease
+    # Dense ranks in registration order.
+    assert prod.status()["rank"] == 0 and cons.status()["rank"] == 1
+    ms = cons.status()["metadata_store"]
+    assert ms["backend"] == "etcd" and ms["reachable"] is True and ms["endpoint"] == etcd.endpoint
+    # dyad ls from either node, with only one directory configured.
+    ls = cons.dyad("ls", env_extra={"producer": False}).stdout
+    assert "d/a.bin" in ls
+
+
+def test_consumer_first_waits_through_the_service_watch(etcd, two):
+    prod, cons = two[0], two[1]
+    names = [f"w/f{i}" for i in range(20)]
+    consumers = [cons.dyad_async("consume", cons.path(n), env_extra={"DYAD_WAIT_TIMEOUT": 60})
+                 for n in names]
+    wait_store_waiters(cons, len(names), consumers)
+    st = cons.status()["metadata_store"]
+    # One watch stream for the node: a watcher per waited key on it.
+    assert st["watched_keys"] == len(names) and st["watch_stream_up"]
+    for i, n in enumerate(names):
+        harness.write_file(prod.path(n), 1000 + i, seed=i)
+    prod.dyad("produce", *[prod.path(n) for n in names])
+    for p, n in zip(consumers, names):
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        assert sha(cons.path(n)) == sha(prod.path(n))
+    assert store_waiters(cons) == 0
+
+
+def test_a_wait_times_out_at_its_deadline(two):
+    cons = two[1]
+    p = cons.dyad("consume", cons.path("never"), check=False, env_extra={"DYAD_WAIT_TIMEOUT": 1})
+    assert p.returncode == 3, p.stderr  # DYAD_RC_TIMEOUT
+    harness.wait_for(lambda: store_waiters(cons) == 0, 10, what="the expired waiter removed")
+
+
+def test_waiting_consumers_ride_through_an_etcd_restart(etcd, two):
+    prod, cons = two[0], two[1]
+    p = cons.dyad_async("consume", cons.path("r/x"), env_extra={"DYAD_WAIT_TIMEOUT": 90})
+    wait_store_waiters(cons, 1, [p])
+    etcd.stop()
+    harness.wait_for(lambda: not cons.status()["metadata_store"]["reachable"], 30,
+                     what="the service to notice etcd is gone")
+    etcd.start()
+    harness.write_file(prod.path("r/x"), 4096, seed=7)
+    prod.dyad("produce", prod.path("r/x"))
+    out, err = p.communicate(timeout=90)
+    assert p.returncode == 0, err
+    assert sha(cons.path("r/x")) == sha(prod.path("r/x"))
+    assert cons.status()["metadata_store"]["watch_reconnects"] >= 1
+
+
+def test_reproduced_with_same_size_and_mtime_is_fetched_again(etcd, two):
+    prod, cons = two[0], two[1]
+    path = prod.path("g/a")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(b"A" * 5000)
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    prod.dyad("produce", path)
+    cons.dyad("consume", cons.path("g/a"))
+    g1 = json.loads(cons.dyad("--json", "stat", cons.path("g/a")).stdout)["generation"]
+    # Restart everything: etcd and both services. Generations come from
+    # etcd's revisions, which never go back.
+    for n in two.nodes:
+        n.stop()
+    etcd.restart()
+    for n in two.nodes:
+        n.start(["--lease-ttl", "2"])
+    with open(path, "wb") as f:
+        f.write(b"B" * 5000)  # same size
+    os.utime(path, (1_700_000_000, 1_700_000_000))  # same mtime, as after cp -p
+    prod.dyad("produce", path)
+    g2 = json.loads(cons.dyad("--json", "stat", cons.path("g/a")).stdout)["generation"]
+    assert g2 > g1
+    rep = json.loads(cons.dyad("--json", "consume", cons.path("g/a")).stdout.splitlines()[-1])
+    assert rep["action"] == "fetched"
+    assert open(cons.path("g/a"), "rb").read() == b"B" * 5000
+
+
+def test_owner_gone_is_reported_after_its_lease(etcd, two):
+    prod, cons = two[0], two[1]
+    harness.write_file(prod.path("o/a"), 10_000, seed=3)
+    prod.dyad("produce", prod.path("o/a"))
+    prod.kill()
+    t0 = time.monotonic()
+    harness.wait_for(lambda: not etcd_json(etcd, "get", "/dyad/services/node0").get("kvs"), 30,
+                     what="node0's registration to expire with its lease")
+    assert time.monotonic() - t0 < 15  # --lease-ttl 2 (plus etcd's lease checks)
+    p = cons.dyad("consume", cons.path("o/a"), check=False, env_extra={"DYAD_WAIT_TIMEOUT": 5})
+    assert p.returncode != 0
+    assert "node0" in p.stderr and "gone" in p.stderr, p.stderr
+
+
+def test_a_restarted_service_registers_again_and_serves_its_records(etcd, two):
+    prod, cons = two[0], two[1]
+    harness.write_file(prod.path("s/a"), 70_000, seed=5)
+    prod.dyad("produce", prod.path("s/a"))
+    prod.stop()  # a clean stop revokes the lease: the registration goes at once
+    assert not etcd_json(etcd, "get", "/dyad/services/node0").get("kvs")
+    prod.start(["--lease-ttl", "2"])
+    assert prod.status()["rank"] == 0  # keeps its rank
+    cons.dyad("consume", cons.path("s/a"))
+    assert sha(cons.path("s/a")) == sha(prod.path("s/a"))
+
+
+def test_the_write_rules_hold_on_etcd(etcd, two):
+    a, b = two[0], two[1]
+    for n in (a, b):
+        harness.write_file(n.path("same"), 100, seed=n.index)
+    a.dyad("produce", a.path("same"))
+    p = b.dyad("produce", b.path("same"), check=False)
+    assert p.returncode != 0 and "node0" in p.stderr, p.stderr
+    # As a change of the version it consumed, another node may publish it.
+    os.remove(b.path("same"))
+    b.dyad("consume", b.path("same"))
+    with open(b.path("same"), "ab") as f:
+        f.write(b"more")
+    b.dyad("produce", b.path("same"))
+
+
+def test_record_quota_per_namespace(etcd):
+    c = cluster(etcd, nodes=1, args=("--store-max-records-per-namespace", "3"))
+    try:
+        n = c[0]
+        for i in range(3):
+            harness.write_file(n.path(f"q{i}"), 10, seed=i)
+            n.dyad("produce", n.path(f"q{i}"))
+        harness.write_file(n.path("q3"), 10, seed=3)
+        p = n.dyad("produce", n.path("q3"), check=False)
+        assert p.returncode != 0 and "quota" in p.stderr, p.stderr
+        assert n.status()["metadata_store"]["refused_namespace_records"] == 1
+        n.dyad("produce", n.path("q0"))  # replacing a record adds none
+    finally:
+        c.cleanup()
+
+
+def test_listing_pages_through_many_records(etcd, two):
+    prod = two[0]
+    names = [f"many/{i:05d}" for i in range(2500)]
+    for i, name in enumerate(names):
+        harness.write_file(prod.path(name), 1, seed=i)
+    for i in range(0, len(names), 500):
+        prod.dyad("produce", *[prod.path(n) for n in names[i:i + 500]])
+    out = two[1].dyad("--json", "ls", "many/", env_extra={"producer": False}).stdout
+    listed = [json.loads(l) for l in out.splitlines() if l.strip()]  # one object per line
+    assert sorted(e["path"] for e in listed) == names
+
+
+def test_dyadd_says_when_etcd_is_unreachable(tmp_path):
+    port = harness.free_port()
+    p = subprocess.run([harness.DYADD, "--listen", f"127.0.0.1:{harness.free_port()}", "--kvs",
+                        f"etcd://127.0.0.1:{port}", str(tmp_path / "p")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 4, p.stderr
+    assert f"127.0.0.1:{port}" in p.stderr and "etcd" in p.stderr
