@@ -265,6 +265,34 @@ class MemoryBudget {
     std::map<size_t, std::vector<char*>> cache_;
 };
 
+// Buffers of a transport's own pool (MARGO's registered buffers) that each
+// peer holds, against the share of the pool it may hold: the fraction of the
+// budget it may hold (MemoryBudget::per_peer / limit), at least one buffer.
+// Not thread-safe: the pool's lock guards it.
+class PoolShares {
+  public:
+    void set_share(const MemoryBudget* b, size_t pool) {
+        if (b && b->per_peer() && b->limit())
+            per_peer_ = std::max<size_t>(1, static_cast<size_t>(pool * b->per_peer() / b->limit()));
+    }
+    bool full(uint64_t peer) const {
+        auto it = peer && per_peer_ ? out_.find(peer) : out_.end();
+        return it != out_.end() && it->second >= per_peer_;
+    }
+    void take(uint64_t peer) {
+        if (peer) ++out_[peer];
+    }
+    void give(uint64_t peer) {
+        auto it = peer ? out_.find(peer) : out_.end();
+        if (it != out_.end() && --it->second == 0) out_.erase(it);
+    }
+    uint64_t waits = 0;  // acquisitions refused for a peer's share
+
+  private:
+    size_t per_peer_ = 0;  // 0: no cap
+    std::map<uint64_t, size_t> out_;
+};
+
 inline Buffer& Buffer::operator=(Buffer&& o) noexcept {
     if (this != &o) {
         reset();

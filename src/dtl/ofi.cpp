@@ -473,15 +473,13 @@ class ServedProtocol {
     // resumed on the loop when one frees), or an error.
     // The pool grows within the service's memory budget (its first buffer
     // always: a protocol with no buffer could never serve).
-    // One peer (FetchJob::peer) holds at most the share of the pool that it
-    // may hold of the memory budget (MemoryBudget::per_peer / limit), at
-    // least one buffer; beyond it its transfers wait, and a release wakes
-    // the first waiter whose peer is under its share.
+    // A peer (FetchJob::peer) holds at most its share (PoolShares); beyond it
+    // it waits, and a release wakes the first waiter under its share.
     Result<int> acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBudget* budget, uint64_t peer);
     void release(int idx, uint64_t peer);
     uint64_t peer_waits() const {
         std::lock_guard<std::mutex> lk(mu_);
-        return peer_waits_;
+        return shares_.waits;
     }
     char* buffer(int idx) { return bufs_[static_cast<size_t>(idx)].get(); }
     const ofi::Region& region(int idx) const { return regions_[static_cast<size_t>(idx)]; }
@@ -533,15 +531,8 @@ class ServedProtocol {
         std::weak_ptr<OfiTransfer> t;
         uint64_t peer;
     };
-    bool peer_full(uint64_t peer) const {  // under mu_
-        if (!peer || per_peer_ == 0) return false;
-        auto it = peer_out_.find(peer);
-        return it != peer_out_.end() && it->second >= per_peer_;
-    }
     std::deque<Waiter> waiters_;
-    size_t per_peer_ = 0;                            // buffers one peer may hold (0: no cap)
-    std::unordered_map<uint64_t, size_t> peer_out_;  // peer -> buffers it holds
-    uint64_t peer_waits_ = 0;                        // acquisitions refused for a peer's share
+    PoolShares shares_;               // buffers each peer holds, against its share
     MemoryBudget* budget_ = nullptr;  // the service's (loop thread); its bytes we hold
     size_t reserved_ = 0;
     std::atomic<bool> stop_{false};  // set under mu_ (for busy_cv_)
@@ -632,11 +623,9 @@ class OfiTransfer : public ChunkedTransfer {
 Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBudget* budget,
                                     uint64_t peer) {
     std::unique_lock<std::mutex> lk(mu_);
-    if (budget && budget->per_peer() && budget->limit())
-        per_peer_ = std::max<size_t>(
-            1, static_cast<size_t>(kPoolBuffers * budget->per_peer() / budget->limit()));
-    if (peer_full(peer)) {
-        ++peer_waits_;
+    shares_.set_share(budget, kPoolBuffers);
+    if (shares_.full(peer)) {
+        ++shares_.waits;
         waiters_.push_back({std::move(waiter), peer});
         return -1;
     }
@@ -644,7 +633,7 @@ Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBud
         int idx = free_.back();
         free_.pop_back();
         if (out_++ == 0) busy_cv_.notify_all();
-        if (peer) ++peer_out_[peer];
+        shares_.take(peer);
         return idx;
     }
     bool may_grow = bufs_.size() < kPoolBuffers;
@@ -669,7 +658,7 @@ Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBud
         bufs_.push_back(std::move(b));
         regions_.push_back(r.value());
         if (out_++ == 0) busy_cv_.notify_all();
-        if (peer) ++peer_out_[peer];
+        shares_.take(peer);
         return static_cast<int>(bufs_.size() - 1);
     }
     waiters_.push_back({std::move(waiter), peer});
@@ -682,13 +671,12 @@ void ServedProtocol::release(int idx, uint64_t peer) {
         std::lock_guard<std::mutex> lk(mu_);
         free_.push_back(idx);
         --out_;
-        auto it = peer ? peer_out_.find(peer) : peer_out_.end();
-        if (it != peer_out_.end() && --it->second == 0) peer_out_.erase(it);
+        shares_.give(peer);
         // The first waiter whose peer is under its share (gone ones dropped).
         for (auto w = waiters_.begin(); w != waiters_.end() && next.expired();) {
             if (w->t.expired()) {
                 w = waiters_.erase(w);
-            } else if (peer_full(w->peer)) {
+            } else if (shares_.full(w->peer)) {
                 ++w;
             } else {
                 next = w->t;
