@@ -549,6 +549,16 @@ int main(int argc, char** argv) {
             j.value("auth", std::string("none")).c_str(), ctr.value("auth_refused", 0ull),
             ctr.value("refused_unproduced", 0ull), ctr.value("refused_stale", 0ull),
             ctr.value("published", 0ull));
+        if (j.contains("peers")) {
+            auto& pc = j["peers"];
+            std::printf(
+                "caps per peer: refused connections %llu (cap %llu), fetches %llu (cap %llu), "
+                "LOCAL %llu (cap %llu); memory %llu bytes a peer\n",
+                ctr.value("refused_peer_connections", 0ull),
+                pc.value("max_connections_per_peer", 0ull), ctr.value("refused_peer_fetches", 0ull),
+                pc.value("max_fetches_per_peer", 0ull), ctr.value("refused_peer_local", 0ull),
+                pc.value("max_local_per_peer", 0ull), pc.value("memory_per_peer", 0ull));
+        }
         for (auto& [name, p] : ctr["per_transport"].items())
             std::printf("  %-10s requests %llu served %llu errors %llu sent %llu received %llu\n",
                         name.c_str(), p.value("requests", 0ull), p.value("served", 0ull),

@@ -62,7 +62,10 @@ std::string cause_of(const Status& e) {
 // that is not a dyadd, a refusal. `advice` says what to do when nothing
 // answers.
 Status unreachable(const std::string& uri, const Status& e, const std::string& advice) {
-    if (e.rc() == DYAD_RC_NOAUTH) return Status(e).wrap("DYAD service at " + uri);
+    // Refused with the service's reason (no key, too many connections of
+    // this peer): that reason is what to say.
+    if (e.rc() == DYAD_RC_NOAUTH || e.err() == EUSERS)
+        return Status(e).wrap("DYAD service at " + uri);
     if (rpc::Connection::not_dyad(e))
         return Status(DYAD_RC_CONNFAIL,
                       e.message() + ": " + advice +

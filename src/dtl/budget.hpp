@@ -6,6 +6,9 @@
 // another transfer returns one. Waiting endpoints (consumer connections) are
 // served round-robin, and no endpoint holds more than its fair share
 // (per_endpoint), so one greedy or slow consumer cannot starve the others.
+// Endpoints of one peer (a host, or a local process: rpc::Peer::key)
+// together hold at most per_peer (set_per_peer), so opening more
+// connections does not buy a peer more memory.
 //
 // Loop thread only (the service's event loop), except Buffer::data().
 #pragma once
@@ -30,8 +33,8 @@ class MemoryBudget;
 class Buffer {
   public:
     Buffer() = default;
-    Buffer(MemoryBudget* b, uint64_t owner, char* p, size_t n)
-        : budget_(b), owner_(owner), p_(p), n_(n) {}
+    Buffer(MemoryBudget* b, uint64_t owner, uint64_t peer, char* p, size_t n)
+        : budget_(b), owner_(owner), peer_(peer), p_(p), n_(n) {}
     Buffer(Buffer&& o) noexcept { *this = std::move(o); }
     Buffer& operator=(Buffer&& o) noexcept;
     Buffer(const Buffer&) = delete;
@@ -45,6 +48,7 @@ class Buffer {
   private:
     MemoryBudget* budget_ = nullptr;
     uint64_t owner_ = 0;
+    uint64_t peer_ = 0;
     char* p_ = nullptr;
     size_t n_ = 0;
 };
@@ -65,21 +69,29 @@ class MemoryBudget {
     uint64_t limit() const { return limit_; }
     uint64_t in_use() const { return used_; }
     uint64_t peak() const { return peak_; }
+    // Bytes all endpoints of one peer may hold together (0: no cap). A
+    // peer holding nothing may always have one buffer.
+    void set_per_peer(uint64_t n) { per_peer_ = n; }
+    uint64_t per_peer() const { return per_peer_; }
 
-    // A buffer of n bytes for `owner` now, or an empty one when the budget
-    // (or the owner's share) is spent or others are already waiting.
-    Buffer try_get(uint64_t owner, size_t n) {
-        if (!waiting_.empty() || !fits(owner, n)) return {};
-        return take(owner, n);
+    // A buffer of n bytes for `owner` (an endpoint of `peer`; 0: none) now,
+    // or an empty one when the budget (or the owner's or the peer's share)
+    // is spent or others are already waiting.
+    Buffer try_get(uint64_t owner, size_t n, uint64_t peer = 0) {
+        if (!waiting_.empty()) return {};
+        Fit f = fits(owner, peer, n);
+        if (f == Fit::peer_full) ++peer_limited_;
+        if (f != Fit::yes) return {};
+        return take(owner, peer, n);
     }
     // Parks the request: `grant` runs (posted by the caller's resume path,
     // on the loop) with the buffer once there is room. Returns a ticket for
     // cancel().
-    uint64_t wait(uint64_t owner, size_t n, Grant grant) {
+    uint64_t wait(uint64_t owner, size_t n, Grant grant, uint64_t peer = 0) {
         uint64_t t = ++tickets_;
         auto& q = waiting_[owner];
         if (q.empty()) ring_.push_back(owner);
-        q.push_back({t, n, std::move(grant)});
+        q.push_back({t, n, peer, std::move(grant)});
         ++parked_total_;
         serve();
         return t;
@@ -128,6 +140,9 @@ class MemoryBudget {
                 {"reserved", reserved_},
                 {"cached", cached},
                 {"per_endpoint", per_endpoint_},
+                {"per_peer", per_peer_},
+                {"peer_limited_total", peer_limited_},
+                {"peers", peer_held_.size()},
                 {"waiting", waiting},
                 {"parked_total", parked_total_},
                 {"endpoints", held_.size()}};
@@ -138,18 +153,26 @@ class MemoryBudget {
     struct Waiter {
         uint64_t ticket;
         size_t n;
+        uint64_t peer;
         Grant grant;
     };
+    enum class Fit { yes, budget_full, endpoint_full, peer_full };
 
-    bool fits(uint64_t owner, size_t n) const {
-        if (used_ + n > limit_) return false;
+    Fit fits(uint64_t owner, uint64_t peer, size_t n) const {
+        if (used_ + n > limit_) return Fit::budget_full;
+        if (peer && per_peer_) {
+            auto p = peer_held_.find(peer);
+            uint64_t theirs = p == peer_held_.end() ? 0 : p->second;
+            // A peer holding nothing may always have one buffer.
+            if (theirs != 0 && theirs + n > per_peer_) return Fit::peer_full;
+        }
         auto it = held_.find(owner);
         uint64_t mine = it == held_.end() ? 0 : it->second;
         // An endpoint holding nothing may always have one buffer.
-        return mine == 0 || mine + n <= per_endpoint_;
+        return mine == 0 || mine + n <= per_endpoint_ ? Fit::yes : Fit::endpoint_full;
     }
 
-    Buffer take(uint64_t owner, size_t n) {
+    Buffer take(uint64_t owner, uint64_t peer, size_t n) {
         char* p = nullptr;
         auto& list = cache_[n];
         if (!list.empty()) {
@@ -165,12 +188,15 @@ class MemoryBudget {
         used_ += n;
         peak_ = std::max(peak_, used_);
         held_[owner] += n;
-        return Buffer(this, owner, p, n);
+        if (peer) peer_held_[peer] += n;
+        return Buffer(this, owner, peer, p, n);
     }
 
-    void give_back(uint64_t owner, char* p, size_t n) {
+    void give_back(uint64_t owner, uint64_t peer, char* p, size_t n) {
         auto it = held_.find(owner);
         if (it != held_.end() && (it->second -= n) == 0) held_.erase(it);
+        auto pt = peer ? peer_held_.find(peer) : peer_held_.end();
+        if (pt != peer_held_.end() && (pt->second -= n) == 0) peer_held_.erase(pt);
         used_ -= n;
         // Idle buffers are kept for reuse up to a quarter of the limit (and
         // within it); the rest goes back to the system at once.
@@ -194,13 +220,13 @@ class MemoryBudget {
             ring_.pop_front();
             auto& q = waiting_[owner];
             Waiter& w = q.front();
-            if (!fits(owner, w.n)) {
+            if (fits(owner, w.peer, w.n) != Fit::yes) {
                 ring_.push_back(owner);
                 ++misses;
                 continue;
             }
             misses = 0;
-            Buffer b = take(owner, w.n);
+            Buffer b = take(owner, w.peer, w.n);
             if (!b) {  // out of address space: try again on the next release
                 ring_.push_front(owner);
                 break;
@@ -227,6 +253,9 @@ class MemoryBudget {
 
     uint64_t limit_;
     uint64_t per_endpoint_;
+    uint64_t per_peer_ = 0;
+    uint64_t peer_limited_ = 0;               // try_get refused because the peer held its share
+    std::map<uint64_t, uint64_t> peer_held_;  // peer -> bytes in Buffers
     uint64_t used_ = 0, peak_ = 0, reserved_ = 0, cached_ = 0;
     uint64_t tickets_ = 0, parked_total_ = 0;
     bool serving_ = false;
@@ -236,11 +265,40 @@ class MemoryBudget {
     std::map<size_t, std::vector<char*>> cache_;
 };
 
+// Buffers of a transport's own pool (MARGO's registered buffers) that each
+// peer holds, against the share of the pool it may hold: the fraction of the
+// budget it may hold (MemoryBudget::per_peer / limit), at least one buffer.
+// Not thread-safe: the pool's lock guards it.
+class PoolShares {
+  public:
+    void set_share(const MemoryBudget* b, size_t pool) {
+        if (b && b->per_peer() && b->limit())
+            per_peer_ = std::max<size_t>(1, static_cast<size_t>(pool * b->per_peer() / b->limit()));
+    }
+    bool full(uint64_t peer) const {
+        auto it = peer && per_peer_ ? out_.find(peer) : out_.end();
+        return it != out_.end() && it->second >= per_peer_;
+    }
+    void take(uint64_t peer) {
+        if (peer) ++out_[peer];
+    }
+    void give(uint64_t peer) {
+        auto it = peer ? out_.find(peer) : out_.end();
+        if (it != out_.end() && --it->second == 0) out_.erase(it);
+    }
+    uint64_t waits = 0;  // acquisitions refused for a peer's share
+
+  private:
+    size_t per_peer_ = 0;  // 0: no cap
+    std::map<uint64_t, size_t> out_;
+};
+
 inline Buffer& Buffer::operator=(Buffer&& o) noexcept {
     if (this != &o) {
         reset();
         budget_ = std::exchange(o.budget_, nullptr);
         owner_ = o.owner_;
+        peer_ = o.peer_;
         p_ = std::exchange(o.p_, nullptr);
         n_ = std::exchange(o.n_, 0);
     }
@@ -248,7 +306,7 @@ inline Buffer& Buffer::operator=(Buffer&& o) noexcept {
 }
 
 inline void Buffer::reset() {
-    if (p_ && budget_) budget_->give_back(owner_, p_, n_);
+    if (p_ && budget_) budget_->give_back(owner_, peer_, p_, n_);
     p_ = nullptr;
     budget_ = nullptr;
     n_ = 0;

@@ -108,8 +108,8 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             if (!target) return;  // resume() comes when there is room
         } else {
             if (free_.empty() || parked_) return;
-            Buffer b =
-                granted_ ? std::move(granted_) : job_->budget->try_get(job_->endpoint, chunk_);
+            Buffer b = granted_ ? std::move(granted_)
+                                : job_->budget->try_get(job_->endpoint, chunk_, job_->peer);
             if (!b) return park();
             idx = free_.front();
             free_.pop_front();
@@ -190,17 +190,20 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         parked_ = true;
         std::weak_ptr<ChunkedTransfer> weak = shared_from_this();
         asio::io_context* io = &job_->ch->io();
-        ticket_ = job_->budget->wait(job_->endpoint, chunk_, [weak, io](Buffer b) {
-            auto hold = std::make_shared<Buffer>(std::move(b));
-            asio::post(*io, [weak, hold] {
-                auto self = weak.lock();
-                if (!self || self->finished_) return;  // `hold` returns the buffer
-                self->parked_ = false;
-                self->ticket_ = 0;
-                self->granted_ = std::move(*hold);
-                self->pump();
-            });
-        });
+        ticket_ = job_->budget->wait(
+            job_->endpoint, chunk_,
+            [weak, io](Buffer b) {
+                auto hold = std::make_shared<Buffer>(std::move(b));
+                asio::post(*io, [weak, hold] {
+                    auto self = weak.lock();
+                    if (!self || self->finished_) return;  // `hold` returns the buffer
+                    self->parked_ = false;
+                    self->ticket_ = 0;
+                    self->granted_ = std::move(*hold);
+                    self->pump();
+                });
+            },
+            job_->peer);
     }
 
     // A consumer that stops reading must not hold the transfer (and the

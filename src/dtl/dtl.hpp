@@ -87,6 +87,8 @@ struct FetchJob {
     double idle_timeout_s = 60;  // no write progress for this long: abandon, close the connection
     MemoryBudget* budget = nullptr;  // the service's transfer memory (null: the transfer's own)
     uint64_t endpoint = 0;           // the consumer connection, for fairness in the budget
+    uint64_t peer = 0;           // the consumer's peer (host or process), for its share (0: none)
+    std::shared_ptr<void> hold;  // what the service keeps until the job is gone (its caps)
 };
 
 using SendDone = std::function<void(Status st, uint64_t bytes, std::string xxh3_hex)>;

@@ -473,8 +473,14 @@ class ServedProtocol {
     // resumed on the loop when one frees), or an error.
     // The pool grows within the service's memory budget (its first buffer
     // always: a protocol with no buffer could never serve).
-    Result<int> acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBudget* budget);
-    void release(int idx);
+    // A peer (FetchJob::peer) holds at most its share (PoolShares); beyond it
+    // it waits, and a release wakes the first waiter under its share.
+    Result<int> acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBudget* budget, uint64_t peer);
+    void release(int idx, uint64_t peer);
+    uint64_t peer_waits() const {
+        std::lock_guard<std::mutex> lk(mu_);
+        return shares_.waits;
+    }
     char* buffer(int idx) { return bufs_[static_cast<size_t>(idx)].get(); }
     const ofi::Region& region(int idx) const { return regions_[static_cast<size_t>(idx)]; }
     size_t pool_size() const {
@@ -521,7 +527,12 @@ class ServedProtocol {
     std::vector<std::unique_ptr<char[]>> bufs_;
     std::vector<ofi::Region> regions_;
     std::vector<int> free_;
-    std::deque<std::weak_ptr<OfiTransfer>> waiters_;
+    struct Waiter {
+        std::weak_ptr<OfiTransfer> t;
+        uint64_t peer;
+    };
+    std::deque<Waiter> waiters_;
+    PoolShares shares_;               // buffers each peer holds, against its share
     MemoryBudget* budget_ = nullptr;  // the service's (loop thread); its bytes we hold
     size_t reserved_ = 0;
     std::atomic<bool> stop_{false};  // set under mu_ (for busy_cv_)
@@ -538,8 +549,8 @@ class OfiTransfer : public ChunkedTransfer {
     OfiTransfer(std::shared_ptr<FetchJob> job, SendDone done, std::shared_ptr<ServedProtocol> sp)
         : ChunkedTransfer(std::move(job), std::move(done), kOfiChunk, kDepth), sp_(std::move(sp)) {}
     ~OfiTransfer() override {
-        for (int idx : reading_) sp_->release(idx);
-        pending_.drain([this](Pending& p) { sp_->release(p.idx); });
+        for (int idx : reading_) sp_->release(idx, job().peer);
+        pending_.drain([this](Pending& p) { sp_->release(p.idx, job().peer); });
     }
 
     void start_ofi() {
@@ -565,8 +576,8 @@ class OfiTransfer : public ChunkedTransfer {
     char* direct_target(size_t) override {
         if (over_ || reading_.size() + pending_.outstanding() >= static_cast<size_t>(kDepth))
             return nullptr;  // resumed by an acknowledgement
-        auto idx =
-            sp_->acquire(std::static_pointer_cast<OfiTransfer>(shared_from_this()), job().budget);
+        auto idx = sp_->acquire(std::static_pointer_cast<OfiTransfer>(shared_from_this()),
+                                job().budget, job().peer);
         if (!idx) {
             auto self = std::static_pointer_cast<OfiTransfer>(shared_from_this());
             asio::post(job().ch->io(), [self, st = idx.status()] { self->abort(st); });
@@ -588,7 +599,7 @@ class OfiTransfer : public ChunkedTransfer {
         over_ = true;
         // Announced buffers go back (the consumer has failed or is gone);
         // a buffer still being read from the file goes back in the destructor.
-        pending_.drain([this](Pending& p) { sp_->release(p.idx); });
+        pending_.drain([this](Pending& p) { sp_->release(p.idx, job().peer); });
     }
 
   private:
@@ -599,7 +610,7 @@ class OfiTransfer : public ChunkedTransfer {
     void on_ack(const nlohmann::json& m) {
         auto p = pending_.ack(m);
         if (!p) return;
-        sp_->release(p->idx);
+        sp_->release(p->idx, job().peer);
         p->done(true);
     }
 
@@ -609,12 +620,20 @@ class OfiTransfer : public ChunkedTransfer {
     bool over_ = false;
 };
 
-Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBudget* budget) {
+Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBudget* budget,
+                                    uint64_t peer) {
     std::unique_lock<std::mutex> lk(mu_);
+    shares_.set_share(budget, kPoolBuffers);
+    if (shares_.full(peer)) {
+        ++shares_.waits;
+        waiters_.push_back({std::move(waiter), peer});
+        return -1;
+    }
     if (!free_.empty()) {
         int idx = free_.back();
         free_.pop_back();
         if (out_++ == 0) busy_cv_.notify_all();
+        shares_.take(peer);
         return idx;
     }
     bool may_grow = bufs_.size() < kPoolBuffers;
@@ -639,21 +658,31 @@ Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBud
         bufs_.push_back(std::move(b));
         regions_.push_back(r.value());
         if (out_++ == 0) busy_cv_.notify_all();
+        shares_.take(peer);
         return static_cast<int>(bufs_.size() - 1);
     }
-    waiters_.push_back(std::move(waiter));
+    waiters_.push_back({std::move(waiter), peer});
     return -1;
 }
 
-void ServedProtocol::release(int idx) {
+void ServedProtocol::release(int idx, uint64_t peer) {
     std::weak_ptr<OfiTransfer> next;
     {
         std::lock_guard<std::mutex> lk(mu_);
         free_.push_back(idx);
         --out_;
-        while (!waiters_.empty() && next.expired()) {
-            next = waiters_.front();
-            waiters_.pop_front();
+        shares_.give(peer);
+        // The first waiter whose peer is under its share (gone ones dropped).
+        for (auto w = waiters_.begin(); w != waiters_.end() && next.expired();) {
+            if (w->t.expired()) {
+                w = waiters_.erase(w);
+            } else if (shares_.full(w->peer)) {
+                ++w;
+            } else {
+                next = w->t;
+                waiters_.erase(w);
+                break;
+            }
         }
     }
     if (!next.expired())
@@ -669,7 +698,9 @@ class OfiSender : public Sender {
     nlohmann::json stats() const override {
         nlohmann::json served = nlohmann::json::object();
         for (const auto& [k, sp] : *served_)
-            served[k] = {{"provider", sp->protocol().provider}, {"pool_buffers", sp->pool_size()}};
+            served[k] = {{"provider", sp->protocol().provider},
+                         {"pool_buffers", sp->pool_size()},
+                         {"peer_waits", sp->peer_waits()}};
         return {{"protocols", served}, {"pool_limit_bytes", kPoolBuffers * kOfiChunk}};
     }
 

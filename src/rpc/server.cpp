@@ -2,6 +2,8 @@
 // The rpc server: listeners, sessions, dispatch by topic.
 #include "session.hpp"
 
+#include <sys/epoll.h>
+
 namespace dyad::rpc {
 
 Server::Server(asio::io_context& io, nlohmann::json hello_info)
@@ -112,12 +114,82 @@ void Server::start_session(asio::generic::stream_protocol::socket sock) {
         return;  // the socket closes here
     }
     auto s = std::make_shared<Session>(*this, io_, std::move(sock));
+    const std::string& who = s->peer().key;
+    size_t& mine = peer_connections_[who];
+    if (max_per_peer_ > 0 && mine >= max_per_peer_) {
+        ++refused_peer_connections_;
+        if (mine == 0) peer_connections_.erase(who);
+        s->refuse_at_hello("too many connections from " + who + ": it has " +
+                           std::to_string(max_per_peer_) +
+                           " open to this service, the most one peer may have (dyadd "
+                           "--max-connections-per-peer); close some (idle ones are closed after "
+                           "dyadd --idle-timeout) or start dyadd with a larger cap");
+    } else {
+        ++mine;
+    }
     sessions_[s.get()] = s;
     s->start();
 }
 
 void Server::forget(Session* s) {
-    sessions_.erase(s);
+    if (sessions_.erase(s) == 0 || !s->counted()) return;
+    auto it = peer_connections_.find(s->peer().key);
+    if (it != peer_connections_.end() && --it->second == 0) peer_connections_.erase(it);
+}
+
+size_t Server::busiest_peer_connections() const {
+    size_t most = 0;
+    for (const auto& [who, n] : peer_connections_) most = std::max(most, n);
+    return most;
+}
+
+// One epoll set for the sockets of paused sessions, watched for EPOLLRDHUP
+// only (EPOLLHUP and EPOLLERR come anyway): readable data does not wake it,
+// so a paused session costs nothing until its peer hangs up.
+void Server::watch_hangup(Session* s, int fd) {
+    if (stopped_ || fd < 0) return;
+    if (!hangups_) {
+        int ep = ::epoll_create1(EPOLL_CLOEXEC);
+        if (ep < 0) {
+            DYAD_WARN("rpc",
+                      "epoll_create1: %s: a paused connection whose peer hangs up is "
+                      "noticed only at its requests' deadlines",
+                      std::strerror(errno));
+            return;
+        }
+        hangups_ = std::make_unique<asio::posix::stream_descriptor>(io_, ep);
+        arm_hangups();
+    }
+    struct epoll_event ev {};
+    ev.events = EPOLLRDHUP;
+    ev.data.fd = fd;
+    if (::epoll_ctl(hangups_->native_handle(), EPOLL_CTL_ADD, fd, &ev) == 0) hangup_fds_[fd] = s;
+}
+
+void Server::unwatch_hangup(int fd) {
+    auto it = hangup_fds_.find(fd);
+    if (it == hangup_fds_.end()) return;
+    hangup_fds_.erase(it);
+    if (hangups_) ::epoll_ctl(hangups_->native_handle(), EPOLL_CTL_DEL, fd, nullptr);
+}
+
+void Server::arm_hangups() {
+    hangups_->async_wait(asio::posix::descriptor_base::wait_read, [this](asio::error_code ec) {
+        if (ec || stopped_ || !hangups_) return;
+        struct epoll_event evs[64];
+        int n = ::epoll_wait(hangups_->native_handle(), evs, 64, 0);
+        for (int i = 0; i < n; ++i) {
+            auto it = hangup_fds_.find(evs[i].data.fd);
+            if (it == hangup_fds_.end()) continue;
+            auto w = sessions_.find(it->second);
+            auto s = w == sessions_.end() ? nullptr : w->second.lock();
+            if (s)
+                s->peer_hung_up();  // unwatches it
+            else
+                unwatch_hangup(evs[i].data.fd);
+        }
+        arm_hangups();
+    });
 }
 
 void Server::dispatch(std::shared_ptr<Request> r) {
@@ -160,6 +232,9 @@ void Server::stop() {
     for (auto& [p, w] : sessions)
         if (auto s = w.lock()) s->close();
     sessions_.clear();
+    peer_connections_.clear();
+    hangup_fds_.clear();
+    if (hangups_) hangups_->close(ec);
 }
 
 }  // namespace dyad::rpc

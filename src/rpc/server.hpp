@@ -45,6 +45,11 @@ struct Peer {
     int64_t pid = 0;
     int64_t uid = -1;     // Unix socket peers (SO_PEERCRED); -1 over TCP
     std::string address;  // "IP:PORT" over TCP, "unix" over a Unix socket (for logs)
+    // Who the per-peer caps count (docs/security.md, "Caps per peer"): what
+    // the kernel says of the other end, never what the peer claims. Over TCP
+    // its host ("host 10.0.0.5"); on the Unix socket its process ("pid 4242
+    // (uid 1000)", SO_PEERCRED at connect).
+    std::string key;
 };
 
 // How a request ended, for a RequestObserver.
@@ -183,6 +188,15 @@ class Server {
     const std::shared_ptr<RequestObserver>& observer() const { return observer_; }
     // Connections closed at once because kMaxSessions were open.
     uint64_t connections_refused() const { return connections_refused_; }
+    // At most `n` connections per peer (Peer::key; 0: no cap). One more is
+    // answered with an error frame (EUSERS) at its first frame and closed.
+    void set_max_connections_per_peer(size_t n) { max_per_peer_ = n; }
+    size_t max_connections_per_peer() const { return max_per_peer_; }
+    // Connections refused because their peer had max_connections_per_peer.
+    uint64_t refused_peer_connections() const { return refused_peer_connections_; }
+    // Peers with at least one open connection, and their most connections.
+    size_t peer_count() const { return peer_connections_.size(); }
+    size_t busiest_peer_connections() const;
     // Connections closed after `t` without a request in flight and without
     // traffic, once past the hello (zero: never; dyadd --idle-timeout).
     void set_idle_timeout(std::chrono::milliseconds t) { idle_timeout_ = t; }
@@ -196,6 +210,11 @@ class Server {
     void dispatch(std::shared_ptr<Request> r);
     const nlohmann::json& hello_info() const { return hello_info_; }
     void forget(Session* s);
+    // A paused session (it reads nothing until its answers drain) is told
+    // when its peer hangs up (EPOLLRDHUP), so that what it holds is let go
+    // at once rather than at its requests' deadlines.
+    void watch_hangup(Session* s, int fd);
+    void unwatch_hangup(int fd);
 
     size_t session_count() const { return sessions_.size(); }
 
@@ -203,6 +222,7 @@ class Server {
     void accept_tcp();
     void accept_unix();
     void start_session(asio::generic::stream_protocol::socket sock);
+    void arm_hangups();
 
     asio::io_context& io_;
     nlohmann::json hello_info_;
@@ -217,6 +237,11 @@ class Server {
     std::string unix_path_;
     std::unordered_map<std::string, Handler> handlers_;
     std::unordered_map<Session*, std::weak_ptr<Session>> sessions_;
+    size_t max_per_peer_ = 512;
+    uint64_t refused_peer_connections_ = 0;
+    std::unordered_map<std::string, size_t> peer_connections_;  // by Peer::key
+    std::unique_ptr<asio::posix::stream_descriptor> hangups_;   // an epoll fd
+    std::unordered_map<int, Session*> hangup_fds_;
     asio::steady_timer retry_tcp_;
     asio::steady_timer retry_unix_;
     bool stopped_ = false;

@@ -41,7 +41,31 @@ class Session : public std::enable_shared_from_this<Session> {
         socklen_t len = sizeof ss;
         unix_ = ::getsockname(sock_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len) == 0 &&
                 ss.ss_family == AF_UNIX;
-        peer_.address = unix_ ? std::string("unix") : remote_address();
+        std::string host;
+        peer_.address = unix_ ? std::string("unix") : remote_address(&host);
+        if (unix_) {
+            struct ucred cred {};
+            socklen_t cl = sizeof cred;
+            if (::getsockopt(sock_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+                peer_.key =
+                    "pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")";
+            else
+                peer_.key = "an unknown local process";
+        } else {
+            peer_.key = "host " + (host.empty() ? std::string("(unknown)") : host);
+        }
+    }
+
+    // Set by the server before start() when the peer already has as many
+    // connections as it may: the first frame is answered with `msg`, then
+    // the connection closes.
+    void refuse_at_hello(std::string msg) { over_cap_ = std::move(msg); }
+    bool counted() const { return over_cap_.empty(); }
+    // Called by the server's hangup watch: the peer of a paused session is gone.
+    void peer_hung_up() {
+        DYAD_DEBUG("rpc", "connection %llu (%s): the peer hung up while it was not read",
+                   static_cast<unsigned long long>(id_), peer_.key.c_str());
+        close();
     }
 
     uint64_t id() const { return id_; }
@@ -127,6 +151,9 @@ class Session : public std::enable_shared_from_this<Session> {
     void close() {
         if (closed_) return;
         closed_ = true;
+        auto self = std::move(keep_alive_);  // alive to the end of close()
+        if (paused_) server_.unwatch_hangup(sock_.native_handle());
+        paused_ = false;
         asio::error_code ec;
         sock_.shutdown(asio::socket_base::shutdown_both, ec);
         sock_.close(ec);
@@ -153,8 +180,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
   private:
-    // "IP:PORT" of the peer ("[IPv6]:PORT"), "" when unknown.
-    std::string remote_address() {
+    // "IP:PORT" of the peer ("[IPv6]:PORT"), "" when unknown; its IP in *host.
+    std::string remote_address(std::string* host) {
         sockaddr_storage ss{};
         socklen_t len = sizeof ss;
         if (::getpeername(sock_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
@@ -163,11 +190,13 @@ class Session : public std::enable_shared_from_this<Session> {
         if (ss.ss_family == AF_INET) {
             auto* in = reinterpret_cast<sockaddr_in*>(&ss);
             ::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
+            *host = buf;
             return std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
         }
         if (ss.ss_family == AF_INET6) {
             auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
             ::inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf);
+            *host = buf;
             return "[" + std::string(buf) + "]:" + std::to_string(ntohs(in6->sin6_port));
         }
         return "";
@@ -220,6 +249,11 @@ class Session : public std::enable_shared_from_this<Session> {
             if (!self->handle_frame()) return;
             if (self->overloaded()) {
                 self->paused_ = true;  // resume when answers drain
+                // No read is pending to keep the session alive meanwhile:
+                // it keeps itself until it resumes or closes (else it would
+                // go with its requests still in flight, never cancelled).
+                self->keep_alive_ = self;
+                self->server_.watch_hangup(self.get(), self->sock_.native_handle());
                 return;
             }
             self->read_header();
@@ -233,7 +267,9 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     void maybe_resume() {
         if (paused_ && !closed_ && !overloaded()) {
+            auto self = std::move(keep_alive_);
             paused_ = false;
+            server_.unwatch_hangup(sock_.native_handle());
             read_header();
         }
     }
@@ -255,6 +291,18 @@ class Session : public std::enable_shared_from_this<Session> {
         meta_.shrink_to_fit();
         if (meta.is_discarded()) {
             protocol_error(h_.tag, "malformed JSON in frame");
+            return false;
+        }
+        if (!hello_done_ && !over_cap_.empty()) {
+            // (Counted by the server when it refused the connection.)
+            DYAD_WARN("rpc", "refused a connection of %s: %s", peer_.key.c_str(),
+                      over_cap_.c_str());
+            Header e;
+            e.type = Type::error;
+            e.errnum = EUSERS;
+            nlohmann::json m = {{"msg", over_cap_}, {"rc", static_cast<int>(DYAD_RC_CONNFAIL)}};
+            auto self = shared_from_this();
+            send(e, m.dump(), {}, [self](bool) { self->close(); });
             return false;
         }
         if (!hello_done_) return handle_hello(meta);
@@ -570,7 +618,9 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string client_nonce_, service_nonce_;
     bool closed_ = false;
     bool writing_ = false;
-    bool unix_ = false;  // a Unix socket: descriptors can pass
+    bool unix_ = false;                    // a Unix socket: descriptors can pass
+    std::string over_cap_;                 // non-empty: refused (its peer has too many connections)
+    std::shared_ptr<Session> keep_alive_;  // itself, while paused
     Peer peer_;
     std::deque<Out> q_;
     std::unordered_map<uint32_t, std::shared_ptr<Request>> active_;

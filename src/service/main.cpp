@@ -143,6 +143,23 @@ int main(int argc, char** argv) {
                    "traffic before the service closes it (0: never)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
+    app.add_option("--max-connections-per-peer", o.max_connections_per_peer,
+                   "connections one peer (a host; on the Unix socket, a process) may have open; "
+                   "one more is refused with an error (0: no cap)")
+        ->capture_default_str();
+    app.add_option("--max-fetches-per-peer", o.max_fetches_per_peer,
+                   "fetches one peer may have in progress; one more is refused with EBUSY (0: no "
+                   "cap)")
+        ->capture_default_str();
+    app.add_option("--max-local-per-peer", o.max_local_per_peer,
+                   "LOCAL fetches one peer may have holding an open file of the producer "
+                   "directory; one more is refused with EBUSY (0: no cap)")
+        ->capture_default_str();
+    std::string memory_per_peer;
+    app.add_option("--memory-per-peer", memory_per_peer,
+                   "transfer memory the consumers of one peer may hold together while others "
+                   "wait, e.g. 64M (default: a quarter of --memory); also its share of the "
+                   "MARGO pool");
     app.add_option("--auth-key", o.auth_key,
                    "the job's key file (dyad keygen FILE): peers must prove they hold it "
                    "(default: $DYAD_AUTH_KEY_FILE)");
@@ -211,7 +228,9 @@ int main(int argc, char** argv) {
         return true;
     };
     if (!size_option("--store-max", store_max, &o.store_max) ||
-        !size_option("--store-max-bytes-per-namespace", store_ns_bytes, &o.store_max_bytes_per_ns))
+        !size_option("--store-max-bytes-per-namespace", store_ns_bytes,
+                     &o.store_max_bytes_per_ns) ||
+        !size_option("--memory-per-peer", memory_per_peer, &o.memory_per_peer))
         return kUsage;
     if (settings::lookup("DYAD_NODE_RANK").set()) {
         auto r = settings::count("DYAD_NODE_RANK", 0, UINT32_MAX - 1);

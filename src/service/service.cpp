@@ -116,6 +116,15 @@ Status Service::start() {
                       "16M: one transfer needs up to 16 MiB",
                       EINVAL);
     budget_ = std::make_unique<dtl::MemoryBudget>(opts_.memory);
+    uint64_t per_peer = opts_.memory_per_peer ? opts_.memory_per_peer : opts_.memory / 4;
+    if (per_peer < (4ull << 20) || per_peer > opts_.memory)
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      "--memory-per-peer must be between 4M (one chunk) and --memory (" +
+                          std::to_string(opts_.memory) + " bytes)",
+                      EINVAL);
+    budget_->set_per_peer(per_peer);
+    caps_ = std::make_shared<PeerCaps>(
+        PeerCaps::Limits{opts_.max_fetches_per_peer, opts_.max_local_per_peer});
     auto mode = dtl::canonical_mode(opts_.mode);
     if (!mode) return mode.status();
     for (const auto& t : opts_.transports) {
@@ -159,6 +168,7 @@ Status Service::start() {
     server_->set_observer(metrics_);
     server_->set_idle_timeout(
         std::chrono::milliseconds(static_cast<int64_t>(opts_.idle_timeout * 1000.0)));
+    server_->set_max_connections_per_peer(static_cast<size_t>(opts_.max_connections_per_peer));
     if (!opts_.listen.empty()) {
         std::string host;
         uint16_t port = 0;
@@ -383,9 +393,14 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
     auto upath = normalize_upath(raw);
     if (!upath) return fail(r, transport, upath.status());
     per_transport_[transport].requests++;
+    // One peer's fetches (and LOCAL descriptors) are capped: what it holds
+    // is let go when the fetch's job is.
+    const std::string& peer = r->peer().key;
+    auto slot = caps_->take(peer, transport == "LOCAL", id_);
+    if (!slot) return fail(r, transport, slot.status());
 
     // Open, check and lock on a file thread: never block the loop on disk.
-    asio::post(file_pool_, [this, r, transport, up = upath.value()] {
+    asio::post(file_pool_, [this, r, transport, up = upath.value(), hold = slot.value()] {
         if (r->finished()) return;  // consumer gone before we started
         auto job = std::make_shared<dtl::FetchJob>();
         job->ch = std::make_shared<RequestChannel>(r);
@@ -396,6 +411,8 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
         job->idle_timeout_s = opts_.send_timeout;
         job->budget = budget_.get();
         job->endpoint = r->session_id();
+        job->peer = std::hash<std::string>{}(r->peer().key) | 1;  // never 0
+        job->hold = hold;
         auto fd = open_served_file(up);
         Status st = fd ? Status::ok() : fd.status();
         if (fd) job->fd = std::move(fd.value());
@@ -752,21 +769,34 @@ nlohmann::json Service::status_json() const {
             if (extra.is_object() && !extra.empty()) per[name]["transport"] = extra;
         }
     }
-    j["counters"] = {{"requests", metrics_->kind(Kind::fetch).requests},
-                     {"served", total_.served},
-                     {"errors", total_.errors},
-                     {"bytes_sent", total_.bytes_sent},
-                     {"bytes_received", total_.bytes_received},
-                     {"rejected", rejected_},
-                     {"published", published_count_.load()},
-                     {"refused_unproduced", refused_unproduced_.load()},
-                     {"refused_stale", refused_stale_.load()},
-                     {"auth_refused", server_ ? server_->auth_refused() : 0},
-                     {"idle_closed", server_ ? server_->idle_closed() : 0},
-                     {"in_flight", total_.in_flight},
-                     {"per_transport", per},
-                     {"per_kind", metrics_->to_json()}};
+    j["counters"] = {
+        {"requests", metrics_->kind(Kind::fetch).requests},
+        {"served", total_.served},
+        {"errors", total_.errors},
+        {"bytes_sent", total_.bytes_sent},
+        {"bytes_received", total_.bytes_received},
+        {"rejected", rejected_},
+        {"published", published_count_.load()},
+        {"refused_unproduced", refused_unproduced_.load()},
+        {"refused_stale", refused_stale_.load()},
+        {"auth_refused", server_ ? server_->auth_refused() : 0},
+        {"idle_closed", server_ ? server_->idle_closed() : 0},
+        {"refused_peer_connections", server_ ? server_->refused_peer_connections() : 0},
+        {"refused_peer_fetches", caps_ ? caps_->refused_fetches() : 0},
+        {"refused_peer_local", caps_ ? caps_->refused_local() : 0},
+        {"in_flight", total_.in_flight},
+        {"per_transport", per},
+        {"per_kind", metrics_->to_json()}};
     j["connections"] = server_ ? server_->session_count() : 0;
+    // The caps per peer (docs/security.md) and how close to them peers are.
+    nlohmann::json peers = caps_ ? caps_->stats() : nlohmann::json::object();
+    peers["with_connections"] = server_ ? server_->peer_count() : 0;
+    peers["busiest_peer_connections"] = server_ ? server_->busiest_peer_connections() : 0;
+    peers["max_connections_per_peer"] = opts_.max_connections_per_peer;
+    peers["max_fetches_per_peer"] = opts_.max_fetches_per_peer;
+    peers["max_local_per_peer"] = opts_.max_local_per_peer;
+    peers["memory_per_peer"] = budget_ ? budget_->per_peer() : 0;
+    j["peers"] = peers;
     if (budget_) j["memory"] = budget_->stats();
     j["uptime_s"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -909,6 +939,14 @@ std::string Service::metrics_text() const {
     t.counter("dyad_connections_idle_closed_total",
               "connections closed because they stayed idle for --idle-timeout",
               server_ ? server_->idle_closed() : 0);
+    t.family("dyad_peer_refused_total", "counter",
+             "requests refused because their peer (host, or local process) was at a cap, by cap: "
+             "connections (--max-connections-per-peer), fetches (--max-fetches-per-peer), local "
+             "(--max-local-per-peer)");
+    t.sample("dyad_peer_refused_total", {{"cap", "connections"}},
+             server_ ? server_->refused_peer_connections() : 0);
+    t.sample("dyad_peer_refused_total", {{"cap", "fetches"}}, caps_ ? caps_->refused_fetches() : 0);
+    t.sample("dyad_peer_refused_total", {{"cap", "local"}}, caps_ ? caps_->refused_local() : 0);
 
     if (budget_) {
         auto m = budget_->stats();
@@ -925,6 +963,10 @@ std::string Service::metrics_text() const {
                 m.value("waiting", 0.0));
         t.counter("dyad_memory_parked_total", "times a transfer was parked for memory",
                   m.value("parked_total", uint64_t{0}));
+        t.counter("dyad_memory_peer_limited_total",
+                  "times a transfer found its peer holding its share of the budget "
+                  "(--memory-per-peer)",
+                  m.value("peer_limited_total", uint64_t{0}));
     }
 
     bool embedded = static_cast<bool>(store_);

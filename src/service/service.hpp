@@ -29,6 +29,7 @@
 #include "kvs/record.hpp"
 #include "kvs/store.hpp"
 #include "metrics.hpp"
+#include "peer_caps.hpp"
 #include "rpc/server.hpp"
 
 namespace dyad::service {
@@ -67,6 +68,13 @@ struct Options {
     uint64_t store_max_bytes_per_ns = 0;
     // Seconds an authenticated connection may stay idle (--idle-timeout; 0: never).
     double idle_timeout = 120;
+    // Caps per peer (docs/security.md, "Caps per peer"; 0: none):
+    // connections, fetches in progress, LOCAL fetches holding an open file,
+    // and bytes of the memory budget (0: a quarter of it).
+    uint64_t max_connections_per_peer = 512;
+    uint64_t max_fetches_per_peer = 1024;
+    uint64_t max_local_per_peer = 256;
+    uint64_t memory_per_peer = 0;
     // This node's rank (--rank, DYAD_NODE_RANK, the resource manager's node
     // rank); unset: the store assigns one in registration order.
     std::optional<uint32_t> rank;
@@ -164,6 +172,7 @@ class Service {
     // Before the loop and the pool: handlers still queued there when the
     // service is destroyed may hold buffers, which return to the budget.
     std::unique_ptr<dtl::MemoryBudget> budget_;
+    std::shared_ptr<PeerCaps> caps_;
     std::string id_;
     std::optional<uint32_t> rank_;  // known once registered
     std::string rank_source_;

@@ -203,6 +203,46 @@ TEST(Budget, ReservationsCountAndAnEndpointAlwaysGetsOne) {
     EXPECT_FALSE(b.try_get(3, 1));
 }
 
+TEST(Budget, APeerHoldsAtMostItsShareWhateverItsConnections) {
+    MemoryBudget b(64u << 20);  // per endpoint: 8 MiB
+    b.set_per_peer(16u << 20);
+    const size_t mb4 = 4u << 20;
+    const uint64_t greedy = 7, other = 9;
+    std::vector<Buffer> held;
+    // Peer 7 opens many connections (endpoints 1..): four buffers, then no more.
+    for (uint64_t ep = 1; ep <= 4; ++ep) {
+        Buffer x = b.try_get(ep, mb4, greedy);
+        ASSERT_TRUE(x) << ep;
+        held.push_back(std::move(x));
+    }
+    EXPECT_FALSE(b.try_get(5, mb4, greedy));
+    EXPECT_EQ(b.stats()["peer_limited_total"], 1);
+    // Its waiter does not block the others' grants.
+    std::vector<uint64_t> granted;
+    std::vector<Buffer> got;
+    b.wait(
+        6, mb4,
+        [&](Buffer x) {
+            granted.push_back(6);
+            got.push_back(std::move(x));
+        },
+        greedy);
+    b.wait(
+        10, mb4,
+        [&](Buffer x) {
+            granted.push_back(10);
+            got.push_back(std::move(x));
+        },
+        other);
+    EXPECT_EQ((std::vector<uint64_t>{10}), granted);
+    // One of its own comes back: its waiter gets it.
+    held.pop_back();
+    EXPECT_EQ((std::vector<uint64_t>{10, 6}), granted);
+    // Another peer holding nothing may always have one buffer (here 12 MiB).
+    Buffer big = b.try_get(11, 12u << 20, 13);
+    EXPECT_TRUE(big);
+}
+
 TEST(Config, SizesParse) {
     EXPECT_EQ(parse_size("X", "256M").value(), 256ull << 20);
     EXPECT_EQ(parse_size("X", "1g").value(), 1ull << 30);

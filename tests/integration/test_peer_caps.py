@@ -1,0 +1,201 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Caps per peer (docs/security.md, "Caps per peer"): a peer that takes all
+it can and gives nothing back (tests/integration/attacker.py, a process of
+its own, from another address than the consumers') gets a clear error at its
+cap, is counted, and a legitimate consumer beside it is still served. The
+starvation cases of issue 15: connections, LOCAL descriptors, the memory
+budget, the MARGO pool.
+
+Deadlines: a legitimate consume must finish within CONSUME_DEADLINE (a
+transfer that waited for the attacker's resources would take --send-timeout,
+set far above it); what a disconnected peer held is let go within
+RELEASE_DEADLINE (documented as "at once")."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import harness
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ATTACKER_HOST = "127.0.0.66"  # another host, as far as dyadd can tell
+CONSUME_DEADLINE = 30
+RELEASE_DEADLINE = 10
+SEND_TIMEOUT = "300"  # what the attacker's transfers would hold without the caps
+
+
+class Attacker:
+    def __init__(self, node, mode, n, upath="", unix=False, source=ATTACKER_HOST, env=None):
+        args = [sys.executable, os.path.join(HERE, "attacker.py"), mode, "-n", str(n), "--upath", upath,
+                "--host", node.host, "--port", str(node.port)]
+        if node.key:
+            args += ["--key", node.key]
+        if unix:
+            args += ["--unix", node.socket]
+        elif source:
+            args += ["--source", source]
+        self.p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=dict(os.environ, **(env or {})))
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError(f"attacker failed: {self.p.stderr.read()}")
+        self.result = json.loads(line)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+
+
+def fd_count(node):
+    return len(os.listdir(f"/proc/{node.proc.pid}/fd"))
+
+
+def consume(node, path, **env):
+    p = node.dyad("consume", path, check=False, timeout=CONSUME_DEADLINE,
+                  env_extra=dict({"DYAD_WAIT_TIMEOUT": 20}, **env))
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+def produce(node, name, size, sparse=False):
+    path = node.path(name)
+    if sparse:
+        with open(path, "wb") as f:
+            f.truncate(size)
+    else:
+        harness.write_file(path, size)
+    node.dyad("produce", path)
+    return path
+
+
+@pytest.fixture
+def one_node(request):
+    """One service (and its store) started with the test's options."""
+    c = harness.Cluster(nodes=2, start=False)
+    try:
+        c[0].start(getattr(request, "param", []) + ["--send-timeout", SEND_TIMEOUT])
+        c[1].start(["--send-timeout", SEND_TIMEOUT])
+    except Exception:
+        c.cleanup()
+        raise
+    yield c
+    c.cleanup()
+
+
+@pytest.mark.parametrize("one_node", [["--max-connections-per-peer", "8"]], indirect=True)
+def test_connections_beyond_the_cap_are_refused_and_others_still_connect(one_node):
+    prod, cons = one_node[0], one_node[1]
+    produce(prod, "c.bin", 1 << 20)
+    a = Attacker(prod, "connections", 12)
+    try:
+        assert a.result["held"] == 8, a.result
+        assert len(a.result["refused"]) == 4
+        msg = a.result["refused"][0]
+        assert f"too many connections from host {ATTACKER_HOST}" in msg, msg
+        assert "--max-connections-per-peer" in msg, msg
+        consume(cons, cons.path("c.bin"))  # another host: served
+        st = prod.status()
+        assert st["counters"]["refused_peer_connections"] == 4, st["counters"]
+        assert st["peers"]["busiest_peer_connections"] == 8, st["peers"]
+    finally:
+        a.stop()
+    # Gone: its connections are no longer counted.
+    prod.wait_status(lambda s: s["peers"]["busiest_peer_connections"] < 8, "the attacker's connections closed",
+                     timeout=RELEASE_DEADLINE)
+
+
+@pytest.mark.parametrize("one_node", [["--max-local-per-peer", "16"]], indirect=True)
+def test_local_descriptors_are_capped_per_process_and_let_go_on_disconnect(one_node):
+    prod = one_node[0]
+    produce(prod, "l.bin", 1 << 20)
+    base = fd_count(prod)
+    a = Attacker(prod, "local", 40, upath="l.bin", unix=True)
+    try:
+        assert a.result["held"] == 16, a.result
+        assert len(a.result["refused"]) == 24
+        msg = a.result["refused"][0]
+        assert "--max-local-per-peer" in msg and "LOCAL fetches holding an open file" in msg, msg
+        assert f"pid {a.p.pid}" in msg, msg
+        # A consumer process on the same node is another peer: served by LOCAL.
+        view = harness.NodeView(prod, os.path.join(one_node.root, "view"))
+        p = consume(view, view.path("l.bin"), DYAD_DTL_MODE="LOCAL")
+        assert os.path.getsize(view.path("l.bin")) == 1 << 20, p.stderr
+        st = prod.status()
+        assert st["counters"]["refused_peer_local"] == 24, st["counters"]
+        assert fd_count(prod) >= base + 16
+    finally:
+        a.stop()
+    harness.wait_for(lambda: fd_count(prod) <= base + 1, timeout=RELEASE_DEADLINE,
+                     what="the attacker's descriptors released")
+
+
+@pytest.mark.parametrize("one_node", [["--max-fetches-per-peer", "4"]], indirect=True)
+def test_fetches_in_progress_are_capped_per_peer(one_node):
+    prod = one_node[0]
+    produce(prod, "f.bin", 4096)
+    a = Attacker(prod, "local", 10, upath="f.bin", unix=True)
+    try:
+        assert a.result["held"] == 4, a.result
+        msg = a.result["refused"][0]
+        assert "4 fetches in progress" in msg and "--max-fetches-per-peer" in msg, msg
+        view = harness.NodeView(prod, os.path.join(one_node.root, "view"))
+        consume(view, view.path("f.bin"))  # another process: served
+        assert prod.status()["counters"]["refused_peer_fetches"] == 6
+    finally:
+        a.stop()
+
+
+@pytest.mark.parametrize("one_node", [["--max-local-per-peer", "300"]], indirect=True)
+def test_a_paused_connection_lets_go_when_its_peer_hangs_up(one_node):
+    """260 unconfirmed fetches on one connection: the service stops reading
+    it (256 in progress); a hang-up is still seen at once, not at the
+    fetches' deadline (--send-timeout 300)."""
+    prod = one_node[0]
+    produce(prod, "p.bin", 4096)
+    base = fd_count(prod)
+    a = Attacker(prod, "local", 256, upath="p.bin", unix=True)
+    try:
+        assert a.result["held"] == 256, a.result
+        assert fd_count(prod) >= base + 256
+    finally:
+        a.stop()
+    harness.wait_for(lambda: fd_count(prod) <= base + 1, timeout=RELEASE_DEADLINE,
+                     what="the paused connection's descriptors released")
+
+
+@pytest.mark.parametrize("one_node", [["--memory", "64M"]], indirect=True)
+def test_a_peer_that_never_reads_holds_at_most_its_share_of_the_budget(one_node):
+    prod, cons = one_node[0], one_node[1]
+    produce(prod, "big.bin", 1 << 30, sparse=True)
+    produce(prod, "ten.bin", 10 << 20)
+    a = Attacker(prod, "stream", 40, upath="big.bin")
+    try:
+        # Its transfers have taken what they may (16 MiB: a quarter of 64M).
+        st = prod.wait_status(lambda s: s["memory"]["in_use"] >= 16 << 20, "the attacker holding memory")
+        consume(cons, cons.path("ten.bin"), DYAD_DTL_MODE="FLUX_RPC")
+        assert os.path.getsize(cons.path("ten.bin")) == 10 << 20
+        st = prod.status()["memory"]
+        assert st["per_peer"] == 16 << 20, st
+        assert st["peer_limited_total"] > 0, st
+        assert st["peak"] <= (16 << 20) + (16 << 20), st  # its share + the consumer's
+    finally:
+        a.stop()
+
+
+@pytest.mark.skipif("MARGO" not in harness.built_transports(), reason="this build has no libfabric transport")
+def test_unacknowledged_margo_fetches_hold_at_most_their_share_of_the_pool(one_node):
+    prod, cons = one_node[0], one_node[1]
+    produce(prod, "m.bin", 64 << 20, sparse=True)
+    produce(prod, "m10.bin", 10 << 20)
+    a = Attacker(prod, "margo", 6, upath="m.bin")
+    try:
+        assert a.result["held"] == 6, a.result
+        consume(cons, cons.path("m10.bin"), DYAD_DTL_MODE="MARGO", DYAD_TRANSFER_TIMEOUT=20)
+        assert os.path.getsize(cons.path("m10.bin")) == 10 << 20
+        protos = prod.status()["counters"]["per_transport"]["MARGO"]["transport"]["protocols"]
+        assert sum(p["peer_waits"] for p in protos.values()) > 0, protos
+    finally:
+        a.stop()
