@@ -217,6 +217,17 @@ Status ucx_address_fits(const UcxAddressInfo& peer, const UcxAddressInfo& own) {
 }
 
 Status check_ofi_peer_address(const std::string& peer, const std::string& own, bool sockaddr) {
+    // Names of other formats (shm's "fi_shm://PID" strings) vary in length:
+    // bounded, never empty.
+    if (!sockaddr) {
+        if (peer.empty() || peer.size() > 4096)
+            return Status(DYAD_RC_BADRPC,
+                          "the service's libfabric address has " + std::to_string(peer.size()) +
+                              " bytes: service and consumer must use the same provider "
+                              "(DYAD_OFI_PROTO)",
+                          EPROTO);
+        return Status::ok();
+    }
     if (peer.size() != own.size())
         return Status(DYAD_RC_BADRPC,
                       "the service's libfabric address has " + std::to_string(peer.size()) +

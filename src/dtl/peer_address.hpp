@@ -55,9 +55,9 @@ Result<UcxAddressInfo> parse_ucx_worker_address(const std::string& blob);
 // for that transport.
 Status ucx_address_fits(const UcxAddressInfo& peer, const UcxAddressInfo& own);
 
-// A libfabric peer address next to our own endpoint's (fi_getname):
-// same length; for socket address formats (`sockaddr` true) the same
-// address family in the first two bytes.
+// A libfabric peer address next to our own endpoint's (fi_getname): for
+// socket address formats (`sockaddr` true) the same length and address
+// family (first two bytes); other formats (shm's names) 1 to 4096 bytes.
 Status check_ofi_peer_address(const std::string& peer, const std::string& own, bool sockaddr);
 
 }  // namespace dyad::dtl
