@@ -4,7 +4,7 @@
 //   etcd_raw ENDPOINT put-rate N           N sequential Puts: "puts_per_s"
 //   etcd_raw ENDPOINT put-to-watch N       a watch on a prefix, then N Puts one
 //                                          at a time: seconds from each Put's
-//                                          return to its event, one per line
+//                                          call to its event, one per line
 //   etcd_raw ENDPOINT fill N PREFIX VALUE  N keys PREFIX%09d = VALUE, in
 //                                          transactions of 128 puts
 #include <chrono>
@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
         pb::WatchResponse a;
         if (!stream->Read(&a) || !a.created()) return 1;
         for (long i = 0; i < n; ++i) {
-            if (!put(cl, "/bench/watch/" + std::to_string(i), std::string(300, 'x'))) return 1;
             auto t1 = clk::now();
+            if (!put(cl, "/bench/watch/" + std::to_string(i), std::string(300, 'x'))) return 1;
             do {
                 if (!stream->Read(&a)) return 1;
             } while (a.events_size() == 0);

@@ -427,6 +427,7 @@ class Etcd:
         while self.peer_port == self.port:
             self.peer_port = free_port(bind)
         self.name = name
+        self.initial_cluster = None  # "name=peer-url,..." for a member of several; None: alone
         self.data = os.path.join(self.root, "etcd.data")
         self.log = os.path.join(self.root, "etcd.log")
         self.proc = None
@@ -458,16 +459,19 @@ class Etcd:
         # ETCD_* / ETCDCTL_* variables of the caller would configure it.
         return {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
 
-    def start(self, timeout=30.0):
+    def start(self, timeout=30.0, wait=True):
+        """wait: until it answers (a member of several answers once a
+        majority of them runs: start them all with wait=False, then wait)."""
         peer = f"http://{self.host}:{self.peer_port}"
         args = [ETCD, "--name", self.name, "--data-dir", self.data,
                 "--listen-client-urls", self.client_url, "--advertise-client-urls", self.client_url,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new",
+                "--initial-cluster", self.initial_cluster or f"{self.name}={peer}", "--initial-cluster-state", "new",
                 "--initial-cluster-token", f"dyad-test-{os.getpid()}", "--logger", "zap", "--log-level", "warn"]
         self._logf = open(self.log, "ab")
         self.proc = subprocess.Popen(self.prefix + args, stdout=self._logf, stderr=subprocess.STDOUT, env=self._env())
-        self.wait_healthy(timeout)
+        if wait:
+            self.wait_healthy(timeout)
         return self
 
     def ctl(self, *args, check=True, timeout=30):

@@ -564,7 +564,7 @@ int main(int argc, char** argv) {
                         name.c_str(), p.value("requests", 0ull), p.value("served", 0ull),
                         p.value("errors", 0ull), p.value("bytes_sent", 0ull),
                         p.value("bytes_received", 0ull));
-        if (j.contains("store"))
+        if (j.contains("store") && j["store"].is_object())
             std::printf("store: %llu keys, %llu waiting, epoch %llu\n",
                         j["store"].value("keys", 0ull), j["store"].value("waiters", 0ull),
                         j["store"].value("epoch", 0ull));
@@ -576,6 +576,14 @@ int main(int argc, char** argv) {
             std::printf("metadata store: %s, %s%s%s\n", backend.c_str(),
                         up ? "reachable" : "NOT reachable", up ? "" : ": ",
                         up ? "" : m.value("error", "").c_str());
+            if (m.value("backend", "") == "etcd")
+                std::printf(
+                    "  watch stream %s: %llu keys watched, %llu consumers waiting, %llu "
+                    "reconnects; lease %lld (TTL %.0f s)\n",
+                    m.value("watch_stream_up", false) ? "up" : "DOWN",
+                    m.value("watched_keys", 0ull), m.value("waiters", 0ull),
+                    m.value("watch_reconnects", 0ull), m.value("lease_id", 0ll),
+                    m.value("lease_ttl", 0.0));
             if (m.value("rejoined", 0ull) || m.value("republished", 0ull))
                 std::printf(
                     "  registered again %llu times after the store came back empty, "

@@ -307,7 +307,6 @@ nlohmann::json Service::identity() const {
         {"namespace", opts_.ns},
         {"producer_dir", prod_dir_},
         {"kvs", opts_.kvs_uri.empty() || ext_ ? std::string("local") : opts_.kvs_uri},
-        {"store", opts_.kvs_uri.empty() ? std::string("embedded") : opts_.kvs_uri},
         {"endpoints", endpoints_},
         {"transports", transports},
         {"default_mode", opts_.mode},

@@ -236,3 +236,45 @@ def test_dyadd_says_when_etcd_is_unreachable(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 4, p.stderr
     assert f"127.0.0.1:{port}" in p.stderr and "etcd" in p.stderr
+
+
+def test_failover_between_the_members_of_an_etcd_cluster(tmp_path):
+    """Three members; --kvs names all of them; the one the services use
+    first is killed: publishes, waits and lookups go on through the others."""
+    members = []
+    for i in range(3):
+        os.makedirs(tmp_path / f"m{i}")
+        members.append(harness.Etcd(root=str(tmp_path / f"m{i}"), name=f"m{i}", start=False))
+    initial = ",".join(f"{m.name}=http://{m.host}:{m.peer_port}" for m in members)
+    c = None
+    try:
+        for m in members:
+            m.initial_cluster = initial
+            m.start(wait=False)
+        for m in members:
+            m.wait_healthy(60)
+        uri = "etcd://" + ",".join(m.endpoint for m in members)
+        c = harness.Cluster(nodes=2, start=False, kvs=uri)
+        for n in c.nodes:
+            n.start(["--lease-ttl", "5"])
+        prod, cons = c[0], c[1]
+        harness.write_file(prod.path("fo/a"), 20_000, seed=1)
+        prod.dyad("produce", prod.path("fo/a"))
+        cons.dyad("consume", cons.path("fo/a"))
+        waiting = cons.dyad_async("consume", cons.path("fo/b"), env_extra={"DYAD_WAIT_TIMEOUT": 90})
+        wait_store_waiters(cons, 1, [waiting])
+        members[0].kill()  # the first endpoint: where pick_first connected
+        harness.write_file(prod.path("fo/b"), 30_000, seed=2)
+        prod.dyad("produce", prod.path("fo/b"))
+        out, err = waiting.communicate(timeout=90)
+        assert waiting.returncode == 0, err
+        assert sha(cons.path("fo/b")) == sha(prod.path("fo/b"))
+        harness.write_file(prod.path("fo/c"), 1000, seed=3)
+        prod.dyad("produce", prod.path("fo/c"))
+        cons.dyad("consume", cons.path("fo/c"))
+        assert cons.status()["metadata_store"]["reachable"] is True
+    finally:
+        if c:
+            c.cleanup()
+        for m in members:
+            m.cleanup()

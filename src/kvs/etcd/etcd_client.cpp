@@ -123,14 +123,16 @@ Result<pb::RangeResponse> Client::range(const std::string& key, const std::strin
 
 Result<pb::TxnResponse> Client::txn(const pb::TxnRequest& q, Deadline d) {
     pb::TxnResponse a;
-    // Not repeated blindly: the callers' compares make a repeat safe, and
-    // they look again after an error.
+    // Repeated while etcd is unavailable (a leader lost mid-request): every
+    // transaction of ours compares revisions first, so one that did commit
+    // before the error fails its compare when repeated, and the caller reads
+    // what is there (its own record: replaced by the same).
     Status s = call(
         "etcd transaction",
         [this](grpc::ClientContext* c, const pb::TxnRequest& r, pb::TxnResponse* o) {
             return kv_->Txn(c, r, o);
         },
-        q, &a, d, false);
+        q, &a, d, true);
     if (!s) return s;
     return a;
 }
