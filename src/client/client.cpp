@@ -271,6 +271,10 @@ Status Client::produce(const std::string& path) {
 }
 
 Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
+    return lookup(path, should_wait, wait_deadline());
+}
+
+Result<Record> Client::lookup(const std::string& path, bool should_wait, Deadline deadline) {
     if (cons_.empty())
         return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)",
                       EINVAL);
@@ -287,11 +291,14 @@ Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
     if (!svc) return svc.status();
     auto st = store();
     if (!st) return st.status();
-    auto e = should_wait
-                 ? st.value()->wait(ns(svc.value()), key.value(), wait_deadline())
+    // A wait whose deadline passed already looks once.
+    bool look_once = should_wait && deadline.expired();
+    auto e = should_wait && !look_once
+                 ? st.value()->wait(ns(svc.value()), key.value(), deadline)
                  : st.value()->get(ns(svc.value()), key.value(), Deadline::after(kControlTimeout));
     if (!e) {
         Status s = e.status();
+        if (look_once && s.rc() == DYAD_RC_NOTFOUND) s = Status(DYAD_RC_TIMEOUT, "", ETIMEDOUT);
         if (s.rc() == DYAD_RC_TIMEOUT && should_wait)
             return Status(DYAD_RC_TIMEOUT,
                           "'" + up.value() + "' was not produced within " +
@@ -321,14 +328,18 @@ Status Client::consume(const std::string& path, ConsumeReport* report) {
     auto rec = get_metadata(path, true);
     if (!rec) return rec.status();
     if (report) report->wait_s = since(t0);
-    Status s = consume_with(path, rec.value(), report);
+    return consume_record(path, std::move(rec.value()), report);
+}
+
+Status Client::consume_record(const std::string& path, Record rec, ConsumeReport* report) {
+    Status s = consume_with(path, rec, report);
     // Produced again (or changed) since the lookup: look it up once more,
     // a few times at most; a file that keeps changing is reported.
     for (int again = 0; again < 3 && !s && s.err() == ESTALE; ++again) {
         auto fresh = get_metadata(path, false);
-        if (!fresh || fresh->generation == rec->generation) break;
-        rec = std::move(fresh);
-        s = consume_with(path, rec.value(), report);
+        if (!fresh || fresh->generation == rec.generation) break;
+        rec = std::move(fresh.value());
+        s = consume_with(path, rec, report);
     }
     return s;
 }
