@@ -74,6 +74,7 @@ def test_pipelined_consume_of_5000_files(cluster3):
     home.dyad("produce", *[home.path(n) for n in again])
     new = {n: digest(home.path(n)) for n in again}
     killed = harness.kill_when_transfer_starts(other, consumer, cons.dir, "b/huge.bin", timeout=120)
+    assert killed, "the transfer of b/huge.bin finished before its service could be killed"
     out, err = consumer.communicate(timeout=300)
     assert consumer.returncode != 0, "files never produced must fail the command"
     done = {}
@@ -105,8 +106,7 @@ def test_pipelined_consume_of_5000_files(cluster3):
 
     # node1's files: whole where they arrived; the others failed with an error
     # naming the file, the owner and its address.
-    if killed:
-        assert "b/huge.bin" in failed, "the transfer under way when its service died must fail"
+    assert "b/huge.bin" in failed, "the transfer under way when its service died must fail"
     for n in ["b/huge.bin"] + b:
         if n in done:
             assert digest(cons.path(n)) == digest(other.path(n)), n
