@@ -85,7 +85,13 @@ Client::Client(Config cfg, FileSystem& fs, rpc::Credentials creds)
       cons_(cfg_.cons_path),
       cstore_(cons_.path(), fs, cfg_.fsync_write),
       creds_(std::move(creds)),
-      pool_(std::make_shared<rpc::ConnectionPool>(creds_)) {}
+      pool_(std::make_shared<rpc::ConnectionPool>(creds_, idle_per_owner())) {}
+
+size_t Client::idle_per_owner() const {
+    // Every fetch of a full window from one owner finds an idle connection
+    // on its next file instead of connecting again.
+    return std::max<size_t>(8, cfg_.consume_window);
+}
 
 Result<std::unique_ptr<Client>> Client::create(Config cfg, FileSystem* fs) {
     const dtl::Backend* fixed = nullptr;
@@ -149,7 +155,7 @@ void Client::reset_after_fork() {
     new (&mu_) std::mutex();
     // Sockets shared with the parent must not carry the child's requests:
     // the old pool closes the child's copies (its destructor takes no lock).
-    pool_ = std::make_shared<rpc::ConnectionPool>(creds_);
+    pool_ = std::make_shared<rpc::ConnectionPool>(creds_, idle_per_owner());
     store_.reset();
     svc_.reset();
 }

@@ -135,6 +135,8 @@ class Client {
 
   private:
     Client(Config cfg, FileSystem& fs, rpc::Credentials creds);
+    // Idle connections the pool keeps per URI: at least the window.
+    size_t idle_per_owner() const;
     // get_metadata with its own deadline for the wait (an expired one:
     // one look, TIMEOUT if absent).
     Result<Record> lookup(const std::string& path, bool should_wait, Deadline deadline);
