@@ -10,6 +10,7 @@
 #include <cstring>
 #include <ctime>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -504,12 +505,22 @@ int main(int argc, char** argv) {
             int rc = report(svc.status(), files[0]);
             return not_attempted(files.size() - 1), rc;
         }
+        // Printed in the order given, each line as soon as its file and
+        // those before it have finished.
         int rc = 0;
+        std::vector<std::optional<std::pair<dyad::Status, dyad::client::ConsumeReport>>> ended(
+            files.size());
+        size_t next = 0;
         dyad::client::ConsumeManyOptions o;
         o.window = window;
         o.done = [&](size_t i, const dyad::Status& s, const dyad::client::ConsumeReport& r) {
-            int code = print_consumed(files[i], s, r, json, explain, timeout >= 0);
-            if (code && !rc) rc = code;
+            ended[i].emplace(s, r);
+            for (; next < files.size() && ended[next]; ++next) {
+                int code = print_consumed(files[next], ended[next]->first, ended[next]->second,
+                                          json, explain, timeout >= 0);
+                if (code && !rc) rc = code;
+                ended[next].reset();
+            }
         };
         c.consume_many(files, o);
         return rc;

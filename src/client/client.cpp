@@ -75,6 +75,18 @@ Status unreachable(const std::string& uri, const Status& e, const std::string& a
     return Status(DYAD_RC_CONNFAIL, "the DYAD service at " + uri + ": " + e.message(), e.err());
 }
 
+// Transports whose receivers must move one file at a time per process:
+// concurrent UCX receives corrupted files (shm and tcp, put protocol) and
+// concurrent MARGO receives grow the owner's buffer pool past its bound,
+// both found by running their conformance tests through the pipeline
+// (consume_many). Their fetches take this lock; the others run in parallel.
+std::mutex* serial_transport_lock(const std::string& name) {
+    static std::mutex ucx, margo;
+    if (name == "UCX") return &ucx;
+    if (name == "MARGO") return &margo;
+    return nullptr;
+}
+
 }  // namespace
 
 // ---- Client ----
@@ -505,6 +517,8 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
                          const std::string& ep, const std::string& nspace, ConsumeReport* rep,
                          int lock_fd, bool* retry) {
     rep->transport = b.name;
+    std::unique_lock<std::mutex> serial;
+    if (std::mutex* m = serial_transport_lock(b.name)) serial = std::unique_lock<std::mutex>(*m);
     auto staging = cstore_.stage(upath, lock_fd);
     if (!staging) return staging.status();
     FileSink& sink = staging.value()->sink();

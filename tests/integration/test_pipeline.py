@@ -6,6 +6,8 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
+import threading
 
 import pytest
 
@@ -64,18 +66,31 @@ def test_pipelined_consume_of_5000_files(cluster3):
     other.dyad("produce", other.path("b/huge.bin"), *[other.path(n) for n in b])
     old = {n: digest(home.path(n)) for n in again}
 
-    names = a + ["b/huge.bin"] + b + never
+    names = a[:2000] + ["b/huge.bin"] + a[2000:] + b + never
     assert len(names) == 5000
-    consumer = cons.dyad_async("--json", "consume", "--window", "16", *[cons.path(n) for n in names],
-                               env_extra={"DYAD_WAIT_TIMEOUT": 20, "DYAD_TRANSFER_TIMEOUT": 20})
+    # Its output (a line per file) goes to files: nobody reads a pipe meanwhile.
+    out_path, err_path = os.path.join(cluster3.root, "consume.out"), os.path.join(cluster3.root, "consume.err")
+    with open(out_path, "w") as out_f, open(err_path, "w") as err_f:
+        consumer = subprocess.Popen(
+            [harness.DYAD, "--json", "consume", "--window", "16", *[cons.path(n) for n in names]],
+            env=cons.env(DYAD_WAIT_TIMEOUT=20, DYAD_TRANSFER_TIMEOUT=20), stdout=out_f, stderr=err_f)
+    # node1's service dies as soon as bytes of b/huge.bin land.
+    killed = []
+    watcher = threading.Thread(target=lambda: killed.append(
+        harness.kill_when_transfer_starts(other, consumer, cons.dir, "b/huge.bin", timeout=120)))
+    watcher.start()
     # Produced again while the consumer runs: a new generation with other bytes.
     for i, n in enumerate(again):
         write_small(home.path(n), i, generation=2)
     home.dyad("produce", *[home.path(n) for n in again])
     new = {n: digest(home.path(n)) for n in again}
-    killed = harness.kill_when_transfer_starts(other, consumer, cons.dir, "b/huge.bin", timeout=120)
-    assert killed, "the transfer of b/huge.bin finished before its service could be killed"
-    out, err = consumer.communicate(timeout=300)
+    watcher.join()
+    assert killed == [True], "the transfer of b/huge.bin finished before its service could be killed"
+    consumer.wait(timeout=300)
+    with open(out_path) as f:
+        out = f.read()
+    with open(err_path) as f:
+        err = f.read()
     assert consumer.returncode != 0, "files never produced must fail the command"
     done = {}
     for line in out.splitlines():
