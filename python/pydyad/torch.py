@@ -185,7 +185,12 @@ class DyadPrefetchSampler(torch.utils.data.Sampler):
                     pending.append(i)
                     todo.put(i)
                 if not pending:
-                    return
+                    break
                 yield pending.popleft()
-        finally:
+            # Every index given: wait for the last prefetches, so that no
+            # thread of ours is inside libdyad when the next epoch forks
+            # its workers.
             todo.put(None)
+            thread.join()
+        finally:
+            todo.put(None)  # stopped early: the thread ends after its batch
