@@ -11,6 +11,7 @@
 #include <ctime>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -235,6 +236,53 @@ int not_attempted(size_t left) {
     return 0;
 }
 
+// Prints the line of one consumed file (--json: its object), or its error
+// on stderr; returns the file's exit code. cli_timeout: the wait limit came
+// from --timeout, not from the environment.
+int print_consumed(const std::string& f, dyad::Status s, const dyad::client::ConsumeReport& r,
+                   bool json, bool explain, bool cli_timeout) {
+    if (!s) {
+        if (s.rc() == DYAD_RC_TIMEOUT && cli_timeout) {
+            std::string m = s.message();
+            size_t at = m.find(" (DYAD_WAIT_TIMEOUT)");
+            if (at != std::string::npos) {
+                s = dyad::Status(s.rc(),
+                                 m.substr(0, at) +
+                                     " (--timeout): produce it first, or "
+                                     "wait longer (--timeout SECONDS)",
+                                 s.err());
+            }
+        }
+        return report(s, f);
+    }
+    if (json) {
+        std::cout << nlohmann::json{{"file", f},
+                                    {"action", r.action},
+                                    {"transport", r.transport},
+                                    {"endpoint", r.endpoint},
+                                    {"bytes", r.bytes},
+                                    {"wait_s", r.wait_s},
+                                    {"transfer_s", r.transfer_s},
+                                    {"selection", r.selection}}
+                         .dump()
+                  << "\n";
+        std::cout.flush();
+        return 0;
+    }
+    std::printf("%s: %s", f.c_str(), r.action.c_str());
+    if (r.action == "fetched")
+        std::printf(" %s via %s from %s", human_bytes(static_cast<double>(r.bytes)).c_str(),
+                    r.transport.c_str(), r.endpoint.c_str());
+    std::printf(" (waited %.3f s, transfer %.3f s)\n", r.wait_s, r.transfer_s);
+    if (explain)
+        std::printf("  %s\n", r.explain.empty() ? (r.action == "fetched"
+                                                       ? "fixed transport (DYAD_DTL_MODE)"
+                                                       : "nothing moved: the file was already here")
+                                                : r.explain.c_str());
+    std::fflush(stdout);
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -286,6 +334,31 @@ int main(int argc, char** argv) {
                    "never show progress (default: shown on a terminal for files over 64 MiB or "
                    "transfers that take more than 1 s)")
         ->excludes(pon);
+    unsigned window = 0;
+    consume
+        ->add_option("--window", window,
+                     "files in flight when consuming several (default DYAD_CONSUME_WINDOW)")
+        ->check(CLI::Range(1u, 1024u));
+    std::string sync_prefix;
+    bool follow = false;
+    uint64_t sync_count = 0;
+    auto* sync = app.add_subcommand(
+        "sync",
+        "consume every file produced under a relative path prefix (with --follow: as they "
+        "appear)");
+    sync->add_option("PREFIX", sync_prefix,
+                     "path relative to the managed directory: 'data' takes data and what is "
+                     "under it, '' or '.' everything, 'run1/x*' every path starting so")
+        ->required();
+    sync->add_flag("--follow", follow,
+                   "keep consuming new files (and new generations) until interrupted or --count");
+    sync->add_option("--count", sync_count, "with --follow: stop after N files consumed")
+        ->check(CLI::PositiveNumber);
+    sync->add_option("--window", window, "files in flight (default DYAD_CONSUME_WINDOW)")
+        ->check(CLI::Range(1u, 1024u));
+    sync->add_option("--timeout", timeout,
+                     "seconds a listed file may take to be found in the store (default "
+                     "DYAD_WAIT_TIMEOUT)");
     std::string stat_file;
     auto* stat = app.add_subcommand("stat", "show the metadata of a file");
     stat->add_option("FILE", stat_file,
@@ -416,64 +489,72 @@ int main(int argc, char** argv) {
         }
         return rc;
     }
-    if (*consume) {
-        int rc = 0;
+    if (*consume && files.size() == 1) {
+        // One file: the progress of its transfer can be shown.
         Progress bar(progress_on    ? Progress::Mode::on
                      : progress_off ? Progress::Mode::off
                                     : Progress::Mode::automatic);
-        for (size_t i = 0; i < files.size(); ++i) {
-            const auto& f = files[i];
-            dyad::client::ConsumeReport r;
-            if (bar.wanted()) {
-                bar.start(f);
-                r.progress = [&bar](const dyad::client::TransferProgress& p) { bar.update(p); };
-            }
-            dyad::Status s = c.consume(f, &r);
-            bar.finish(r.bytes, r.bytes, r.transfer_s, s.is_ok());
-            if (!s) {
-                if (s.rc() == DYAD_RC_TIMEOUT && timeout >= 0) {
-                    // The limit came from --timeout, not from the environment.
-                    std::string m = s.message();
-                    size_t at = m.find(" (DYAD_WAIT_TIMEOUT)");
-                    if (at != std::string::npos) {
-                        s = dyad::Status(s.rc(),
-                                         m.substr(0, at) +
-                                             " (--timeout): produce it first, or "
-                                             "wait longer (--timeout SECONDS)",
-                                         s.err());
-                    }
-                }
-                rc = report(s, f);
-                if (service_failure(c, s)) return not_attempted(files.size() - i - 1), rc;
-                continue;
-            }
-            if (json) {
-                std::cout << nlohmann::json{{"file", f},
-                                            {"action", r.action},
-                                            {"transport", r.transport},
-                                            {"endpoint", r.endpoint},
-                                            {"bytes", r.bytes},
-                                            {"wait_s", r.wait_s},
-                                            {"transfer_s", r.transfer_s},
-                                            {"selection", r.selection}}
-                                 .dump()
-                          << "\n";
-            } else {
-                std::printf("%s: %s", f.c_str(), r.action.c_str());
-                if (r.action == "fetched")
-                    std::printf(" %s via %s from %s",
-                                human_bytes(static_cast<double>(r.bytes)).c_str(),
-                                r.transport.c_str(), r.endpoint.c_str());
-                std::printf(" (waited %.3f s, transfer %.3f s)\n", r.wait_s, r.transfer_s);
-                if (explain)
-                    std::printf("  %s\n", r.explain.empty()
-                                              ? (r.action == "fetched"
-                                                     ? "fixed transport (DYAD_DTL_MODE)"
-                                                     : "nothing moved: the file was already here")
-                                              : r.explain.c_str());
-                std::fflush(stdout);
-            }
+        const auto& f = files[0];
+        dyad::client::ConsumeReport r;
+        if (bar.wanted()) {
+            bar.start(f);
+            r.progress = [&bar](const dyad::client::TransferProgress& p) { bar.update(p); };
         }
+        dyad::Status s = c.consume(f, &r);
+        bar.finish(r.bytes, r.bytes, r.transfer_s, s.is_ok());
+        return print_consumed(f, s, r, json, explain, timeout >= 0);
+    }
+    if (*consume) {
+        // Several files: pipelined, printed as they finish (any order).
+        // Nothing can be consumed if the node's service cannot be reached:
+        // say it once.
+        if (auto svc = c.service(); !svc) {
+            int rc = report(svc.status(), files[0]);
+            return not_attempted(files.size() - 1), rc;
+        }
+        // Printed in the order given, each line as soon as its file and
+        // those before it have finished.
+        int rc = 0;
+        std::vector<std::optional<std::pair<dyad::Status, dyad::client::ConsumeReport>>> ended(
+            files.size());
+        size_t next = 0;
+        dyad::client::ConsumeManyOptions o;
+        o.window = window;
+        o.done = [&](size_t i, const dyad::Status& s, const dyad::client::ConsumeReport& r) {
+            ended[i].emplace(s, r);
+            for (; next < files.size() && ended[next]; ++next) {
+                int code = print_consumed(files[next], ended[next]->first, ended[next]->second,
+                                          json, explain, timeout >= 0);
+                if (code && !rc) rc = code;
+                ended[next].reset();
+            }
+        };
+        c.consume_many(files, o);
+        return rc;
+    }
+    if (*sync) {
+        static volatile std::sig_atomic_t stop = 0;
+        std::signal(SIGINT, [](int) { stop = 1; });
+        std::signal(SIGTERM, [](int) { stop = 1; });
+        int rc = 0;
+        dyad::client::SyncOptions o;
+        o.prefix = sync_prefix;
+        o.follow = follow;
+        o.count = sync_count;
+        o.window = window;
+        o.stop = [] { return stop != 0; };
+        o.done = [&](const std::string& f, const dyad::Status& s,
+                     const dyad::client::ConsumeReport& r) {
+            int code = print_consumed(f, s, r, json, false, timeout >= 0);
+            if (code && !rc) rc = code;
+        };
+        uint64_t consumed = 0;
+        dyad::Status s = c.sync(o, &consumed);
+        if (!s && !rc) return report(s);
+        if (!json)
+            std::fprintf(stderr, "%s: %llu file%s consumed%s\n", g_command.c_str(),
+                         static_cast<unsigned long long>(consumed), consumed == 1 ? "" : "s",
+                         stop ? " (interrupted)" : "");
         return rc;
     }
     if (*stat) {

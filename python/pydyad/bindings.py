@@ -384,6 +384,17 @@ def _declare(lib):
             raise DyadLibraryError(f"{lib._name}: does not export {name}: not a DYAD library?") from None
         fn.argtypes = argtypes
         fn.restype = restype
+    # New in this implementation (an older libdyad lacks it: consume_many
+    # then says so).
+    fn = getattr(lib, "dyad_consume_many", None)
+    if fn is not None:
+        fn.argtypes = [ctx_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t, ctypes.c_uint,
+                       ctypes.POINTER(c_rc), _ConsumeDoneFn, ctypes.c_void_p]
+        fn.restype = c_rc
+
+
+# dyad_consume_done_fn: (arg, index, rc, error or NULL)
+_ConsumeDoneFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p)
 
 
 def load_library():
@@ -577,6 +588,45 @@ class Dyad:
         consumer-managed directory (unmanaged paths are ignored)."""
         ctx = self._ctx_for_call()
         self._check(self._lib.dyad_consume(ctx, _fspath(fname)), "dyad_consume", os.fspath(fname))
+
+    def consume_many(self, fnames, window=0, on_done=None, raise_errors=True):
+        """Consumes many files with up to ``window`` in flight (0:
+        DYAD_CONSUME_WINDOW): lookups batched, fetches overlapped, each file
+        whole and checked as by consume. Every file waits at most
+        DYAD_WAIT_TIMEOUT from the start of the call.
+
+        on_done(fname, error) is called as each file finishes (any order, on
+        a thread of libdyad's; error is None or a DyadError). Returns one
+        entry per name, in order: None or the file's DyadError. With
+        raise_errors (the default), the first failure of the list is raised
+        once every file has finished instead."""
+        names = [os.fspath(f) for f in fnames]
+        if getattr(self._lib, "dyad_consume_many", None) is None:
+            raise DyadLibraryError(f"{library_path()}: no dyad_consume_many (an older libdyad)")
+        ctx = self._ctx_for_call()
+        n = len(names)
+        arr = (ctypes.c_char_p * max(n, 1))(*[_fspath(f) for f in names])
+        rcs = (ctypes.c_int * max(n, 1))()
+        errors = [None] * n
+
+        def done(_arg, index, rc, error):
+            if rc < 0:
+                errors[index] = DyadError(rc, _dec(error) if error else "", "dyad_consume_many", names[index])
+            if on_done is not None:
+                on_done(names[index], errors[index])
+
+        cb = _ConsumeDoneFn(done)
+        rc = self._lib.dyad_consume_many(ctx, arr, n, int(window or 0), rcs, cb, None)
+        for i in range(n):  # codes of files the callback did not see (it always should)
+            if rcs[i] < 0 and errors[i] is None:
+                errors[i] = DyadError(rcs[i], "", "dyad_consume_many", names[i])
+        if rc < 0 and not any(errors):
+            self._check(rc, "dyad_consume_many")
+        if raise_errors:
+            for e in errors:
+                if e is not None:
+                    raise e
+        return errors
 
     def get_metadata(self, fname, should_wait=False, raw=False):
         """Metadata of fname (a consumer-managed path). Without waiting, a file

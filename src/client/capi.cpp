@@ -22,8 +22,10 @@
 #include <optional>
 #include <pthread.h>
 #include <unordered_set>
+#include <vector>
 
 #include <dyad/client/dyad_client.h>
+#include <dyad/core/dyad_consume_many.h>
 #include <dyad/core/dyad_ctx.h>
 
 #include "client.hpp"
@@ -646,6 +648,67 @@ dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname,
         learn_rank(c);
         if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
         return ok();
+    });
+}
+
+dyad_rc_t dyad_consume_many(dyad_ctx_t* ctx, const char* const* fnames, size_t count,
+                            unsigned int window, dyad_rc_t* rcs, dyad_consume_done_fn done,
+                            void* arg) {
+    return guarded([&]() -> dyad_rc_t {
+        static const char* kWhat = "dyad_consume_many";
+        dyad_rc_t rc;
+        auto c = client_of(ctx, &rc);
+        if (!c) return rc;
+        if (count && !fnames)
+            return fail(dyad::Status(DYAD_RC_BADFIO, std::string(kWhat) + ": fnames is NULL"));
+        if (count && c->consumer_dir().empty())
+            return fail(
+                dyad::Status(DYAD_RC_BADMANAGEDPATH,
+                             std::string(kWhat) + ": no consumer directory (DYAD_PATH_CONSUMER)"));
+        // Unmanaged paths: nothing to do, as dyad_consume. Empty names fail.
+        std::vector<dyad::Status> status(count);
+        std::vector<std::string> paths;
+        std::vector<size_t> index;  // of each path in fnames
+        for (size_t i = 0; i < count; ++i) {
+            if (!fnames[i] || !*fnames[i]) {
+                status[i] =
+                    dyad::Status(DYAD_RC_BADFIO, std::string(kWhat) + ": empty file name (entry " +
+                                                     std::to_string(i) + ")");
+                if (done) done(arg, i, status[i].rc(), status[i].to_string().c_str());
+                continue;
+            }
+            if (!c->consumer_upath(fnames[i])) {
+                if (done) done(arg, i, DYAD_RC_OK, nullptr);
+                continue;
+            }
+            paths.emplace_back(fnames[i]);
+            index.push_back(i);
+        }
+        dyad::client::ConsumeManyOptions o;
+        o.window = window;
+        o.done = [&](size_t k, const dyad::Status& s, const dyad::client::ConsumeReport&) {
+            status[index[k]] = s;
+            if (done) done(arg, index[k], s.rc(), s ? nullptr : s.to_string().c_str());
+        };
+        c->consume_many(paths, o);
+        size_t failed = 0;
+        const dyad::Status* first = nullptr;
+        for (size_t i = 0; i < count; ++i) {
+            if (rcs) rcs[i] = status[i].rc();
+            if (!status[i]) {
+                ++failed;
+                if (!first) first = &status[i];
+            }
+        }
+        if (!first) {
+            learn_rank(c);
+            if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
+            return ok();
+        }
+        return fail(dyad::Status(first->rc(),
+                                 std::to_string(failed) + " of " + std::to_string(count) +
+                                     " files not consumed; the first: " + first->message(),
+                                 first->err()));
     });
 }
 

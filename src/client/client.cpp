@@ -79,6 +79,18 @@ Status unreachable(const std::string& uri, const Status& e, const std::string& a
     return Status(DYAD_RC_CONNFAIL, "the DYAD service at " + uri + ": " + e.message(), e.err());
 }
 
+// Transports whose receivers must move one file at a time per process:
+// concurrent UCX receives corrupted files (shm and tcp, put protocol) and
+// concurrent MARGO receives grow the owner's buffer pool past its bound,
+// both found by running their conformance tests through the pipeline
+// (consume_many). Their fetches take this lock; the others run in parallel.
+std::mutex* serial_transport_lock(const std::string& name) {
+    static std::mutex ucx, margo;
+    if (name == "UCX") return &ucx;
+    if (name == "MARGO") return &margo;
+    return nullptr;
+}
+
 }  // namespace
 
 // ---- Client ----
@@ -89,7 +101,13 @@ Client::Client(Config cfg, FileSystem& fs, rpc::Credentials creds)
       cons_(cfg_.cons_path),
       cstore_(cons_.path(), fs, cfg_.fsync_write),
       creds_(std::move(creds)),
-      pool_(std::make_shared<rpc::ConnectionPool>(creds_)) {}
+      pool_(std::make_shared<rpc::ConnectionPool>(creds_, idle_per_owner())) {}
+
+size_t Client::idle_per_owner() const {
+    // Every fetch of a full window from one owner finds an idle connection
+    // on its next file instead of connecting again.
+    return std::max<size_t>(8, cfg_.consume_window);
+}
 
 Result<std::unique_ptr<Client>> Client::create(Config cfg, FileSystem* fs) {
     const dtl::Backend* fixed = nullptr;
@@ -153,7 +171,7 @@ void Client::reset_after_fork() {
     new (&mu_) std::mutex();
     // Sockets shared with the parent must not carry the child's requests:
     // the old pool closes the child's copies (its destructor takes no lock).
-    pool_ = std::make_shared<rpc::ConnectionPool>(creds_);
+    pool_ = std::make_shared<rpc::ConnectionPool>(creds_, idle_per_owner());
     store_.reset();
     svc_.reset();
 }
@@ -275,6 +293,10 @@ Status Client::produce(const std::string& path) {
 }
 
 Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
+    return lookup(path, should_wait, wait_deadline());
+}
+
+Result<Record> Client::lookup(const std::string& path, bool should_wait, Deadline deadline) {
     if (cons_.empty())
         return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)",
                       EINVAL);
@@ -285,7 +307,7 @@ Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
                           " (DYAD_PATH_CONSUMER): give a path under it",
                       EINVAL);
     if (Status r = reserved_check(up); !r) return r;
-    return lookup(up.value(), should_wait);
+    return lookup_upath(up.value(), should_wait, deadline);
 }
 
 Result<Record> Client::stat(const std::string& path) {
@@ -306,10 +328,10 @@ Result<Record> Client::stat(const std::string& path) {
                       "'" + path + "' is not inside " + dirs + ": give a path under it", EINVAL);
     }
     if (Status r = reserved_check(up); !r) return r;
-    return lookup(up.value(), false);
+    return lookup_upath(up.value(), false, Deadline::after(kControlTimeout));
 }
 
-Result<Record> Client::lookup(const std::string& upath, bool should_wait) {
+Result<Record> Client::lookup_upath(const std::string& upath, bool should_wait, Deadline deadline) {
     const std::optional<std::string> up = upath;
     auto key = gen_path_key(up.value(), cfg_.key_depth, cfg_.key_bins);
     if (!key) return key.status();
@@ -317,11 +339,14 @@ Result<Record> Client::lookup(const std::string& upath, bool should_wait) {
     if (!svc) return svc.status();
     auto st = store();
     if (!st) return st.status();
-    auto e = should_wait
-                 ? st.value()->wait(ns(svc.value()), key.value(), wait_deadline())
+    // A wait whose deadline passed already looks once.
+    bool look_once = should_wait && deadline.expired();
+    auto e = should_wait && !look_once
+                 ? st.value()->wait(ns(svc.value()), key.value(), deadline)
                  : st.value()->get(ns(svc.value()), key.value(), Deadline::after(kControlTimeout));
     if (!e) {
         Status s = e.status();
+        if (look_once && s.rc() == DYAD_RC_NOTFOUND) s = Status(DYAD_RC_TIMEOUT, "", ETIMEDOUT);
         if (s.rc() == DYAD_RC_TIMEOUT && should_wait)
             return Status(DYAD_RC_TIMEOUT,
                           "'" + up.value() + "' was not produced within " +
@@ -351,14 +376,18 @@ Status Client::consume(const std::string& path, ConsumeReport* report) {
     auto rec = get_metadata(path, true);
     if (!rec) return rec.status();
     if (report) report->wait_s = since(t0);
-    Status s = consume_with(path, rec.value(), report);
+    return consume_record(path, std::move(rec.value()), report);
+}
+
+Status Client::consume_record(const std::string& path, Record rec, ConsumeReport* report) {
+    Status s = consume_with(path, rec, report);
     // Produced again (or changed) since the lookup: look it up once more,
     // a few times at most; a file that keeps changing is reported.
     for (int again = 0; again < 3 && !s && s.err() == ESTALE; ++again) {
         auto fresh = get_metadata(path, false);
-        if (!fresh || fresh->generation == rec->generation) break;
-        rec = std::move(fresh);
-        s = consume_with(path, rec.value(), report);
+        if (!fresh || fresh->generation == rec.generation) break;
+        rec = std::move(fresh.value());
+        s = consume_with(path, rec, report);
     }
     return s;
 }
@@ -529,6 +558,8 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
                          const std::string& ep, const std::string& nspace, ConsumeReport* rep,
                          int lock_fd, bool* retry) {
     rep->transport = b.name;
+    std::unique_lock<std::mutex> serial;
+    if (std::mutex* m = serial_transport_lock(b.name)) serial = std::unique_lock<std::mutex>(*m);
     auto staging = cstore_.stage(upath, lock_fd);
     if (!staging) return staging.status();
     FileSink& sink = staging.value()->sink();

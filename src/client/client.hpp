@@ -57,6 +57,36 @@ struct ConsumeReport {
     nlohmann::json selection;  // the same, as data
 };
 
+// Client::consume_many's options.
+struct ConsumeManyOptions {
+    // Files in flight (lookups and fetches overlapped); 0: DYAD_CONSUME_WINDOW.
+    unsigned window = 0;
+    // Called once per file as it finishes (any order), one call at a time,
+    // on one of the pipeline's threads: the file's index in the list, its
+    // outcome and what happened.
+    std::function<void(size_t index, const Status& status, const ConsumeReport& report)> done;
+};
+
+// Client::sync's options.
+struct SyncOptions {
+    // Relative path prefix: "" (or ".") for everything; "a/b" for a/b and
+    // what is under it; "a/b/" for what is under a/b; "a/f" also matches
+    // neither "a/fx" nor "a/f.txt" (whole components), except with a
+    // trailing "*" ("a/f*"): a plain string prefix.
+    std::string prefix;
+    bool follow = false;  // keep looking for new files (and new generations)
+    uint64_t count = 0;   // with follow: stop after this many files consumed (0: no limit)
+    unsigned window = 0;  // as ConsumeManyOptions::window
+    // Polled between passes: true ends a follow.
+    std::function<bool()> stop;
+    // Per file, as it finishes (one call at a time).
+    std::function<void(const std::string& path, const Status& status, const ConsumeReport& report)>
+        done;
+};
+
+// Does `upath` fall under a SyncOptions::prefix?
+bool under_prefix(const std::string& upath, const std::string& prefix);
+
 class Client {
   public:
     // `fs`: the file-system seam for the consumer store (tests inject
@@ -79,6 +109,14 @@ class Client {
     Status consume(const std::string& path, ConsumeReport* report = nullptr);
     Status consume_with(const std::string& path, const Record& rec,
                         ConsumeReport* report = nullptr);
+    // Consumes many files with several in flight (src/client/pipeline.cpp):
+    // the ones produced already are found with batched lookups
+    // (kvs.get_many) and fetched by a window of workers, the others waited
+    // for meanwhile; each file is still installed whole and checked. Every
+    // file waits at most DYAD_WAIT_TIMEOUT from the start of the call. One
+    // Status per path, in the order given.
+    std::vector<Status> consume_many(const std::vector<std::string>& paths,
+                                     const ConsumeManyOptions& options = ConsumeManyOptions());
 
     // The metadata of a path in the consumer or the producer directory
     // (whichever holds it: a node with only one of them set), without waiting.
@@ -96,10 +134,24 @@ class Client {
     // In a child after fork(): drop the connections shared with the parent.
     void reset_after_fork();
 
+    // Consumes every file produced under a relative path prefix
+    // (src/client/sync.cpp): once, or with follow as they appear. The
+    // first error of a file is its result; the return value is the first
+    // failure of a pass, or of listing the store.
+    Status sync(const SyncOptions& options, uint64_t* consumed = nullptr);
+
   private:
     Client(Config cfg, FileSystem& fs, rpc::Credentials creds);
-    // The record of the relative path `upath`.
-    Result<Record> lookup(const std::string& upath, bool should_wait);
+    // Idle connections the pool keeps per URI: at least the window.
+    size_t idle_per_owner() const;
+    // get_metadata with its own deadline for the wait (an expired one:
+    // one look, TIMEOUT if absent).
+    Result<Record> lookup(const std::string& path, bool should_wait, Deadline deadline);
+    // The same for the relative path `upath`.
+    Result<Record> lookup_upath(const std::string& upath, bool should_wait, Deadline deadline);
+    // consume_with, then, if the file was produced again meanwhile, again
+    // with its newest record (a few times at most).
+    Status consume_record(const std::string& path, Record rec, ConsumeReport* report);
     Result<kvs::Store*> store();
     // The metadata store the node's service uses.
     std::string store_uri(const ServiceInfo& svc) const;

@@ -114,6 +114,7 @@ Result<Config> Config::from_env() {
         {DYAD_KEY_DEPTH_ENV, &c.key_depth, 0, 64},
         {DYAD_KEY_BINS_ENV, &c.key_bins, 1, 1u << 30},
         {DYAD_SERVICE_MUX_ENV, &c.service_mux, 1, 1u << 20},
+        {"DYAD_CONSUME_WINDOW", &c.consume_window, 1, 1024},
     };
     for (auto& i : ints) {
         auto u = settings::count(i.name, i.min, i.max);
@@ -161,6 +162,7 @@ nlohmann::json Config::to_json() const {
     j["DYAD_KEY_DEPTH"] = key_depth;
     j["DYAD_KEY_BINS"] = key_bins;
     j["DYAD_SERVICE_MUX"] = service_mux;
+    j["DYAD_CONSUME_WINDOW"] = consume_window;
     j["DYAD_SERVICE_URI"] = service_uri;
     j["DYAD_NODE_ID"] = node_id;
     j["DYAD_WAIT_TIMEOUT"] = wait_timeout ? nlohmann::json(*wait_timeout) : nlohmann::json(nullptr);

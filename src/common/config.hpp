@@ -46,6 +46,7 @@ struct Config {
     unsigned key_depth = 3;
     unsigned key_bins = 1024;
     unsigned service_mux = 1;
+    unsigned consume_window = 16;  // files in flight in Client::consume_many
     std::string service_uri = kDefaultServiceUri;
     std::string node_id;                 // empty: the host name
     std::optional<double> wait_timeout;  // seconds; none = wait forever

@@ -30,6 +30,8 @@ const std::vector<Setting> kTable = {
      "seconds a consumer waits for a file to be produced (unset: forever)"},
     {"DYAD_TRANSFER_TIMEOUT", T::seconds, "60", "client",
      "seconds without progress before a transfer fails"},
+    {"DYAD_CONSUME_WINDOW", T::count, "16", "client",
+     "files in flight when consuming many (`dyad consume FILE...`, `dyad sync`, `dyad_consume_many`): lookups and fetches overlapped"},
     {"DYAD_DTL_MODE", T::transport, "AUTO", "client, dyadd",
      "transport: `AUTO` (per file, by score), `LOCAL`, `FLUX_RPC` (alias `STREAM`), `UCX`, `MARGO` (alias `OFI`)"},
     {"DYAD_KEY_DEPTH", T::count, "3", "client",

@@ -4,6 +4,7 @@
 
 #include "rpc/server.hpp"
 #include "store.hpp"
+#include "get_many.hpp"
 
 namespace dyad::kvs {
 
@@ -302,6 +303,7 @@ void serve(rpc::Server& server, MemoryStore& store) {
             arr.push_back({{"key", k}, {"value", e.value}, {"version", e.version}});
         r->end({{"entries", std::move(arr)}, {"more", page.more}});
     });
+    serve_get_many(server, store);
 }
 
 }  // namespace dyad::kvs

@@ -31,7 +31,8 @@ ALLOWED = [
     (re.compile(r"^_ZT[IS]P?FN[rVKRO]*4dyad"), "typeinfo of a function type over dyad types"),
 ]
 
-HEADERS = ["dyad/client/dyad_client.h", "dyad/core/dyad_ctx.h", "dyad/dyad_version.h"]
+HEADERS = ["dyad/client/dyad_client.h", "dyad/core/dyad_ctx.h", "dyad/core/dyad_consume_many.h",
+           "dyad/dyad_version.h"]
 
 
 def exported(lib):

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// kvs.get_many: many keys of one namespace looked up in one request, without
+// waiting (docs/wire-protocol.md, section 7). The consumer's pipeline
+// (Client::consume_many) uses it to learn in one round trip which of the
+// files it wants are produced already.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store.hpp"
+
+namespace dyad::kvs {
+
+// Keys one request may carry (more: EINVAL / BADUNPACK).
+constexpr size_t kGetManyMaxKeys = 1024;
+// Bytes of values one answer carries at most; the keys past it are answered
+// "later" and asked for again.
+constexpr size_t kGetManyAnswerBudget = 512u << 10;
+
+// What one key turned out to be.
+struct Lookup {
+    enum class State { found, missing, later } state = State::later;
+    Entry entry;  // when found
+};
+
+// Serves kvs.get_many from `store` (called by serve()).
+void serve_get_many(rpc::Server& server, MemoryStore& store);
+
+// Asks the embedded store at `uri` for `keys` (at most kGetManyMaxKeys),
+// through `pool`. One Lookup per key, in order. A service that does not
+// know the topic (an older dyadd): DYAD_RC_BADRPC with errno ENOSYS.
+Result<std::vector<Lookup>> get_many(rpc::ConnectionPool& pool, const std::string& uri,
+                                     const std::string& ns, const std::vector<std::string>& keys,
+                                     Deadline deadline);
+
+}  // namespace dyad::kvs
