@@ -180,7 +180,6 @@ class MemoryStore {
     uint64_t next_watch_ = 1;
 };
 
-
 // A metadata store the service itself talks to and serves to its clients
 // (the etcd backend, built into dyadd only). Clients of such a service send
 // their kvs.get / kvs.list to it ("kvs": "local" in its hello), so one
