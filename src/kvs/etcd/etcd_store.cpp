@@ -2,6 +2,7 @@
 #include "etcd_store.hpp"
 
 #include <condition_variable>
+#include <deque>
 #include <thread>
 
 #include "common/log.hpp"
@@ -276,25 +277,58 @@ class EtcdStore final : public ServiceStore {
         if (id) watcher_.cancel(id);
     }
 
+    // etcd 3.4 walks every key of a range's index to answer it, whatever
+    // its limit: a listing in pages of 1000 would cost a walk of the whole
+    // remaining range per page (quadratic: 100 s for 1,000,000 records). So
+    // the service reads kListChunk entries per range and keeps what it has
+    // not sent yet, keyed by the page's last key, for the listing's next
+    // page (at most kListCursors listings, each for kListCursorSeconds).
     Result<Page> list(const std::string& ns, const std::string& prefix, const std::string& after,
                       size_t limit, Deadline d) override {
         const std::string base = ns_base(ns);
         const bool registry = ns == kServicesNamespace;
-        std::string from = base + (registry ? escape(prefix) : prefix);
-        const std::string end = prefix_end(from);
-        if (!after.empty()) {
-            std::string a = base + (registry ? escape(after) : after) + std::string(1, '\0');
-            if (a > from) from = a;
+        const std::string cursor_key = base + '\0' + prefix + '\0' + after;
+        Cursor cur;
+        bool cached = false;
+        {
+            std::lock_guard<std::mutex> lk(cursor_mu_);
+            expire_cursors();
+            auto it = cursors_.find(cursor_key);
+            if (it != cursors_.end()) {
+                cur = std::move(it->second);
+                cursors_.erase(it);
+                cached = true;
+            }
         }
-        auto r = c_->range(from, end, static_cast<int64_t>(limit), false, d);
-        if (!r) return r.status();
+        if (!cached) {
+            std::string from = base + (registry ? escape(prefix) : prefix);
+            const std::string end = prefix_end(from);
+            if (!after.empty()) {
+                std::string a = base + (registry ? escape(after) : after) + std::string(1, '\0');
+                if (a > from) from = a;
+            }
+            auto r =
+                c_->range(from, end, static_cast<int64_t>(std::max(limit, kListChunk)), false, d);
+            if (!r) return r.status();
+            cur.more = r->more();
+            for (const auto& kv : r->kvs()) {
+                std::string k = kv.key().substr(base.size());
+                if (registry) k = unescape(k);
+                cur.rest.emplace_back(
+                    std::move(k), Entry{kv.value(), static_cast<uint64_t>(kv.mod_revision()), ""});
+            }
+        }
         Page p;
-        p.more = r->more();
-        for (const auto& kv : r->kvs()) {
-            std::string k = kv.key().substr(base.size());
-            if (registry) k = unescape(k);
-            p.entries.emplace_back(std::move(k),
-                                   Entry{kv.value(), static_cast<uint64_t>(kv.mod_revision()), ""});
+        while (!cur.rest.empty() && p.entries.size() < limit) {
+            p.entries.push_back(std::move(cur.rest.front()));
+            cur.rest.pop_front();
+        }
+        p.more = !cur.rest.empty() || cur.more;
+        if (!cur.rest.empty() && !p.entries.empty()) {
+            cur.at = std::chrono::steady_clock::now();
+            std::lock_guard<std::mutex> lk(cursor_mu_);
+            if (cursors_.size() >= kListCursors) cursors_.erase(cursors_.begin());
+            cursors_[base + '\0' + prefix + '\0' + p.entries.back().first] = std::move(cur);
         }
         return p;
     }
@@ -470,8 +504,28 @@ class EtcdStore final : public ServiceStore {
         if (it != counts_.end() && it->second.known) it->second.count += n;
     }
 
+    struct Cursor {
+        std::deque<std::pair<std::string, Entry>> rest;  // read, not yet sent
+        bool more = false;                               // etcd has more after rest
+        std::chrono::steady_clock::time_point at;
+    };
+    static constexpr size_t kListChunk = 10000;
+    static constexpr size_t kListCursors = 8;
+    static constexpr double kListCursorSeconds = 60;
+    void expire_cursors() {
+        auto now = std::chrono::steady_clock::now();
+        for (auto it = cursors_.begin(); it != cursors_.end();) {
+            if (now - it->second.at > std::chrono::duration<double>(kListCursorSeconds))
+                it = cursors_.erase(it);
+            else
+                ++it;
+        }
+    }
+
     Options o_;
     std::unique_ptr<Client> c_;
+    std::mutex cursor_mu_;
+    std::map<std::string, Cursor> cursors_;
     Watcher watcher_;
     mutable std::mutex lease_mu_;
     std::condition_variable lease_cv_;
