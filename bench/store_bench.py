@@ -125,14 +125,6 @@ def raw(etcd, *args):
     return subprocess.run(etcd.prefix + [RAW, etcd.endpoint, *args], capture_output=True, text=True, check=True).stdout
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def ls_row(etcd, node):
     """LS_RECORDS records put straight into etcd (as a service would), then
     `dyad ls --json` of all of them through the node's service."""
@@ -140,7 +132,7 @@ def ls_row(etcd, node):
                         "producer_dir": "/scratch/bench", "size": 4096, "mtime_ns": 1718000000000000000,
                         "mode": 420, "ino": 1000})
     raw(etcd, "fill", str(LS_RECORDS), "/dyad/ns/dyad/files/ls/", value)
-    before = rss_kib(node.proc.pid)
+    before = harness.rss_kib(node.proc.pid)
     t0 = time.monotonic()
     p = subprocess.Popen(node.prefix + [harness.DYAD, "--json", "ls", "ls/"], env=node.env(producer=False),
                          stdout=subprocess.PIPE, text=True)
@@ -148,10 +140,10 @@ def ls_row(etcd, node):
     for _ in p.stdout:
         count += 1
         if count % 50000 == 0:
-            peak = max(peak, rss_kib(node.proc.pid))
+            peak = max(peak, harness.rss_kib(node.proc.pid))
     p.wait()
     secs = time.monotonic() - t0
-    peak = max(peak, rss_kib(node.proc.pid))
+    peak = max(peak, harness.rss_kib(node.proc.pid))
     return {"records": LS_RECORDS, "listed": count, "seconds": secs, "rss_growth_mib": (peak - before) / 1024}
 
 

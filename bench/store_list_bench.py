@@ -40,14 +40,6 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def cpu_s(pid):
     """User + system CPU seconds of a process so far."""
     with open(f"/proc/{pid}/stat") as f:
@@ -86,13 +78,13 @@ def put_records(node, n):
 
 def timed_ls(node, pid, *args):
     """Runs dyad ls; returns (seconds, lines, dyadd RSS before and peak KiB, ls max RSS KiB)."""
-    before = rss_kib(pid)
+    before = harness.rss_kib(pid)
     peak = [before]
     done = threading.Event()
 
     def sample():
         while not done.is_set():
-            peak[0] = max(peak[0], rss_kib(pid))
+            peak[0] = max(peak[0], harness.rss_kib(pid))
             done.wait(0.02)  # the sampling period
 
     th = threading.Thread(target=sample)
@@ -124,7 +116,7 @@ def main():
         node = c[0]
         node.start(["--store-max-records-per-namespace", str(max(RECORDS + 10, 1000000)), "--store-max", "4G"])
         pid = node.proc.pid
-        start_rss = rss_kib(pid)
+        start_rss = harness.rss_kib(pid)
         log(f"putting {RECORDS} records into the embedded store of dyadd (pid {pid})")
         put_s = put_records(node, RECORDS)
         st = node.status()["store"]

@@ -74,6 +74,28 @@ def wait_listening(host, port, timeout=10.0, proc=None, what="dyadd"):
     wait_for(listening, timeout, what=f"a service listening on {host}:{port}")
 
 
+def stop_process(proc, sig=signal.SIGTERM, timeout=10):
+    """Sends `sig` to a running Popen, waits `timeout` s, then kills it;
+    returns its exit code (None for no process)."""
+    if proc and proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode if proc else None
+
+
+def rss_kib(pid):
+    """Resident set size of process `pid` in KiB (0 if unknown)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 class Node:
     def __init__(self, cluster, index, name, host, port, directory, kvs_uri, extra_env=None):
         self.cluster = cluster
@@ -127,14 +149,7 @@ class Node:
         return self
 
     def stop(self, sig=signal.SIGTERM, timeout=10):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        rc = self.proc.returncode if self.proc else None
+        rc = stop_process(self.proc, sig, timeout)
         self.proc = None
         return rc
 
@@ -490,14 +505,7 @@ class Etcd:
         wait_for(healthy, timeout, what=f"etcd healthy on {self.endpoint}", interval=0.1)
 
     def stop(self, sig=signal.SIGTERM, timeout=20):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        rc = self.proc.returncode if self.proc else None
+        rc = stop_process(self.proc, sig, timeout)
         self.proc = None
         if self._logf:
             self._logf.close()

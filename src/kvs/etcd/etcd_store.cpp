@@ -40,21 +40,16 @@ std::string owner_of(const std::string& value) {
     return o != j.end() && o->is_string() ? o->get<std::string>() : std::string();
 }
 
-pb::Compare compare_create(const std::string& key, int64_t rev) {
+// "key's create (CREATE) or mod (MOD) revision equals rev".
+pb::Compare compare_rev(const std::string& key, pb::Compare::CompareTarget target, int64_t rev) {
     pb::Compare c;
     c.set_key(key);
-    c.set_target(pb::Compare::CREATE);
+    c.set_target(target);
     c.set_result(pb::Compare::EQUAL);
-    c.set_create_revision(rev);
-    return c;
-}
-
-pb::Compare compare_mod(const std::string& key, int64_t rev) {
-    pb::Compare c;
-    c.set_key(key);
-    c.set_target(pb::Compare::MOD);
-    c.set_result(pb::Compare::EQUAL);
-    c.set_mod_revision(rev);
+    if (target == pb::Compare::CREATE)
+        c.set_create_revision(rev);
+    else
+        c.set_mod_revision(rev);
     return c;
 }
 
@@ -212,7 +207,7 @@ class EtcdStore final : public ServiceStore {
             if (!q) return q;
             // Create it if nobody has; else read who has.
             pb::TxnRequest t;
-            *t.add_compare() = compare_create(k, 0);
+            *t.add_compare() = compare_rev(k, pb::Compare::CREATE, 0);
             add_put(t.mutable_success(), k, value);
             add_range(t.mutable_failure(), k);
             auto r = c_->txn(t, d);
@@ -237,7 +232,7 @@ class EtcdStore final : public ServiceStore {
                                   : std::string()),
                     EEXIST);
             pb::TxnRequest u;
-            *u.add_compare() = compare_mod(k, kv.mod_revision());
+            *u.add_compare() = compare_rev(k, pb::Compare::MOD, kv.mod_revision());
             add_put(u.mutable_success(), k, value);
             auto w = c_->txn(u, d);
             if (!w) return w.status();
@@ -367,8 +362,8 @@ class EtcdStore final : public ServiceStore {
         for (uint64_t next = static_cast<uint64_t>(n->count()); next < UINT32_MAX; ++next) {
             const std::string claim = claims + std::to_string(next);
             pb::TxnRequest t;
-            *t.add_compare() = compare_create(claim, 0);
-            *t.add_compare() = compare_create(mine, 0);
+            *t.add_compare() = compare_rev(claim, pb::Compare::CREATE, 0);
+            *t.add_compare() = compare_rev(mine, pb::Compare::CREATE, 0);
             add_put(t.mutable_success(), claim, id);
             add_put(t.mutable_success(), mine, std::to_string(next));
             add_range(t.mutable_failure(), mine);
