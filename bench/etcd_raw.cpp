@@ -2,6 +2,9 @@
 // etcd's own figures for bench/store_bench.py, measured with the same gRPC
 // client code as dyadd's etcd backend (src/kvs/etcd), without DYAD:
 //   etcd_raw ENDPOINT put-rate N           N sequential Puts: "puts_per_s"
+//   etcd_raw ENDPOINT txn-rate N           N sequential create-if-absent
+//                                          transactions (dyadd's publish):
+//                                          "txns_per_s"
 //   etcd_raw ENDPOINT put-to-watch N       a watch on a prefix, then N Puts one
 //                                          at a time: seconds from each Put's
 //                                          call to its event, one per line
@@ -49,6 +52,23 @@ int main(int argc, char** argv) {
         auto t0 = clk::now();
         for (long i = 0; i < n; ++i)
             if (!put(cl, "/bench/rate/" + std::to_string(i), std::string(300, 'x'))) return 1;
+        std::printf("%.1f\n", static_cast<double>(n) / secs(t0, clk::now()));
+    } else if (mode == "txn-rate") {
+        auto t0 = clk::now();
+        for (long i = 0; i < n; ++i) {
+            const std::string k = "/bench/txn/" + std::to_string(i);
+            pb::TxnRequest t;
+            auto* c = t.add_compare();
+            c->set_key(k);
+            c->set_target(pb::Compare::CREATE);
+            c->set_result(pb::Compare::EQUAL);
+            c->set_create_revision(0);
+            auto* p = t.add_success()->mutable_request_put();
+            p->set_key(k);
+            p->set_value(std::string(300, 'x'));
+            t.add_failure()->mutable_request_range()->set_key(k);
+            if (!cl.txn(t, dyad::Deadline::after(30))) return 1;
+        }
         std::printf("%.1f\n", static_cast<double>(n) / secs(t0, clk::now()));
     } else if (mode == "put-to-watch") {
         grpc::ClientContext ctx;
