@@ -314,7 +314,10 @@ int main(int argc, char** argv) {
         }
         o.external_store = st.value();
     }
-    dyad::service::Service svc(o);
+    // The service holds the only reference to an external store: it ends
+    // the store's threads before its own loop goes (a wait answered after
+    // that would post to a destroyed loop).
+    dyad::service::Service svc(std::move(o));
     if (!metrics_listen.empty()) {
         metrics = std::make_unique<dyad::service::MetricsHttp>(dyad::service::MetricsSource{
             [&svc](std::function<void(std::string)> done) { svc.metrics(std::move(done)); },

@@ -92,6 +92,10 @@ Service::~Service() {
         ext_pool_->stop();
         ext_pool_->join();
     }
+    // Its watch, lease and sweeper threads end here, while the loop they
+    // answer requests through still exists.
+    ext_.reset();
+    opts_.external_store.reset();
 }
 
 Status Service::start() {
