@@ -7,7 +7,6 @@ service up: each file whose produce succeeded is either delivered
 byte-identical or reported as failed; no partial file is visible under a
 real name; the services never killed hold as many descriptors as after the
 warm-up and their RSS stayed flat. Prints the figures."""
-import hashlib
 import json
 import os
 import random
@@ -25,12 +24,7 @@ def fds(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def sha(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+sha = harness.sha256
 
 
 def bad_frame(node, rng):
