@@ -141,6 +141,8 @@ class Node:
         self.proc = subprocess.Popen(self.prefix + args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         try:
             wait_listening(self.host, self.port, proc=self.proc)
+            if self.socket:  # dyadd binds it before its TCP port; make sure anyway
+                wait_for(lambda: os.path.exists(self.socket), 10.0, what=f"{self.socket} to appear")
         except RuntimeError as e:  # it exited: say why
             self.log.flush()
             with open(self.log_path, errors="replace") as f:

@@ -173,6 +173,12 @@ Status Service::start() {
     server_->set_idle_timeout(
         std::chrono::milliseconds(static_cast<int64_t>(opts_.idle_timeout * 1000.0)));
     server_->set_max_connections_per_peer(static_cast<size_t>(opts_.max_connections_per_peer));
+    // The Unix socket first: whoever sees the TCP port answer may use it too.
+    if (!opts_.socket_path.empty()) {
+        auto ep = server_->listen_unix(opts_.socket_path);
+        if (!ep) return ep.status();
+        endpoints_.push_back(ep.value());
+    }
     if (!opts_.listen.empty()) {
         std::string host;
         uint16_t port = 0;
@@ -197,12 +203,8 @@ Status Service::start() {
         auto ep = server_->listen_tcp(host, port);
         if (!ep) return ep.status();
         auto u = rpc::parse_uri(ep.value());
-        endpoints_.push_back("tcp://" + public_host(host) + ":" + std::to_string(u->port));
-    }
-    if (!opts_.socket_path.empty()) {
-        auto ep = server_->listen_unix(opts_.socket_path);
-        if (!ep) return ep.status();
-        endpoints_.push_back(ep.value());
+        endpoints_.insert(endpoints_.begin(),  // the TCP endpoint leads
+                          "tcp://" + public_host(host) + ":" + std::to_string(u->port));
     }
     if (endpoints_.empty())
         return Status(DYAD_RC_BAD_CLI_PARSE, "nothing to listen on: give --listen or --socket",
