@@ -47,6 +47,8 @@ def main():
     results = {}
     for label, tls in TLS_SETS:
         env = {"UCX_TLS": tls, "UCX_WARN_UNUSED_ENV_VARS": "n"}
+        if label == "shm":  # dyadd's opt-in (docs/security.md)
+            env["DYAD_UCX_SHARED_MEMORY"] = "1"
         with harness.Cluster(nodes=2, env=env) as c:
             prod, cons = c[0], c[1]
             runs = transport_runs.big_file_rates(prod, cons, BIG, REPS, {

@@ -74,6 +74,8 @@ const std::vector<Setting> kTable = {
      "UCX endpoints a service keeps (LRU)"},
     {"DYAD_UCX_DIRECT", T::flag, "1", "dyadd (UCX)",
      "file reads land in a consumer's mapped window when UCX offers one"},
+    {"DYAD_UCX_SHARED_MEMORY", T::flag, "0", "dyadd (UCX)",
+     "also reach consumers over UCX's shared-memory transports (`posix`, `sysv`, `cma`...); only where every key holder may write into every process of dyadd's user (docs/security.md)"},
     {"DYAD_MARGO_PROTO", T::text, "ofi+tcp", "client, dyadd (MARGO)",
      "libfabric protocol: `ofi+tcp`, `ofi+sockets`, `ofi+shm`, `ofi+verbs`, `ofi+cxi`; `dyad config` lists those that work here"},
     {"DYAD_OFI_NO_PLACEMENT", T::flag, "0", "client (MARGO)",

@@ -242,4 +242,36 @@ Status check_ofi_peer_address(const std::string& peer, const std::string& own, b
     return Status::ok();
 }
 
+Result<std::string> ucx_service_tls(const char* env) {
+    static const std::set<std::string> shm = {"sm", "shm", "posix", "sysv", "cma", "knem", "xpmem"};
+    std::string v = env ? env : "";
+    if (v.empty() || v == "all") return std::string("^sm");
+    bool exclude = v[0] == '^';
+    std::string kept;
+    bool network = false;  // a transport that reaches another process
+    size_t pos = exclude ? 1 : 0;
+    while (pos <= v.size()) {
+        size_t end = v.find(',', pos);
+        if (end == std::string::npos) end = v.size();
+        std::string t = v.substr(pos, end - pos);
+        pos = end + 1;
+        if (t.empty()) continue;
+        // "tcp:aux" and the like: the name is before the colon.
+        if (!exclude && shm.count(t.substr(0, t.find(':')))) continue;
+        network = network || t.substr(0, t.find(':')) != "self";
+        kept += (kept.empty() ? "" : ",") + t;
+    }
+    if (exclude) return "^" + kept + (kept.empty() ? "" : ",") + "sm";
+    if (!network)
+        return Status(DYAD_RC_UCXINIT_FAIL,
+                      "UCX_TLS=" + v +
+                          " names only shared-memory transports (or self), which dyadd never uses toward "
+                          "consumers (their addresses would name processes of this host): add a "
+                          "network transport (tcp, rc, ud, dc), leave UCX_TLS unset, or set "
+                          "DYAD_UCX_SHARED_MEMORY=1 for dyadd where every key holder may write "
+                          "into every process of dyadd's user",
+                      EINVAL);
+    return kept;
+}
+
 }  // namespace dyad::dtl

@@ -60,4 +60,14 @@ Status ucx_address_fits(const UcxAddressInfo& peer, const UcxAddressInfo& own);
 // family (first two bytes); other formats (shm's names) 1 to 4096 bytes.
 Status check_ofi_peer_address(const std::string& peer, const std::string& own, bool sockaddr);
 
+// The UCX_TLS value for dyadd's own worker (the one that connects to
+// consumers' addresses), from the user's UCX_TLS (`env`, null if unset):
+// the same list without shared-memory transports (sm, shm, posix, sysv,
+// cma, knem, xpmem). Over those, a peer's address names a process or a
+// segment of this host and a window key an address in it, and dyadd would
+// write there with its own privileges; without them it reaches consumers
+// only over the network transports, where the address names the peer's own
+// worker. DYAD_RC_UCXINIT_FAIL if nothing but shared memory is left.
+Result<std::string> ucx_service_tls(const char* env);
+
 }  // namespace dyad::dtl

@@ -147,6 +147,7 @@ Status Service::start() {
         if (!snd) {
             DYAD_WARN(kSub, "transport %s unavailable: %s", b.name.c_str(),
                       snd.status().to_string().c_str());
+            unavailable_[b.name] = snd.status().message();
             continue;
         }
         senders_[b.name] = std::move(snd.value());
@@ -384,11 +385,12 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
         rejected_++;
         std::string served;
         for (auto& [n, s] : senders_) served += (served.empty() ? "" : ", ") + n;
-        return fail(
-            r, "",
-            Status(DYAD_RC_BADDTLMODE,
-                   "transport '" + transport + "' is not served here (served: " + served + ")",
-                   EINVAL));
+        auto why = canon ? unavailable_.find(canon.value()->name) : unavailable_.end();
+        return fail(r, "",
+                    Status(DYAD_RC_BADDTLMODE,
+                           "transport '" + transport + "' is not served here (served: " + served +
+                               ")" + (why != unavailable_.end() ? ": " + why->second : ""),
+                           EINVAL));
     }
     transport = canon.value()->name;
     if (!a.contains("upath") || !a["upath"].is_string())

@@ -199,6 +199,7 @@ class Service {
     std::atomic<uint64_t> published_count_{0}, refused_unproduced_{0}, refused_stale_{0};
     std::vector<std::string> endpoints_;
     std::map<std::string, std::unique_ptr<dtl::Sender>> senders_;
+    std::map<std::string, std::string> unavailable_;  // transport -> why it is not served
     std::vector<dtl::TransportRecord> records_;  // published for the AUTO selector
     std::map<std::string, Counters> per_transport_;
     Counters total_;

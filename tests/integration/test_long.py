@@ -48,7 +48,7 @@ def test_file_over_4gib(case):
         pytest.skip(f"this build has no {mode} transport")
     if tls and tls.split(",")[0] not in ucx_transports():
         pytest.skip(f"UCX transport '{tls.split(',')[0]}' is not available on this machine (ucx_info -d)")
-    env = {"UCX_TLS": tls, "UCX_WARN_UNUSED_ENV_VARS": "n"} if tls else None
+    env = {"UCX_TLS": tls, "UCX_WARN_UNUSED_ENV_VARS": "n", "DYAD_UCX_SHARED_MEMORY": "1"} if tls else None
     with harness.Cluster(nodes=2, env=env) as c:
         prod, cons = c[0], c[1]
         sparse_file(prod.path("big/over4g.bin"))

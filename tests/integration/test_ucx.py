@@ -35,6 +35,8 @@ def ucluster(request):
     if need not in AVAILABLE:
         pytest.skip(f"UCX transport '{need}' is not available on this machine (ucx_info -d)")
     env = {"UCX_TLS": TLS[request.param], "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    if request.param.startswith("shm"):  # dyadd's opt-in (docs/security.md)
+        env["DYAD_UCX_SHARED_MEMORY"] = "1"
     c = harness.Cluster(nodes=2, env=env)
     yield c
     c.cleanup()
@@ -110,7 +112,8 @@ def test_put_without_direct_mapping():
     tls = next((t for t in ("sysv,self", "posix,self") if t.split(",")[0] in AVAILABLE), None)
     if not tls:
         pytest.skip("no UCX shared-memory transport (sysv, posix) on this machine")
-    with harness.Cluster(nodes=2, env={"UCX_TLS": tls, "UCX_WARN_UNUSED_ENV_VARS": "n", "DYAD_UCX_DIRECT": "0"}) as c:
+    env = {"UCX_TLS": tls, "UCX_WARN_UNUSED_ENV_VARS": "n", "DYAD_UCX_DIRECT": "0", "DYAD_UCX_SHARED_MEMORY": "1"}
+    with harness.Cluster(nodes=2, env=env) as c:
         prod, cons = c[0], c[1]
         window = 4 << 20
         sizes = [1, window - 1, window, 3 * window + 5, 40 << 20]
@@ -133,3 +136,32 @@ def test_bad_protocol_name_is_refused(ucluster):
     assert p.returncode != 0
     assert "DYAD_UCX_PROTO='rdma'" in p.stderr and "auto, tag or put" in p.stderr
     assert not os.path.exists(cons.path("p.bin"))
+
+
+def test_no_shared_memory_toward_consumers_unless_asked():
+    """Over UCX's shared-memory transports a consumer's address names a
+    process of this host, and dyadd would write there with its own
+    privileges: without DYAD_UCX_SHARED_MEMORY=1 dyadd reaches consumers
+    over network transports only, whatever the consumer offers, and says so
+    when UCX_TLS leaves it none."""
+    if not BUILT:
+        pytest.skip("this build has no UCX transport")
+    shm = next((t for t in ("sysv", "posix", "cma") if t in AVAILABLE), None)
+    if not shm or "tcp" not in AVAILABLE:
+        pytest.skip("needs UCX tcp and a shared-memory transport (ucx_info -d)")
+    with harness.Cluster(nodes=2, env={"UCX_WARN_UNUSED_ENV_VARS": "n"}) as c:
+        prod, cons = c[0], c[1]
+        harness.write_file(prod.path("d.bin"), (9 << 20) + 7, seed=3)
+        prod.dyad("produce", prod.path("d.bin"))
+        cons.dyad("consume", cons.path("d.bin"), env_extra=ucx())  # the consumer offers everything
+        assert sha(cons.path("d.bin")) == sha(prod.path("d.bin"))
+        t = prod.status()["counters"]["per_transport"]["UCX"]["transport"]
+        used = t["last_endpoint_transports"]
+        assert "tcp" in used and not any(x in used for x in ("sysv", "posix", "cma", "xpmem", "knem")), used
+    with harness.Cluster(nodes=2, env={"UCX_TLS": f"{shm},self", "UCX_WARN_UNUSED_ENV_VARS": "n"}) as c:
+        prod, cons = c[0], c[1]
+        harness.write_file(prod.path("s.bin"), 100, seed=4)
+        prod.dyad("produce", prod.path("s.bin"))
+        p = cons.dyad("consume", cons.path("s.bin"), check=False, env_extra=ucx())
+        assert p.returncode != 0 and "only shared-memory transports" in p.stderr and "DYAD_UCX_SHARED_MEMORY=1" in p.stderr, p.stderr
+        assert not os.path.exists(cons.path("s.bin"))

@@ -6,11 +6,14 @@
 
 #include <ucp/api/ucp.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 
+#include "common/settings.hpp"
 #include "dtl/dtl.hpp"
+#include "dtl/peer_address.hpp"
 
 namespace dyad::dtl::ucx {
 
@@ -46,6 +49,25 @@ class Worker {
             if (s != UCS_OK) {
                 ucp_config_release(cfg);
                 return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_modify(UNIFIED_MODE=n)", s);
+            }
+            // No shared memory toward consumers (peer_address.hpp) unless
+            // the operator says every key holder may have it.
+            const char* env_tls = std::getenv("UCX_TLS");
+            auto shm = settings::flag("DYAD_UCX_SHARED_MEMORY");
+            if (!shm) {
+                ucp_config_release(cfg);
+                return shm.status();
+            }
+            auto tls = shm.value() ? Result<std::string>(std::string(env_tls ? env_tls : "all"))
+                                   : ucx_service_tls(env_tls);
+            if (!tls) {
+                ucp_config_release(cfg);
+                return tls.status();
+            }
+            s = ucp_config_modify(cfg, "TLS", tls->c_str());
+            if (s != UCS_OK) {
+                ucp_config_release(cfg);
+                return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_modify(TLS=" + tls.value() + ")", s);
             }
         }
         ucp_params_t p;
