@@ -263,14 +263,15 @@ Result<std::string> ucx_service_tls(const char* env) {
     }
     if (exclude) return "^" + kept + (kept.empty() ? "" : ",") + "sm";
     if (!network)
-        return Status(DYAD_RC_UCXINIT_FAIL,
-                      "UCX_TLS=" + v +
-                          " names only shared-memory transports (or self), which dyadd never uses toward "
-                          "consumers (their addresses would name processes of this host): add a "
-                          "network transport (tcp, rc, ud, dc), leave UCX_TLS unset, or set "
-                          "DYAD_UCX_SHARED_MEMORY=1 for dyadd where every key holder may write "
-                          "into every process of dyadd's user",
-                      EINVAL);
+        return Status(
+            DYAD_RC_UCXINIT_FAIL,
+            "UCX_TLS=" + v +
+                " names only shared-memory transports (or self), which dyadd never uses toward "
+                "consumers (their addresses would name processes of this host): add a "
+                "network transport (tcp, rc, ud, dc), leave UCX_TLS unset, or set "
+                "DYAD_UCX_SHARED_MEMORY=1 for dyadd where every key holder may write "
+                "into every process of dyadd's user",
+            EINVAL);
     return kept;
 }
 

@@ -200,7 +200,7 @@ class Service {
     std::vector<std::string> endpoints_;
     std::map<std::string, std::unique_ptr<dtl::Sender>> senders_;
     std::map<std::string, std::string> unavailable_;  // transport -> why it is not served
-    std::vector<dtl::TransportRecord> records_;  // published for the AUTO selector
+    std::vector<dtl::TransportRecord> records_;       // published for the AUTO selector
     std::map<std::string, Counters> per_transport_;
     Counters total_;
     std::map<std::string, std::unique_ptr<Histogram>> transfer_seconds_;             // by transport

@@ -67,7 +67,8 @@ class Worker {
             s = ucp_config_modify(cfg, "TLS", tls->c_str());
             if (s != UCS_OK) {
                 ucp_config_release(cfg);
-                return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_modify(TLS=" + tls.value() + ")", s);
+                return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_modify(TLS=" + tls.value() + ")",
+                                 s);
             }
         }
         ucp_params_t p;
