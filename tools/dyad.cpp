@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -239,6 +240,22 @@ int not_attempted(size_t left) {
 // Prints the line of one consumed file (--json: its object), or its error
 // on stderr; returns the file's exit code. cli_timeout: the wait limit came
 // from --timeout, not from the environment.
+// Lines of consumed files go out at once to a terminal and for `dyad sync`
+// (a pipe reader waits for them); for `dyad consume` of many files into a
+// pipe or file, at most every 0.1 s (one write per line costs as much as a
+// small file's transfer) and at exit.
+bool g_flush_each_line = true;
+
+void flush_lines() {
+    using clock = std::chrono::steady_clock;
+    static const bool tty = ::isatty(STDOUT_FILENO) == 1;
+    static clock::time_point last = clock::now();
+    const auto now = clock::now();
+    if (!g_flush_each_line && !tty && now - last < std::chrono::milliseconds(100)) return;
+    std::fflush(stdout);
+    last = now;
+}
+
 int print_consumed(const std::string& f, dyad::Status s, const dyad::client::ConsumeReport& r,
                    bool json, bool explain, bool cli_timeout) {
     if (!s) {
@@ -266,7 +283,7 @@ int print_consumed(const std::string& f, dyad::Status s, const dyad::client::Con
                                     {"selection", r.selection}}
                          .dump()
                   << "\n";
-        std::cout.flush();
+        flush_lines();
         return 0;
     }
     std::printf("%s: %s", f.c_str(), r.action.c_str());
@@ -279,7 +296,7 @@ int print_consumed(const std::string& f, dyad::Status s, const dyad::client::Con
                                                        ? "fixed transport (DYAD_DTL_MODE)"
                                                        : "nothing moved: the file was already here")
                                                 : r.explain.c_str());
-    std::fflush(stdout);
+    flush_lines();
     return 0;
 }
 
@@ -520,6 +537,7 @@ int main(int argc, char** argv) {
         size_t next = 0;
         dyad::client::ConsumeManyOptions o;
         o.window = window;
+        g_flush_each_line = false;
         o.done = [&](size_t i, const dyad::Status& s, const dyad::client::ConsumeReport& r) {
             ended[i].emplace(s, r);
             for (; next < files.size() && ended[next]; ++next) {

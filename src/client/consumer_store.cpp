@@ -120,11 +120,30 @@ bool ConsumerStore::present(const std::string& upath, const Record& rec) const {
                rec.mtime_ns;
 }
 
+Status ConsumerStore::ensure_dir(const std::string& dir) {
+    constexpr size_t kMaxDirs = 4096;
+    {
+        std::lock_guard<std::mutex> lk(dirs_mu_);
+        if (dirs_.count(dir)) return Status::ok();
+    }
+    Status s = mkdir_p(dir, 02775);
+    if (!s) return s;
+    std::lock_guard<std::mutex> lk(dirs_mu_);
+    if (dirs_.size() >= kMaxDirs) dirs_.clear();
+    dirs_.insert(dir);
+    return s;
+}
+
+void ConsumerStore::forget_dir(const std::string& dir) {
+    std::lock_guard<std::mutex> lk(dirs_mu_);
+    dirs_.erase(dir);
+}
+
 Result<UniqueFd> ConsumerStore::lock(const std::string& upath) {
     // Striped over a fixed set of files so the lock directory does not grow
     // with the number of files.
     std::string locks = dir_ + "/" + kReservedDir + "/locks";
-    Status s = mkdir_p(locks, 02775);
+    Status s = ensure_dir(locks);
     if (!s) return s;
     Xxh3 kh;
     kh.update(upath.data(), upath.size());
@@ -132,6 +151,12 @@ Result<UniqueFd> ConsumerStore::lock(const std::string& upath) {
     std::snprintf(stripe, sizeof stripe, "/%02x.lock",
                   static_cast<unsigned>(kh.digest() % kLockStripes));
     auto fd = lock_file(locks + stripe);
+    if (!fd && fd.status().err() == ENOENT) {  // the directory went away meanwhile
+        forget_dir(locks);
+        s = ensure_dir(locks);
+        if (!s) return s;
+        fd = lock_file(locks + stripe);
+    }
     if (fd) reclaim(fd.value().get());
     return fd;
 }
@@ -188,24 +213,30 @@ Result<std::unique_ptr<ConsumerStore::Staging>> ConsumerStore::stage(const std::
                                                                      int lock_fd) {
     std::string t = target(upath);
     std::string dir = dirname_of(t);
-    Status s = mkdir_p(dir, 02775);
+    Status s = ensure_dir(dir);
     if (!s) return s.wrap("consumer directory for '" + upath + "'");
-    std::string tmpl =
-        dir + "/." + t.substr(dir.size() + 1) + ".dyad-" + std::to_string(::getpid()) + "-XXXXXX";
+    const std::string pid = std::to_string(process_id());
+    std::string tmpl = dir + "/." + t.substr(dir.size() + 1) + ".dyad-" + pid + "-XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     std::unique_ptr<Staging> st(new Staging(*this, upath));
     st->fd_ = UniqueFd(fs_.mkostemp(buf.data(), O_CLOEXEC));
+    if (!st->fd_.valid() && errno == ENOENT) {  // the directory went away meanwhile
+        forget_dir(dir);
+        s = ensure_dir(dir);
+        if (!s) return s.wrap("consumer directory for '" + upath + "'");
+        std::copy(tmpl.begin(), tmpl.end(), buf.begin());
+        st->fd_ = UniqueFd(fs_.mkostemp(buf.data(), O_CLOEXEC));
+    }
     if (!st->fd_.valid())
         return Status(DYAD_RC_BADFIO, "cannot create a temporary file in " + dir, errno);
     st->tmp_ = buf.data();
     st->sink_ = std::make_unique<FileSink>(fs_, st->fd_.get(), "'" + st->tmp_ + "'");
     if (lock_fd >= 0 && st->tmp_.size() > dir_.size() + 1) {
         // "PID PATH\n", PATH relative to the consumer directory.
-        std::string line =
-            std::to_string(::getpid()) + " " + st->tmp_.substr(dir_.size() + 1) + "\n";
-        if (::pwrite(lock_fd, line.data(), line.size(), 0) == static_cast<ssize_t>(line.size()) &&
-            ::ftruncate(lock_fd, static_cast<off_t>(line.size())) == 0)
+        // What follows the line (a longer earlier one's end) is never read.
+        std::string line = pid + " " + st->tmp_.substr(dir_.size() + 1) + "\n";
+        if (::pwrite(lock_fd, line.data(), line.size(), 0) == static_cast<ssize_t>(line.size()))
             st->lock_fd_ = lock_fd;
         else
             DYAD_DEBUG(kSub, "cannot note %s in its lock file: %s", st->tmp_.c_str(),

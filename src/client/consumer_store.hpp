@@ -12,8 +12,10 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -105,10 +107,16 @@ class ConsumerStore {
     // Removes the temporary file a dead holder of this lock left (its lock
     // file's record), and empties the record.
     void reclaim(int lock_fd);
+    // mkdir_p, once per directory and process: a directory made (or found)
+    // once is taken as there (forget_dir when a create in it says ENOENT).
+    Status ensure_dir(const std::string& dir);
+    void forget_dir(const std::string& dir);
 
     std::string dir_;
     FileSystem& fs_;
     bool fsync_;
+    std::mutex dirs_mu_;
+    std::unordered_set<std::string> dirs_;  // known to exist (bounded: kMaxDirs)
 };
 
 // Identity of an installed copy: which produce (owner, generation, mtime)

@@ -26,6 +26,7 @@ class RpcFetchChannel final : public dtl::FetchChannel {
     Status read(void* p, size_t n) override;
     Status update(const nlohmann::json& meta) override;
     int fd() const override { return conn_.fd(); }
+    bool buffered() const override { return conn_.buffered(); }
     double idle_s() const override { return idle_s_; }
     UniqueFd take_fd() override { return std::move(answer_fd_); }
 

@@ -20,6 +20,9 @@ void Xxh3::update(const void* p, size_t n) {
 uint64_t Xxh3::digest() const {
     return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_));
 }
+uint64_t Xxh3::of(const void* p, size_t n) {
+    return XXH3_64bits(p, n);
+}
 std::string Xxh3::to_hex(uint64_t v) {
     char b[17];
     std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));

@@ -18,6 +18,8 @@ class Xxh3 {
     uint64_t digest() const;
     std::string hex() const { return to_hex(digest()); }
     static std::string to_hex(uint64_t v);
+    // The digest of one buffer (what update() of it alone then digest() give).
+    static uint64_t of(const void* p, size_t n);
 
   private:
     void* state_;

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "fs.hpp"
 
+#include <pthread.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <cerrno>
 #include <cstdio>
@@ -61,6 +64,23 @@ Status FileSystem::pread_all(int fd, void* p, size_t n, uint64_t off, const std:
         got += static_cast<size_t>(r);
     }
     return Status::ok();
+}
+
+namespace {
+std::atomic<pid_t> cached_pid{0};
+void forget_pid() {
+    cached_pid.store(0, std::memory_order_relaxed);
+}
+}  // namespace
+
+pid_t process_id() {
+    pid_t p = cached_pid.load(std::memory_order_relaxed);
+    if (p != 0) return p;
+    static const int registered = ::pthread_atfork(nullptr, nullptr, forget_pid);
+    (void)registered;
+    p = ::getpid();
+    cached_pid.store(p, std::memory_order_relaxed);
+    return p;
 }
 
 }  // namespace dyad

@@ -35,4 +35,8 @@ class FileSystem {
                                    const std::string& what);
 };
 
+// getpid(), asked of the kernel once per process (and again in a child
+// after fork): glibc no longer caches it.
+pid_t process_id();
+
 }  // namespace dyad

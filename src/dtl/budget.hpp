@@ -10,7 +10,9 @@
 // together hold at most per_peer (set_per_peer), so opening more
 // connections does not buy a peer more memory.
 //
-// Loop thread only (the service's event loop), except Buffer::data().
+// Thread-safe: the loop takes and parks; a file thread may take with
+// try_get (a small file read whole there) and drop a Buffer. Grants run
+// with the budget's lock held: they must only post (as every caller does).
 #pragma once
 
 #include <sys/mman.h>
@@ -19,6 +21,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -67,17 +70,27 @@ class MemoryBudget {
     MemoryBudget& operator=(const MemoryBudget&) = delete;
 
     uint64_t limit() const { return limit_; }
-    uint64_t in_use() const { return used_; }
-    uint64_t peak() const { return peak_; }
+    uint64_t in_use() const {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
+        return used_;
+    }
+    uint64_t peak() const {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
+        return peak_;
+    }
     // Bytes all endpoints of one peer may hold together (0: no cap). A
     // peer holding nothing may always have one buffer.
-    void set_per_peer(uint64_t n) { per_peer_ = n; }
+    void set_per_peer(uint64_t n) {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
+        per_peer_ = n;
+    }
     uint64_t per_peer() const { return per_peer_; }
 
     // A buffer of n bytes for `owner` (an endpoint of `peer`; 0: none) now,
     // or an empty one when the budget (or the owner's or the peer's share)
     // is spent or others are already waiting.
     Buffer try_get(uint64_t owner, size_t n, uint64_t peer = 0) {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
         if (!waiting_.empty()) return {};
         Fit f = fits(owner, peer, n);
         if (f == Fit::peer_full) ++peer_limited_;
@@ -88,6 +101,7 @@ class MemoryBudget {
     // on the loop) with the buffer once there is room. Returns a ticket for
     // cancel().
     uint64_t wait(uint64_t owner, size_t n, Grant grant, uint64_t peer = 0) {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
         uint64_t t = ++tickets_;
         auto& q = waiting_[owner];
         if (q.empty()) ring_.push_back(owner);
@@ -97,6 +111,7 @@ class MemoryBudget {
         return t;
     }
     void cancel(uint64_t owner, uint64_t ticket) {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
         auto it = waiting_.find(owner);
         if (it == waiting_.end()) return;
         auto& q = it->second;
@@ -110,6 +125,7 @@ class MemoryBudget {
     // Memory held outside Buffers (a transport's registered pool): counted
     // against the same limit, never parked.
     bool try_reserve(size_t n) {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
         if (used_ + n > limit_) return false;
         used_ += n;
         reserved_ += n;
@@ -119,17 +135,20 @@ class MemoryBudget {
     // The one exception: a transport that cannot work without its first
     // buffer takes it even over the limit (counted, so others get less).
     void force_reserve(size_t n) {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
         used_ += n;
         reserved_ += n;
         peak_ = std::max(peak_, used_);
     }
     void unreserve(size_t n) {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
         used_ -= n;
         reserved_ -= n;
         serve();
     }
 
     nlohmann::json stats() const {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
         size_t waiting = 0;
         for (const auto& [o, q] : waiting_) waiting += q.size();
         uint64_t cached = 0;
@@ -193,6 +212,7 @@ class MemoryBudget {
     }
 
     void give_back(uint64_t owner, uint64_t peer, char* p, size_t n) {
+        std::lock_guard<std::recursive_mutex> lk(mu_);
         auto it = held_.find(owner);
         if (it != held_.end() && (it->second -= n) == 0) held_.erase(it);
         auto pt = peer ? peer_held_.find(peer) : peer_held_.end();
@@ -263,6 +283,7 @@ class MemoryBudget {
     std::map<uint64_t, std::deque<Waiter>> waiting_;
     std::deque<uint64_t> ring_;  // owners with waiters, in turn order
     std::map<size_t, std::vector<char*>> cache_;
+    mutable std::recursive_mutex mu_;  // recursive: a grant may drop a Buffer
 };
 
 // Buffers of a transport's own pool (MARGO's registered buffers) that each

@@ -71,8 +71,12 @@ class FetchChannel {
     [[nodiscard]] virtual Status read(void* p, size_t n) = 0;
     // A transport's message back to the service (credits, acknowledgements).
     [[nodiscard]] virtual Status update(const nlohmann::json& meta) = 0;
-    // Readable when next() has something to read (to poll with other fds).
+    // Readable when next() has something to read (to poll with other fds);
+    // poll it only when buffered() is false.
     virtual int fd() const = 0;
+    // next() has bytes already read: it needs no wait (fd() may not poll
+    // readable then).
+    virtual bool buffered() const { return false; }
     // Seconds without progress before the fetch fails.
     virtual double idle_s() const = 0;
     // The file descriptor the service passed with this fetch's first answer

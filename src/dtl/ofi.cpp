@@ -273,7 +273,7 @@ class OfiReceiver : public Receiver {
             while (ops.size() < static_cast<size_t>(kDepth) && announced < size) {
                 if (!ops.empty()) {
                     struct pollfd pf = {ch.fd(), POLLIN, 0};
-                    if (::poll(&pf, 1, 0) <= 0) break;
+                    if (!ch.buffered() && ::poll(&pf, 1, 0) <= 0) break;
                 }
                 auto g = ch.next();
                 if (!g) return fail(g.status());

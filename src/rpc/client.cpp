@@ -300,10 +300,30 @@ ssize_t Connection::recv_with_fd(void* p, size_t n) {
 
 Status Connection::read_exact(void* p, size_t n, Deadline deadline, bool take_fds) {
     char* c = static_cast<char*>(p);
+    auto drain = [&] {
+        size_t k = std::min(n, rend_ - rpos_);
+        std::memcpy(c, rbuf_.get() + rpos_, k);
+        rpos_ += k;
+        c += k;
+        n -= k;
+    };
+    if (buffered()) drain();
     while (n > 0) {
-        ssize_t r = take_fds ? recv_with_fd(c, n) : ::recv(fd_.get(), c, n, 0);
+        // Short reads go through the read-ahead buffer; long ones (file
+        // data) straight to their destination.
+        const bool ahead = !unix_ && n < kReadAhead;
+        if (ahead && !rbuf_) rbuf_.reset(new char[kReadAhead]);
+        ssize_t r = ahead      ? ::recv(fd_.get(), rbuf_.get(), kReadAhead, 0)
+                    : take_fds ? recv_with_fd(c, n)
+                               : ::recv(fd_.get(), c, n, 0);
         if (r > 0) {
             read_any_ = true;
+            if (ahead) {
+                rpos_ = 0;
+                rend_ = static_cast<size_t>(r);
+                drain();
+                continue;
+            }
             c += r;
             n -= static_cast<size_t>(r);
             continue;
@@ -481,7 +501,7 @@ Result<std::unique_ptr<Connection>> ConnectionPool::get(const std::string& uri, 
             // An idle connection must have nothing to read: readable means the
             // service closed it (restart) or sent junk; drop it.
             struct pollfd p = {c->fd_.get(), POLLIN, 0};
-            if (::poll(&p, 1, 0) == 0) {
+            if (!c->buffered() && ::poll(&p, 1, 0) == 0) {
                 c->reused_ = true;
                 return c;
             }

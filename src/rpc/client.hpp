@@ -58,8 +58,13 @@ class Connection {
     const nlohmann::json& peer_info() const { return peer_info_; }
     const std::string& uri() const { return uri_; }
     bool broken() const { return broken_; }
-    // The socket, for waiting on it together with other event sources.
+    // The socket, for waiting on it together with other event sources:
+    // poll it only when buffered() is false.
     int fd() const { return fd_.get(); }
+    // Bytes already read from the socket and not yet consumed (TCP reads
+    // take up to kReadAhead bytes at once: a small answer and its END in
+    // one recv). Then the next read needs no wait.
+    bool buffered() const { return rpos_ < rend_; }
 
     // Sends a request; returns its tag. args become the meta with "topic"
     // and, if propagate, "timeout_ms" (the time left before `deadline`) added:
@@ -121,7 +126,12 @@ class Connection {
     UniqueFd fd_;
     std::string uri_;
     bool unix_ = false;
-    UniqueFd passed_fd_;      // came with the header of the last frame read
+    UniqueFd passed_fd_;  // came with the header of the last frame read
+    // Read-ahead (TCP only: on a Unix socket a passed descriptor travels
+    // with its frame's first byte, so reads never cross a frame there).
+    static constexpr size_t kReadAhead = 64u << 10;
+    std::unique_ptr<char[]> rbuf_;
+    size_t rpos_ = 0, rend_ = 0;
     std::string bad_header_;  // the bytes of the last header that did not decode
     nlohmann::json peer_info_;
     uint32_t next_tag_ = 1;

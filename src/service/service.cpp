@@ -64,18 +64,6 @@ bool is_loopback_host(const std::string& host) {
 
 // The served file when its transfer started, to see at the end whether it
 // was modified meanwhile.
-struct Service::Snapshot {
-    uint64_t ino = 0, size = 0;
-    int64_t mtime_ns = 0, ctime_ns = 0;
-    static Snapshot of(const struct stat& sb) {
-        return {static_cast<uint64_t>(sb.st_ino), static_cast<uint64_t>(sb.st_size),
-                ns_of(sb.st_mtim), ns_of(sb.st_ctim)};
-    }
-    bool operator==(const Snapshot& o) const {
-        return ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
-    }
-};
-
 Service::Service(Options opts)
     : opts_(std::move(opts)), file_pool_(opts_.io_threads ? opts_.io_threads : 1) {
     if (opts_.node.empty()) opts_.node = hostname();
@@ -519,6 +507,7 @@ void Service::try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
         return release_fd(job);
     }
     job->size = snap->size;
+    if (send_whole(r, transport, job, *snap)) return;
     asio::post(io_, [this, r, transport, job, snap] { start_send(r, transport, job, snap); });
 }
 
@@ -528,46 +517,50 @@ void Service::start_send(std::shared_ptr<rpc::Request> r, std::string transport,
     per_transport_[transport].in_flight++;
     total_.in_flight++;
     auto t0 = std::chrono::steady_clock::now();
-    senders_[transport]->send(job, [this, r, transport, job, snap, t0](Status s, uint64_t bytes,
-                                                                       std::string xxh) {
-        auto& c = per_transport_[transport];
-        c.bytes_sent += bytes;
-        total_.bytes_sent += bytes;
-        if (c.in_flight) c.in_flight--;
-        if (total_.in_flight) total_.in_flight--;
-        if (!s) {
-            release_fd(job);
+    senders_[transport]->send(
+        job, [this, r, transport, job, snap, t0](Status s, uint64_t bytes, std::string xxh) {
+            auto& c = per_transport_[transport];
+            c.bytes_sent += bytes;
+            total_.bytes_sent += bytes;
+            if (c.in_flight) c.in_flight--;
+            if (total_.in_flight) total_.in_flight--;
+            if (!s) {
+                release_fd(job);
+                metrics_->note(*r, transport, bytes);
+                return fail(r, transport, s);
+            }
+            transfer_seconds_[transport]->observe(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             metrics_->note(*r, transport, bytes);
-            return fail(r, transport, s);
-        }
-        transfer_seconds_[transport]->observe(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        metrics_->note(*r, transport, bytes);
-        // Unchanged to the end, or the consumer installs nothing: what was
-        // read may be a mix of two versions whatever its checksum says. (On
-        // a file thread: a stat on a network file system is a round trip.)
-        asio::post(file_pool_, [this, r, transport, job, snap, xxh = std::move(xxh)] {
-            struct stat sb;
-            bool same =
-                job->fd.valid() && ::fstat(job->fd.get(), &sb) == 0 && Snapshot::of(sb) == *snap;
-            job->fd.reset();
-            asio::post(io_, [this, r, transport, job, same, xxh] {
-                if (!same) {
-                    refused_stale_++;
-                    return fail(r, transport,
-                                Status(DYAD_RC_BADFETCH,
-                                       "'" + job->upath +
-                                           "' was modified while it was being sent: the consumer "
-                                           "installs nothing; produce it again once it is written",
-                                       ESTALE));
-                }
-                auto& served = per_transport_[transport];
-                served.served++;
-                total_.served++;
-                r->end({{"size", job->size}, {"xxh3", xxh}});
+            // Unchanged to the end, or the consumer installs nothing: what was
+            // read may be a mix of two versions whatever its checksum says. (On
+            // a file thread: a stat on a network file system is a round trip.)
+            asio::post(file_pool_, [this, r, transport, job, snap, xxh = std::move(xxh)] {
+                struct stat sb;
+                bool same = job->fd.valid() && ::fstat(job->fd.get(), &sb) == 0 &&
+                            Snapshot::of(sb) == *snap;
+                job->fd.reset();
+                asio::post(io_, [this, r, transport, job, same, xxh] {
+                    end_send(r, transport, *job, same, xxh);
+                });
             });
         });
-    });
+}
+
+void Service::end_send(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
+                       const dtl::FetchJob& job, bool unchanged, const std::string& xxh) {
+    if (!unchanged) {
+        refused_stale_++;
+        return fail(r, transport,
+                    Status(DYAD_RC_BADFETCH,
+                           "'" + job.upath +
+                               "' was modified while it was being sent: the consumer installs "
+                               "nothing; produce it again once it is written",
+                           ESTALE));
+    }
+    per_transport_[transport].served++;
+    total_.served++;
+    r->end({{"size", job.size}, {"xxh3", xxh}});
 }
 
 Status Service::check_served(const std::shared_ptr<rpc::Request>& r, const dtl::FetchJob& job,

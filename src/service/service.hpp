@@ -135,7 +135,22 @@ class Service {
         int64_t ctime_ns = 0;  // 0: unknown (learnt from the store after a restart)
         std::string ns, key;   // where the record is ("": learnt from the store)
     };
-    struct Snapshot;  // the served file as the transfer started
+    // The served file as the transfer started.
+    struct Snapshot {
+        uint64_t ino = 0, size = 0;
+        int64_t mtime_ns = 0, ctime_ns = 0;
+        static Snapshot of(const struct stat& sb) {
+            auto ns = [](const struct timespec& t) {
+                return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
+            };
+            return {static_cast<uint64_t>(sb.st_ino), static_cast<uint64_t>(sb.st_size),
+                    ns(sb.st_mtim), ns(sb.st_ctim)};
+        }
+        bool operator==(const Snapshot& o) const {
+            return ino == o.ino && size == o.size && mtime_ns == o.mtime_ns &&
+                   ctime_ns == o.ctime_ns;
+        }
+    };
 
     void on_fetch(std::shared_ptr<rpc::Request> r);
     void on_publish(std::shared_ptr<rpc::Request> r);
@@ -157,6 +172,14 @@ class Service {
     Result<UniqueFd> open_served_file(const std::string& upath);
     void try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
                   std::shared_ptr<dtl::FetchJob> job, int attempt);
+    // A small file over the stream: read, hashed and checked on this file
+    // thread, then sent with its END in one go (whole_file.cpp). False: not
+    // taken (too large, another transport, no memory now): start_send.
+    bool send_whole(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
+                    const std::shared_ptr<dtl::FetchJob>& job, const Snapshot& snap);
+    // The END of a sent file, or the error if it changed while being read.
+    void end_send(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
+                  const dtl::FetchJob& job, bool unchanged, const std::string& xxh);
     void start_send(std::shared_ptr<rpc::Request> r, std::string transport,
                     std::shared_ptr<dtl::FetchJob> job, std::shared_ptr<const Snapshot> snap);
     void release_fd(const std::shared_ptr<dtl::FetchJob>& job);

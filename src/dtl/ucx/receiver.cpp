@@ -282,9 +282,11 @@ class UcxReceiver : public Receiver {
                 break;
             }
             struct pollfd pf[2] = {{c_->worker().efd(), POLLIN, 0}, {ch.fd(), POLLIN, 0}};
-            int n = ::poll(pf, 2, idle.poll_ms());
+            const bool ready = ch.buffered();
+            int n = ::poll(pf, 2, ready ? 0 : idle.poll_ms());
             if (n < 0 && errno == EINTR) continue;
-            if (n == 0 || idle.expired()) {
+            if (ready) pf[1].revents |= POLLIN;
+            if ((n == 0 && !ready) || idle.expired()) {
                 err = Status(DYAD_RC_TIMEOUT, "no UCX data for " + std::to_string(idle_s) + " s",
                              ETIMEDOUT);
                 break;
@@ -332,9 +334,11 @@ class UcxReceiver : public Receiver {
             if (as == UCS_ERR_BUSY) continue;
             if (as != UCS_OK) return ucx_error(DYAD_RC_UCXWAIT_FAIL, "ucp_worker_arm", as);
             struct pollfd pf[2] = {{ch.fd(), POLLIN, 0}, {c_->worker().efd(), POLLIN, 0}};
-            int n = ::poll(pf, 2, idle.poll_ms());
+            const bool ready = ch.buffered();
+            int n = ::poll(pf, 2, ready ? 0 : idle.poll_ms());
             if (n < 0 && errno == EINTR) continue;
-            if (n == 0 || idle.expired())
+            if (ready) pf[0].revents |= POLLIN;
+            if ((n == 0 && !ready) || idle.expired())
                 return Status(DYAD_RC_TIMEOUT,
                               "no UCX put notice for " + std::to_string(idle_s) + " s", ETIMEDOUT);
             if (!pf[0].revents) continue;  // UCX events only

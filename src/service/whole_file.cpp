@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// The cheap path of a small file over the stream transport: one job on a
+// file thread opens (on_fetch), locks and checks (try_lock), then here reads
+// the whole file into one buffer of the memory budget, hashes it and checks
+// that it did not change; the loop then queues the answer (meta and bytes)
+// and the END together, which leave in one write. Two hand-offs in all,
+// instead of a chunk pipeline's read, send and final check each going
+// through the loop; and one watchdog per file, not one per chunk. Anything else (a larger
+// file, another transport, a budget spent for now) takes the chunk
+// pipeline (start_send), which waits for memory. docs/design.md, "Small
+// files".
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/checksum.hpp"
+#include "service.hpp"
+
+namespace dyad::service {
+
+namespace {
+constexpr uint64_t kWholeMax = 256u << 10;  // bytes: at most one stream chunk
+}  // namespace
+
+bool Service::send_whole(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
+                         const std::shared_ptr<dtl::FetchJob>& job, const Snapshot& snap) {
+    if (transport != dtl::universal_backend().name || job->size > kWholeMax) return false;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto buf = std::make_shared<dtl::Buffer>();
+    const size_t n = static_cast<size_t>(job->size);
+    if (n > 0) {
+        // Whole pages, so that buffers of files of about one size are
+        // reused from the budget's cache rather than mapped each time.
+        *buf = budget_->try_get(job->endpoint, (n + 4095) & ~size_t(4095), job->peer);
+        if (!*buf) return false;
+        Status st = job->fs->pread_all(job->fd.get(), buf->data(), n, 0, "'" + job->upath + "'");
+        if (!st) {
+            asio::post(io_, [this, r, transport, st] { fail(r, transport, st); });
+            job->fd.reset();
+            return true;
+        }
+    }
+    const std::string xxh = Xxh3::to_hex(Xxh3::of(buf->data(), n));
+    // Read whole under the shared lock: unchanged now means what was read
+    // is the published file.
+    struct stat sb;
+    const bool same = ::fstat(job->fd.get(), &sb) == 0 && Snapshot::of(sb) == snap;
+    job->fd.reset();  // this is a file thread: close (and unlock) here
+    asio::post(io_, [this, r, transport, job, buf, same, xxh, t0, n] {
+        if (r->finished()) return;  // the consumer went away meanwhile
+        if (same) {
+            nlohmann::json meta = {{"size", n}, {"transport", transport}};
+            // A consumer that takes nothing for the send timeout loses its
+            // connection, as in the chunk pipeline: the buffer comes back.
+            auto watchdog = std::make_shared<asio::steady_timer>(io_);
+            watchdog->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                std::chrono::duration<double>(std::min(job->idle_timeout_s, 1e9))));
+            watchdog->async_wait([r](asio::error_code ec) {
+                if (!ec) r->close_connection();
+            });
+            r->respond(std::move(meta), n > 0 ? asio::buffer(buf->data(), n) : asio::const_buffer(),
+                       [buf, watchdog](bool) { watchdog->cancel(); });
+            per_transport_[transport].bytes_sent += n;
+            total_.bytes_sent += n;
+            transfer_seconds_[transport]->observe(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        }
+        metrics_->note(*r, transport, same ? n : 0);
+        end_send(r, transport, *job, same, xxh);
+    });
+    return true;
+}
+
+}  // namespace dyad::service
