@@ -207,7 +207,9 @@ def plot_bench_rows(d, path):
             if name in m:
                 bars.append(Bar(name if name == "cp" else "iperf3\n(no file)", m[name]["GBps"],
                                 tuple(m[name]["GBps_range"]), kind="reference"))
-        panels.append((f"one {big['bytes'] / 2**20:,.0f} MiB file", bars, "GB/s", False))
+        size = big["bytes"]
+        panels.append((f"one {size / 2**30:g} GiB file" if size >= 2**30 else f"one {size / 2**20:g} MiB file", bars,
+                       "GB/s", False))
     tr = w.get("transports")
     if tr:
         stream = "stream (FLUX_RPC)"
