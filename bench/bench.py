@@ -1,27 +1,37 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""DYAD benchmark: real dyadd services on loopback, compared with baselines.
+"""DYAD benchmark (issue 17's table): real dyadd services on loopback, each
+row beside its references in the same run.
 
-Workload 1: one large file (1 GiB) produced on node0 and consumed on node1,
-            next to iperf3 over the same loopback addresses and a plain `cp`.
-Workload 2: 2,000 files of 64 KiB, produced in one `dyad produce` call and
-            consumed in one `dyad consume` call, next to `cp -r`.
+Small files (10,000 x 4 KiB and 2,000 x 64 KiB), on tmpfs (/dev/shm) and on
+the disk (the system temporary directory, or BENCH_DIR): produced on node0
+(untimed), then ONE `dyad consume` process on node1 listing every path,
+beside an rsync daemon, tar | socat and cp -r.
+One 1 GiB file: `dyad consume` beside a plain file -> socket -> file copy
+(bench/plain_copy.c), cp and iperf3, with the CPU seconds per GiB of every
+process involved.
+Eight 256 MiB files consumed by eight `dyad consume` processes at once,
+beside eight plain copies at once.
+A 256 MiB file over UCX (UCX_TLS=tcp) and MARGO (ofi+tcp) beside the stream
+(FLUX_RPC), through transport_runs.big_file_rates.
+The AUTO rows are bench/auto_bench.py's; bench/goals.py prints all rows.
 
-Each workload runs a warm-up round and then 3 measured rounds (median
-reported), every round with fresh file names, and the baselines interleaved
-with DYAD in the same round. The order of the file-writing methods rotates
-from round to round, and before each of them a scratch file of the same size
-is written and deleted (untimed), so that each writer starts from the same
-memory state (see prime_memory). BENCH_QUICK=1: 1 round, 256 MiB and 200 files.
-BENCH_SYNC=1: run `sync` (untimed) before every timed step, to keep the
-writeback of earlier steps out of the measurements. Page cache is never dropped.
-BENCH_DIR=/some/dir: put the simulated nodes' directories there (default: the
-system temporary directory, like the harness), e.g. /dev/shm to take the disk
-and file system out of the picture.
+Each workload runs a warm-up round and 3 measured rounds (medians), every
+round with fresh file names, the methods interleaved and their order rotated
+from round to round, a scratch file the size of the data written and deleted
+before each (prime_memory). Every copy is checked against its source outside
+the timing. Syscalls per file come from one more, untimed round per small
+workload with every process under `strace -f -c` (on tmpfs); context
+switches and CPU seconds from the timed rounds (rusage of the processes the
+bench starts, /proc of the dyadd services).
 
-Prints a table and writes latest.json under build/bench/ (bench_output.py;
-bench/results/ holds tracked reference results). Run: make bench
+BENCH_QUICK=1: 1 round, few and small files, to check the script.
+BENCH_SYNC=1: `sync` (untimed) before every timed step.
+BENCH_DIR=/some/dir: the "disk" clusters' directory (default: the system
+temporary directory). Prints the table and writes latest.json under
+build/bench/ (bench_output.py). Run: make bench
 """
+import collections
 import filecmp
 import json
 import os
@@ -38,18 +48,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
+import accounting  # noqa: E402
 import bench_output  # noqa: E402
+import goals  # noqa: E402
 import harness  # noqa: E402
-from harness import Cluster, free_port, write_file  # noqa: E402
+import references  # noqa: E402
+import transport_runs  # noqa: E402
+from accounting import Services, Strace, run_counted  # noqa: E402
+from harness import Cluster, write_file  # noqa: E402
+from references import measurement  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 REPS = 1 if QUICK else 3
-BIG_SIZE = (256 if QUICK else 1024) << 20
-SMALL_COUNT = 200 if QUICK else 2000
-SMALL_SIZE = 64 << 10
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+BIG_SIZE = (64 if QUICK else 1024) * MiB
+# (files, bytes each) -> goals of DYAD / reference, files/s (None: shown)
+SMALL = [(500 if QUICK else 10_000, 4 * KiB, {"rsync daemon": 1.0, "tar | socat": 0.5}),
+         (200 if QUICK else 2_000, 64 * KiB, {"rsync daemon": 1.5, "tar | socat": None})]
+CONCURRENT, CONCURRENT_SIZE = 8, (16 if QUICK else 256) * MiB
+GOAL_BIG, GOAL_CPU, GOAL_CONCURRENT, GOAL_TRANSPORT = 0.9, 1.5, 0.8, 1.0
 SYNC = os.environ.get("BENCH_SYNC", "") not in ("", "0")
-BENCH_DIR = os.environ.get("BENCH_DIR") or None
+DISK_DIR = os.environ.get("BENCH_DIR") or tempfile.gettempdir()
+TMPFS_DIR = "/dev/shm"
 RESULTS = bench_output.results_path("latest")
+DYAD_NAME = "DYAD"
+METHOD_ORDER = [DYAD_NAME, "plain copy", "rsync daemon", "tar | socat", "cp -r", "cp", "iperf3"]  # in tables, charts
 
 GB = 1e9
 MB = 1e6
@@ -88,11 +111,26 @@ def same_file(a, b):
     return os.path.getsize(a) == os.path.getsize(b) and filecmp.cmp(a, b, shallow=False)
 
 
+def check_copies(pairs, what):
+    """Every (source, copy) identical (outside the timing)."""
+    bad = [b for a, b in pairs if not os.path.exists(b) or not same_file(a, b)]
+    if bad:
+        raise RuntimeError(f"{what}: {len(bad)} of {len(pairs)} copies differ from their source, e.g. {bad[:2]}")
+
+
 def rm(path):
     if os.path.isdir(path):
         shutil.rmtree(path, ignore_errors=True)
     elif os.path.exists(path):
         os.remove(path)
+
+
+def is_tmpfs(path):
+    try:
+        with open("/proc/mounts") as f:
+            return any(line.split()[1] == path and line.split()[2] == "tmpfs" for line in f)
+    except OSError:
+        return False
 
 
 def dyadd_peak_rss_mib(node):
@@ -106,60 +144,6 @@ def dyadd_peak_rss_mib(node):
         pass
     return None
 
-
-# ---------------------------------------------------------------- iperf3
-
-def tcp_listening(host, port):
-    want = "%08X:%04X" % (int.from_bytes(bytes(map(int, host.split("."))), "little"), port)
-    try:
-        with open("/proc/net/tcp") as f:
-            return any(l.split()[1] == want and l.split()[3] == "0A" for l in f.readlines()[1:])
-    except OSError:
-        return False
-
-
-class Iperf3:
-    """One-shot iperf3 server on node0's address, client bound to node1's."""
-
-    def __init__(self):
-        self.exe = shutil.which("iperf3")
-        self.server = None
-        self.server_host, self.client_host = "127.0.0.1", "127.0.0.2"
-
-    def measure(self, nbytes):
-        host = self.server_host
-        port = free_port(host)
-        self.server = subprocess.Popen(
-            [self.exe, "-s", "-B", host, "-p", str(port), "-1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            # no probe connection: it would be the one client of `-1`
-            deadline = time.monotonic() + 10
-            while not tcp_listening(host, port):
-                if self.server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("iperf3 server did not start listening")
-                time.sleep(0.02)
-            wall, p = timed(run, [self.exe, "-c", host, "-B", self.client_host, "-p", str(port),
-                                  "-n", str(nbytes), "-J"], timeout=300)
-            rx = json.loads(p.stdout)["end"]["sum_received"]
-            self.server.wait(timeout=10)
-            return {"bits_per_second": rx["bits_per_second"], "bytes": rx["bytes"],
-                    "seconds": rx["seconds"], "client_wall_s": wall}
-        finally:
-            self.stop()
-
-    def stop(self):
-        if self.server and self.server.poll() is None:
-            self.server.terminate()
-            try:
-                self.server.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.server.kill()
-                self.server.wait()
-        self.server = None
-
-
-# ---------------------------------------------------------------- workloads
 
 def prime_memory(directory, nbytes):
     """Writes and deletes a scratch file of nbytes (untimed).
@@ -183,193 +167,344 @@ def rotated(methods, round_index):
     return methods[k:] + methods[:k]
 
 
-def big_round(cluster, iperf, tag, index, seed):
-    n0, n1 = cluster[0], cluster[1]
+def size_text(n):
+    return f"{n // GiB} GiB" if n >= GiB and n % GiB == 0 else f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
+
+
+# ---------------------------------------------------------------- one bench cluster
+
+class Bench:
+    """A two-node cluster with the per-cluster reference state: node0 holds
+    the files (its dyadd owns them, the rsync daemon serves its directory),
+    node1 receives them."""
+
+    def __init__(self, label, directory):
+        self.label = label
+        root = tempfile.mkdtemp(prefix="dyad-bench-", dir=directory)
+        self.cluster = Cluster(nodes=2, root=root)
+        self.n0, self.n1 = self.cluster[0], self.cluster[1]
+        self.rsync = references.RsyncDaemon(root, self.n0.dir, self.n0.host)
+        self.services = {"dyadd node0": self.n0.proc.pid, "dyadd node1": self.n1.proc.pid}
+
+    def dyad_consume(self, paths_list, trace=None):
+        """One `dyad --json consume` process per list of node1 paths, all
+        started at once; timed until the last exits. Returns the measurement
+        (its parts: the consumers and both dyadd) and every record."""
+        svc = Services(self.services)
+        svc.snapshot()
+        if trace:
+            for name, pid in self.services.items():
+                trace.attach(name, pid)
+        env = self.n1.env()
+        procs = []
+        try:
+            t0 = time.perf_counter()
+            for paths in paths_list:
+                cmd = self.n1.prefix + [harness.DYAD, "--json", "consume", *paths]
+                procs.append(accounting.start(trace.wrap("dyad consume", cmd) if trace else cmd, env=env))
+            done = [accounting.finish(p) for p in procs]
+            wall = time.perf_counter() - t0
+        finally:
+            for p in procs:
+                accounting.abandon(p)
+        parts = {"dyad consume": sum((u for _, u in done), accounting.ZERO), **svc.delta()}
+        recs = [r for (out, _), paths in zip(done, paths_list) for r in parse_consume(out, len(paths))]
+        m = measurement(wall, parts)
+        m["transports"] = dict(collections.Counter(r.get("transport", "?") for r in recs))
+        m["transfer_s_sum"] = sum(r.get("transfer_s", 0.0) for r in recs)
+        return m
+
+    def cleanup(self):
+        self.rsync.kill()
+        self.cluster.cleanup()
+
+
+# ---------------------------------------------------------------- small files
+
+def small_methods(b, reldir, names):
+    """[(name, run(trace) -> measurement)] for one set of produced files;
+    each checks its copies after its timed step."""
+    src_dir = b.n0.path(reldir)
+    host0, host1 = b.n0.host, b.n1.host
+
+    def pairs(dst_dir):
+        return [(os.path.join(src_dir, n), os.path.join(dst_dir, n)) for n in names]
+
+    def dyad(trace=None):
+        dst_dir = b.n1.path(reldir)
+        m = b.dyad_consume([[os.path.join(dst_dir, n) for n in names]], trace)
+        check_copies(pairs(dst_dir), "dyad consume")
+        return m
+
+    def rsync(trace=None):
+        dst = b.n1.path(os.path.join("ref-rsync", reldir))
+        m = references.rsync(b.rsync, reldir, dst, host1, trace)
+        check_copies(pairs(dst), "rsync")
+        return m
+
+    def tar_socat(trace=None):
+        dst = b.n1.path(os.path.join("ref-tar", reldir))
+        m = references.tar_socat(src_dir, dst, host0, host1, trace)
+        check_copies(pairs(dst), "tar | socat")
+        return m
+
+    def cp_r(trace=None):
+        parent = b.n1.path(os.path.join("ref-cp", os.path.dirname(reldir)))
+        os.makedirs(parent, exist_ok=True)
+        cmd = ["cp", "-r", src_dir, parent]
+        wall, _, usage = run_counted(trace.wrap("cp -r", cmd) if trace else cmd)
+        check_copies(pairs(os.path.join(parent, os.path.basename(reldir))), "cp -r")
+        return measurement(wall, {"cp -r": usage})
+
+    return [(DYAD_NAME, dyad), ("rsync daemon", rsync), ("tar | socat", tar_socat), ("cp -r", cp_r)]
+
+
+def produce_small(b, reldir, count, size, seed):
+    names = [f"f{i:05d}.bin" for i in range(count)]
+    for i, name in enumerate(names):
+        write_file(b.n0.path(os.path.join(reldir, name)), size, seed=seed * 1_000_000 + i)
+    t, _ = timed(b.n0.dyad, "produce", *[b.n0.path(os.path.join(reldir, n)) for n in names])
+    return names, t
+
+
+def small_round(b, count, size, tag, index, seed):
+    # The files stay until the cluster is removed at the end: on ext4, creating
+    # files shortly after deleting thousands of others is several times slower
+    # (the inode allocator skips recently deleted inodes).
+    reldir = os.path.join(f"small{size // KiB}k", tag)
+    names, produce_s = produce_small(b, reldir, count, size, seed)
+    r = {"produce_s": produce_s}
+    order = rotated(small_methods(b, reldir, names), index)
+    r["order"] = [name for name, _ in order]
+    for name, method in order:
+        prime_memory(b.n1.dir, count * size)
+        if SYNC:
+            os.sync()
+        r[name] = method()
+    return r
+
+
+def small_accounting(b, count, size):
+    """Untimed: every method once more with its processes under strace."""
+    reldir = os.path.join(f"small{size // KiB}k", "strace")
+    names, _ = produce_small(b, reldir, count, size, seed=999)
+    res = {}
+    for name, method in small_methods(b, reldir, names):
+        trace = Strace(b.cluster.root, "acct")
+        method(trace)
+        res[name] = trace.counts()
+    return res
+
+
+# ---------------------------------------------------------------- large files
+
+def big_round(b, iperf, tag, index, seed):
+    n0, n1 = b.n0, b.n1
     rel = os.path.join("big", tag, "data.bin")
-    src = n0.path(rel)
-    dst = n1.path(rel)
-    base_dst = n1.path(os.path.join("base-big", tag, "data.bin"))
+    src, dst = n0.path(rel), n1.path(rel)
+    base_dst = n1.path(os.path.join("ref-big", tag, "data.bin"))
     write_file(src, BIG_SIZE, seed=seed)
     r = {}
 
-    def dyad_consume():
-        r["consume_wall_s"], p = timed(n1.dyad, "--json", "consume", dst)
-        rec = parse_consume(p.stdout, 1)[0]
-        if rec["bytes"] != BIG_SIZE or not same_file(src, dst):
-            raise RuntimeError(f"consumed copy of {rel} differs from the produced file")
-        r["transfer_s"] = rec["transfer_s"]
-        r["wait_s"] = rec["wait_s"]
+    def dyad():
+        r[DYAD_NAME] = b.dyad_consume([[dst]])
+        check_copies([(src, dst)], "dyad consume")
         rm(dst)
 
-    def cp():
-        r["cp_s"], _ = timed(run, ["cp", src, base_dst])
-        if os.path.getsize(base_dst) != BIG_SIZE:
-            raise RuntimeError("cp copied the wrong number of bytes")
+    def plain():
+        r["plain copy"] = references.plain_copies([(src, base_dst)], n0.host, n1.host)
+        check_copies([(src, base_dst)], "plain copy")
         rm(base_dst)
 
-    def dd():
-        # informational: cp uses copy_file_range (in-kernel); dd copies through
-        # user space with read()+write() like a network receiver has to
-        r["dd_s"], _ = timed(run, ["dd", f"if={src}", f"of={base_dst}", "bs=1M", "status=none"])
-        if os.path.getsize(base_dst) != BIG_SIZE:
-            raise RuntimeError("dd copied the wrong number of bytes")
+    def cp():
+        wall, _, usage = run_counted(["cp", src, base_dst])
+        r["cp"] = measurement(wall, {"cp": usage})
+        check_copies([(src, base_dst)], "cp")
         rm(base_dst)
 
     try:
         r["produce_s"], _ = timed(n0.dyad, "produce", src)
         os.makedirs(os.path.dirname(base_dst), exist_ok=True)
-        order = rotated([("dyad", dyad_consume), ("cp", cp), ("dd", dd)], index)
+        order = rotated([(DYAD_NAME, dyad), ("plain copy", plain), ("cp", cp)], index)
         r["order"] = [name for name, _ in order]
         for _, method in order:
             prime_memory(n1.dir, BIG_SIZE)
+            if SYNC:
+                os.sync()
             method()
         if iperf.exe:  # writes no file: order does not matter
-            r["iperf3"] = iperf.measure(BIG_SIZE)
+            ip = iperf.measure(BIG_SIZE)
+            r["iperf3"] = {"s": BIG_SIZE * 8 / ip["bits_per_second"], **ip}
     finally:
-        rm(os.path.dirname(src))
-        rm(os.path.dirname(dst))
-        rm(os.path.dirname(base_dst))
+        for p in (src, dst, base_dst):
+            rm(os.path.dirname(p))
     return r
 
 
-def small_round(cluster, tag, index, seed):
-    n0, n1 = cluster[0], cluster[1]
-    reldir = os.path.join("small", tag)
-    src_dir = n0.path(reldir)
-    dst_dir = n1.path(reldir)
-    cp_parent = n1.path(os.path.join("base-small", tag))
-    names = [f"f{i:05d}.bin" for i in range(SMALL_COUNT)]
-    for i, name in enumerate(names):
-        write_file(os.path.join(src_dir, name), SMALL_SIZE, seed=seed * 1_000_000 + i)
+def concurrent_round(b, tag, index, seed):
+    """CONCURRENT files of CONCURRENT_SIZE, one consumer (or plain copy) each, all at once."""
+    n0, n1 = b.n0, b.n1
+    rels = [os.path.join("conc", tag, f"c{i}.bin") for i in range(CONCURRENT)]
+    srcs = [n0.path(x) for x in rels]
+    dsts = [n1.path(x) for x in rels]
+    base = [n1.path(os.path.join("ref-conc", x)) for x in rels]
+    for i, s in enumerate(srcs):
+        write_file(s, CONCURRENT_SIZE, seed=seed + i)
+    os.makedirs(os.path.dirname(base[0]), exist_ok=True)
     r = {}
 
-    def dyad_consume():
-        r["consume_wall_s"], p = timed(n1.dyad, "--json", "consume",
-                                       *[os.path.join(dst_dir, n) for n in names])
-        recs = parse_consume(p.stdout, SMALL_COUNT)
-        r["transfer_s_sum"] = sum(x["transfer_s"] for x in recs)
-        r["wait_s_sum"] = sum(x["wait_s"] for x in recs)
-        r["bytes"] = sum(x["bytes"] for x in recs)
-        bad = [n for n in names if not same_file(os.path.join(src_dir, n), os.path.join(dst_dir, n))]
-        if r["bytes"] != SMALL_COUNT * SMALL_SIZE or bad:
-            raise RuntimeError(f"{len(bad)} consumed files differ, e.g. {bad[:3]}")
+    def dyad():
+        r[DYAD_NAME] = b.dyad_consume([[d] for d in dsts])
+        check_copies(list(zip(srcs, dsts)), "dyad consume")
+        for d in dsts:
+            rm(d)
 
-    def cp_r():
-        os.makedirs(cp_parent, exist_ok=True)
-        r["cp_r_s"], _ = timed(run, ["cp", "-r", src_dir, cp_parent])
-        if len(os.listdir(os.path.join(cp_parent, tag))) != SMALL_COUNT:
-            raise RuntimeError("cp -r copied the wrong number of files")
+    def plain():
+        r["plain copy"] = references.plain_copies(list(zip(srcs, base)), n0.host, n1.host)
+        check_copies(list(zip(srcs, base)), "plain copy")
+        for d in base:
+            rm(d)
 
-    # The files stay until the cluster is removed at the end: on ext4, creating
-    # files shortly after deleting thousands of others is several times slower
-    # (the inode allocator skips recently deleted inodes), which would slow
-    # every later round of both DYAD and cp -r. 3 x 128 MiB per round is fine.
-    r["produce_s"], _ = timed(n0.dyad, "produce", *[os.path.join(src_dir, n) for n in names])
-    order = rotated([("dyad", dyad_consume), ("cp -r", cp_r)], index)
-    r["order"] = [name for name, _ in order]
-    for _, method in order:
-        prime_memory(n1.dir, SMALL_COUNT * SMALL_SIZE)
-        method()
+    try:
+        r["produce_s"], _ = timed(n0.dyad, "produce", *srcs)
+        order = rotated([(DYAD_NAME, dyad), ("plain copy", plain)], index)
+        r["order"] = [name for name, _ in order]
+        for _, method in order:
+            prime_memory(n1.dir, CONCURRENT * CONCURRENT_SIZE)
+            if SYNC:
+                os.sync()
+            method()
+    finally:
+        for p in (srcs[0], dsts[0], base[0]):
+            rm(os.path.dirname(p))
     return r
 
 
-# ---------------------------------------------------------------- report
-
-def med(rounds, *keys):
-    vals = []
-    for r in rounds:
-        for k in keys:
-            r = r[k]
-        vals.append(r)
-    return statistics.median(vals), min(vals), max(vals)
-
-
-def summarize(big, small, iperf_ok):
-    s = {}
-    t, lo, hi = med(big, "consume_wall_s")
-    s["big"] = {
-        "bytes": BIG_SIZE,
-        "dyad_consume_wall_s": t, "dyad_consume_wall_GBps": BIG_SIZE / t / GB,
-        "dyad_consume_wall_GBps_range": [BIG_SIZE / hi / GB, BIG_SIZE / lo / GB],
-    }
-    t, lo, hi = med(big, "transfer_s")
-    s["big"].update({"dyad_transfer_s": t, "dyad_transfer_GBps": BIG_SIZE / t / GB,
-                     "dyad_transfer_GBps_range": [BIG_SIZE / hi / GB, BIG_SIZE / lo / GB]})
-    t, lo, hi = med(big, "produce_s")
-    s["big"]["dyad_produce_s"] = t
-    t, lo, hi = med(big, "cp_s")
-    s["big"].update({"cp_s": t, "cp_GBps": BIG_SIZE / t / GB,
-                     "cp_GBps_range": [BIG_SIZE / hi / GB, BIG_SIZE / lo / GB]})
-    if iperf_ok:
-        bps, lo, hi = med(big, "iperf3", "bits_per_second")
-        s["big"].update({"iperf3_GBps": bps / 8 / GB, "iperf3_GBps_range": [lo / 8 / GB, hi / 8 / GB],
-                         "iperf3_s": BIG_SIZE / (bps / 8)})
-        s["big"]["ratio_dyad_wall_vs_iperf3"] = s["big"]["dyad_consume_wall_GBps"] / s["big"]["iperf3_GBps"]
-        s["big"]["ratio_dyad_transfer_vs_iperf3"] = s["big"]["dyad_transfer_GBps"] / s["big"]["iperf3_GBps"]
-    t, lo, hi = med(big, "dd_s")
-    s["big"].update({"dd_s": t, "dd_GBps": BIG_SIZE / t / GB,
-                     "dd_GBps_range": [BIG_SIZE / hi / GB, BIG_SIZE / lo / GB]})
-    s["big"]["ratio_dyad_wall_vs_dd"] = s["big"]["dyad_consume_wall_GBps"] / s["big"]["dd_GBps"]
-    s["big"]["ratio_dyad_wall_vs_cp"] = s["big"]["dyad_consume_wall_GBps"] / s["big"]["cp_GBps"]
-    s["big"]["ratio_dyad_transfer_vs_cp"] = s["big"]["dyad_transfer_GBps"] / s["big"]["cp_GBps"]
-
-    n, total = SMALL_COUNT, SMALL_COUNT * SMALL_SIZE
-    s["small"] = {"files": n, "file_bytes": SMALL_SIZE}
-    for key, name in (("produce_s", "dyad_produce"), ("consume_wall_s", "dyad_consume"), ("cp_r_s", "cp_r")):
-        t, lo, hi = med(small, key)
-        s["small"].update({f"{name}_s": t, f"{name}_files_per_s": n / t, f"{name}_MBps": total / t / MB,
-                           f"{name}_files_per_s_range": [n / hi, n / lo]})
-    s["small"]["dyad_transfer_s_sum"] = med(small, "transfer_s_sum")[0]
-    s["small"]["ratio_dyad_consume_vs_cp_r"] = s["small"]["cp_r_s"] / s["small"]["dyad_consume_s"]
-    return s
+def transport_rates():
+    """GB/s of one 256 MiB file (BENCH_QUICK: 64 MiB) per fixed transport,
+    interleaved rounds on one cluster whose services and consumers use
+    UCX_TLS=tcp and DYAD_MARGO_PROTO=ofi+tcp; {} when none but the stream
+    is built or works here."""
+    import ofi_bench  # its protocol check (`dyad --json config`)
+    variants = {"stream (FLUX_RPC)": {"DYAD_DTL_MODE": "FLUX_RPC"}}
+    if "UCX" in harness.built_transports():
+        variants["UCX (tcp)"] = {"DYAD_DTL_MODE": "UCX"}
+    if "ofi+tcp" in ofi_bench.available():
+        variants["MARGO (ofi+tcp)"] = {"DYAD_DTL_MODE": "MARGO"}
+    if len(variants) == 1:
+        return {}
+    env = {"UCX_TLS": "tcp", "UCX_WARN_UNUSED_ENV_VARS": "n", "DYAD_MARGO_PROTO": "ofi+tcp"}
+    with Cluster(nodes=2, env=env) as c:
+        runs = transport_runs.big_file_rates(c[0], c[1], transport_runs.BIG, transport_runs.REPS, variants)
+    return {"bytes": transport_runs.BIG, "runs_GBps": runs,
+            "GBps": {k: statistics.median(v) for k, v in runs.items()}}
 
 
-def fmt_range(r, digits=2):
-    return f"{r[0]:.{digits}f}-{r[1]:.{digits}f}"
+# ---------------------------------------------------------------- summary
+
+def summarize(rounds, files=None, nbytes=None, syscalls=None):
+    """Medians over the rounds, per method: seconds, the rate (files/s or
+    GB/s) with its range, CPU seconds and context switches per file or per
+    GiB, and syscalls per file (from the strace round) when given."""
+    out = {}
+    methods = sorted((k for k in rounds[0] if isinstance(rounds[0][k], dict)),
+                     key=lambda k: METHOD_ORDER.index(k) if k in METHOD_ORDER else len(METHOD_ORDER))
+    for name in methods:
+        ms = [r[name] for r in rounds]
+        secs = [m["s"] for m in ms]
+        t = statistics.median(secs)
+        d = {"s": t, "s_range": [min(secs), max(secs)]}
+        if files:
+            d.update({"files_per_s": files / t, "files_per_s_range": [files / max(secs), files / min(secs)]})
+        if nbytes:
+            d.update({"GBps": nbytes / t / GB, "GBps_range": [nbytes / max(secs) / GB, nbytes / min(secs) / GB]})
+        if "cpu_s" in ms[0]:
+            cpu, ctx = statistics.median(m["cpu_s"] for m in ms), statistics.median(m["ctxsw"] for m in ms)
+            d.update({"cpu_s": cpu, "ctxsw": ctx,
+                      "parts": {p: [statistics.median(m["parts"][p][i] for m in ms) for i in (0, 1)]
+                                for p in ms[0]["parts"]}})
+            if files:
+                d.update({"cpu_ms_per_file": cpu / files * 1e3, "ctxsw_per_file": ctx / files})
+            if nbytes:
+                d.update({"cpu_s_per_GiB": cpu / (nbytes / GiB), "ctxsw_per_GiB": ctx / (nbytes / GiB)})
+        if "transports" in ms[0]:
+            d["transports"] = ms[0]["transports"]
+        if syscalls and name in syscalls:
+            total = sum(v["syscalls"] for v in syscalls[name].values())
+            d["syscalls_per_file"] = total / files
+            d["syscalls"] = syscalls[name]
+        out[name] = d
+    return out
 
 
-def print_table(s, iperf_ok):
-    b = s["big"]
-    size = f"{BIG_SIZE >> 20} MiB" if BIG_SIZE < (1 << 30) else f"{BIG_SIZE >> 30} GiB"
+def build_rows(small, big, conc, transports):
+    rows = []
+    for w in small:
+        m = w["methods"]
+        label = f"{w['files']:,} x {size_text(w['file_bytes'])}, {w['fs']}"
+        for ref, goal in w["goals"].items():
+            rows.append(goals.row(label, DYAD_NAME, m[DYAD_NAME]["files_per_s"], ref, m[ref]["files_per_s"],
+                                  "files/s", goal))
+    if big:
+        m = big["methods"]
+        label = f"{size_text(big['bytes'])} file"
+        rows.append(goals.row(label, DYAD_NAME, m[DYAD_NAME]["GBps"], "plain copy", m["plain copy"]["GBps"],
+                              "GB/s", GOAL_BIG))
+        if "iperf3" in m:
+            rows.append(goals.row(label, DYAD_NAME, m[DYAD_NAME]["GBps"], "iperf3 (no file)", m["iperf3"]["GBps"],
+                                  "GB/s"))
+        rows.append(goals.row(f"{label}, CPU s/GiB", DYAD_NAME, m[DYAD_NAME]["cpu_s_per_GiB"], "plain copy",
+                              m["plain copy"]["cpu_s_per_GiB"], "CPU s/GiB", GOAL_CPU, lower_is_better=True))
+    if transports:
+        g = transports["GBps"]
+        stream = "stream (FLUX_RPC)"
+        for name in g:
+            if name not in (stream, "cp"):
+                rows.append(goals.row(f"{size_text(transports['bytes'])} file", name, g[name], stream, g[stream],
+                                      "GB/s", GOAL_TRANSPORT))
+    if conc:
+        m = conc["methods"]
+        rows.append(goals.row(f"{CONCURRENT} x {size_text(CONCURRENT_SIZE)} at once", DYAD_NAME, m[DYAD_NAME]["GBps"],
+                              f"{CONCURRENT} plain copies", m["plain copy"]["GBps"], "GB/s", GOAL_CONCURRENT))
+    return rows
+
+
+def print_accounting(small, big, conc):
     log("")
-    log(f"Workload 1: one {size} file, node0 -> node1 (median of {REPS}, range over rounds)")
-    log(f"  {'method':<34}{'time s':>9}{'GB/s':>9}   {'range GB/s':<13}{'DYAD wall/this':>16}")
-    rows = [("DYAD consume (CLI wall time)", b["dyad_consume_wall_s"], b["dyad_consume_wall_GBps"],
-             b["dyad_consume_wall_GBps_range"]),
-            ("DYAD consume (reported transfer_s)", b["dyad_transfer_s"], b["dyad_transfer_GBps"],
-             b["dyad_transfer_GBps_range"])]
-    if iperf_ok:
-        rows.append((f"iperf3 TCP {b['iperf3_path']}", b["iperf3_s"], b["iperf3_GBps"], b["iperf3_GBps_range"]))
-    else:
-        rows.append(("iperf3 (not installed: skipped)", None, None, None))
-    rows.append(("cp node0 dir -> node1 dir", b["cp_s"], b["cp_GBps"], b["cp_GBps_range"]))
-    rows.append(("(info) dd bs=1M, user-space copy", b["dd_s"], b["dd_GBps"], b["dd_GBps_range"]))
-    for name, t, g, rg in rows:
-        if t is None:
-            log(f"  {name:<34}{'-':>9}{'-':>9}")
+    log("Cost per file (small files; syscalls from one strace round, the rest medians of the timed rounds)")
+    log(f"  {'workload':<26}{'method':<15}{'files/s':>9}{'syscalls':>10}{'ctx sw':>8}{'CPU ms':>8}  "
+        f"{'(per file; ctx sw and CPU of every process)'}")
+    for w in small:
+        label = f"{w['files']:,} x {size_text(w['file_bytes'])}, {w['fs']}"
+        for name, d in w["methods"].items():
+            sc = d.get("syscalls_per_file")
+            log(f"  {label:<26}{name:<15}{d['files_per_s']:>9,.0f}{'-' if sc is None else f'{sc:.1f}':>10}"
+                f"{d['ctxsw_per_file']:>8.2f}{d['cpu_ms_per_file']:>8.3f}")
+            label = ""
+    for what, wl in (("one file", big), (f"{CONCURRENT} at once", conc)):
+        if not wl:
             continue
-        ratio = b["dyad_consume_wall_GBps"] / g
-        log(f"  {name:<34}{t:>9.3f}{g:>9.2f}   {fmt_range(rg):<13}{ratio:>16.2f}")
-    log(f"  dyad produce of the file: {b['dyad_produce_s']:.3f} s")
-    if iperf_ok:
-        log(f"  ratio DYAD/iperf3: {b['ratio_dyad_wall_vs_iperf3']:.2f} (wall), "
-            f"{b['ratio_dyad_transfer_vs_iperf3']:.2f} (transfer_s)")
-    log(f"  ratio DYAD/cp:     {b['ratio_dyad_wall_vs_cp']:.2f} (wall), "
-        f"{b['ratio_dyad_transfer_vs_cp']:.2f} (transfer_s)")
-    log(f"  ratio DYAD/dd:     {b['ratio_dyad_wall_vs_dd']:.2f} (wall; dd is not a requested baseline)")
+        log(f"  {size_text(wl['bytes'])} {what}: CPU s/GiB and ctx sw/GiB of every process: "
+            + "; ".join(f"{name} {d['cpu_s_per_GiB']:.2f} s, {d['ctxsw_per_GiB']:,.0f}"
+                        for name, d in wl["methods"].items() if "cpu_s_per_GiB" in d))
+        for name in (DYAD_NAME, "plain copy"):
+            parts = wl["methods"][name]["parts"]
+            log(f"    {name}: " + ", ".join(f"{p} {v[0] / (wl['bytes'] / GiB):.2f} s" for p, v in parts.items()))
+    first = next((w for w in small if DYAD_NAME in w["methods"] and "syscalls" in w["methods"][DYAD_NAME]), None)
+    if first:
+        log(f"  most frequent syscalls per {size_text(first['file_bytes'])} file (strace -f -c):")
+        for name, d in first["methods"].items():
+            for part, v in d.get("syscalls", {}).items():
+                top = ", ".join(f"{k} {c / first['files']:.1f}" for k, c in list(v["top"].items())[:6])
+                log(f"    {name:<14}{part:<22}{v['syscalls'] / first['files']:>7.1f}: {top}")
 
-    m = s["small"]
-    log("")
-    log(f"Workload 2: {m['files']} files x {SMALL_SIZE >> 10} KiB, node0 -> node1 (median of {REPS})")
-    log(f"  {'method':<34}{'time s':>9}{'files/s':>10}{'MB/s':>9}   {'range files/s':<15}")
-    for name, key in (("DYAD produce (one call, all files)", "dyad_produce"),
-                      ("DYAD consume (one call, all files)", "dyad_consume"),
-                      ("cp -r node0 dir -> node1 dir", "cp_r")):
-        log(f"  {name:<34}{m[key + '_s']:>9.3f}{m[key + '_files_per_s']:>10.0f}{m[key + '_MBps']:>9.1f}   "
-            f"{fmt_range(m[key + '_files_per_s_range'], 0):<15}")
-    log(f"  sum of per-file transfer_s: {m['dyad_transfer_s_sum']:.3f} s")
-    log(f"  ratio DYAD consume / cp -r (files/s): {m['ratio_dyad_consume_vs_cp_r']:.2f}")
 
+def print_rounds(kind, tag, r):
+    parts = [f"{k} {r[k]['s']:.3f} s" for k in r if isinstance(r[k], dict)]
+    log(f"  {kind:<14} {tag:<7} " + "  ".join(parts) + f"  [order {', '.join(r['order'])}]")
+
+
+# ---------------------------------------------------------------- run
 
 def log_problems(cluster):
     out = []
@@ -411,6 +546,29 @@ def git_rev():
         return None
 
 
+def measured_rounds(kind, fn):
+    """Warm-up round plus REPS measured rounds of fn(tag, index, seed); the measured ones."""
+    out = []
+    for i in range(REPS + 1):
+        tag = "warmup" if i == 0 else f"r{i}"
+        r = fn(tag, i, i * 100_000 + 1)
+        print_rounds(kind, tag, r)
+        if i:
+            out.append(r)
+    return out
+
+
+def run_small(b, fs, trace):
+    res = []
+    for count, size, goal in SMALL:
+        rounds = measured_rounds(f"{count}x{size_text(size)} {fs}",
+                                 lambda tag, i, seed: small_round(b, count, size, tag, i, seed))
+        syscalls = small_accounting(b, count, size) if trace else None
+        res.append({"fs": fs, "files": count, "file_bytes": size, "goals": goal, "rounds": rounds,
+                    "methods": summarize(rounds, files=count, syscalls=syscalls)})
+    return res
+
+
 def main():
     def on_term(signum, frame):
         raise SystemExit(128 + signum)
@@ -419,14 +577,22 @@ def main():
     for exe in (harness.DYADD, harness.DYAD):
         if not os.access(exe, os.X_OK):
             sys.exit(f"bench: {exe} not found; build first (make build)")
-    iperf = Iperf3()
+    missing = references.missing_tools()
+    if [m for m in missing if m != "iperf3"] or not accounting.STRACE:
+        sys.exit(f"bench: missing {', '.join(missing + ([] if accounting.STRACE else ['strace']))}: "
+                 "run scripts/install-deps.sh (and make build)")
+    iperf = references.Iperf3()
     if not iperf.exe:
-        log("bench: iperf3 is not installed; skipping the iperf3 baseline "
-            "(scripts/install-deps.sh installs it)")
+        log("bench: iperf3 is not installed; its row is skipped (scripts/install-deps.sh installs it)")
+    filesystems = [("tmpfs", TMPFS_DIR)] if is_tmpfs(TMPFS_DIR) else []
+    if not filesystems:
+        log(f"bench: {TMPFS_DIR} is not a tmpfs here: the tmpfs rows are skipped")
+    filesystems.append(("disk", DISK_DIR))
 
     log(f"bench: {'QUICK ' if QUICK else ''}{'SYNC ' if SYNC else ''}{REPS} round(s) + warm-up; "
-        f"big file {BIG_SIZE >> 20} MiB, {SMALL_COUNT} x {SMALL_SIZE >> 10} KiB files; "
-        f"{os.cpu_count()} CPUs")
+        + ", ".join(f"{c} x {size_text(s)}" for c, s, _ in SMALL)
+        + f" on {' and '.join(f'{n} ({d})' for n, d in filesystems)}; {size_text(BIG_SIZE)}; "
+        f"{CONCURRENT} x {size_text(CONCURRENT_SIZE)} at once; {os.cpu_count()} CPUs")
     load_start = os.getloadavg()
     busy = cpu_busy_fraction()
     log(f"bench: load average at start {load_start[0]:.2f}, CPUs busy before start "
@@ -435,50 +601,44 @@ def main():
         log("bench: WARNING: other processes are using the CPUs; results will be skewed")
     bins_before = binaries_mtime()
     started = time.perf_counter()
-    root = tempfile.mkdtemp(prefix="dyad-bench-", dir=BENCH_DIR) if BENCH_DIR else None
-    cluster = Cluster(nodes=2, root=root)
-    try:
-        iperf.server_host, iperf.client_host = cluster[0].host, cluster[1].host
-        log(f"bench: cluster in {cluster.root}: node0 {cluster[0].uri} (metadata), node1 {cluster[1].uri}")
-        big, small = [], []
-        for i in range(REPS + 1):
-            tag = "warmup" if i == 0 else f"r{i}"
-            r = big_round(cluster, iperf, tag, i, seed=i * 100_000)
-            msg = (f"  big   {tag:<7} consume {r['consume_wall_s']:.3f} s (transfer {r['transfer_s']:.3f} s)"
-                   f"  cp {r['cp_s']:.3f} s  dd {r['dd_s']:.3f} s")
-            if "iperf3" in r:
-                msg += f"  iperf3 {r['iperf3']['bits_per_second'] / 8 / GB:.2f} GB/s"
-            log(msg + f"  [order {', '.join(r['order'])}]")
-            if i:
-                big.append(r)
-        rss_after_big = [dyadd_peak_rss_mib(n) for n in cluster.nodes]
-        for i in range(REPS + 1):
-            tag = "warmup" if i == 0 else f"r{i}"
-            r = small_round(cluster, tag, i, seed=i + 1)
-            log(f"  small {tag:<7} produce {r['produce_s']:.3f} s  consume {r['consume_wall_s']:.3f} s"
-                f"  cp -r {r['cp_r_s']:.3f} s  [order {', '.join(r['order'])}]")
-            if i:
-                small.append(r)
-        rss_end = [dyadd_peak_rss_mib(n) for n in cluster.nodes]
-        locks = os.path.join(cluster[1].dir, ".dyad", "locks")
-        lock_files = len(os.listdir(locks)) if os.path.isdir(locks) else 0
-        problems = log_problems(cluster)
-    finally:
-        iperf.stop()
-        cluster.cleanup()
+    small, big, conc, rss, problems, lock_files = [], None, None, {}, [], {}
+    for fs, directory in filesystems:
+        b = Bench(fs, directory)
+        try:
+            iperf.server_host, iperf.client_host = b.n0.host, b.n1.host
+            log(f"bench: {fs} cluster in {b.cluster.root}: node0 {b.n0.uri} (metadata), node1 {b.n1.uri}")
+            if fs == "disk":
+                rounds = measured_rounds(f"{size_text(BIG_SIZE)}", lambda tag, i, seed: big_round(b, iperf, tag, i,
+                                                                                                 seed))
+                big = {"bytes": BIG_SIZE, "rounds": rounds, "methods": summarize(rounds, nbytes=BIG_SIZE)}
+                rounds = measured_rounds(f"{CONCURRENT}x{size_text(CONCURRENT_SIZE)}",
+                                         lambda tag, i, seed: concurrent_round(b, tag, i, seed))
+                conc = {"bytes": CONCURRENT * CONCURRENT_SIZE, "rounds": rounds,
+                        "methods": summarize(rounds, nbytes=CONCURRENT * CONCURRENT_SIZE)}
+            small += run_small(b, fs, trace=(fs == filesystems[0][0]))
+            rss[fs] = [dyadd_peak_rss_mib(n) for n in b.cluster.nodes]
+            locks = os.path.join(b.n1.dir, ".dyad", "locks")
+            lock_files[fs] = len(os.listdir(locks)) if os.path.isdir(locks) else 0
+            problems += [f"{fs} {p}" for p in log_problems(b.cluster)]
+        finally:
+            iperf.stop()
+            b.cleanup()
+    log(f"bench: transports ({size_text(transport_runs.BIG)}, UCX_TLS=tcp, DYAD_MARGO_PROTO=ofi+tcp)")
+    transports = transport_rates()
+    for k, v in transports.get("runs_GBps", {}).items():
+        log(f"  {k:<18} " + " ".join(f"{x:.2f}" for x in v) + " GB/s")
 
-    iperf_ok = bool(iperf.exe)
-    s = summarize(big, small, iperf_ok)
-    if iperf_ok:
-        s["big"]["iperf3_path"] = f"{iperf.client_host} -> {iperf.server_host}"
-    print_table(s, iperf_ok)
+    rows = build_rows(small, big, conc, transports)
+    print_accounting(small, big, conc)
+    goals.print_rows(rows, f"Issue 17 rows from bench.py (median of {REPS}; ratio = DYAD / reference; "
+                           "AUTO rows: bench/auto_bench.py, bench/goals.py)" + (" QUICK: not a measurement" if QUICK
+                                                                                else ""), out=log)
     elapsed = time.perf_counter() - started
     load_end = os.getloadavg()
     rebuilt = binaries_mtime() != bins_before
     log("")
-    log("dyadd peak RSS MiB (node0, node1): after workload 1 "
-        + ", ".join("?" if v is None else f"{v:.0f}" for v in rss_after_big)
-        + "; at end " + ", ".join("?" if v is None else f"{v:.0f}" for v in rss_end))
+    log("dyadd peak RSS MiB (node0, node1): " + "; ".join(
+        f"{fs} " + ", ".join("?" if v is None else f"{v:.0f}" for v in vals) for fs, vals in rss.items()))
     if problems:
         log(f"dyadd logged {len(problems)} warning/error line(s), first ones:")
         for line in problems[:10]:
@@ -490,18 +650,17 @@ def main():
 
     result = {
         "quick": QUICK, "sync_before_steps": SYNC, "reps": REPS, "warmup_rounds": 1,
-        "config": {"big_bytes": BIG_SIZE, "small_files": SMALL_COUNT, "small_bytes": SMALL_SIZE},
         "host": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
                  "iperf3": iperf.exe},
         "git": git_rev(),
         "loadavg_start": load_start, "loadavg_end": load_end, "cpu_busy_before": busy,
         "binaries_mtime": bins_before, "binaries_rebuilt_during_run": rebuilt,
-        "bench_dir": BENCH_DIR,
+        "filesystems": dict(filesystems),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "elapsed_s": elapsed,
-        "summary": s,
-        "rounds": {"big": big, "small": small},
-        "dyadd_peak_rss_mib": {"after_big": rss_after_big, "end": rss_end},
+        "workloads": {"small": small, "big": big, "concurrent": conc, "transports": transports},
+        "rows": rows,
+        "dyadd_peak_rss_mib": rss,
         "dyadd_log_problems": problems[:100],
         "consumer_lock_files_left": lock_files,
     }

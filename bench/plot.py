@@ -13,7 +13,7 @@ the script fails if it found none at all.
 
 | JSON | PNG | what it shows |
 |---|---|---|
-| latest.json | bench.png | 1 GiB file: DYAD vs cp, iperf3, dd (GB/s); 2,000 small files: DYAD vs cp -r (files/s) |
+| latest.json | bench.png | files/s by file size and file system: DYAD vs rsync daemon, tar piped through socat, cp -r; GB/s: 1 GiB file vs the plain copy, cp, iperf3; 256 MiB by transport vs the stream; 8 concurrent consumers vs 8 plain copies (results of the older bench.py: 1 GiB vs cp, iperf3, dd; 2,000 small files vs cp -r) |
 | ucx.json | ucx.png | UCX per UCX_TLS: DYAD (auto, tag) vs cp and ucx_perftest |
 | ofi.json | ofi.png | MARGO per protocol: DYAD (process, transfer) vs cp and the raw fi_read loop |
 | auto.json | auto.png | every DYAD_DTL_MODE and AUTO vs cp, other node and same node |
@@ -178,6 +178,54 @@ def plot_bench(d, path):
                    f"DYAD vs baselines, node0 → node1 on loopback{quick}", path)
 
 
+def plot_bench_rows(d, path):
+    """bench.py's issue 17 rows: files/s by file size beside rsync and
+    tar | socat (each file system), GB/s beside the plain copy and iperf3,
+    per transport beside the stream, and concurrent consumers."""
+    w = d["workloads"]
+    quick = " (BENCH_QUICK)" if d.get("quick") else ""
+    panels = []
+    by_size = {}
+    for wl in w.get("small") or []:
+        by_size.setdefault((wl["files"], wl["file_bytes"]), []).append(wl)
+    for (n, size), wls in by_size.items():
+        bars = []
+        for wl in wls:
+            for name, m in wl["methods"].items():
+                label = f"{name}\n{wl['fs']}"
+                ref = f"rsync daemon\n{wl['fs']}" if name == "DYAD" else None
+                bars.append(Bar(label, m["files_per_s"], tuple(m["files_per_s_range"]),
+                                kind="dyad" if name == "DYAD" else "baseline" if name != "cp -r" else "reference",
+                                ratio_to=ref))
+        panels.append((f"{n:,} files × {size // 1024} KiB", bars, "files/s", False))
+    big = w.get("big")
+    if big:
+        m = big["methods"]
+        bars = [Bar("DYAD", m["DYAD"]["GBps"], tuple(m["DYAD"]["GBps_range"]), ratio_to="plain copy"),
+                Bar("plain copy", m["plain copy"]["GBps"], tuple(m["plain copy"]["GBps_range"]), kind="baseline")]
+        for name in ("cp", "iperf3"):
+            if name in m:
+                bars.append(Bar(name if name == "cp" else "iperf3\n(no file)", m[name]["GBps"],
+                                tuple(m[name]["GBps_range"]), kind="reference"))
+        size = big["bytes"]
+        panels.append((f"one {size / 2**30:g} GiB file" if size >= 2**30 else f"one {size / 2**20:g} MiB file", bars,
+                       "GB/s", False))
+    tr = w.get("transports")
+    if tr:
+        stream = "stream (FLUX_RPC)"
+        bars = [Bar(k.replace(" (", "\n("), v, kind="baseline" if k == stream else "reference" if k == "cp" else "dyad",
+                    ratio_to=stream.replace(" (", "\n(") if k not in (stream, "cp") else None)
+                for k, v in tr["runs_GBps"].items()]
+        panels.append((f"{tr['bytes'] / 2**20:,.0f} MiB file by transport", bars, "GB/s", False))
+    conc = w.get("concurrent")
+    if conc:
+        m = conc["methods"]
+        bars = [Bar("DYAD\n(consumers)", m["DYAD"]["GBps"], tuple(m["DYAD"]["GBps_range"]), ratio_to="plain\ncopies"),
+                Bar("plain\ncopies", m["plain copy"]["GBps"], tuple(m["plain copy"]["GBps_range"]), kind="baseline")]
+        panels.append((f"{conc['bytes'] / 2**30:.3g} GiB in 8 files at once", bars, "GB/s", False))
+    return _figure(panels, f"DYAD vs references, node0 → node1 on loopback{quick}", path, cols=2)
+
+
 def plot_ucx(d, path):
     panels = []
     for label, r in d.items():
@@ -263,7 +311,7 @@ def plot_wrapper(d, path):
 
 
 FAMILIES = [
-    ("latest.json", "bench.png", plot_bench),
+    ("latest.json", "bench.png", lambda d, path: (plot_bench_rows if "workloads" in d else plot_bench)(d, path)),
     ("ucx.json", "ucx.png", plot_ucx),
     ("ofi.json", "ofi.png", plot_ofi),
     ("auto.json", "auto.png", plot_auto),

@@ -43,6 +43,7 @@ def big_file_rates(prod, cons, size, reps, variants, transfer=None):
     start to the checked copy, without the process's start-up)."""
     harness.write_file(prod.path("big.bin"), size, seed=1)
     prod.dyad("produce", prod.path("big.bin"))
+    source_hash = harness.sha256(prod.path("big.bin"))
     os.sync()
     order = list(variants) + ["cp"]
     runs = {k: [] for k in order}
@@ -55,6 +56,8 @@ def big_file_rates(prod, cons, size, reps, variants, transfer=None):
                 p = cons.dyad("--json", "consume", cons.path("big.bin"),
                               env_extra={**variants[what], "DYAD_WAIT_TIMEOUT": 60})
                 rate = size / (time.monotonic() - t) / 1e9
+                if harness.sha256(cons.path("big.bin")) != source_hash:  # outside the timing
+                    raise RuntimeError(f"{what}: the consumed copy differs from the produced file")
                 os.unlink(cons.path("big.bin"))
                 if r and transfer is not None:
                     report = json.loads(p.stdout.splitlines()[0])

@@ -37,6 +37,10 @@ PKGS=(
                        # start their own (scripts/harness.py Etcd); the distribution's service is disabled below
   etcd-client          # etcdctl: health checks of the tests' etcd, the etcdctl baseline of make bench
   iperf3               # TCP baseline of make bench (bench/bench.py); its daemon stays off
+  rsync                # rsync daemon baseline of make bench (bench/references.py, its own daemon on a free
+                       # port); the distribution's service is disabled below
+  socat                # tar | socat baseline of make bench (bench/references.py)
+  strace               # syscall accounting of make bench (strace -f -c, bench/accounting.py)
   python3              # tests, demo, benchmarks, pydyad
   python3-pytest       # every Python test (ctest runs pytest)
   python3-venv         # pip install ./python into a fresh venv (tests/python/test_pydyad_install.py)
@@ -83,26 +87,42 @@ done
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 
+# Stops a distribution service that a package this script installed may have
+# enabled, and disables it (not mask: an administrator can still start it on
+# purpose; package upgrades keep it disabled).
+disable_service() {
+  local name=$1
+  if [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now --quiet "$name.service"
+  else
+    # No systemd running (a container, sysvinit): the SysV links and, where
+    # systemctl exists, the unit's symlinks (systemctl edits them offline).
+    if command -v systemctl >/dev/null; then $SUDO systemctl disable --quiet "$name.service"; fi
+    if $SUDO "/etc/init.d/$name" status >/dev/null 2>&1; then $SUDO "/etc/init.d/$name" stop; fi
+    $SUDO update-rc.d "$name" disable >/dev/null
+  fi
+}
+
 # etcd-server's maintainer scripts enable the distribution's etcd service
 # (systemd unit and SysV links) and start it unless a policy-rc.d forbids it
 # (ours does; a machine's own policy-rc.d may allow it). That service would
 # listen on 127.0.0.1:2379 with its data in /var/lib/etcd, at every boot. DYAD
 # needs none of it: its tests and benchmarks run their own etcd on free ports
-# with a temporary data directory. So stop it if it runs and disable it (not
-# mask: an administrator can still start it on purpose; package upgrades keep
-# it disabled). Only when this script installed etcd-server: an etcd a site
-# installed before is the site's to run.
+# with a temporary data directory.
+# rsync's (Debian 12) leaves its systemd unit disabled but adds the SysV
+# links of /etc/init.d/rsync (update-rc.d defaults), which start a daemon at
+# boot once /etc/default/rsync says RSYNC_ENABLE=true; the benchmark runs its
+# own daemon with its own configuration. So both are disabled, only when this
+# script installed them: a service a site installed before is the site's.
 for p in "${missing[@]}"; do
-  if [ "$p" = etcd-server ]; then
-    if [ -d /run/systemd/system ]; then
-      $SUDO systemctl disable --now --quiet etcd.service
-    else
-      # No systemd running (a container, sysvinit): the SysV links and, where
-      # systemctl exists, the unit's symlinks (systemctl edits them offline).
-      if command -v systemctl >/dev/null; then $SUDO systemctl disable --quiet etcd.service; fi
-      if $SUDO /etc/init.d/etcd status >/dev/null 2>&1; then $SUDO /etc/init.d/etcd stop; fi
-      $SUDO update-rc.d etcd disable >/dev/null
-    fi
-    echo "install-deps: etcd-server installed; its system service is stopped and disabled (DYAD's tests run their own)"
-  fi
+  case "$p" in
+    etcd-server)
+      disable_service etcd
+      echo "install-deps: etcd-server installed; its system service is stopped and disabled (DYAD's tests run their own)"
+      ;;
+    rsync)
+      disable_service rsync
+      echo "install-deps: rsync installed; its system service is stopped and disabled (make bench runs its own daemon)"
+      ;;
+  esac
 done
