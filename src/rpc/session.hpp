@@ -19,6 +19,7 @@
 #include <array>
 #include <cstring>
 #include <deque>
+#include <vector>
 
 #include "common/fd.hpp"
 #include "common/log.hpp"
@@ -480,12 +481,34 @@ class Session : public std::enable_shared_from_this<Session> {
         writing_ = true;
         Out& o = q_.front();
         if (o.pass_fd.valid()) return write_with_fd();
-        std::array<asio::const_buffer, 3> bufs = {asio::buffer(o.hdr), asio::buffer(o.meta),
-                                                  o.data};
         auto self = shared_from_this();
-        asio::async_write(sock_, bufs, [self](asio::error_code ec, size_t) {
-            if (!ec && self->q_.front().file_fd >= 0) return self->write_file_data();
-            self->front_written(ec);
+        if (o.file_fd >= 0) {
+            std::array<asio::const_buffer, 2> bufs = {asio::buffer(o.hdr), asio::buffer(o.meta)};
+            asio::async_write(sock_, bufs, [self](asio::error_code ec, size_t) {
+                if (!ec) return self->write_file_data();
+                self->front_written(ec);
+            });
+            return;
+        }
+        // Frames queued together leave in one write (a small file's answer
+        // and its END; answers of several requests): at most kGatherFrames
+        // frames or kGatherBytes bytes, and never past a frame that carries
+        // a descriptor or file data.
+        constexpr size_t kGatherFrames = 64, kGatherBytes = 4u << 20;
+        std::vector<asio::const_buffer> bufs;
+        size_t frames = 0, bytes = 0;
+        for (const Out& f : q_) {
+            if (f.pass_fd.valid() || f.file_fd >= 0) break;
+            size_t n = kHeaderSize + f.meta.size() + f.data.size();
+            if (frames > 0 && (frames == kGatherFrames || bytes + n > kGatherBytes)) break;
+            bufs.push_back(asio::buffer(f.hdr));
+            if (!f.meta.empty()) bufs.push_back(asio::buffer(f.meta));
+            if (f.data.size()) bufs.push_back(f.data);
+            ++frames;
+            bytes += n;
+        }
+        asio::async_write(sock_, bufs, [self, frames](asio::error_code ec, size_t) {
+            self->frames_written(frames, ec);
         });
     }
 
@@ -578,13 +601,22 @@ class Session : public std::enable_shared_from_this<Session> {
             [this, total] { return q_.front().fd_sent >= total; }, &Session::write_with_fd);
     }
 
-    void front_written(asio::error_code ec) {
+    void front_written(asio::error_code ec) { frames_written(1, ec); }
+
+    // The first `frames` frames of the queue are out (or failed with ec).
+    void frames_written(size_t frames, asio::error_code ec) {
         last_activity_ = std::chrono::steady_clock::now();
-        Out done = std::move(q_.front());
-        q_.pop_front();
-        if (done.file_fd >= 0) ::close(done.file_fd);
-        queued_bytes_ -= done.meta.size() + kHeaderSize;
-        if (done.cb) done.cb(!ec);
+        std::vector<Out> done;
+        done.reserve(frames);
+        for (size_t i = 0; i < frames && !q_.empty(); ++i) {
+            done.push_back(std::move(q_.front()));
+            q_.pop_front();
+        }
+        for (Out& d : done) {
+            if (d.file_fd >= 0) ::close(d.file_fd);
+            queued_bytes_ -= d.meta.size() + kHeaderSize;
+            if (d.cb) d.cb(!ec);
+        }
         if (ec) {
             close();
             auto rest = std::move(q_);

@@ -185,6 +185,31 @@ def test_a_peer_that_never_reads_holds_at_most_its_share_of_the_budget(one_node)
         a.stop()
 
 
+@pytest.mark.parametrize("one_node", [["--memory", "64M"]], indirect=True)
+def test_small_files_that_are_never_read_hold_at_most_the_peers_share(one_node):
+    """A small file is read whole into one buffer and sent with its END
+    (the cheap path): a peer that never reads holds a buffer only while its
+    answer waits for room in the socket, never more than its share; a
+    consumer beside it is served."""
+    prod, cons = one_node[0], one_node[1]
+    produce(prod, "small.bin", 200 << 10)
+    produce(prod, "ten.bin", 10 << 20)
+    a = Attacker(prod, "stream", 200, upath="small.bin")
+    try:
+        st = prod.wait_status(lambda s: s["counters"]["per_transport"]["FLUX_RPC"]["requests"] >= 200,
+                              "the attacker's 200 fetches")
+        assert st["memory"]["in_use"] <= 16 << 20, st["memory"]
+        consume(cons, cons.path("ten.bin"), DYAD_DTL_MODE="FLUX_RPC")
+        assert harness.sha256(cons.path("ten.bin")) == harness.sha256(prod.path("ten.bin"))
+        st = prod.status()["memory"]
+        assert st["peak"] <= (16 << 20) + (16 << 20), st
+    finally:
+        a.stop()
+    # Gone: everything it held comes back.
+    prod.wait_status(lambda s: s["memory"]["in_use"] == 0, "the attacker's buffers released",
+                     timeout=RELEASE_DEADLINE)
+
+
 @pytest.mark.skipif("MARGO" not in harness.built_transports(), reason="this build has no libfabric transport")
 def test_unacknowledged_margo_fetches_hold_at_most_their_share_of_the_pool(one_node):
     prod, cons = one_node[0], one_node[1]
