@@ -223,7 +223,8 @@ class Session : public std::enable_shared_from_this<Session> {
             self->last_activity_ = std::chrono::steady_clock::now();
             Status s = decode_header(self->hdr_.data(), &self->h_);
             if (!s) {
-                DYAD_WARN("rpc", "dropping connection: %s", s.to_string().c_str());
+                if (self->server_.peer_warning_allowed())
+                    DYAD_WARN("rpc", "dropping connection: %s", s.to_string().c_str());
                 // Tell a peer of another version why, then close.
                 Header e;
                 e.type = Type::error;
@@ -296,8 +297,9 @@ class Session : public std::enable_shared_from_this<Session> {
         }
         if (!hello_done_ && !over_cap_.empty()) {
             // (Counted by the server when it refused the connection.)
-            DYAD_WARN("rpc", "refused a connection of %s: %s", peer_.key.c_str(),
-                      over_cap_.c_str());
+            if (server_.peer_warning_allowed())
+                DYAD_WARN("rpc", "refused a connection of %s: %s", peer_.key.c_str(),
+                          over_cap_.c_str());
             Header e;
             e.type = Type::error;
             e.errnum = EUSERS;
@@ -466,8 +468,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
     bool refuse(const std::string& msg) {
         server_.count_auth_refused();
-        DYAD_WARN("rpc", "refused a peer (pid %lld): %s", static_cast<long long>(peer_.pid),
-                  msg.c_str());
+        if (server_.peer_warning_allowed())
+            DYAD_WARN("rpc", "refused a peer (pid %lld): %s", static_cast<long long>(peer_.pid),
+                      msg.c_str());
         Header e;
         e.type = Type::error;
         e.errnum = EACCES;

@@ -116,3 +116,34 @@ def test_a_pooled_connection_closed_while_idle_is_not_an_error(limited):
     with open(cons.path("p2.txt")) as f:
         assert f.read() == "p2.txt"
     assert cons.status()["counters"]["idle_closed"] >= before + 1
+
+
+def test_warnings_about_bad_peers_are_rate_limited(limited):
+    """60 connections that send a frame that is no frame each get dropped,
+    but the log takes at most 20 warnings about peers every 10 s; the next
+    one after the window says how many were left out."""
+    import socket
+
+    node = limited[0]
+
+    def bad_frame():
+        with socket.create_connection((node.host, node.port), timeout=5) as s:
+            s.sendall(b"NOTAFRAME" * 4)
+            try:
+                s.recv(4096)  # the service's answer, or the close
+            except OSError:
+                pass
+
+    for _ in range(60):
+        bad_frame()
+
+    def dropped():
+        with open(node.log_path, errors="replace") as f:
+            return sum("dropping connection" in line for line in f)
+
+    assert 0 < dropped() <= 20, dropped()
+    time.sleep(10.5)
+    bad_frame()
+    harness.wait_for(lambda: "were left out of the log" in open(node.log_path, errors="replace").read(), 10,
+                     what="the summary of the warnings left out")
+    assert "counters" in node.status()  # still serving
