@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+// What dyadd says about itself: `dyad service status` (JSON), the health
+// check and the Prometheus text of the metrics endpoint.
+#include <chrono>
+#include <string>
+
+#include "common/settings.hpp"
+#include "service.hpp"
+
+namespace dyad::service {
+
+nlohmann::json Service::status_json() const {
+    nlohmann::json j = identity();
+    nlohmann::json per = nlohmann::json::object();
+    for (const auto& [name, c] : per_transport_) {
+        per[name] = {{"requests", c.requests},
+                     {"served", c.served},
+                     {"errors", c.errors},
+                     {"bytes_sent", c.bytes_sent},
+                     {"bytes_received", c.bytes_received},
+                     {"in_flight", c.in_flight}};
+        auto it = senders_.find(name);
+        if (it != senders_.end()) {
+            auto extra = it->second->stats();
+            if (extra.is_object() && !extra.empty()) per[name]["transport"] = extra;
+        }
+    }
+    j["counters"] = {
+        {"requests", metrics_->kind(Kind::fetch).requests},
+        {"served", total_.served},
+        {"errors", total_.errors},
+        {"bytes_sent", total_.bytes_sent},
+        {"bytes_received", total_.bytes_received},
+        {"rejected", rejected_},
+        {"published", published_count_.load()},
+        {"refused_unproduced", refused_unproduced_.load()},
+        {"refused_stale", refused_stale_.load()},
+        {"auth_refused", server_ ? server_->auth_refused() : 0},
+        {"idle_closed", server_ ? server_->idle_closed() : 0},
+        {"refused_peer_connections", server_ ? server_->refused_peer_connections() : 0},
+        {"refused_peer_fetches", caps_ ? caps_->refused_fetches() : 0},
+        {"refused_peer_local", caps_ ? caps_->refused_local() : 0},
+        {"in_flight", total_.in_flight},
+        {"per_transport", per},
+        {"per_kind", metrics_->to_json()}};
+    j["connections"] = server_ ? server_->session_count() : 0;
+    // The caps per peer (docs/security.md) and how close to them peers are.
+    nlohmann::json peers = caps_ ? caps_->stats() : nlohmann::json::object();
+    peers["with_connections"] = server_ ? server_->peer_count() : 0;
+    peers["busiest_peer_connections"] = server_ ? server_->busiest_peer_connections() : 0;
+    peers["max_connections_per_peer"] = opts_.max_connections_per_peer;
+    peers["max_fetches_per_peer"] = opts_.max_fetches_per_peer;
+    peers["max_local_per_peer"] = opts_.max_local_per_peer;
+    peers["memory_per_peer"] = budget_ ? budget_->per_peer() : 0;
+    j["peers"] = peers;
+    if (budget_) j["memory"] = budget_->stats();
+    j["uptime_s"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    if (store_)
+        j["store"] = {{"keys", store_->key_count()},
+                      {"waiters", store_->watcher_count()},
+                      {"bytes", store_->bytes() - store_->registry_bytes()},
+                      {"registry_bytes", store_->registry_bytes()},
+                      {"max_bytes", store_->limits().max_bytes},
+                      {"refused", store_->refused()},
+                      {"refused_too_large", store_->refusals().too_large},
+                      {"refused_store_full", store_->refusals().store_full},
+                      {"refused_namespace_records", store_->refusals().ns_records},
+                      {"refused_namespace_bytes", store_->refusals().ns_bytes},
+                      {"max_records_per_namespace", store_->limits().max_records_per_ns},
+                      {"max_bytes_per_namespace", store_->ns_byte_quota(opts_.ns)},
+                      {"epoch", store_->epoch()},
+                      {"state_dir", state_dir_}};
+    // The settings this service reads, with where each value came from.
+    nlohmann::json mine = nlohmann::json::array();
+    for (auto& s : settings::describe())
+        if (s["read_by"].get<std::string>().find("dyadd") != std::string::npos) mine.push_back(s);
+    j["settings"] = mine;
+    return j;
+}
+
+void Service::on_status(std::shared_ptr<rpc::Request> r) {
+    // With whether the metadata store answers (a remote one may take a
+    // probe: the answer comes from the loop once it is known).
+    health([this, r](bool ok, std::string why) {
+        asio::post(io_, [this, r, ok, why = std::move(why)] {
+            if (r->finished()) return;
+            nlohmann::json j = status_json();
+            j["metadata_store"] = store_json(ok, why);
+            if (!metrics_endpoint_.empty()) j["metrics"] = metrics_endpoint_;
+            r->end(std::move(j));
+        });
+    });
+}
+
+nlohmann::json Service::store_json(bool reachable, const std::string& why) const {
+    nlohmann::json j;
+    if (ext_) {
+        j = ext_->status();
+        reachable = j.value("reachable", false);
+        if (!reachable) j["error"] = j.value("error", why);
+        return j;
+    }
+    if (remote_) {
+        // Another dyadd's embedded store; rejoined: how often this service
+        // registered and published again after it came back empty.
+        j = store_watch_->view();
+        j["backend"] = "remote embedded";
+        j["endpoint"] = opts_.kvs_uri;
+        j["republished"] = republished_.load();
+    } else {
+        j["backend"] = "embedded";
+        j["endpoint"] = endpoints_.empty() ? std::string() : endpoints_.front();
+        j["epoch"] = store_->epoch();
+    }
+    j["reachable"] = reachable;
+    if (!reachable) j["error"] = why;
+    return j;
+}
+
+void Service::health(std::function<void(bool, std::string)> done) {
+    // Through the loop first: a service whose loop does not turn is not
+    // healthy, and the caller's deadline says so.
+    asio::post(io_, [this, done = std::move(done)]() mutable {
+        if (!store_watch_) return done(true, "");  // embedded: the loop answers it
+        store_watch_->check(std::move(done));
+    });
+}
+
+void Service::metrics(std::function<void(std::string)> done) {
+    asio::post(io_, [this, done = std::move(done)] { done(metrics_text()); });
+}
+
+// Every metric, on the loop (docs/user-guide.md lists them). The counters are
+// the ones status_json() shows.
+std::string Service::metrics_text() const {
+    PromText t;
+    t.family("dyad_info", "gauge",
+             "this service: its id, node and authentication scheme (the value is 1)");
+    t.sample("dyad_info",
+             {{"service_id", id_},
+              {"node", opts_.node},
+              {"auth", key_ ? auth::kScheme : "none"},
+              {"store", opts_.kvs_uri.empty() ? std::string("embedded") : opts_.kvs_uri}},
+             uint64_t{1});
+    t.gauge("dyad_start_time_seconds", "when this service started, seconds since the Unix epoch",
+            std::chrono::duration<double>(started_wall_.time_since_epoch()).count());
+    t.gauge("dyad_uptime_seconds", "seconds since this service started",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+
+    metrics_->render(t);
+
+    auto per = [&](const char* name, const char* type, const char* help, auto field) {
+        t.family(name, type, help);
+        for (const auto& [transport, c] : per_transport_)
+            t.sample(name, {{"transport", transport}}, static_cast<uint64_t>(field(c)));
+    };
+    per("dyad_fetch_requests_total", "counter",
+        "fetch requests for a transport this service serves, by transport",
+        [](const Counters& c) { return c.requests; });
+    per("dyad_bytes_sent_total", "counter", "bytes of files sent to consumers, by transport",
+        [](const Counters& c) { return c.bytes_sent; });
+    per("dyad_bytes_received_total", "counter", "bytes received from consumers, by transport",
+        [](const Counters& c) { return c.bytes_received; });
+    per("dyad_transfers_total", "counter",
+        "fetches served completely (the consumer got the END trailer), by transport",
+        [](const Counters& c) { return c.served; });
+    per("dyad_transfer_failures_total", "counter",
+        "fetches this service failed (refused, file gone or changed, transport error, consumer "
+        "not reading), by transport",
+        [](const Counters& c) { return c.errors; });
+    per("dyad_transfers_in_flight", "gauge", "transfers sending now, by transport",
+        [](const Counters& c) { return c.in_flight; });
+    t.family("dyad_transfer_seconds", "histogram",
+             "time this service took to send a file, from the first read to the transport's "
+             "completion, successful transfers, by transport");
+    for (const auto& [transport, h] : transfer_seconds_)
+        t.histogram("dyad_transfer_seconds", {{"transport", transport}}, h->data());
+    t.family("dyad_fetch_refused_total", "counter",
+             "fetches refused before any byte moved, by reason: a transport this service does not "
+             "serve, a file it did not produce, a file changed since it was produced");
+    t.sample("dyad_fetch_refused_total", {{"reason", "transport"}}, rejected_);
+    t.sample("dyad_fetch_refused_total", {{"reason", "unproduced"}}, refused_unproduced_.load());
+    t.sample("dyad_fetch_refused_total", {{"reason", "stale"}}, refused_stale_.load());
+    t.counter("dyad_published_total", "files this service published (dyad produce)",
+              published_count_.load());
+
+    t.counter("dyad_auth_refused_total",
+              "peers refused in their hello (no or wrong job key, uid not allowed)",
+              server_ ? server_->auth_refused() : 0);
+    t.gauge("dyad_connections", "open connections of the DYAD port and socket",
+            static_cast<double>(server_ ? server_->session_count() : 0));
+    t.counter("dyad_connections_refused_total", "connections closed at once because 4096 were open",
+              server_ ? server_->connections_refused() : 0);
+    t.counter("dyad_connections_idle_closed_total",
+              "connections closed because they stayed idle for --idle-timeout",
+              server_ ? server_->idle_closed() : 0);
+    t.family("dyad_peer_refused_total", "counter",
+             "requests refused because their peer (host, or local process) was at a cap, by cap: "
+             "connections (--max-connections-per-peer), fetches (--max-fetches-per-peer), local "
+             "(--max-local-per-peer)");
+    t.sample("dyad_peer_refused_total", {{"cap", "connections"}},
+             server_ ? server_->refused_peer_connections() : 0);
+    t.sample("dyad_peer_refused_total", {{"cap", "fetches"}}, caps_ ? caps_->refused_fetches() : 0);
+    t.sample("dyad_peer_refused_total", {{"cap", "local"}}, caps_ ? caps_->refused_local() : 0);
+
+    if (budget_) {
+        auto m = budget_->stats();
+        t.gauge("dyad_memory_budget_bytes",
+                "size of the transfer buffer budget (--memory, DYAD_SERVICE_MEMORY)",
+                m.value("limit", 0.0));
+        t.gauge("dyad_memory_in_use_bytes", "transfer buffer memory held by transfers now",
+                m.value("in_use", 0.0));
+        t.gauge("dyad_memory_peak_bytes", "most transfer buffer memory held at once",
+                m.value("peak", 0.0));
+        t.gauge("dyad_memory_cached_bytes", "transfer buffers kept for reuse",
+                m.value("cached", 0.0));
+        t.gauge("dyad_memory_waiting_transfers", "transfers parked until memory is returned",
+                m.value("waiting", 0.0));
+        t.counter("dyad_memory_parked_total", "times a transfer was parked for memory",
+                  m.value("parked_total", uint64_t{0}));
+        t.counter("dyad_memory_peer_limited_total",
+                  "times a transfer found its peer holding its share of the budget "
+                  "(--memory-per-peer)",
+                  m.value("peer_limited_total", uint64_t{0}));
+    }
+
+    bool embedded = static_cast<bool>(store_);
+    t.gauge("dyad_store_embedded", "1 when this service hosts the metadata store, 0 with --kvs",
+            embedded ? 1 : 0);
+    if (store_) {
+        t.gauge("dyad_store_records", "records (keys) in the embedded metadata store",
+                static_cast<double>(store_->key_count()));
+        t.gauge("dyad_store_bytes", "bytes of keys and values in the embedded metadata store",
+                static_cast<double>(store_->bytes()));
+        t.gauge("dyad_store_max_bytes", "bytes the embedded metadata store may hold (--store-max)",
+                static_cast<double>(store_->limits().max_bytes));
+        t.gauge("dyad_store_waiters", "requests waiting for a key to be put",
+                static_cast<double>(store_->watcher_count()));
+        t.counter("dyad_store_puts_refused_total",
+                  "puts the embedded metadata store refused for a size limit (key, value, "
+                  "--store-max)",
+                  store_->refused());
+    }
+    t.family("dyad_store_call_seconds", "histogram",
+             "time this service's own metadata calls took (publish, fetch checks), embedded or "
+             "remote, by operation");
+    t.histogram("dyad_store_call_seconds", {{"op", "put"}}, store_calls_[0].data());
+    t.histogram("dyad_store_call_seconds", {{"op", "get"}}, store_calls_[1].data());
+    return std::move(t.str());
+}
+
+}  // namespace dyad::service
