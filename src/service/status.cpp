@@ -6,6 +6,7 @@
 
 #include "common/settings.hpp"
 #include "service.hpp"
+#include "store_watch.hpp"
 
 namespace dyad::service {
 
