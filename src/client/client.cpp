@@ -472,6 +472,7 @@ bool Client::owner_registered(const std::string& owner) {
     {
         std::lock_guard<std::mutex> lk(mu_);
         owners_.erase(owner);
+        plans_.clear();
     }
     auto st = store();
     if (!st) return true;
@@ -485,6 +486,16 @@ std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceIn
     if (backend_) {
         out.push_back(backend_);
         return out;
+    }
+    const auto key = std::make_pair(rec.owner, rec.size);
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        auto it = plans_.find(key);
+        if (it != plans_.end()) {
+            rep->explain = it->second.explain;
+            rep->selection = it->second.selection;
+            return it->second.order;
+        }
     }
     std::vector<dtl::TransportRecord> records;
     dtl::Placement where;
@@ -519,6 +530,11 @@ std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceIn
         const dtl::Backend& u = dtl::universal_backend();
         out.push_back(&u);
         rep->explain += "\n  no scored transport usable: " + u.name;
+    }
+    if (info) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (plans_.size() >= 4096) plans_.clear();
+        plans_[key] = {out, rep->explain, rep->selection};
     }
     return out;
 }
@@ -578,6 +594,7 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
         if (!backend_) {
             std::lock_guard<std::mutex> lk(mu_);
             unusable_[b.name] = recv.status().message();
+            plans_.clear();
         }
         return recv.status();
     }

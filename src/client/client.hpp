@@ -184,7 +184,17 @@ class Client {
     bool owner_registered(const std::string& owner);
     std::map<std::string, nlohmann::json> owners_;  // under mu_
     std::map<std::string, std::string> unusable_;   // transport -> why (under mu_)
-    rpc::Credentials creds_;                        // DYAD_AUTH_KEY_FILE
+    // AUTO's choice for an (owner, size): many files of one size from one
+    // owner are chosen for once (the scores' arithmetic and the
+    // explanation's formatting cost as much as a small file's transfer).
+    // Under mu_; emptied when owners_ or unusable_ change.
+    struct Plan {
+        std::vector<const dtl::Backend*> order;
+        std::string explain;
+        nlohmann::json selection;
+    };
+    std::map<std::pair<std::string, uint64_t>, Plan> plans_;
+    rpc::Credentials creds_;  // DYAD_AUTH_KEY_FILE
     std::shared_ptr<rpc::ConnectionPool> pool_;
     std::mutex mu_;
     std::optional<ServiceInfo> svc_;
