@@ -143,6 +143,16 @@ class Node:
             wait_listening(self.host, self.port, proc=self.proc)
             if self.socket:  # dyadd binds it before its TCP port; make sure anyway
                 wait_for(lambda: os.path.exists(self.socket), 10.0, what=f"{self.socket} to appear")
+
+            # The port takes connections as soon as it listens, before dyadd
+            # has registered in its store; an answer comes only once its
+            # start is over (its loop runs then).
+            def answers():
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"dyadd exited with {self.proc.returncode} during its start")
+                return self.dyad("service", "status", check=False, timeout=30).returncode == 0
+
+            wait_for(answers, 30.0, what=f"{self.name}'s service to answer")
         except RuntimeError as e:  # it exited: say why
             self.log.flush()
             with open(self.log_path, errors="replace") as f:
