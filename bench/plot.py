@@ -178,6 +178,12 @@ def plot_bench(d, path):
                    f"DYAD vs baselines, node0 → node1 on loopback{quick}", path)
 
 
+def dyad_beside_plain_copy(m, dyad_label, copy_label):
+    """DYAD's bar (with its ratio) beside the plain copy's, from a row's methods."""
+    return [Bar(dyad_label, m["DYAD"]["GBps"], tuple(m["DYAD"]["GBps_range"]), ratio_to=copy_label),
+            Bar(copy_label, m["plain copy"]["GBps"], tuple(m["plain copy"]["GBps_range"]), kind="baseline")]
+
+
 def plot_bench_rows(d, path):
     """bench.py's issue 17 rows: files/s by file size beside rsync and
     tar | socat (each file system), GB/s beside the plain copy and iperf3,
@@ -201,8 +207,7 @@ def plot_bench_rows(d, path):
     big = w.get("big")
     if big:
         m = big["methods"]
-        bars = [Bar("DYAD", m["DYAD"]["GBps"], tuple(m["DYAD"]["GBps_range"]), ratio_to="plain copy"),
-                Bar("plain copy", m["plain copy"]["GBps"], tuple(m["plain copy"]["GBps_range"]), kind="baseline")]
+        bars = dyad_beside_plain_copy(m, "DYAD", "plain copy")
         for name in ("cp", "iperf3"):
             if name in m:
                 bars.append(Bar(name if name == "cp" else "iperf3\n(no file)", m[name]["GBps"],
@@ -220,8 +225,7 @@ def plot_bench_rows(d, path):
     conc = w.get("concurrent")
     if conc:
         m = conc["methods"]
-        bars = [Bar("DYAD\n(consumers)", m["DYAD"]["GBps"], tuple(m["DYAD"]["GBps_range"]), ratio_to="plain\ncopies"),
-                Bar("plain\ncopies", m["plain copy"]["GBps"], tuple(m["plain copy"]["GBps_range"]), kind="baseline")]
+        bars = dyad_beside_plain_copy(m, "DYAD\n(consumers)", "plain\ncopies")
         panels.append((f"{conc['bytes'] / 2**30:.3g} GiB in 8 files at once", bars, "GB/s", False))
     return _figure(panels, f"DYAD vs references, node0 → node1 on loopback{quick}", path, cols=2)
 

@@ -308,10 +308,12 @@ Status Connection::read_exact(void* p, size_t n, Deadline deadline, bool take_fd
         n -= k;
     };
     if (buffered()) drain();
+    // Short reads (headers, meta, small data) go through the read-ahead
+    // buffer; long ones (file data) straight to their destination, their
+    // last bytes too: file bytes are never copied twice here.
+    const bool short_read = !unix_ && n < kReadAhead;
     while (n > 0) {
-        // Short reads go through the read-ahead buffer; long ones (file
-        // data) straight to their destination.
-        const bool ahead = !unix_ && n < kReadAhead;
+        const bool ahead = short_read;
         if (ahead && !rbuf_) rbuf_.reset(new char[kReadAhead]);
         ssize_t r = ahead      ? ::recv(fd_.get(), rbuf_.get(), kReadAhead, 0)
                     : take_fds ? recv_with_fd(c, n)
