@@ -3,7 +3,8 @@
 // service address travel as base64 in JSON (ucx_worker, ucx_rkey, ofi_addr)
 // and are decoded before anything else looks at them; service addresses
 // travel as URIs (parse_uri). A UCX worker address then goes through
-// parse_ucx_worker_address and ucx_address_fits, a libfabric one through
+// parse_ucx_worker_address and ucx_address_fits, a window key through
+// parse_ucx_rkey, a libfabric one through
 // check_ofi_peer_address (src/dtl/peer_address.hpp), before UCX or
 // libfabric see it; what they make of an accepted one needs a live worker
 // or fabric and is not fuzzed here. Properties: no crash; base64 decoding
@@ -47,6 +48,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             FUZZ_CHECK(ucx->has_uuid ? !self.is_ok() : self.is_ok());
         } else {
             FUZZ_CHECK(ucx.status().rc() == DYAD_RC_UCXEP_FAIL);
+        }
+    }
+    // The input as a UCX window key: an accepted one ends inside the blob
+    // with one key per bit of its map.
+    for (const std::string* b : {&text, blob ? &blob.value() : nullptr}) {
+        if (!b) continue;
+        auto key = dtl::parse_ucx_rkey(*b);
+        if (key) {
+            FUZZ_CHECK(key->key_bytes <= b->size() && key->md_map != 0 &&
+                       key->keys == static_cast<size_t>(__builtin_popcountll(key->md_map)));
+        } else {
+            FUZZ_CHECK(key.status().rc() == DYAD_RC_UCXRKEY_UNPACK_FAILED);
         }
     }
     // The input as a libfabric address next to itself and a sockaddr_in.

@@ -92,3 +92,7 @@ write("address", "uri-tcp", "tcp://10.0.0.1:7420")
 write("address", "uri-ipv6", "tcp://[::1]:7420")
 write("address", "uri-unix", "unix:/tmp/dyad.sock")
 write("address", "uri-badport", "tcp://h:70000")
+# A window key as UCX 1.13 packs it over tcp (ucx_peer's; MD map 1, host
+# memory, an empty tcp key), and one that has a system device and distances.
+write("address", "ucx-rkey-tcp", bytes.fromhex("01000000000000000000"))
+write("address", "ucx-rkey-sysdev", bytes.fromhex("0500000000000000" "00" "00" "04aabbccdd" "03" "010203040506"))

@@ -242,6 +242,49 @@ Status check_ofi_peer_address(const std::string& peer, const std::string& own, b
     return Status::ok();
 }
 
+Result<UcxRkeyInfo> parse_ucx_rkey(const std::string& blob) {
+    auto bad_key = [](const std::string& what, size_t at) {
+        return Status(DYAD_RC_UCXRKEY_UNPACK_FAILED,
+                      "malformed UCX window key: " + what + " (at byte " + std::to_string(at) +
+                          "); the consumer must send what ucp_rkey_pack of UCX 1.13 gives for "
+                          "its host-memory window",
+                      EINVAL);
+    };
+    constexpr size_t kMaxKey = 8 + 1 + kMaxMds * 256 + 1 + 255 * 3;
+    if (blob.size() > kMaxKey)
+        return bad_key("longer than any packed key (" + std::to_string(blob.size()) + " bytes)",
+                       kMaxKey);
+    Reader r(blob);
+    const uint8_t* p = nullptr;
+    if (!r.bytes(8, &p)) return bad_key("shorter than its MD map", 0);
+    UcxRkeyInfo info;
+    std::memcpy(&info.md_map, p, 8);  // host order, as UCX packs it
+    if (info.md_map == 0) return bad_key("no memory domain in the MD map", 0);
+    uint8_t mem_type = 0;
+    if (!r.u8(&mem_type)) return bad_key("no memory type", 8);
+    if (mem_type != 0)  // UCS_MEMORY_TYPE_HOST
+        return bad_key("memory type " + std::to_string(mem_type) + " is not host memory", 8);
+    for (unsigned bit = 0; bit < 64; ++bit) {
+        if (!(info.md_map >> bit & 1)) continue;
+        size_t at = r.pos();
+        uint8_t n = 0;
+        if (!r.u8(&n) || !r.bytes(n))
+            return bad_key("the key of MD " + std::to_string(bit) + " ends past the blob", at);
+        ++info.keys;
+    }
+    info.key_bytes = r.pos();
+    if (r.left() > 0) {  // a system device and its distances
+        size_t at = r.pos();
+        uint8_t dev = 0;
+        r.u8(&dev);
+        if (r.left() % 3 != 0)
+            return bad_key("system device distances of " + std::to_string(r.left()) +
+                               " bytes, not a multiple of 3",
+                           at + 1);
+    }
+    return info;
+}
+
 Result<std::string> ucx_service_tls(const char* env) {
     static const std::set<std::string> shm = {"sm", "shm", "posix", "sysv", "cma", "knem", "xpmem"};
     std::string v = env ? env : "";

@@ -55,6 +55,27 @@ Result<UcxAddressInfo> parse_ucx_worker_address(const std::string& blob);
 // for that transport.
 Status ucx_address_fits(const UcxAddressInfo& peer, const UcxAddressInfo& own);
 
+// A consumer's packed window key (what ucp_rkey_pack gives for host
+// memory), parsed the way UCX 1.13 reads it in ucp_ep_rkey_unpack
+// (src/ucp/core/ucp_rkey.c): an MD map (8 bytes), a memory type (1 byte),
+// then for each bit of the map a size byte and that many bytes of the MD's
+// key; then either nothing (host memory of no known device) or a system
+// device byte and 3-byte distances. ucp_ep_rkey_unpack takes no length and
+// trusts every size: a key that passes here ends inside the blob. Windows
+// are host memory, so any other memory type is refused. DYAD_RC_UCXRKEY_
+// UNPACK_FAILED with what is wrong and where, or the number of MD keys.
+struct UcxRkeyInfo {
+    uint64_t md_map = 0;
+    size_t keys = 0;       // bits in md_map
+    size_t key_bytes = 0;  // where the MD keys end
+};
+Result<UcxRkeyInfo> parse_ucx_rkey(const std::string& blob);
+
+// Bytes of zeros kept after a checked key before UCX unpacks it: an MD's
+// unpacker reads its own fixed size (at most 255, a size byte's range)
+// whatever size the key declares, so it never reads past the copy.
+constexpr size_t kUcxRkeyPadding = 256;
+
 // A libfabric peer address next to our own endpoint's (fi_getname): for
 // socket address formats (`sockaddr` true) the same length and address
 // family (first two bytes); other formats (shm's names) 1 to 4096 bytes.

@@ -89,27 +89,115 @@ def test_ucx_addresses_with_every_first_byte_truncated_and_random(ucluster):
     assert not [n for n in os.listdir(".") if n.endswith(".btr")]
 
 
-def test_a_claimed_consumer_id_does_not_redirect_its_transfers(ucluster):
+class UcxPeer:
+    """A live UCX worker of the test's own (tests/tools/ucx_peer.c): a
+    consumer that is not ours, with a real address and window key."""
+
+    def __init__(self):
+        exe = os.path.join(harness.BUILD, "bin", "ucx_peer")
+        env = dict(os.environ, UCX_TLS="tcp", UCX_WARN_UNUSED_ENV_VARS="n")
+        self.proc = subprocess.Popen([exe], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        line = self.proc.stdout.readline().decode().split()
+        assert len(line) == 4, "ucx_peer did not start"
+        self.worker, self.rkey = bytes.fromhex(line[0]), bytes.fromhex(line[1])
+        self.window, self.window_size = int(line[2]), int(line[3])
+
+    def close(self):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def peer():
+    p = UcxPeer()
+    yield p
+    p.close()
+
+
+def put_fetch(node, peer, rkey, consumer="attacker"):
+    """A put-mode fetch naming the live peer's worker and `rkey` as its
+    window's key: the answer's frame, or None while the transfer waits for
+    slots the peer never grants (closing the connection cancels it)."""
+    r = Raw.to(node, timeout=3)
+    try:
+        tag = r.request("dyad.fetch", upath="f.txt", transport="UCX", ucx_tag=9, ucx_proto="put",
+                        ucx_worker=base64.b64encode(peer.worker).decode(), ucx_consumer=consumer,
+                        ucx_window=peer.window, ucx_window_size=peer.window_size,
+                        ucx_rkey=base64.b64encode(rkey).decode())
+        try:
+            f, _ = r.collect(tag)
+            return f
+        except (socket.timeout, ConnectionError):
+            return None
+    finally:
+        r.close()
+
+
+def test_ucx_window_keys_bent_every_way_are_refused_before_ucx(ucluster, peer):
+    """ucp_ep_rkey_unpack takes no length: dyadd checks the key's layout
+    first (peer_address.hpp). A live worker's real key, then the same key
+    with every memory type, every MD map that declares a key past its end,
+    truncated at every byte, and random."""
+    prod, cons = ucluster[0], ucluster[1]
+    produce(prod, "f.txt", "w" * 100)
+    key = peer.rkey
+    md_map = int.from_bytes(key[:8], "little")
+    assert md_map and key[8] == 0, f"ucx_peer's key is not host memory: {key.hex()}"
+    # The real key reaches UCX: no refusal.
+    f = put_fetch(prod, peer, key)
+    assert f is None or "malformed UCX window key" not in f["meta"].get("msg", ""), f
+    rng = random.Random(17)
+    bent = [key[:8] + bytes([t]) + key[9:] for t in range(1, 256)]
+    bent += [(md_map | 1 << b).to_bytes(8, "little") + key[8:] for b in range(64)
+             if not md_map >> b & 1]
+    bent += [key[:k] for k in range(len(key))]
+    bent += [key + bytes([0xFF]) + b"\1" * k for k in (1, 2, 4)]
+    bent += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))) for _ in range(40)]
+    refused = 0
+    for b in bent:
+        f = put_fetch(prod, peer, b)
+        assert prod.proc.poll() is None, f"dyadd ended on window key {b.hex()}"
+        if f is not None and "malformed UCX window key" in f["meta"].get("msg", ""):
+            refused += 1
+    # Random keys whose map is 0 or all bits are refused too; a few random
+    # blobs may happen to be well formed.
+    assert refused >= len(bent) - 5, (refused, len(bent))
+    t = prod.status()["counters"]["per_transport"]["UCX"]["transport"]
+    assert t["rkeys_refused"] >= refused
+    legit_consume(prod, cons, "after-rkeys.txt", "UCX")
+
+
+def test_a_claimed_consumer_id_does_not_redirect_its_transfers(ucluster, peer):
     """The old cache gave the endpoint of the first claimant of an id to
-    everybody naming it: the attacker claims the waiting consumer's
-    node/pid/start-time id with another worker's address first. (With a
-    dead worker's address, as here, the old cache also dropped the claim
-    once UCX reported the endpoint failed, so this passes on the old code
-    too when that report comes first; a live foreign worker would make it
-    fail there, and needs a UCX program of the test's own.)"""
+    everybody naming it. The attacker claims the waiting consumer's
+    node/pid/start-time id first, with the address and key of a live worker
+    of its own (which would take the victim's bytes and stay up, so the
+    claim would stick), and keeps that connection open while the victim's
+    file is produced."""
     prod, cons = ucluster[0], ucluster[1]
     env = cons.env(DYAD_DTL_MODE="UCX", DYAD_WAIT_TIMEOUT=60)
     victim = subprocess.Popen([harness.DYAD, "consume", cons.path("v.txt")], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = None
     try:
         with open(f"/proc/{victim.pid}/stat") as f:
             start = f.read().rsplit(")", 1)[1].split()[19]
         victim_id = f"{socket.gethostname()}/{victim.pid}/{start}"
-        produce(prod, "f.txt", "y")
-        fetch_ucx(prod, seed("seed-ucx-v1-tcp"), consumer=victim_id)
+        produce(prod, "f.txt", "y" * 100)
+        r = Raw.to(prod, timeout=5)
+        r.request("dyad.fetch", upath="f.txt", transport="UCX", ucx_tag=9, ucx_proto="put",
+                  ucx_worker=base64.b64encode(peer.worker).decode(), ucx_consumer=victim_id,
+                  ucx_window=peer.window, ucx_window_size=peer.window_size,
+                  ucx_rkey=base64.b64encode(peer.rkey).decode())
         produce(prod, "v.txt", "the victim's bytes")
         out, err = victim.communicate(timeout=120)
     finally:
+        if r is not None:
+            r.close()
         if victim.poll() is None:
             victim.kill()
             victim.wait()

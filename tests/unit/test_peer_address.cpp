@@ -31,3 +31,49 @@ TEST(UcxServiceTls, OnlySharedMemoryIsAClearError) {
     ASSERT_FALSE(e);
     EXPECT_NE(e.status().message().find("only shared-memory transports"), std::string::npos);
 }
+
+namespace {
+
+// A packed key as UCX 1.13 lays it out: MD map, memory type, then a size
+// byte and that many bytes per bit of the map.
+std::string packed_key(uint64_t md_map, uint8_t mem_type, const std::vector<size_t>& sizes) {
+    std::string k(reinterpret_cast<const char*>(&md_map), 8);
+    k += static_cast<char>(mem_type);
+    for (size_t n : sizes) {
+        k += static_cast<char>(n);
+        k += std::string(n, '\x5a');
+    }
+    return k;
+}
+
+}  // namespace
+
+TEST(UcxRkey, KeysAsUcxPacksThemPass) {
+    auto k = dyad::dtl::parse_ucx_rkey(packed_key(0x5, 0, {0, 16}));
+    ASSERT_TRUE(k) << k.status().message();
+    EXPECT_EQ(k->keys, 2u);
+    EXPECT_EQ(k->key_bytes, 8u + 1 + 1 + 1 + 16);
+    // A system device and two distances after the keys.
+    EXPECT_TRUE(dyad::dtl::parse_ucx_rkey(packed_key(0x1, 0, {0}) + "\x03" + std::string(6, '\1')));
+}
+
+TEST(UcxRkey, MalformedKeysAreRefusedWithWhereAndWhat) {
+    auto refused = [](const std::string& blob, const std::string& what) {
+        auto k = dyad::dtl::parse_ucx_rkey(blob);
+        ASSERT_FALSE(k) << what;
+        EXPECT_EQ(k.status().rc(), DYAD_RC_UCXRKEY_UNPACK_FAILED);
+        EXPECT_NE(k.status().message().find(what), std::string::npos) << k.status().message();
+    };
+    refused("", "shorter than its MD map");
+    refused(std::string(7, '\1'), "shorter than its MD map");
+    refused(std::string(8, '\1'), "no memory type");
+    refused(packed_key(0, 0, {}), "no memory domain");
+    refused(packed_key(0x1, 1, {0}), "memory type 1 is not host memory");
+    std::string cut = packed_key(0x3, 0, {0, 40});
+    refused(cut.substr(0, cut.size() - 1), "the key of MD 1 ends past the blob");
+    refused(packed_key(0x3, 0, {0}), "the key of MD 1 ends past the blob");
+    // Every bit of the map set, none of the keys there.
+    refused(packed_key(~0ull, 0, {}), "the key of MD 0 ends past the blob");
+    refused(packed_key(0x1, 0, {0}) + "\x03" + std::string(4, '\1'), "not a multiple of 3");
+    refused(packed_key(0x1, 0, {0}) + std::string(20000, '\0'), "longer than any packed key");
+}

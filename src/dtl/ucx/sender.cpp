@@ -276,6 +276,7 @@ class UcxSender : public Sender {
             {"direct_transfers", direct_transfers_},
             {"tag_transfers", tag_transfers_},
             {"addresses_refused", addresses_refused_},
+            {"rkeys_refused", rkeys_refused_},
             {"endpoints_failed", eps_failed_},
             {"endpoints", eps}};
     }
@@ -582,6 +583,14 @@ class UcxSender : public Sender {
         if (e.rkey && e.rkey_blob == b64 && e.window == window) return Status::ok();
         auto blob = base64_decode(b64);
         if (!blob) return blob.status();
+        // ucp_ep_rkey_unpack takes no length: the key is checked first,
+        // then unpacked from a copy with zeros after it (peer_address.hpp).
+        auto checked = parse_ucx_rkey(blob.value());
+        if (!checked) {
+            ++rkeys_refused_;
+            return checked.status();
+        }
+        blob->append(kUcxRkeyPadding, '\0');
         ucp_rkey_h rk = nullptr;
         ucs_status_t s = ucp_ep_rkey_unpack(e.ep, blob->data(), &rk);
         if (s != UCS_OK)
@@ -608,6 +617,7 @@ class UcxSender : public Sender {
     std::string last_transports_;
     uint64_t tag_transfers_ = 0;
     uint64_t addresses_refused_ = 0;  // failed parse_ucx_worker_address / ucx_address_fits
+    uint64_t rkeys_refused_ = 0;      // failed parse_ucx_rkey
     uint64_t eps_failed_ = 0;
 
   private:
