@@ -141,6 +141,19 @@ void Server::start_session(asio::generic::stream_protocol::socket sock) {
     if (max_per_peer_ > 0 && mine >= max_per_peer_) {
         ++refused_peer_connections_;
         if (mine == 0) peer_connections_.erase(who);
+        // A few refused connections wait (kRefusalTimeout) to be told why;
+        // more than that close at once, so a peer at its cap cannot fill the
+        // service's table with connections that never speak.
+        size_t& told = refusing_[who];
+        if (told >= kMaxRefusalsPerPeer) {
+            if (peer_warning_allowed())
+                DYAD_WARN("rpc",
+                          "closed a connection of %s at once: it is over its cap with %zu "
+                          "refused connections still open",
+                          who.c_str(), told);
+            return;  // the socket closes here
+        }
+        ++told;
         s->refuse_at_hello("too many connections from " + who + ": it has " +
                            std::to_string(max_per_peer_) +
                            " open to this service, the most one peer may have (dyadd "
@@ -154,7 +167,12 @@ void Server::start_session(asio::generic::stream_protocol::socket sock) {
 }
 
 void Server::forget(Session* s) {
-    if (sessions_.erase(s) == 0 || !s->counted()) return;
+    if (sessions_.erase(s) == 0) return;
+    if (!s->counted()) {
+        auto r = refusing_.find(s->peer().key);
+        if (r != refusing_.end() && --r->second == 0) refusing_.erase(r);
+        return;
+    }
     auto it = peer_connections_.find(s->peer().key);
     if (it != peer_connections_.end() && --it->second == 0) peer_connections_.erase(it);
 }

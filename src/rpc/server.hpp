@@ -250,7 +250,10 @@ class Server {
     size_t max_per_peer_ = 512;
     uint64_t refused_peer_connections_ = 0;
     std::unordered_map<std::string, size_t> peer_connections_;  // by Peer::key
-    std::unique_ptr<asio::posix::stream_descriptor> hangups_;   // an epoll fd
+    // Connections refused for their peer's cap and not yet closed, by Peer::key.
+    std::unordered_map<std::string, size_t> refusing_;
+    static constexpr size_t kMaxRefusalsPerPeer = 8;
+    std::unique_ptr<asio::posix::stream_descriptor> hangups_;  // an epoll fd
     std::unordered_map<int, Session*> hangup_fds_;
     asio::steady_timer retry_tcp_;
     asio::steady_timer retry_unix_;

@@ -28,6 +28,9 @@
 namespace dyad::rpc {
 
 inline constexpr auto kHelloTimeout = std::chrono::seconds(10);
+// A connection refused for its peer's cap waits this long for the frame it
+// is answered with (the refusal's message), then closes.
+inline constexpr auto kRefusalTimeout = std::chrono::seconds(1);
 inline constexpr size_t kMaxActive = 256;             // requests in progress per connection
 inline constexpr size_t kMaxQueuedBytes = 16u << 20;  // answer bytes waiting per connection
 inline constexpr int kMaxSessions = 4096;
@@ -72,9 +75,12 @@ class Session : public std::enable_shared_from_this<Session> {
     uint64_t id() const { return id_; }
 
     void start() {
-        // A peer gets kHelloTimeout to say hello; then it is dropped.
+        // A peer gets kHelloTimeout to say hello (kRefusalTimeout to hear
+        // why it is refused); then it is dropped.
         std::weak_ptr<Session> weak = shared_from_this();
-        hello_timer_.expires_after(kHelloTimeout);
+        hello_timer_.expires_after(over_cap_.empty()
+                                       ? std::chrono::steady_clock::duration(kHelloTimeout)
+                                       : kRefusalTimeout);
         hello_timer_.async_wait([weak](asio::error_code ec) {
             auto self = weak.lock();
             if (!ec && self && !self->hello_done_) self->close();

@@ -12,8 +12,10 @@ set far above it); what a disconnected peer held is let go within
 RELEASE_DEADLINE (documented as "at once")."""
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -105,6 +107,43 @@ def test_connections_beyond_the_cap_are_refused_and_others_still_connect(one_nod
     # Gone: its connections are no longer counted.
     prod.wait_status(lambda s: s["peers"]["busiest_peer_connections"] < 8, "the attacker's connections closed",
                      timeout=RELEASE_DEADLINE)
+
+
+@pytest.mark.parametrize("one_node", [["--max-connections-per-peer", "8"]], indirect=True)
+def test_silent_connections_beyond_the_cap_are_closed_at_once(one_node):
+    """A refused connection is answered at its first frame; one that never
+    sends waits at most kRefusalTimeout (1 s), and at most 8 of a peer's
+    wait at once: the rest close at once, so a peer at its cap cannot fill
+    the service's connection table with sockets that never speak."""
+    prod, cons = one_node[0], one_node[1]
+    produce(prod, "s.bin", 1 << 20)
+    a = Attacker(prod, "connections", 8)
+    silent = []
+    try:
+        assert a.result["held"] == 8, a.result
+        before = fd_count(prod)
+        for _ in range(60):
+            s = socket.socket()
+            s.bind((ATTACKER_HOST, 0))
+            s.connect((prod.host, prod.port))
+            silent.append(s)
+        time.sleep(0.5)
+        assert fd_count(prod) <= before + 8 + 2, (before, fd_count(prod))
+        closed = 0
+        for s in silent:
+            s.settimeout(RELEASE_DEADLINE)
+            try:
+                closed += s.recv(1) == b""
+            except ConnectionResetError:
+                closed += 1
+        assert closed == len(silent)
+        consume(cons, cons.path("s.bin"))
+        st = prod.status()
+        assert st["counters"]["refused_peer_connections"] >= 60, st["counters"]
+    finally:
+        for s in silent:
+            s.close()
+        a.stop()
 
 
 @pytest.mark.parametrize("one_node", [["--max-local-per-peer", "16"]], indirect=True)
