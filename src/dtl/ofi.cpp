@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <list>
@@ -125,6 +126,7 @@ class OfiConsumer {
         }
         c->region_ = r.value();
         insts[proto_name] = c;
+        if (std::strcmp(proto.value()->provider, "shm") == 0) unlink_at_exit(c->ep_->address());
         return c;
     }
     ~OfiConsumer() {
@@ -166,6 +168,28 @@ class OfiConsumer {
 
   private:
     explicit OfiConsumer(std::unique_ptr<ofi::Endpoint> ep) : ep_(std::move(ep)) {}
+    // libfabric's shm provider names its region in /dev/shm after the
+    // endpoint (fi_getname) and unlinks it when the endpoint closes or on a
+    // fatal signal, never at a plain exit; consumers' endpoints live to the
+    // end of the process, so without this every consumer process left a
+    // 16 MiB file in /dev/shm. Only the name goes at exit: threads and
+    // peers that mapped the region keep it until they unmap it.
+    static void unlink_at_exit(const std::string& address) {
+        static std::mutex mu;
+        static auto& names = *new std::vector<std::pair<pid_t, std::string>>();
+        std::lock_guard<std::mutex> lk(mu);
+        if (names.empty())
+            std::atexit([] {
+                std::lock_guard<std::mutex> l(mu);
+                for (const auto& [pid, name] : names)
+                    if (pid == ::getpid()) ::shm_unlink(name.c_str());  // not a fork's parent's
+            });
+        // "fi_shm://PID:N:N": the region's name is what follows the scheme.
+        std::string name = address.substr(0, address.find('\0'));
+        size_t scheme = name.find("://");
+        if (scheme != std::string::npos) name.erase(0, scheme + 3);
+        names.emplace_back(::getpid(), name);
+    }
     std::unique_ptr<ofi::Endpoint> ep_;
     static constexpr size_t kWindow = kDepth * kOfiChunk;
     char* window_ = nullptr;

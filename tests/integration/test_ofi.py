@@ -3,6 +3,7 @@
 once per protocol. A protocol whose provider fi_info does not list here is
 skipped with its name; nothing else is."""
 import os
+import re
 import subprocess
 
 import pytest
@@ -65,6 +66,24 @@ def test_four_concurrent_consumers(ocluster):
     conformance.four_concurrent_consumers(prod, ocluster[1], ofi())
     pool = list(prod.status()["counters"]["per_transport"]["MARGO"]["transport"]["protocols"].values())[0]
     assert pool["pool_buffers"] <= 16
+
+
+def test_consumers_leave_nothing_in_dev_shm(ocluster):
+    """libfabric's shm provider makes a 16 MiB region in /dev/shm per
+    endpoint and removes it only when the endpoint closes or on a fatal
+    signal; consumers keep theirs to the end of the process, so each
+    `dyad consume` left one behind. Names are PID:N:N."""
+    if ocluster.proto != "ofi+shm":
+        pytest.skip("only the shm provider makes regions in /dev/shm")
+    prod, cons = ocluster[0], ocluster[1]
+    before = set(os.listdir("/dev/shm"))
+    for i in range(3):
+        harness.write_file(prod.path(f"shm{i}.bin"), 1 << 20)
+        prod.dyad("produce", prod.path(f"shm{i}.bin"))
+        cons.dyad("consume", cons.path(f"shm{i}.bin"), env_extra=ofi())
+        assert sha(cons.path(f"shm{i}.bin")) == sha(prod.path(f"shm{i}.bin"))
+    left = [n for n in set(os.listdir("/dev/shm")) - before if re.fullmatch(r"\d+:\d+:\d+", n)]
+    assert not left, f"consumers left regions in /dev/shm: {left}"
 
 
 def test_producer_killed_mid_transfer(ocluster):
