@@ -144,9 +144,8 @@ class Node:
             if self.socket:  # dyadd binds it before its TCP port; make sure anyway
                 wait_for(lambda: os.path.exists(self.socket), 10.0, what=f"{self.socket} to appear")
 
-            # The port takes connections as soon as it listens, before dyadd
-            # has registered in its store; an answer comes only once its
-            # start is over (its loop runs then).
+            # dyadd listens once it has registered in its store and is ready;
+            # its answer to a status says so too (and checks the socket).
             def answers():
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"dyadd exited with {self.proc.returncode} during its start")

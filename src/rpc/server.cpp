@@ -29,7 +29,7 @@ Result<std::string> Server::listen_tcp(const std::string& host, uint16_t port) {
     acc->open(ep.protocol(), ec);
     if (!ec) acc->set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) acc->bind(ep, ec);
-    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec && !deferred_) acc->listen(asio::socket_base::max_listen_connections, ec);
     if (ec)
         return Status(DYAD_RC_CONNFAIL,
                       "cannot listen on " + host + ":" + std::to_string(port) + ": " +
@@ -38,7 +38,7 @@ Result<std::string> Server::listen_tcp(const std::string& host, uint16_t port) {
                       ec.value());
     auto local = acc->local_endpoint(ec);
     tcp_ = std::move(acc);
-    accept_tcp();
+    if (!deferred_) accept_tcp();
     std::string h = local.address().is_v6() ? "[" + local.address().to_string() + "]"
                                             : local.address().to_string();
     return "tcp://" + h + ":" + std::to_string(local.port());
@@ -52,14 +52,35 @@ Result<std::string> Server::listen_unix(const std::string& path) {
     asio::local::stream_protocol::endpoint ep(path);
     acc->open(ep.protocol(), ec);
     if (!ec) acc->bind(ep, ec);
-    if (!ec) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec && !deferred_) acc->listen(asio::socket_base::max_listen_connections, ec);
     if (ec)
         return Status(DYAD_RC_CONNFAIL,
                       "cannot listen on unix socket '" + path + "': " + ec.message(), ec.value());
     unix_ = std::move(acc);
     unix_path_ = path;
-    accept_unix();
+    if (!deferred_) accept_unix();
     return "unix:" + path;
+}
+
+Status Server::start_accepting() {
+    if (!deferred_) return Status::ok();
+    deferred_ = false;
+    asio::error_code ec;
+    if (unix_) {
+        unix_->listen(asio::socket_base::max_listen_connections, ec);
+        if (ec)
+            return Status(DYAD_RC_CONNFAIL,
+                          "cannot listen on unix socket '" + unix_path_ + "': " + ec.message(),
+                          ec.value());
+        accept_unix();
+    }
+    if (tcp_) {
+        tcp_->listen(asio::socket_base::max_listen_connections, ec);
+        if (ec)
+            return Status(DYAD_RC_CONNFAIL, "cannot listen on TCP: " + ec.message(), ec.value());
+        accept_tcp();
+    }
+    return Status::ok();
 }
 
 void Server::handle(const std::string& topic, Handler h) {

@@ -175,6 +175,11 @@ class Server {
     // Listens on HOST:PORT (port 0 picks one); returns "tcp://HOST:PORT".
     Result<std::string> listen_tcp(const std::string& host, uint16_t port);
     Result<std::string> listen_unix(const std::string& path);
+    // Before listen_*: they bind (the address is known and reserved) but do
+    // not listen, so connecting is refused until start_accepting(): a service
+    // takes connections only once it is ready to serve them.
+    void defer_accepting() { deferred_ = true; }
+    Status start_accepting();
     void handle(const std::string& topic, Handler h);
     void set_hello_info(nlohmann::json info) { hello_info_ = std::move(info); }
     void set_auth(AuthPolicy a) { auth_ = std::move(a); }
@@ -252,6 +257,7 @@ class Server {
     std::unordered_map<std::string, size_t> peer_connections_;  // by Peer::key
     // Connections refused for their peer's cap and not yet closed, by Peer::key.
     std::unordered_map<std::string, size_t> refusing_;
+    bool deferred_ = false;  // defer_accepting() until start_accepting()
     static constexpr size_t kMaxRefusalsPerPeer = 8;
     std::unique_ptr<asio::posix::stream_descriptor> hangups_;  // an epoll fd
     std::unordered_map<int, Session*> hangup_fds_;

@@ -160,7 +160,10 @@ Status Service::start() {
     server_->set_idle_timeout(
         std::chrono::milliseconds(static_cast<int64_t>(opts_.idle_timeout * 1000.0)));
     server_->set_max_connections_per_peer(static_cast<size_t>(opts_.max_connections_per_peer));
-    // The Unix socket first: whoever sees the TCP port answer may use it too.
+    // Bound now, listening only once the service is registered and ready
+    // (start_accepting below): whoever can connect can be served. The Unix
+    // socket starts first: whoever sees the TCP port answer may use it too.
+    server_->defer_accepting();
     if (!opts_.socket_path.empty()) {
         auto ep = server_->listen_unix(opts_.socket_path);
         if (!ep) return ep.status();
@@ -276,6 +279,8 @@ Status Service::start() {
                   "this node has no rank (give --rank N): owner_rank of its files is a "
                   "hash of its node id");
     server_->set_hello_info(identity());
+    s = server_->start_accepting();
+    if (!s) return s;
     DYAD_INFO(kSub, "service %s ready: rank %s, producer dir %s, endpoints %s, metadata %s",
               id_.c_str(),
               rank_ ? (std::to_string(*rank_) + " (" + rank_source_ + ")").c_str() : "none",

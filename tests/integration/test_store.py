@@ -4,6 +4,9 @@ never repeat, services come back on their own, waiting consumers ride
 through), listing in pages, and stat/ls from a node with one directory."""
 import json
 import os
+import socket
+import subprocess
+import time
 
 import harness
 
@@ -199,3 +202,34 @@ def test_stat_and_ls_from_a_node_with_one_directory(cluster):
     assert p.returncode != 0 and "not inside the consumer directory" in p.stderr, p.stderr
     p = prod.dyad("stat", "/elsewhere/f.bin", check=False, env_extra=only_producer)
     assert p.returncode != 0 and "not inside the producer directory" in p.stderr, p.stderr
+
+
+def test_the_port_refuses_connections_until_the_service_is_registered(tmp_path):
+    """dyadd binds its port at once but listens only once it is registered
+    and ready: whoever can connect is served. Here its store is a socket
+    that accepts and never answers, so the registration waits and fails
+    (exit 4); until then every connection to dyadd's port is refused."""
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(16)
+    with harness.Cluster(nodes=1, start=False) as c:
+        node = c[0]
+        args = [harness.DYADD, "--node", node.name, "--listen", f"{node.host}:{node.port}", node.dir,
+                "--kvs", f"tcp://127.0.0.1:{hole.getsockname()[1]}"] + c.dyadd_args
+        with open(tmp_path / "dyadd.log", "wb") as log:
+            node.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        accepted, tries = 0, 0
+        end = time.monotonic() + 3
+        while time.monotonic() < end and node.proc.poll() is None:
+            tries += 1
+            try:
+                socket.create_connection((node.host, node.port), timeout=1).close()
+                accepted += 1
+            except ConnectionRefusedError:
+                pass
+            time.sleep(0.05)
+        assert tries > 10 and accepted == 0, (tries, accepted)
+        assert node.proc.wait(timeout=60) == 4
+        node.proc = None
+        assert "cannot register in the metadata store" in (tmp_path / "dyadd.log").read_text()
+    hole.close()
