@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Request payloads: a request frame's meta as a peer sends it, checked the
 // way the service's handlers check it before doing anything (dyad.fetch:
-// transport and upath; dyad.publish: upath, ns, key_depth, key_bins and the
-// key they make; kvs.put: ns, key, value through check_put; kvs.get and
+// transport and upath; dyad.fetch_many: its files, parse_fetch_many; dyad.publish: upath, ns,
+// key_depth, key_bins and the key they make; kvs.put: ns, key, value through check_put; kvs.get and
 // kvs.list: string arguments). The raw input is also taken as a upath.
 // Properties: no crash, no exception; a normalized upath is relative, has no
 // "." / ".." / empty component, does not start with .dyad, and normalizes to
@@ -15,6 +15,7 @@
 #include "common/paths.hpp"
 #include "dtl/channel.hpp"
 #include "dtl/dtl.hpp"
+#include "dtl/fetch_many.hpp"
 #include "fuzz_check.hpp"
 #include "kvs/store.hpp"
 #include "rpc/wire.hpp"
@@ -69,6 +70,21 @@ void fetch(const nlohmann::json& a) {
         (void)dtl::meta_str(a, k);
 }
 
+void fetch_many(const nlohmann::json& a) {
+    auto files = dtl::parse_fetch_many(a);
+    if (!files) return answerable(files.status());
+    FUZZ_CHECK(!files->empty() && files->size() <= dtl::kFetchManyFiles);
+    for (const auto& f : files.value()) {
+        if (!f.error.is_ok()) {
+            answerable(f.error);
+            FUZZ_CHECK(f.upath.empty());
+            continue;
+        }
+        check_upath(f.upath);
+        (void)dtl::meta_u64(f.args, "generation");
+    }
+}
+
 void publish(const nlohmann::json& a) {
     auto raw = dtl::meta_str(a, "upath");
     if (!raw) return;
@@ -103,6 +119,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         return 0;  // "request without a topic"
     const std::string topic = meta["topic"];
     if (topic == "dyad.fetch") fetch(meta);
+    if (topic == "dyad.fetch_many") fetch_many(meta);
     if (topic == "dyad.publish") publish(meta);
     if (topic == "kvs.put") {
         kvs_put(meta, "");

@@ -96,3 +96,7 @@ write("address", "uri-badport", "tcp://h:70000")
 # memory, an empty tcp key), and one that has a system device and distances.
 write("address", "ucx-rkey-tcp", bytes.fromhex("01000000000000000000"))
 write("address", "ucx-rkey-sysdev", bytes.fromhex("0500000000000000" "00" "00" "04aabbccdd" "03" "010203040506"))
+# dyad.fetch_many: files of one owner, one of them escaping.
+write("request", "fetch-many", json.dumps({"topic": "dyad.fetch_many", "transport": "FLUX_RPC",
+                                           "files": [{"upath": "run/a", "generation": 4, "ns": "dyad", "key": "k"},
+                                                     {"upath": "../b"}, 7]}))

@@ -539,19 +539,19 @@ std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceIn
     return out;
 }
 
+std::string Client::owner_endpoint(const Record& rec, const ServiceInfo& svc) const {
+    if (rec.node == svc.node)
+        for (const auto& e : rec.endpoints)
+            if (e.rfind("unix:", 0) == 0) return e;
+    for (const auto& e : rec.endpoints)
+        if (e.rfind("tcp://", 0) == 0) return e;
+    return "";
+}
+
 Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                      ConsumeReport* rep, int lock_fd) {
     Status s;
-    // Pick the owner's endpoint: its Unix socket when on this node.
-    std::string ep;
-    for (const auto& e : rec.endpoints)
-        if (ep.empty() && rec.node == svc.node && e.rfind("unix:", 0) == 0) ep = e;
-    if (ep.empty())
-        for (const auto& e : rec.endpoints)
-            if (e.rfind("tcp://", 0) == 0) {
-                ep = e;
-                break;
-            }
+    const std::string ep = owner_endpoint(rec, svc);
     if (ep.empty())
         return Status(DYAD_RC_BADMETADATA,
                       "metadata of '" + upath + "' lists no reachable endpoint", EHOSTUNREACH);

@@ -3,6 +3,8 @@
 // used from any number of threads. The C API is a thin layer over this.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -167,6 +169,24 @@ class Client {
     Status fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
                      const std::string& ep, const std::string& nspace, ConsumeReport* rep,
                      int lock_fd, bool* retry);
+    // The owner's endpoint to fetch `rec` from: its Unix socket when on
+    // this node, else its TCP address ("" if it lists neither).
+    std::string owner_endpoint(const Record& rec, const ServiceInfo& svc) const;
+    // consume_many's batches (fetch_many.cpp). The endpoint to ask for
+    // `rec` with many others in one dyad.fetch_many, if it may travel so: a
+    // small file, to be fetched (not in place), over the stream transport.
+    std::optional<std::string> batch_endpoint(const Record& rec, const ServiceInfo& svc);
+    // Fetches the files `which` (indices into upaths and records) from the
+    // owner at `ep` in one request; calls finish for each file it installs
+    // or finds present, and returns those left to fetch alone (refused by
+    // the owner, or not answered).
+    using FinishFn = std::function<void(size_t, Status, const ConsumeReport&)>;
+    std::vector<size_t> consume_batch(const std::vector<size_t>& which,
+                                      const std::vector<std::string>& upaths,
+                                      const std::vector<Record>& records, const ServiceInfo& svc,
+                                      const std::string& ep, const FinishFn& finish,
+                                      std::chrono::steady_clock::time_point t0);
+    std::atomic<bool> no_fetch_many_{false};  // an owner did not know dyad.fetch_many
     // AUTO: the transports to try for this file, best first.
     std::vector<const dtl::Backend*> plan(const Record& rec, const ServiceInfo& svc,
                                           ConsumeReport* rep);

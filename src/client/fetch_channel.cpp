@@ -5,9 +5,9 @@
 
 namespace dyad::client {
 
-Status RpcFetchChannel::open(const nlohmann::json& args, Deadline deadline) {
+Status RpcFetchChannel::open(const nlohmann::json& args, Deadline deadline, const char* topic) {
     if (opened_) return Status(DYAD_RC_SYSFAIL, "a fetch channel carries one fetch", EINVAL);
-    auto tag = conn_.send_request("dyad.fetch", args, deadline, false);
+    auto tag = conn_.send_request(topic, args, deadline, false);
     if (!tag) return tag.status();
     tag_ = tag.value();
     opened_ = true;

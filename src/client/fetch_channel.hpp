@@ -19,8 +19,10 @@ class RpcFetchChannel final : public dtl::FetchChannel {
   public:
     RpcFetchChannel(rpc::Connection& conn, double idle_s) : conn_(conn), idle_s_(idle_s) {}
 
-    // Sends the fetch request (the receiver's fields plus what to fetch).
-    [[nodiscard]] Status open(const nlohmann::json& args, Deadline deadline);
+    // Sends the fetch request (the receiver's fields plus what to fetch);
+    // dyad.fetch_many's answers come the same way, one per file.
+    [[nodiscard]] Status open(const nlohmann::json& args, Deadline deadline,
+                              const char* topic = "dyad.fetch");
 
     Result<Message> next() override;
     Status read(void* p, size_t n) override;

@@ -7,7 +7,9 @@
 //    order; each fetch is an ordinary consume_with (one lock, one staging
 //    file, checksum, atomic rename), so a file is still whole and checked.
 //    Connections come from the client's pool: fetches from one owner reuse
-//    its idle connections instead of connecting per file.
+//    its idle connections instead of connecting per file. Small files that
+//    travel over the stream go several of one owner in one request
+//    (dyad.fetch_many, fetch_many.cpp).
 // 3. The files not produced yet: up to half the window waits for them one by
 //    one (wait-for-create, answered at the produce), while the calling
 //    thread looks the rest up in batches with a backoff, so that a file that
@@ -35,6 +37,8 @@ constexpr size_t kBatch = 512;           // keys per kvs.get_many
 constexpr double kPollFirst = 0.02;      // seconds between looks for missing files, at first
 constexpr double kPollMax = 1.0;         // ... growing to this while nothing appears
 constexpr double kLookupTimeout = 30.0;  // one kvs.get_many
+constexpr size_t kMinBatch = 8;          // files of one dyad.fetch_many, at least when ready
+constexpr size_t kBatchScan = 1024;      // ready files looked at for a batch's company
 
 double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -162,6 +166,13 @@ std::vector<Status> Client::consume_many(const std::vector<std::string>& paths,
     unsigned waiting = 0;
     size_t next_missing = 0;  // where workers look for a missing file to wait for
 
+    const ServiceInfo& here = svc.value();
+    auto consume_one = [&](size_t i) {
+        ConsumeReport rep;
+        rep.wait_s = since(t0);
+        Status s = consume_record(paths[i], std::move(records[i]), &rep);
+        finish(i, std::move(s), rep);
+    };
     auto worker = [&] {
         std::unique_lock<std::mutex> lk(m);
         for (;;) {
@@ -169,10 +180,33 @@ std::vector<Status> Client::consume_many(const std::vector<std::string>& paths,
                 size_t i = ready.front();
                 ready.pop_front();
                 lk.unlock();
-                ConsumeReport rep;
-                rep.wait_s = since(t0);
-                Status s = consume_record(paths[i], std::move(records[i]), &rep);
-                finish(i, std::move(s), rep);
+                auto ep = batch_endpoint(records[i], here);
+                if (!ep) {
+                    consume_one(i);
+                    lk.lock();
+                    continue;
+                }
+                // Small files of the same owner go with it in one request
+                // (fetch_many.cpp): as many as leaves every worker some
+                // while many are ready, at most kFetchManyFiles.
+                lk.lock();
+                const size_t want = std::min(
+                    dtl::kFetchManyFiles, std::max<size_t>(kMinBatch, (ready.size() + 1) / window));
+                std::vector<size_t> batch{i};
+                size_t scanned = 0;
+                for (auto it = ready.begin();
+                     it != ready.end() && batch.size() < want && scanned < kBatchScan; ++scanned) {
+                    if (records[*it].owner == records[i].owner &&
+                        batch_endpoint(records[*it], here) == ep) {
+                        batch.push_back(*it);
+                        it = ready.erase(it);
+                    } else {
+                        ++it;
+                    }
+                }
+                lk.unlock();
+                for (size_t j : consume_batch(batch, upaths, records, here, *ep, finish, t0))
+                    consume_one(j);
                 lk.lock();
                 continue;
             }

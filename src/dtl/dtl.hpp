@@ -149,6 +149,12 @@ const std::vector<Backend>& backends();
 Result<const Backend*> find_backend(const std::string& name);
 // The one every service serves (Backend::universal).
 const Backend& universal_backend();
+
+// dyad.fetch_many (docs/design.md, "Many small files in one request"): at
+// most this many files, each at most kFetchManyFileMax bytes, in one request
+// over the stream transport.
+inline constexpr size_t kFetchManyFiles = 64;
+inline constexpr uint64_t kFetchManyFileMax = 256u << 10;
 // A DYAD_DTL_MODE value: AUTO or a backend's name (from an alias, any case).
 Result<std::string> canonical_mode(const std::string& value);
 constexpr const char* kAutoMode = "AUTO";

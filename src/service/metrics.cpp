@@ -186,6 +186,8 @@ const char* kind_name(Kind k) {
             return "kvs_wait";
         case Kind::kvs_list:
             return "kvs_list";
+        case Kind::fetch_many:
+            return "fetch_many";
         case Kind::other:
             break;
     }
@@ -195,6 +197,7 @@ const char* kind_name(Kind k) {
 Kind kind_of(const rpc::Request& r) {
     const std::string& t = r.topic();
     if (t == "dyad.fetch") return Kind::fetch;
+    if (t == "dyad.fetch_many") return Kind::fetch_many;
     if (t == "dyad.publish") return Kind::publish;
     if (t == "dyad.status") return Kind::status;
     if (t == "kvs.put") return Kind::kvs_put;
@@ -287,6 +290,9 @@ void RequestMetrics::finished(const rpc::Request& r, const rpc::Outcome& o) {
         const std::string* ns = str_arg(a, "ns");
         const std::string* key = str_arg(a, kind == Kind::kvs_list ? "prefix" : "key");
         what = "path=" + printable(ns ? *ns : "") + "/" + printable(key ? *key : "");
+    } else if (kind == Kind::fetch_many) {
+        auto f = a.find("files");
+        what = "files=" + std::to_string(f != a.end() && f->is_array() ? f->size() : 0);
     } else {
         what = "path=-";
     }

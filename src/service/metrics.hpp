@@ -87,8 +87,18 @@ std::string escape_label(const std::string& v);
 
 // What a request is, as a label with a fixed set of values (a peer cannot
 // make up new ones): the RPC topic, kvs.get split by whether it waits.
-enum class Kind : uint8_t { fetch, publish, status, kvs_put, kvs_get, kvs_wait, kvs_list, other };
-constexpr size_t kKinds = 8;
+enum class Kind : uint8_t {
+    fetch,
+    publish,
+    status,
+    kvs_put,
+    kvs_get,
+    kvs_wait,
+    kvs_list,
+    fetch_many,
+    other
+};
+constexpr size_t kKinds = 9;
 const char* kind_name(Kind k);
 Kind kind_of(const rpc::Request& r);
 

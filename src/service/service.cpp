@@ -210,6 +210,8 @@ Status Service::start() {
 
     server_->handle("dyad.fetch",
                     [this](std::shared_ptr<rpc::Request> r) { on_fetch(std::move(r)); });
+    server_->handle("dyad.fetch_many",
+                    [this](std::shared_ptr<rpc::Request> r) { on_fetch_many(std::move(r)); });
     server_->handle("dyad.status",
                     [this](std::shared_ptr<rpc::Request> r) { on_status(std::move(r)); });
     server_->handle("dyad.publish",
@@ -502,7 +504,7 @@ void Service::try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
     // Only what this service published, unchanged since (with the lock
     // held, a producer rewriting under its own lock is done by now).
     auto snap = std::make_shared<Snapshot>();
-    Status ok = check_served(r, *job, snap.get());
+    Status ok = check_served(r->args(), job->fd.get(), job->upath, snap.get());
     if (!ok) {
         if (ok.err() == ESTALE) refused_stale_++;
         if (ok.err() == ENOENT) refused_unproduced_++;
@@ -566,12 +568,10 @@ void Service::end_send(const std::shared_ptr<rpc::Request>& r, const std::string
     r->end({{"size", job.size}, {"xxh3", xxh}});
 }
 
-Status Service::check_served(const std::shared_ptr<rpc::Request>& r, const dtl::FetchJob& job,
+Status Service::check_served(const nlohmann::json& a, int fd, const std::string& up,
                              Snapshot* snap) {
-    const std::string& up = job.upath;
     struct stat sb;
-    if (::fstat(job.fd.get(), &sb) != 0)
-        return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
+    if (::fstat(fd, &sb) != 0) return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
     if (Status one = one_name(up, sb); !one) return one;
     auto not_produced = [&](const std::string& why) {
         return Status(DYAD_RC_NOTFOUND,
@@ -589,7 +589,6 @@ Status Service::check_served(const std::shared_ptr<rpc::Request>& r, const dtl::
             known = true;
         }
     }
-    const auto& a = r->args();
     if (!known) {
         // Published before this service restarted: the store has the record.
         auto ns = dtl::meta_str(a, "ns");

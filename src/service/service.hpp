@@ -153,6 +153,9 @@ class Service {
     };
 
     void on_fetch(std::shared_ptr<rpc::Request> r);
+    // Many small files of this service in one request, over the stream
+    // (fetch_many.cpp).
+    void on_fetch_many(std::shared_ptr<rpc::Request> r);
     void on_publish(std::shared_ptr<rpc::Request> r);
     Result<nlohmann::json> publish(const std::string& upath, const std::string& ns, unsigned depth,
                                    unsigned bins, uint64_t replaces);
@@ -161,8 +164,9 @@ class Service {
     // Registers again in the remote store and publishes again every file
     // still as published (store_watch.cpp); false: not finished.
     bool rejoin(const std::function<bool()>& stopping);
-    Status check_served(const std::shared_ptr<rpc::Request>& r, const dtl::FetchJob& job,
-                        Snapshot* snap);
+    // Whether the file open as `fd` is `up` as this service published it
+    // (`a`: the fetch's fields, ns/key/generation): its snapshot if so.
+    Status check_served(const nlohmann::json& a, int fd, const std::string& up, Snapshot* snap);
     // The metadata store from a file thread (the embedded one through the loop).
     Result<uint64_t> store_put(const std::string& ns, const std::string& key,
                                const std::string& value, uint64_t replaces = 0);

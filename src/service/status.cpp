@@ -28,6 +28,7 @@ nlohmann::json Service::status_json() const {
     }
     j["counters"] = {
         {"requests", metrics_->kind(Kind::fetch).requests},
+        {"fetch_many_requests", metrics_->kind(Kind::fetch_many).requests},
         {"served", total_.served},
         {"errors", total_.errors},
         {"bytes_sent", total_.bytes_sent},

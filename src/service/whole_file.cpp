@@ -20,7 +20,7 @@
 namespace dyad::service {
 
 namespace {
-constexpr uint64_t kWholeMax = 256u << 10;  // bytes: at most one stream chunk
+constexpr uint64_t kWholeMax = dtl::kFetchManyFileMax;  // bytes: at most one stream chunk
 }  // namespace
 
 bool Service::send_whole(const std::shared_ptr<rpc::Request>& r, const std::string& transport,

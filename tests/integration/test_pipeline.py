@@ -148,6 +148,83 @@ def test_consume_many_of_one_owner(cluster):
         assert digest(cons.path(n)) == digest(prod.path(n)), n
     after = prod.status()["counters"]
     assert after["served"] - before["served"] == 3000
+    # Small files of one owner travel many to a request (dyad.fetch_many).
+    many = after["fetch_many_requests"] - before["fetch_many_requests"]
+    assert 3000 // 64 <= many <= 3000 // 8, many
+    assert after["requests"] - before["requests"] == 0
+
+
+def test_many_small_files_beside_large_and_locked_ones(cluster):
+    """dyad.fetch_many carries the small files; a large one, and one its
+    producer holds locked while the consume starts, are fetched alone (the
+    owner answers that one with an error, and the lone fetch waits for the
+    lock). Everything arrives whole."""
+    import fcntl
+    import time
+    prod, cons = cluster[0], cluster[1]
+    small = [f"m/s{i:03d}" for i in range(200)]
+    large = [f"m/l{i}" for i in range(3)]
+    for i, n in enumerate(small):
+        write_small(prod.path(n), i)
+    for i, n in enumerate(large):
+        harness.write_file(prod.path(n), (1 << 20) + i, seed=i)
+    prod.dyad("produce", *[prod.path(n) for n in small + large])
+    locked = small[17]
+    before = prod.status()["counters"]
+    with open(prod.path(locked), "r+b") as f:
+        fcntl.lockf(f, fcntl.LOCK_EX)  # a producer rewriting it, as far as dyadd can tell
+        consumer = subprocess.Popen(
+            [harness.DYAD, "--json", "consume", *[cons.path(n) for n in small + large]],
+            env=cons.env(DYAD_WAIT_TIMEOUT=30), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        assert consumer.poll() is None, "the locked file cannot have been fetched"
+        assert not os.path.exists(cons.path(locked))
+        fcntl.lockf(f, fcntl.LOCK_UN)
+    out, err = consumer.communicate(timeout=60)
+    assert consumer.returncode == 0, err
+    for n in small + large:
+        assert digest(cons.path(n)) == digest(prod.path(n)), n
+    after = prod.status()["counters"]
+    assert after["fetch_many_requests"] > before["fetch_many_requests"]
+    # The large ones and the locked one, alone.
+    assert after["requests"] - before["requests"] >= len(large) + 1
+
+
+def test_fetch_many_requests_out_of_the_ordinary(cluster):
+    """Malformed dyad.fetch_many requests get errors, per request or per
+    file; the service keeps serving."""
+    from rawwire import END, ERROR, RESPONSE, Raw
+    prod, cons = cluster[0], cluster[1]
+    write_small(prod.path("r/ok"), 1)
+    prod.dyad("produce", prod.path("r/ok"))
+    for files, whole_error in [(None, True), ([], True), ("x", True), ([{}] * 65, True),
+                               ([{"upath": "../../etc/passwd"}, 7, {"upath": "r/ok"}, {"upath": "r/nope"}],
+                                False)]:
+        r = Raw.to(prod, timeout=10)
+        args = {} if files is None else {"files": files}
+        tag = r.request("dyad.fetch_many", **args)
+        frames = []
+        while True:
+            f = r.recv()
+            if f["tag"] != tag:
+                continue
+            frames.append((f, f["data"]))
+            if f["type"] in (END, ERROR):
+                break
+        r.close()
+        if whole_error:
+            assert frames[-1][0]["type"] == ERROR, frames
+            continue
+        answers = {f["meta"]["i"]: (f["meta"], data) for f, data in frames if f["type"] == RESPONSE}
+        assert sorted(answers) == [0, 1, 2, 3]
+        assert "rc" in answers[0][0] and "rc" in answers[1][0] and "rc" in answers[3][0]
+        assert "no file 'r/nope'" in answers[3][0]["msg"]
+        assert answers[2][0]["size"] == os.path.getsize(prod.path("r/ok"))
+        with open(prod.path("r/ok"), "rb") as fh:
+            assert answers[2][1] == fh.read()
+        assert prod.proc.poll() is None
+    cons.dyad("consume", cons.path("r/ok"))
+    assert digest(cons.path("r/ok")) == digest(prod.path("r/ok"))
 
 
 def test_sync_follow_consumes_files_as_they_appear(cluster):

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: Apache-2.0
+// dyad.fetch_many: many small files of this service in one request, over
+// the stream transport (docs/design.md, "Many small files in one request").
+//
+// Request: {"files": [{"upath", "generation", "ns", "key"}, ...]}, at most
+// dtl::kFetchManyFiles. One job on a file thread opens, locks (without
+// waiting), checks, reads whole, hashes and checks again each file in turn,
+// as send_whole does for one; the loop then queues one answer frame per
+// file, in order: {"i", "size", "xxh3"} with the bytes, or {"i", "rc",
+// "errno", "msg"} without; then the END ({"files": n}). A file that cannot
+// be served this way now (larger than kFetchManyFileMax, locked by its
+// producer, no memory in the budget now) is answered with its error; the
+// consumer fetches it alone, the way that waits. The request takes one
+// fetch slot of its peer and one watchdog.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <vector>
+
+#include "common/checksum.hpp"
+#include "dtl/fetch_many.hpp"
+#include "service.hpp"
+
+namespace dyad::service {
+
+namespace {
+
+struct OneFile {
+    std::string upath;
+    nlohmann::json args;  // its generation, ns and key, as a fetch's
+    Status error;         // set: answered with this
+    dtl::Buffer buf;      // its bytes (size), from the memory budget
+    uint64_t size = 0;
+    std::string xxh3;
+};
+
+nlohmann::json error_meta(size_t i, const Status& st) {
+    return {{"i", i},
+            {"rc", static_cast<int>(st.rc())},
+            {"errno", st.err() ? st.err() : EIO},
+            {"msg", st.message()}};
+}
+
+}  // namespace
+
+void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
+    const std::string transport = dtl::universal_backend().name;
+    auto parsed = dtl::parse_fetch_many(r->args());
+    if (!parsed) return fail(r, transport, parsed.status());
+    auto files = std::make_shared<std::vector<OneFile>>(parsed->size());
+    for (size_t i = 0; i < parsed->size(); ++i) {
+        auto& e = parsed.value()[i];
+        OneFile& one = (*files)[i];
+        one.upath = std::move(e.upath);
+        one.args = std::move(e.args);
+        one.error = std::move(e.error);
+    }
+    per_transport_[transport].requests += files->size();
+    auto slot = caps_->take(r->peer().key, false, id_);
+    if (!slot) return fail(r, transport, slot.status());
+    const uint64_t owner = r->session_id();
+    const uint64_t peer = std::hash<std::string>{}(r->peer().key) | 1;
+    asio::post(file_pool_, [this, r, files, hold = slot.value(), owner, peer, transport] {
+        if (r->finished()) return;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (OneFile& one : *files) {
+            if (!one.error.is_ok() || r->finished()) continue;
+            auto fd = open_served_file(one.upath);
+            if (!fd) {
+                one.error = fd.status();
+                continue;
+            }
+            struct flock fl = {};
+            fl.l_type = F_RDLCK;
+            fl.l_whence = SEEK_SET;
+            int lr;
+            while ((lr = ::fcntl(fd->get(), F_OFD_SETLK, &fl)) != 0 && errno == EINTR) {
+            }
+            if (lr != 0 && (errno == EAGAIN || errno == EACCES)) {
+                one.error =
+                    Status(DYAD_RC_BADFIO, "'" + one.upath + "' is locked by its producer", EBUSY);
+                continue;
+            }
+            Snapshot snap;
+            Status ok = check_served(one.args, fd->get(), one.upath, &snap);
+            if (!ok) {
+                if (ok.err() == ESTALE) refused_stale_++;
+                if (ok.err() == ENOENT) refused_unproduced_++;
+                one.error = ok;
+                continue;
+            }
+            if (snap.size > dtl::kFetchManyFileMax) {
+                one.error =
+                    Status(DYAD_RC_BADFETCH, "'" + one.upath + "' is not a small file", EFBIG);
+                continue;
+            }
+            const size_t n = static_cast<size_t>(snap.size);
+            if (n > 0) {
+                one.buf = budget_->try_get(owner, (n + 4095) & ~size_t(4095), peer);
+                if (!one.buf) {
+                    one.error = Status(DYAD_RC_BADFETCH, "no memory for it now", EAGAIN);
+                    continue;
+                }
+                Status st = FileSystem::real().pread_all(fd->get(), one.buf.data(), n, 0,
+                                                         "'" + one.upath + "'");
+                if (!st) {
+                    one.error = st;
+                    one.buf.reset();
+                    continue;
+                }
+            }
+            one.xxh3 = Xxh3::to_hex(Xxh3::of(one.buf.data(), n));
+            struct stat sb;
+            if (::fstat(fd->get(), &sb) != 0 || !(Snapshot::of(sb) == snap)) {
+                refused_stale_++;
+                one.error = Status(DYAD_RC_BADFETCH,
+                                   "'" + one.upath +
+                                       "' was modified while it was being sent: produce it again "
+                                       "once it is written",
+                                   ESTALE);
+                one.buf.reset();
+                continue;
+            }
+            one.size = n;
+        }
+        asio::post(io_, [this, r, files, hold, transport, t0] {
+            if (r->finished()) return;
+            auto watchdog = std::make_shared<asio::steady_timer>(io_);
+            watchdog->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                std::chrono::duration<double>(std::min(opts_.send_timeout, 1e9))));
+            watchdog->async_wait([r](asio::error_code ec) {
+                if (!ec) r->close_connection();
+            });
+            auto left = std::make_shared<size_t>(files->size());
+            uint64_t bytes = 0, served = 0;
+            for (size_t i = 0; i < files->size(); ++i) {
+                OneFile& one = (*files)[i];
+                auto written = [files, watchdog, left, i](bool) {
+                    (*files)[i].buf.reset();  // back to the budget
+                    if (--*left == 0) watchdog->cancel();
+                };
+                if (!one.error.is_ok()) {
+                    r->respond(error_meta(i, one.error), {}, written);
+                    continue;
+                }
+                r->respond(
+                    {{"i", i}, {"size", one.size}, {"xxh3", one.xxh3}},
+                    one.size > 0 ? asio::buffer(one.buf.data(), one.size) : asio::const_buffer(),
+                    written);
+                bytes += one.size;
+                ++served;
+            }
+            auto& c = per_transport_[transport];
+            c.bytes_sent += bytes;
+            c.served += served;
+            total_.bytes_sent += bytes;
+            total_.served += served;
+            transfer_seconds_[transport]->observe(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            metrics_->note(*r, transport, bytes);
+            r->end({{"files", files->size()}});
+        });
+    });
+}
+
+}  // namespace dyad::service
