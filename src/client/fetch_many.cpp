@@ -123,6 +123,7 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
             rep.action = "fetched";
             rep.transport = stream;
             rep.bytes = bytes.size();
+            if (!backend_) (void)plan(records[i], svc, &rep);  // AUTO's why (cached)
             return Status::ok();
         }();
         if (!s) {  // alone, with its retries and its own message
