@@ -12,6 +12,7 @@ import functools
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -40,7 +41,28 @@ def built_transports():
     return [t["name"] for t in cfg["transports_built"]]
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port(host="127.0.0.1"):
+    """A port free on `host`, below the kernel's ephemeral range: a port
+    from that range can be taken by any outgoing connection (a dyadd's to
+    etcd, in its namespace) between this check and the service's bind."""
+    low = _ephemeral_low()
+    if low > 12000:
+        for _ in range(200):
+            p = random.randrange(10000, low)
+            with socket.socket() as s:
+                try:
+                    s.bind((host, p))
+                except OSError:
+                    continue
+                return p
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]

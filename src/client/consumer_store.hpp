@@ -5,7 +5,9 @@
 // mtime and a stamp naming the produce they are, then are renamed into
 // place: a partial or corrupt file is never visible, and a failed transfer
 // leaves nothing behind. One consumer per file per node moves it (striped
-// OFD locks under .dyad/locks); the others find it present. All file
+// OFD locks under .dyad/locks); the others find it present. (Files of a
+// dyad.fetch_many batch are locked once their bytes are here: a racing lone
+// fetch may move such a small file too; it is installed once.) All file
 // system calls on the way go through the FileSystem seam.
 #pragma once
 

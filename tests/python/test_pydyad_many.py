@@ -82,6 +82,11 @@ def test_prefetch_sampler_brings_samples_ahead(cluster):
     out = last_json(p.stdout)
     assert out["got"] == list(range(96))
     # The sampler's thread consumed samples (the workers may have been first
-    # for some; each sample moved once either way).
+    # for some).
     assert out["prefetched"] > 0
-    assert prod.status()["counters"]["served"] == 96
+    # Each sample is installed once. Its bytes travel twice only when a
+    # worker fetched it alone while the sampler's batch had asked for it
+    # (design.md, "Many small files in one request"): at most once per
+    # lone fetch.
+    c = prod.status()["counters"]
+    assert 96 <= c["served"] <= 96 + c["requests"], c
