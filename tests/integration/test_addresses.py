@@ -51,10 +51,16 @@ def fetch_ucx(node, blob, consumer="attacker"):
     connection; the answer's frame, or None when the service is still
     trying to send (an address that passed the checks names a dead worker):
     then the connection is closed, which cancels the transfer."""
-    r = Raw.to(node, timeout=5)
+    return ucx_fetch_answer(node, 5, ucx_tag=7, ucx_proto="tag", ucx_worker=base64.b64encode(blob).decode(),
+                            ucx_consumer=consumer)
+
+
+def ucx_fetch_answer(node, timeout, **fields):
+    """A UCX fetch of f.txt with `fields` on its own connection: the
+    answer's final frame, or None if none came within `timeout`."""
+    r = Raw.to(node, timeout=timeout)
     try:
-        tag = r.request("dyad.fetch", upath="f.txt", transport="UCX", ucx_tag=7, ucx_proto="tag",
-                        ucx_worker=base64.b64encode(blob).decode(), ucx_consumer=consumer)
+        tag = r.request("dyad.fetch", upath="f.txt", transport="UCX", **fields)
         try:
             f, _ = r.collect(tag)
             return f
@@ -122,19 +128,9 @@ def put_fetch(node, peer, rkey, consumer="attacker"):
     """A put-mode fetch naming the live peer's worker and `rkey` as its
     window's key: the answer's frame, or None while the transfer waits for
     slots the peer never grants (closing the connection cancels it)."""
-    r = Raw.to(node, timeout=3)
-    try:
-        tag = r.request("dyad.fetch", upath="f.txt", transport="UCX", ucx_tag=9, ucx_proto="put",
-                        ucx_worker=base64.b64encode(peer.worker).decode(), ucx_consumer=consumer,
-                        ucx_window=peer.window, ucx_window_size=peer.window_size,
-                        ucx_rkey=base64.b64encode(rkey).decode())
-        try:
-            f, _ = r.collect(tag)
-            return f
-        except (socket.timeout, ConnectionError):
-            return None
-    finally:
-        r.close()
+    return ucx_fetch_answer(node, 3, ucx_tag=9, ucx_proto="put", ucx_worker=base64.b64encode(peer.worker).decode(),
+                            ucx_consumer=consumer, ucx_window=peer.window, ucx_window_size=peer.window_size,
+                            ucx_rkey=base64.b64encode(rkey).decode())
 
 
 def test_ucx_window_keys_bent_every_way_are_refused_before_ucx(ucluster, peer):
