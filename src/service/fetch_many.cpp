@@ -3,21 +3,18 @@
 // the stream transport (docs/design.md, "Many small files in one request").
 //
 // Request: {"files": [{"upath", "generation", "ns", "key"}, ...]}, at most
-// dtl::kFetchManyFiles. One job on a file thread opens, locks (without
-// waiting), checks, reads whole, hashes and checks again each file in turn,
-// as send_whole does for one; the loop then queues one answer frame per
-// file, in order: {"i", "size", "xxh3"} with the bytes, or {"i", "rc",
-// "errno", "msg"} without; then the END ({"files": n}). A file that cannot
-// be served this way now (larger than kFetchManyFileMax, locked by its
-// producer, no memory in the budget now) is answered with its error; the
-// consumer fetches it alone, the way that waits. The request takes one
-// fetch slot of its peer and one watchdog.
-#include <sys/stat.h>
-
+// dtl::kFetchManyFiles. One job on a file thread takes each file in turn:
+// open, lock without waiting (try_shared_lock), check, then read whole,
+// hash and check again (read_whole, shared with send_whole). The loop then
+// queues one answer frame per file, in order: {"i", "size", "xxh3"} with
+// the bytes, or {"i", "rc", "errno", "msg"} without; then the END
+// ({"files": n}). A file that cannot be served this way now (larger than
+// kFetchManyFileMax, locked by its producer, no memory in the budget now)
+// is answered with its error; the consumer fetches it alone, the way that
+// waits. The request takes one fetch slot of its peer and one watchdog.
 #include <chrono>
 #include <vector>
 
-#include "common/checksum.hpp"
 #include "dtl/fetch_many.hpp"
 #include "service.hpp"
 
@@ -70,15 +67,10 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
                 one.error = fd.status();
                 continue;
             }
-            struct flock fl = {};
-            fl.l_type = F_RDLCK;
-            fl.l_whence = SEEK_SET;
-            int lr;
-            while ((lr = ::fcntl(fd->get(), F_OFD_SETLK, &fl)) != 0 && errno == EINTR) {
-            }
-            if (lr != 0 && (errno == EAGAIN || errno == EACCES)) {
+            Status locked = try_shared_lock(fd->get(), one.upath);
+            if (!locked) {  // held by its producer: EBUSY, the lone fetch waits
                 one.error =
-                    Status(DYAD_RC_BADFIO, "'" + one.upath + "' is locked by its producer", EBUSY);
+                    locked.err() == EAGAIN ? Status(locked.rc(), locked.message(), EBUSY) : locked;
                 continue;
             }
             Snapshot snap;
@@ -95,42 +87,19 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
                 continue;
             }
             const size_t n = static_cast<size_t>(snap.size);
-            if (n > 0) {
-                one.buf = budget_->try_get(owner, (n + 4095) & ~size_t(4095), peer);
-                if (!one.buf) {
-                    one.error = Status(DYAD_RC_BADFETCH, "no memory for it now", EAGAIN);
-                    continue;
-                }
-                Status st = FileSystem::real().pread_all(fd->get(), one.buf.data(), n, 0,
-                                                         "'" + one.upath + "'");
-                if (!st) {
-                    one.error = st;
-                    one.buf.reset();
-                    continue;
-                }
-            }
-            one.xxh3 = Xxh3::to_hex(Xxh3::of(one.buf.data(), n));
-            struct stat sb;
-            if (::fstat(fd->get(), &sb) != 0 || !(Snapshot::of(sb) == snap)) {
-                refused_stale_++;
-                one.error = Status(DYAD_RC_BADFETCH,
-                                   "'" + one.upath +
-                                       "' was modified while it was being sent: produce it again "
-                                       "once it is written",
-                                   ESTALE);
-                one.buf.reset();
+            auto whole = read_whole(fd->get(), one.upath, n, snap, owner, peer);
+            if (!whole) {
+                if (whole.status().err() == ESTALE) refused_stale_++;
+                one.error = whole.status();
                 continue;
             }
+            one.buf = std::move(whole->buf);
+            one.xxh3 = std::move(whole->xxh3);
             one.size = n;
         }
         asio::post(io_, [this, r, files, hold, transport, t0] {
             if (r->finished()) return;
-            auto watchdog = std::make_shared<asio::steady_timer>(io_);
-            watchdog->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                std::chrono::duration<double>(std::min(opts_.send_timeout, 1e9))));
-            watchdog->async_wait([r](asio::error_code ec) {
-                if (!ec) r->close_connection();
-            });
+            auto watchdog = send_watchdog(r);
             auto left = std::make_shared<size_t>(files->size());
             uint64_t bytes = 0, served = 0;
             for (size_t i = 0; i < files->size(); ++i) {

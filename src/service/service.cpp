@@ -466,6 +466,26 @@ Status one_name(const std::string& up, const struct stat& sb) {
 }
 }  // namespace
 
+Status Service::try_shared_lock(int fd, const std::string& upath) {
+    struct flock fl = {};
+    fl.l_type = F_RDLCK;
+    fl.l_whence = SEEK_SET;
+    int lr;
+    while ((lr = ::fcntl(fd, F_OFD_SETLK, &fl)) != 0 && errno == EINTR) {
+    }
+    const int err = lr == 0 ? 0 : errno;
+    if (err == 0) return Status::ok();
+    if (err == EAGAIN || err == EACCES)
+        return Status(DYAD_RC_BADFIO, "'" + upath + "' is locked by its producer", EAGAIN);
+    if (err != ENOLCK && err != ENOSYS && err != EOPNOTSUPP && err != EINVAL)
+        return Status(DYAD_RC_BADFIO, "cannot take a shared lock on '" + upath + "'", err);
+    if (!warned_no_locks_.exchange(true))
+        DYAD_WARN(kSub,
+                  "the producer directory's filesystem has no OFD locks (%s): serving without them",
+                  std::strerror(err));
+    return Status::ok();
+}
+
 // Runs on a file thread. A shared OFD lock is held for the whole transfer, so
 // a producer that rewrites the file under an exclusive lock waits for us and
 // we never serve a half-rewritten file. The attempt does not block: while the
@@ -474,14 +494,8 @@ Status one_name(const std::string& up, const struct stat& sb) {
 void Service::try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
                        std::shared_ptr<dtl::FetchJob> job, int attempt) {
     if (r->finished()) return release_fd(job);
-    struct flock fl = {};
-    fl.l_type = F_RDLCK;
-    fl.l_whence = SEEK_SET;
-    int lr;
-    while ((lr = ::fcntl(job->fd.get(), F_OFD_SETLK, &fl)) != 0 && errno == EINTR) {
-    }
-    int err = lr == 0 ? 0 : errno;
-    if (err == EAGAIN || err == EACCES) {
+    Status locked = try_shared_lock(job->fd.get(), job->upath);
+    if (!locked && locked.err() == EAGAIN) {
         auto timer = std::make_shared<asio::steady_timer>(io_);
         timer->expires_after(std::chrono::milliseconds(std::min(50, 1 << std::min(attempt, 6))));
         timer->async_wait([this, r, transport, job, attempt, timer](asio::error_code ec) {
@@ -492,15 +506,10 @@ void Service::try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
         });
         return;
     }
-    if (err != 0 && err != ENOLCK && err != ENOSYS && err != EOPNOTSUPP && err != EINVAL) {
-        Status st(DYAD_RC_BADFIO, "cannot take a shared lock on '" + job->upath + "'", err);
-        asio::post(io_, [this, r, transport, st] { fail(r, transport, st); });
+    if (!locked) {
+        asio::post(io_, [this, r, transport, locked] { fail(r, transport, locked); });
         return release_fd(job);
     }
-    if (err != 0 && !warned_no_locks_.exchange(true))
-        DYAD_WARN(kSub,
-                  "the producer directory's filesystem has no OFD locks (%s): serving without them",
-                  std::strerror(err));
     // Only what this service published, unchanged since (with the lock
     // held, a producer rewriting under its own lock is done by now).
     auto snap = std::make_shared<Snapshot>();

@@ -181,6 +181,22 @@ class Service {
     // taken (too large, another transport, no memory now): start_send.
     bool send_whole(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
                     const std::shared_ptr<dtl::FetchJob>& job, const Snapshot& snap);
+    // A shared OFD lock on `fd`, not waiting for it (file thread): OK, or
+    // EAGAIN while a producer holds it, or the error that refuses the file.
+    // Filesystems without OFD locks are served without them (warned once).
+    Status try_shared_lock(int fd, const std::string& upath);
+    // A small file (`n` bytes, at most dtl::kFetchManyFileMax) read whole
+    // into a buffer of the budget (owner, peer), hashed, and checked still
+    // as `snap` (file thread). EAGAIN: no memory now; ESTALE: it changed.
+    struct Whole {
+        dtl::Buffer buf;
+        std::string xxh3;
+    };
+    Result<Whole> read_whole(int fd, const std::string& upath, size_t n, const Snapshot& snap,
+                             uint64_t owner, uint64_t peer);
+    // Closes r's connection if what was queued for it is not written within
+    // --send-timeout (a consumer that takes nothing); cancel once written.
+    std::shared_ptr<asio::steady_timer> send_watchdog(const std::shared_ptr<rpc::Request>& r);
     // The END of a sent file, or the error if it changed while being read.
     void end_send(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
                   const dtl::FetchJob& job, bool unchanged, const std::string& xxh);

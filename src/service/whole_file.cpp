@@ -7,8 +7,9 @@
 // instead of a chunk pipeline's read, send and final check each going
 // through the loop; and one watchdog per file, not one per chunk. Anything else (a larger
 // file, another transport, a budget spent for now) takes the chunk
-// pipeline (start_send), which waits for memory. docs/design.md, "Small
-// files".
+// pipeline (start_send), which waits for memory. read_whole and
+// send_watchdog also serve dyad.fetch_many (fetch_many.cpp). docs/design.md,
+// "Small files".
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -23,42 +24,66 @@ namespace {
 constexpr uint64_t kWholeMax = dtl::kFetchManyFileMax;  // bytes: at most one stream chunk
 }  // namespace
 
+Result<Service::Whole> Service::read_whole(int fd, const std::string& upath, size_t n,
+                                           const Snapshot& snap, uint64_t owner, uint64_t peer) {
+    Whole w;
+    if (n > 0) {
+        // Whole pages, so that buffers of files of about one size are
+        // reused from the budget's cache rather than mapped each time.
+        w.buf = budget_->try_get(owner, (n + 4095) & ~size_t(4095), peer);
+        if (!w.buf) return Status(DYAD_RC_BADFETCH, "no memory for '" + upath + "' now", EAGAIN);
+        Status st = FileSystem::real().pread_all(fd, w.buf.data(), n, 0, "'" + upath + "'");
+        if (!st) return st;
+    }
+    w.xxh3 = Xxh3::to_hex(Xxh3::of(w.buf.data(), n));
+    // Read whole under the shared lock: unchanged now means what was read
+    // is the published file.
+    struct stat sb;
+    if (::fstat(fd, &sb) != 0 || !(Snapshot::of(sb) == snap))
+        return Status(DYAD_RC_BADFETCH,
+                      "'" + upath +
+                          "' was modified while it was being sent: the consumer installs "
+                          "nothing; produce it again once it is written",
+                      ESTALE);
+    return w;
+}
+
+std::shared_ptr<asio::steady_timer> Service::send_watchdog(const std::shared_ptr<rpc::Request>& r) {
+    auto watchdog = std::make_shared<asio::steady_timer>(io_);
+    watchdog->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(std::min(opts_.send_timeout, 1e9))));
+    watchdog->async_wait([r](asio::error_code ec) {
+        if (!ec) r->close_connection();
+    });
+    return watchdog;
+}
+
 bool Service::send_whole(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
                          const std::shared_ptr<dtl::FetchJob>& job, const Snapshot& snap) {
     if (transport != dtl::universal_backend().name || job->size > kWholeMax) return false;
     const auto t0 = std::chrono::steady_clock::now();
-    auto buf = std::make_shared<dtl::Buffer>();
     const size_t n = static_cast<size_t>(job->size);
-    if (n > 0) {
-        // Whole pages, so that buffers of files of about one size are
-        // reused from the budget's cache rather than mapped each time.
-        *buf = budget_->try_get(job->endpoint, (n + 4095) & ~size_t(4095), job->peer);
-        if (!*buf) return false;
-        Status st = job->fs->pread_all(job->fd.get(), buf->data(), n, 0, "'" + job->upath + "'");
-        if (!st) {
-            asio::post(io_, [this, r, transport, st] { fail(r, transport, st); });
-            job->fd.reset();
-            return true;
-        }
-    }
-    const std::string xxh = Xxh3::to_hex(Xxh3::of(buf->data(), n));
-    // Read whole under the shared lock: unchanged now means what was read
-    // is the published file.
-    struct stat sb;
-    const bool same = ::fstat(job->fd.get(), &sb) == 0 && Snapshot::of(sb) == snap;
+    auto whole = read_whole(job->fd.get(), job->upath, n, snap, job->endpoint, job->peer);
+    if (!whole && whole.status().err() == EAGAIN) return false;  // the pipeline waits for memory
     job->fd.reset();  // this is a file thread: close (and unlock) here
+    const bool same = whole || whole.status().err() != ESTALE;
+    if (!whole && same) {
+        asio::post(io_, [this, r, transport, st = whole.status()] { fail(r, transport, st); });
+        return true;
+    }
+    auto buf = std::make_shared<dtl::Buffer>();
+    std::string xxh;
+    if (whole) {
+        *buf = std::move(whole->buf);
+        xxh = std::move(whole->xxh3);
+    }
     asio::post(io_, [this, r, transport, job, buf, same, xxh, t0, n] {
         if (r->finished()) return;  // the consumer went away meanwhile
         if (same) {
             nlohmann::json meta = {{"size", n}, {"transport", transport}};
             // A consumer that takes nothing for the send timeout loses its
             // connection, as in the chunk pipeline: the buffer comes back.
-            auto watchdog = std::make_shared<asio::steady_timer>(io_);
-            watchdog->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                std::chrono::duration<double>(std::min(job->idle_timeout_s, 1e9))));
-            watchdog->async_wait([r](asio::error_code ec) {
-                if (!ec) r->close_connection();
-            });
+            auto watchdog = send_watchdog(r);
             r->respond(std::move(meta), n > 0 ? asio::buffer(buf->data(), n) : asio::const_buffer(),
                        [buf, watchdog](bool) { watchdog->cancel(); });
             per_transport_[transport].bytes_sent += n;
