@@ -515,6 +515,7 @@ class ServedProtocol {
   private:
     ServedProtocol(std::unique_ptr<ofi::Endpoint> ep, asio::io_context& io)
         : ep_(std::move(ep)), io_(io) {}
+    void wait_for_buffer(std::weak_ptr<OfiTransfer> t, uint64_t peer);  // under mu_
 
     // Drives the provider so consumers' reads of our memory complete. The
     // service posts no operations itself, so completions are not expected;
@@ -650,7 +651,7 @@ Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBud
     shares_.set_share(budget, kPoolBuffers);
     if (shares_.full(peer)) {
         ++shares_.waits;
-        waiters_.push_back({std::move(waiter), peer});
+        wait_for_buffer(std::move(waiter), peer);
         return -1;
     }
     if (!free_.empty()) {
@@ -685,33 +686,45 @@ Result<int> ServedProtocol::acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBud
         shares_.take(peer);
         return static_cast<int>(bufs_.size() - 1);
     }
-    waiters_.push_back({std::move(waiter), peer});
+    wait_for_buffer(std::move(waiter), peer);
     return -1;
 }
 
+void ServedProtocol::wait_for_buffer(std::weak_ptr<OfiTransfer> t, uint64_t peer) {
+    // Once per transfer: a transfer asks again on each of its events.
+    for (const auto& w : waiters_)
+        if (!w.t.owner_before(t) && !t.owner_before(w.t)) return;
+    waiters_.push_back({std::move(t), peer});
+}
+
 void ServedProtocol::release(int idx, uint64_t peer) {
-    std::weak_ptr<OfiTransfer> next;
+    std::vector<std::weak_ptr<OfiTransfer>> wake;
     {
         std::lock_guard<std::mutex> lk(mu_);
         free_.push_back(idx);
         --out_;
         shares_.give(peer);
-        // The first waiter whose peer is under its share (gone ones dropped).
-        for (auto w = waiters_.begin(); w != waiters_.end() && next.expired();) {
+        // Every waiter whose peer is under its share is woken, in order (gone
+        // ones dropped); each tries again and those that lose wait again.
+        // Waking only the first lost buffers: a woken transfer may no longer
+        // want one (it is reading, at its depth, or done) and then never
+        // takes it, while the next waiter sleeps with a free buffer beside
+        // it until its consumer's deadline.
+        for (auto w = waiters_.begin(); w != waiters_.end();) {
             if (w->t.expired()) {
                 w = waiters_.erase(w);
             } else if (shares_.full(w->peer)) {
                 ++w;
             } else {
-                next = w->t;
-                waiters_.erase(w);
-                break;
+                wake.push_back(std::move(w->t));
+                w = waiters_.erase(w);
             }
         }
     }
-    if (!next.expired())
-        asio::post(io_, [next] {
-            if (auto t = next.lock()) t->wake();
+    if (!wake.empty())
+        asio::post(io_, [wake = std::move(wake)] {
+            for (const auto& w : wake)
+                if (auto t = w.lock()) t->wake();
         });
 }
 
