@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -329,13 +330,13 @@ class OfiReceiver : public Receiver {
                     op.mr = mr.value();
                 }
                 announced += len;
-                Status st = post_read(op, peer.value(), raddr, key, Deadline::after(idle_s));
+                Status st = post_read(ch, op, peer.value(), raddr, key, Deadline::after(idle_s));
                 if (!st) return fail(st);
             }
             // 2. Wait for the oldest read; hand finished ones over in order.
             if (ops.empty()) continue;
             if (!ops.front().done) {
-                Status st = wait_completion(Deadline::after(idle_s));
+                Status st = wait_completion(ch, Deadline::after(idle_s));
                 if (!st) return fail(st);
             }
             while (!ops.empty() && ops.front().done) {
@@ -361,8 +362,29 @@ class OfiReceiver : public Receiver {
     }
 
   private:
-    Status post_read(ReadOp& op, fi_addr_t peer, uint64_t raddr, uint64_t key, Deadline d) {
+    // The service's connection hung up: it was killed or stopped, and its
+    // memory went with it. Reads from it can then only fail or, with shm,
+    // wait until the deadline (its command queue is never drained) or spin
+    // on the lock of its region if it died holding it (libfabric 1.17's
+    // shm takes the peer region's spin lock in fi_read). So no read is
+    // posted, and no wait goes on, once it has: the error is the channel's
+    // own (an error frame the service sent last, or its hang-up).
+    static Status service_gone(FetchChannel& ch) {
+        if (ch.buffered()) return Status::ok();
+        struct pollfd pf = {ch.fd(), POLLRDHUP, 0};
+        if (::poll(&pf, 1, 0) <= 0 || !(pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            return Status::ok();
+        auto m = ch.next();
+        if (!m) return m.status();
+        return Status(DYAD_RC_CONNFAIL, "the service closed the connection during an OFI fetch",
+                      ECONNRESET);
+    }
+
+    Status post_read(FetchChannel& ch, ReadOp& op, fi_addr_t peer, uint64_t raddr, uint64_t key,
+                     Deadline d) {
         for (;;) {
+            Status up = service_gone(ch);
+            if (!up) return up;
             ssize_t ret = fi_read(c_->ep().ep(), op.dst, op.len, op.mr.mr ? op.mr.desc : c_->desc(),
                                   peer, raddr, key, &op.ctx);
             if (ret == 0) {
@@ -407,14 +429,17 @@ class OfiReceiver : public Receiver {
         return Status::ok();
     }
 
-    Status wait_completion(Deadline d) {
+    Status wait_completion(FetchChannel& ch, Deadline d) {
         size_t before = completed_;
         while (completed_ == before) {
             if (d.expired())
                 return Status(DYAD_RC_TIMEOUT, "no OFI read completed in time", ETIMEDOUT);
+            Status up = service_gone(ch);
+            if (!up) return up;
             // Providers without a wait object are read in a loop bounded by
-            // the deadline (none of the protocols here needs it).
-            Status st = drain(c_->ep().can_wait() ? std::max(1, d.poll_ms()) : 0);
+            // the deadline (none of the protocols here needs it). Sleeps are
+            // short enough to notice the service's hang-up at once.
+            Status st = drain(c_->ep().can_wait() ? std::clamp(d.poll_ms(), 1, 100) : 0);
             if (!st) return st;
             if (!c_->ep().can_wait()) std::this_thread::yield();
         }
