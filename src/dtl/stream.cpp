@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <deque>
+#include <memory>
 #include <unistd.h>
 
 #include "common/checksum.hpp"
@@ -12,6 +13,7 @@
 #include "common/log.hpp"
 #include "chunked.hpp"
 #include "dtl.hpp"
+#include "write_behind.hpp"
 
 namespace dyad::dtl {
 namespace {
@@ -77,6 +79,10 @@ class StreamSender : public Sender {
     uint64_t by_sendfile_ = 0;
 };
 
+// Files above this size are written behind (write_behind.hpp): below it, a
+// thread costs more than the overlap gains.
+constexpr uint64_t kWriteBehindFrom = kStreamDepth * kStreamChunk;
+
 class StreamReceiver : public Receiver {
   public:
     StreamReceiver() : attrs_(stream_attributes()) {}
@@ -84,12 +90,35 @@ class StreamReceiver : public Receiver {
     nlohmann::json describe() override { return nlohmann::json::object(); }
 
     Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
-        // The answer and each data frame carry file bytes, in order.
+        // The answer and each data frame carry file bytes, in order. Files
+        // of more than kStreamDepth chunks are written behind (a writer
+        // thread hashes and writes while the next chunks arrive).
+        std::unique_ptr<WriteBehind> behind;
         for (;;) {
             auto m = ch.next();
             if (!m) return m.status();
-            if (m->kind == FetchChannel::Kind::end) return m->meta;
+            if (m->kind == FetchChannel::Kind::end) {
+                if (behind) {
+                    Status s = behind->finish();
+                    if (!s) return s;
+                }
+                return m->meta;
+            }
+            if (m->kind == FetchChannel::Kind::answer &&
+                meta_u64(m->meta, "size").value_or(0) > kWriteBehindFrom)
+                behind = std::make_unique<WriteBehind>(sink);
             if (m->data_len == 0) continue;
+            if (behind) {
+                auto b = behind->take(m->data_len);
+                if (!b) return b.status();
+                Status s = ch.read(b.value(), m->data_len);
+                if (!s) {
+                    behind->give_back();
+                    return s;
+                }
+                behind->push(m->data_len);
+                continue;
+            }
             if (buf_.size() < m->data_len) buf_.resize(m->data_len);
             Status s = ch.read(buf_.data(), m->data_len);
             if (!s) return s;

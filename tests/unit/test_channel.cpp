@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "common/checksum.hpp"
 #include "dtl/chunked.hpp"
 #include "dtl/dtl.hpp"
+#include "dtl/write_behind.hpp"
 #include "rpc/client.hpp"
 #include "rpc/server.hpp"
 #include "server_loop.hpp"
@@ -734,4 +736,87 @@ TEST(LocalReceiver, RefusesAnAnswerWithoutAProperDescriptor) {
     auto r = local_receive(UniqueFd(), 10, sink);
     EXPECT_EQ(r.status().err(), EPROTO);
     EXPECT_NE(r.status().message().find("without the file descriptor"), std::string::npos);
+}
+
+// ---- write-behind (large stream receives) ----
+
+// A sink that writes slowly (so buffers queue) and can fail at one write.
+class SlowSink : public dtl::Sink {
+  public:
+    explicit SlowSink(int fail_at = -1) : fail_at_(fail_at) {}
+    std::string bytes;
+    std::atomic<int> writes{0};
+    std::thread::id thread;
+    Status write(const void* p, size_t n) override {
+        thread = std::this_thread::get_id();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        if (writes++ == fail_at_) return Status(DYAD_RC_BADFIO, "disk full", ENOSPC);
+        bytes.append(static_cast<const char*>(p), n);
+        return Status::ok();
+    }
+
+  private:
+    int fail_at_;
+};
+
+TEST(WriteBehind, WritesEveryBufferInOrderOnItsOwnThread) {
+    SlowSink sink;
+    std::string expect;
+    {
+        dtl::WriteBehind wb(sink);
+        for (int i = 0; i < 40; ++i) {
+            size_t n = 1000 + static_cast<size_t>(i) * 37;  // sizes vary: slots grow
+            auto b = wb.take(n);
+            ASSERT_TRUE(b.is_ok());
+            for (size_t k = 0; k < n; ++k) b.value()[k] = static_cast<char>('a' + (i + k) % 26);
+            expect.append(b.value(), n);
+            wb.push(n);
+        }
+        ASSERT_TRUE(wb.finish().is_ok());
+        EXPECT_EQ(sink.writes.load(), 40);
+    }
+    EXPECT_EQ(sink.bytes, expect);
+    EXPECT_NE(sink.thread, std::this_thread::get_id());
+}
+
+TEST(WriteBehind, AWriteErrorReachesTheReceiverAndStopsTheWriter) {
+    SlowSink sink(3);
+    dtl::WriteBehind wb(sink);
+    Status err = Status::ok();
+    int pushed = 0;
+    for (int i = 0; i < 100 && err.is_ok(); ++i) {
+        auto b = wb.take(100);
+        if (!b) {
+            err = b.status();
+            break;
+        }
+        wb.push(100);
+        ++pushed;
+    }
+    Status fin = wb.finish();
+    EXPECT_FALSE(fin.is_ok());
+    EXPECT_EQ(fin.err(), ENOSPC);
+    // Nothing is written after the failed write, and the receiver stopped
+    // within the slots it had queued.
+    EXPECT_EQ(sink.writes.load(), 4);
+    EXPECT_EQ(sink.bytes.size(), 300u);
+    EXPECT_LE(pushed, 4 + static_cast<int>(dtl::WriteBehind::kSlots));
+}
+
+TEST(WriteBehind, GoingAwayWithBuffersQueuedDoesNotWait) {
+    SlowSink sink;
+    auto t0 = std::chrono::steady_clock::now();
+    {
+        dtl::WriteBehind wb(sink);
+        for (size_t i = 0; i < dtl::WriteBehind::kSlots; ++i) {
+            auto b = wb.take(10);
+            ASSERT_TRUE(b.is_ok());
+            wb.push(10);
+        }
+        auto b = wb.take(10);  // one of them is written first
+        ASSERT_TRUE(b.is_ok());
+        wb.give_back();  // its read failed
+    }
+    EXPECT_LT(sink.writes.load(), 5);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
