@@ -280,7 +280,7 @@ int print_consumed(const std::string& f, dyad::Status s, const dyad::client::Con
                                     {"bytes", r.bytes},
                                     {"wait_s", r.wait_s},
                                     {"transfer_s", r.transfer_s},
-                                    {"selection", r.selection}}
+                                    {"selection", r.selection ? *r.selection : nullptr}}
                          .dump()
                   << "\n";
         flush_lines();
@@ -539,7 +539,13 @@ int main(int argc, char** argv) {
         o.window = window;
         g_flush_each_line = false;
         o.done = [&](size_t i, const dyad::Status& s, const dyad::client::ConsumeReport& r) {
-            ended[i].emplace(s, r);
+            if (i == next) {  // the usual case: printed at once, nothing kept
+                int code = print_consumed(files[i], s, r, json, explain, timeout >= 0);
+                if (code && !rc) rc = code;
+                ++next;
+            } else {
+                ended[i].emplace(s, r);
+            }
             for (; next < files.size() && ended[next]; ++next) {
                 int code = print_consumed(files[next], ended[next]->first, ended[next]->second,
                                           json, explain, timeout >= 0);

@@ -519,7 +519,7 @@ std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceIn
     dtl::Selection sel = dtl::select_transport(rec.size, where, records, mine);
     rep->explain = sel.explain();
     if (!info) rep->explain += "\n  (owner's records unavailable: " + info.status().message() + ")";
-    rep->selection = sel.to_json();
+    rep->selection = std::make_shared<const nlohmann::json>(sel.to_json());
     DYAD_DEBUG(kSub, "%s: %s", rec.upath.c_str(), rep->explain.c_str());
     for (const auto& name : sel.order) {
         auto b = dtl::find_backend(name);
