@@ -252,6 +252,81 @@ void ConsumerStore::Staging::forget() {
     lock_fd_ = -1;
 }
 
+Result<bool> ConsumerStore::install_whole(const std::string& upath, const Record& rec,
+                                          const nlohmann::json& trailer, const void* p,
+                                          size_t n) {
+    if (!tmpfile_ok_.load(std::memory_order_relaxed)) return false;
+    Xxh3 h;
+    h.update(p, n);
+    Status s = verify_trailer(trailer, {n, h.hex(), false}, upath);
+    if (!s) return s;
+    if (n != rec.size)
+        return Status(DYAD_RC_BADFETCH,
+                      "'" + upath + "' arrived with " + std::to_string(n) +
+                          " bytes but was published with " + std::to_string(rec.size) +
+                          ": not installed",
+                      ESTALE);
+    std::string t = target(upath);
+    std::string dir = dirname_of(t);
+    s = ensure_dir(dir);
+    if (!s) return s.wrap("consumer directory for '" + upath + "'");
+    UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600));
+    if (!fd.valid() && errno == ENOENT) {  // the directory went away meanwhile
+        forget_dir(dir);
+        s = ensure_dir(dir);
+        if (!s) return s.wrap("consumer directory for '" + upath + "'");
+        fd = UniqueFd(::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600));
+    }
+    if (!fd.valid()) {
+        if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL) {
+            DYAD_DEBUG(kSub, "%s cannot make unnamed files (%s): temporary files instead",
+                       dir.c_str(), std::strerror(errno));
+            tmpfile_ok_ = false;
+            return false;
+        }
+        return Status(DYAD_RC_BADFIO, "cannot create a file in " + dir, errno);
+    }
+    s = fs_.write_all(fd.get(), p, n, "'" + t + "'");
+    if (!s) return s;
+    if (fsync_ && fs_.fsync(fd.get()) != 0)
+        return Status(DYAD_RC_BADFIO, "fsync of the copy of '" + upath + "' failed", errno);
+    ::fchmod(fd.get(), rec.mode & 0777);
+    if (rec.mtime_ns > 0) {
+        struct timespec ts[2];
+        ts[0].tv_sec = ts[1].tv_sec = rec.mtime_ns / 1000000000LL;
+        ts[0].tv_nsec = ts[1].tv_nsec = rec.mtime_ns % 1000000000LL;
+        ::futimens(fd.get(), ts);
+    }
+    std::string stamp = install_stamp(rec, n);
+    if (::fsetxattr(fd.get(), kStampAttr, stamp.data(), stamp.size(), 0) != 0 &&
+        errno != ENOTSUP && errno != EOPNOTSUPP)
+        DYAD_DEBUG(kSub, "cannot stamp '%s': %s", t.c_str(), std::strerror(errno));
+    // Linked by its /proc name (linkat with AT_EMPTY_PATH needs a
+    // capability).
+    char self[64];
+    std::snprintf(self, sizeof self, "/proc/self/fd/%d", fd.get());
+    if (::linkat(AT_FDCWD, self, AT_FDCWD, t.c_str(), AT_SYMLINK_FOLLOW) == 0) return true;
+    if (errno == ENOENT && ::access("/proc/self/fd", F_OK) != 0) {
+        DYAD_DEBUG(kSub, "no /proc: temporary files instead of unnamed ones");
+        tmpfile_ok_ = false;
+        return false;
+    }
+    if (errno != EEXIST)
+        return Status(DYAD_RC_BADFIO, "cannot put '" + upath + "' in place at " + t, errno);
+    // An older copy is there: a temporary name, then over it.
+    std::string tmp = dir + "/." + t.substr(dir.size() + 1) + ".dyad-" +
+                      std::to_string(process_id()) + "-" + std::to_string(fd.get());
+    ::unlink(tmp.c_str());  // a name of this process's, left by a crash of an earlier one
+    if (::linkat(AT_FDCWD, self, AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0)
+        return Status(DYAD_RC_BADFIO, "cannot put '" + upath + "' in place at " + t, errno);
+    if (fs_.rename(tmp.c_str(), t.c_str()) != 0) {
+        int e = errno;
+        ::unlink(tmp.c_str());
+        return Status(DYAD_RC_BADFIO, "cannot move '" + upath + "' into place at " + t, e);
+    }
+    return true;
+}
+
 ConsumerStore::Staging::~Staging() {
     if (!committed_ && !tmp_.empty()) store_.fs_.unlink(tmp_.c_str());
     forget();

@@ -6,11 +6,13 @@
 // place: a partial or corrupt file is never visible, and a failed transfer
 // leaves nothing behind. One consumer per file per node moves it (striped
 // OFD locks under .dyad/locks); the others find it present. (Files of a
-// dyad.fetch_many batch are locked once their bytes are here: a racing lone
-// fetch may move such a small file too; it is installed once.) All file
-// system calls on the way go through the FileSystem seam.
+// dyad.fetch_many batch take no lock: install_whole writes each into an
+// unnamed file and links it into place; a racing lone fetch may move such a
+// small file too, and install the same bytes again.) The file system calls
+// that tests fault go through the FileSystem seam.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -105,6 +107,18 @@ class ConsumerStore {
     [[nodiscard]] Result<std::unique_ptr<Staging>> stage(const std::string& upath,
                                                          int lock_fd = -1);
 
+    // A small file whose bytes are all here (a dyad.fetch_many answer),
+    // installed without a lock or a temporary name: written into an
+    // unnamed file of the target's directory (O_TMPFILE), checked against
+    // the trailer and the record, given mode, mtime and stamp, then linked
+    // into place (over an older copy: linked to a temporary name and
+    // renamed). A consumer killed on the way leaves nothing behind. False
+    // (and nothing done) where the file system cannot make unnamed files or
+    // /proc is missing: then lock() and stage().
+    [[nodiscard]] Result<bool> install_whole(const std::string& upath, const Record& rec,
+                                             const nlohmann::json& trailer, const void* p,
+                                             size_t n);
+
   private:
     // Removes the temporary file a dead holder of this lock left (its lock
     // file's record), and empties the record.
@@ -117,6 +131,7 @@ class ConsumerStore {
     std::string dir_;
     FileSystem& fs_;
     bool fsync_;
+    std::atomic<bool> tmpfile_ok_{true};  // O_TMPFILE and /proc work here (install_whole)
     std::mutex dirs_mu_;
     std::unordered_set<std::string> dirs_;  // known to exist (bounded: kMaxDirs)
 };

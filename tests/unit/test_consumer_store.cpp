@@ -352,3 +352,67 @@ TEST(ConsumerStore, ProgressIsReportedOnTheFirstBytesThenAtMostPerInterval) {
     ASSERT_TRUE(st.value()->sink().write("gh", 2).is_ok());
     EXPECT_EQ(seen, (std::vector<uint64_t>{4, 22, 24}));
 }
+
+// ---- whole small files (dyad.fetch_many): unnamed file, linked into place ----
+
+TEST(ConsumerStoreWhole, InstallsWithModeMtimeAndStampAndNoOtherName) {
+    Dir d;
+    FaultyFs fs;
+    ConsumerStore store(d.path, fs, false);
+    std::string content = "sample bytes";
+    Record rec = record_of("a/b/s.bin", content);
+    auto r = store.install_whole("a/b/s.bin", rec, trailer_of(content), content.data(),
+                                 content.size());
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ASSERT_TRUE(r.value()) << "this file system cannot make unnamed files";
+    EXPECT_EQ(slurp(d.path + "/a/b/s.bin"), content);
+    struct stat st;
+    ASSERT_EQ(::stat((d.path + "/a/b/s.bin").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0640u);
+    EXPECT_EQ(st.st_mtim.tv_nsec, 123456789);
+    EXPECT_EQ(st.st_nlink, 1u);
+    EXPECT_TRUE(store.present("a/b/s.bin", rec));
+    EXPECT_EQ(d.entries("a/b"), std::vector<std::string>{"s.bin"});
+    EXPECT_EQ(d.entries(), std::vector<std::string>{"a"});  // no lock stripes either
+}
+
+TEST(ConsumerStoreWhole, ReplacesAnOlderCopyAndLeavesNoTemporaryName) {
+    Dir d;
+    FaultyFs fs;
+    ConsumerStore store(d.path, fs, false);
+    std::string old = "generation one", now = "generation two!";
+    ASSERT_TRUE(store.install_whole("s.bin", record_of("s.bin", old, 1), trailer_of(old),
+                                    old.data(), old.size())
+                    .is_ok());
+    Record rec = record_of("s.bin", now, 2);
+    auto r = store.install_whole("s.bin", rec, trailer_of(now), now.data(), now.size());
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(slurp(d.path + "/s.bin"), now);
+    EXPECT_TRUE(store.present("s.bin", rec));
+    EXPECT_EQ(d.entries(), std::vector<std::string>{"s.bin"});
+}
+
+TEST(ConsumerStoreWhole, BadBytesOrAFailedWriteLeaveNothing) {
+    Dir d;
+    FaultyFs fs;
+    ConsumerStore store(d.path, fs, false);
+    std::string content = "0123456789abcdef";
+    Record rec = record_of("x/f.bin", content);
+    // Checksum of other bytes.
+    auto r = store.install_whole("x/f.bin", rec, trailer_of("something else entirely"),
+                                 content.data(), content.size());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().rc(), DYAD_RC_BADCHECKSUM) << r.status().to_string();
+    // Fewer bytes than published.
+    r = store.install_whole("x/f.bin", rec, trailer_of("short"), "short", 5);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().err(), ESTALE);
+    // The disk fills after 4 bytes.
+    fs.fail_write_after = 4;
+    r = store.install_whole("x/f.bin", rec, trailer_of(content), content.data(), content.size());
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().err(), ENOSPC);
+    EXPECT_NE(r.status().to_string().find("f.bin"), std::string::npos) << r.status().to_string();
+    EXPECT_TRUE(d.entries("x").empty());
+    EXPECT_FALSE(store.present("x/f.bin", rec));
+}
