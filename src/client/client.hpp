@@ -53,9 +53,9 @@ struct ConsumeReport {
     std::string transport;
     std::string endpoint;
     uint64_t bytes = 0;
-    double wait_s = 0;         // waiting for the file to be produced
-    double transfer_s = 0;     // moving and storing its bytes
-    std::string explain;       // DYAD_DTL_MODE=AUTO: why this transport (scores)
+    double wait_s = 0;      // waiting for the file to be produced
+    double transfer_s = 0;  // moving and storing its bytes
+    std::string explain;    // DYAD_DTL_MODE=AUTO: why this transport (scores)
     // The same, as data (shared with the client's plan cache: a report is
     // per file, and copying the document for each was a tenth of the CPU of
     // a small file's consume).

@@ -253,8 +253,7 @@ void ConsumerStore::Staging::forget() {
 }
 
 Result<bool> ConsumerStore::install_whole(const std::string& upath, const Record& rec,
-                                          const nlohmann::json& trailer, const void* p,
-                                          size_t n) {
+                                          const nlohmann::json& trailer, const void* p, size_t n) {
     if (!tmpfile_ok_.load(std::memory_order_relaxed)) return false;
     Xxh3 h;
     h.update(p, n);
@@ -298,8 +297,8 @@ Result<bool> ConsumerStore::install_whole(const std::string& upath, const Record
         ::futimens(fd.get(), ts);
     }
     std::string stamp = install_stamp(rec, n);
-    if (::fsetxattr(fd.get(), kStampAttr, stamp.data(), stamp.size(), 0) != 0 &&
-        errno != ENOTSUP && errno != EOPNOTSUPP)
+    if (::fsetxattr(fd.get(), kStampAttr, stamp.data(), stamp.size(), 0) != 0 && errno != ENOTSUP &&
+        errno != EOPNOTSUPP)
         DYAD_DEBUG(kSub, "cannot stamp '%s': %s", t.c_str(), std::strerror(errno));
     // Linked by its /proc name (linkat with AT_EMPTY_PATH needs a
     // capability).

@@ -108,8 +108,8 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
         const auto t1 = std::chrono::steady_clock::now();
         Status s = [&]() -> Status {
             // Unnamed file, linked into place: no lock, nothing to clean up.
-            auto whole = cstore_.install_whole(upaths[i], records[i], m->meta, bytes.data(),
-                                               bytes.size());
+            auto whole =
+                cstore_.install_whole(upaths[i], records[i], m->meta, bytes.data(), bytes.size());
             if (!whole) return whole.status();
             if (whole.value()) {
                 rep.action = "fetched";

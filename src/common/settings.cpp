@@ -66,6 +66,8 @@ const std::vector<Setting> kTable = {
      "figures the AUTO selector scores, e.g. `UCX@network=20/10,FLUX_RPC=100/1.2`"},
     {"DYAD_STREAM_SENDFILE", T::flag, "0", "dyadd (FLUX_RPC)",
      "stream chunks by `sendfile(2)` (off: measured slower, see design.md)"},
+    {"DYAD_WRITE_BEHIND", T::text, "auto", "client (FLUX_RPC)",
+     "files above 4 MiB: a writer thread hashes and writes while the next chunks arrive (`on`), or the receiving thread does it (`off`); `auto`: on where the process may run on 4 CPUs or more"},
     {"DYAD_UCX_PROTO", T::text, "auto", "client (UCX)",
      "`auto` (RMA put where UCX does it natively, else tags), `tag` or `put`"},
     {"DYAD_UCX_WINDOW", T::size, "64M", "client (UCX)",

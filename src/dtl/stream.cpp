@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <deque>
 #include <memory>
+#include <sched.h>
 #include <unistd.h>
 
 #include "common/checksum.hpp"
@@ -83,6 +84,25 @@ class StreamSender : public Sender {
 // thread costs more than the overlap gains.
 constexpr uint64_t kWriteBehindFrom = kStreamDepth * kStreamChunk;
 
+// DYAD_WRITE_BEHIND: on, off, or auto (on where this process may run on 4
+// CPUs or more). The overlap needs a core to spare: on 2 CPUs, with the
+// sending service on one of them, 8 consumers at once were 20-40% slower
+// written behind (docs/design.md, "Receiving").
+Result<bool> write_behind() {
+    std::string v = settings::text("DYAD_WRITE_BEHIND");
+    if (v == "on" || v == "1") return true;
+    if (v == "off" || v == "0") return false;
+    if (v != "auto" && !v.empty())
+        return Status(DYAD_RC_NOCTX, "DYAD_WRITE_BEHIND='" + v + "': use auto, on or off", EINVAL);
+    static const bool spare = [] {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        if (sched_getaffinity(0, sizeof set, &set) != 0) return false;
+        return CPU_COUNT(&set) >= 4;
+    }();
+    return spare;
+}
+
 class StreamReceiver : public Receiver {
   public:
     StreamReceiver() : attrs_(stream_attributes()) {}
@@ -105,8 +125,11 @@ class StreamReceiver : public Receiver {
                 return m->meta;
             }
             if (m->kind == FetchChannel::Kind::answer &&
-                meta_u64(m->meta, "size").value_or(0) > kWriteBehindFrom)
-                behind = std::make_unique<WriteBehind>(sink);
+                meta_u64(m->meta, "size").value_or(0) > kWriteBehindFrom) {
+                auto on = write_behind();
+                if (!on) return on.status();
+                if (on.value()) behind = std::make_unique<WriteBehind>(sink);
+            }
             if (m->data_len == 0) continue;
             if (behind) {
                 auto b = behind->take(m->data_len);

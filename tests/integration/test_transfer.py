@@ -214,8 +214,8 @@ def test_stream_by_sendfile_when_enabled():
 
 
 def test_no_room_for_a_large_stream_file_is_a_clear_error(cluster):
-    """Files above 4 MiB are written behind (a writer thread hashes and
-    writes while the next chunks arrive): a write that fails there (an 8 MiB
+    """Files above 4 MiB are written behind where asked (a writer thread
+    hashes and writes while the next chunks arrive): a write that fails there (an 8 MiB
     tmpfs, a 16 MiB file) still fails the consume naming the file and the
     cause, leaves nothing behind, and the next file (that fits) arrives."""
     prod, cons = cluster[0], cluster[1]
@@ -225,13 +225,17 @@ def test_no_room_for_a_large_stream_file_is_a_clear_error(cluster):
     if m.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {m.stderr.strip()}")
     try:
-        env = {"DYAD_DTL_MODE": "FLUX_RPC", "DYAD_WAIT_TIMEOUT": 30}
+        env = {"DYAD_DTL_MODE": "FLUX_RPC", "DYAD_WAIT_TIMEOUT": 30, "DYAD_WRITE_BEHIND": "on"}
         harness.write_file(prod.path("tiny/big.bin"), 16 << 20, seed=1)
         harness.write_file(prod.path("tiny/fits.bin"), 6 << 20, seed=2)
         prod.dyad("produce", prod.path("tiny/big.bin"), prod.path("tiny/fits.bin"))
         p = cons.dyad("consume", cons.path("tiny/big.bin"), check=False, timeout=120, env_extra=env)
         assert p.returncode != 0
         assert "big.bin" in p.stderr and "No space left on device" in p.stderr, p.stderr
+        assert os.listdir(cons.path("tiny")) == [], os.listdir(cons.path("tiny"))
+        p = cons.dyad("consume", cons.path("tiny/fits.bin"), check=False, timeout=120,
+                      env_extra={**env, "DYAD_WRITE_BEHIND": "sometimes"})
+        assert p.returncode != 0 and "DYAD_WRITE_BEHIND='sometimes': use auto, on or off" in p.stderr, p.stderr
         assert os.listdir(cons.path("tiny")) == [], os.listdir(cons.path("tiny"))
         cons.dyad("consume", cons.path("tiny/fits.bin"), env_extra=env, timeout=120)
         assert harness.sha256(cons.path("tiny/fits.bin")) == harness.sha256(prod.path("tiny/fits.bin"))

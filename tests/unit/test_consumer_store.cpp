@@ -361,8 +361,8 @@ TEST(ConsumerStoreWhole, InstallsWithModeMtimeAndStampAndNoOtherName) {
     ConsumerStore store(d.path, fs, false);
     std::string content = "sample bytes";
     Record rec = record_of("a/b/s.bin", content);
-    auto r = store.install_whole("a/b/s.bin", rec, trailer_of(content), content.data(),
-                                 content.size());
+    auto r =
+        store.install_whole("a/b/s.bin", rec, trailer_of(content), content.data(), content.size());
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     ASSERT_TRUE(r.value()) << "this file system cannot make unnamed files";
     EXPECT_EQ(slurp(d.path + "/a/b/s.bin"), content);
@@ -381,8 +381,9 @@ TEST(ConsumerStoreWhole, ReplacesAnOlderCopyAndLeavesNoTemporaryName) {
     FaultyFs fs;
     ConsumerStore store(d.path, fs, false);
     std::string old = "generation one", now = "generation two!";
-    ASSERT_TRUE(store.install_whole("s.bin", record_of("s.bin", old, 1), trailer_of(old),
-                                    old.data(), old.size())
+    ASSERT_TRUE(store
+                    .install_whole("s.bin", record_of("s.bin", old, 1), trailer_of(old), old.data(),
+                                   old.size())
                     .is_ok());
     Record rec = record_of("s.bin", now, 2);
     auto r = store.install_whole("s.bin", rec, trailer_of(now), now.data(), now.size());
