@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -179,7 +180,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             free_.push_back(idx);
         }
         if (!ok) return fail(Status(DYAD_RC_BADFETCH, "connection to consumer lost", ECONNRESET));
-        arm_watchdog();
+        progress_ = std::chrono::steady_clock::now();
         sent_ += n;
         pump();
     }
@@ -208,17 +209,32 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
 
     // A consumer that stops reading must not hold the transfer (and the
     // file's shared lock) forever: no progress for idle_timeout_s ends it.
+    // One timer per transfer: a written chunk only stamps `progress_`, and
+    // the timer, when it fires, waits again for what is left of the window
+    // since the last stamp (re-arming a timer per chunk cost a timerfd_settime
+    // per MiB).
     void arm_watchdog() {
         if (finished_) return;
-        double s = std::min(job_->idle_timeout_s, 1e9);  // no overflow for huge values
-        watchdog_->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(s)));
+        using clock = std::chrono::steady_clock;
+        const auto window = std::chrono::duration_cast<clock::duration>(
+            std::chrono::duration<double>(std::min(job_->idle_timeout_s, 1e9)));
+        progress_ = clock::now();
+        wait_watchdog(window);
+    }
+
+    void wait_watchdog(std::chrono::steady_clock::duration wait) {
+        watchdog_->expires_after(wait);
         std::weak_ptr<ChunkedTransfer> weak = shared_from_this();
         watchdog_->async_wait([weak](asio::error_code ec) {
             auto self = weak.lock();
             if (ec || !self || self->finished_) return;
             // Waiting for the service's memory is not the consumer's fault.
             if (self->parked_) return self->arm_watchdog();
+            using clock = std::chrono::steady_clock;
+            const auto window = std::chrono::duration_cast<clock::duration>(
+                std::chrono::duration<double>(std::min(self->job_->idle_timeout_s, 1e9)));
+            const auto since = clock::now() - self->progress_;
+            if (since < window) return self->wait_watchdog(window - since);
             self->fail(Status(DYAD_RC_TIMEOUT,
                               "consumer made no progress for " +
                                   std::to_string(self->job_->idle_timeout_s) + " s",
@@ -269,6 +285,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
     bool first_ = false;
     Xxh3 hash_;
     std::unique_ptr<asio::steady_timer> watchdog_;
+    std::chrono::steady_clock::time_point progress_;  // the last chunk written
 };
 
 }  // namespace dyad::dtl
