@@ -2,6 +2,7 @@
 // Checks of peers' transport addresses (peer_address.hpp).
 #include "peer_address.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -283,6 +284,20 @@ Result<UcxRkeyInfo> parse_ucx_rkey(const std::string& blob) {
                            at + 1);
     }
     return info;
+}
+
+bool ucx_tls_may_use_tcp(const std::string& tls) {
+    if (tls.empty()) return true;
+    const bool exclude = tls[0] == '^';
+    bool named = false;
+    for (size_t i = exclude ? 1 : 0; i <= tls.size();) {
+        size_t j = std::min(tls.find(',', i), tls.size());
+        std::string t = tls.substr(i, j - i);
+        t = t.substr(0, t.find(':'));
+        if (t == "tcp" || (!exclude && t == "all")) named = true;
+        i = j + 1;
+    }
+    return exclude ? !named : named;
 }
 
 Result<std::string> ucx_service_tls(const char* env) {

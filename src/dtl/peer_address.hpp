@@ -91,4 +91,8 @@ Status check_ofi_peer_address(const std::string& peer, const std::string& own, b
 // worker. DYAD_RC_UCXINIT_FAIL if nothing but shared memory is left.
 Result<std::string> ucx_service_tls(const char* env);
 
+// Whether a UCX_TLS value leaves UCX's TCP transport in: empty or `all`, a
+// list naming `tcp` (or `tcp:aux`), or an exclusion (`^...`) that does not.
+bool ucx_tls_may_use_tcp(const std::string& tls);
+
 }  // namespace dyad::dtl

@@ -6,6 +6,7 @@
 #include "dtl/peer_address.hpp"
 
 using dyad::dtl::ucx_service_tls;
+using dyad::dtl::ucx_tls_may_use_tcp;
 
 TEST(UcxServiceTls, UnsetOrAllExcludesSharedMemory) {
     EXPECT_EQ(ucx_service_tls(nullptr).value(), "^sm");
@@ -76,4 +77,17 @@ TEST(UcxRkey, MalformedKeysAreRefusedWithWhereAndWhat) {
     refused(packed_key(~0ull, 0, {}), "the key of MD 0 ends past the blob");
     refused(packed_key(0x1, 0, {0}) + "\x03" + std::string(4, '\1'), "not a multiple of 3");
     refused(packed_key(0x1, 0, {0}) + std::string(20000, '\0'), "longer than any packed key");
+}
+
+// DYAD tunes UCX's TCP transport only where UCX_TLS leaves it in (UCX warns,
+// on the consumer's stdout, of settings no transport took).
+TEST(UcxTlsMayUseTcp, FollowsListsAndExclusions) {
+    EXPECT_TRUE(ucx_tls_may_use_tcp(""));
+    EXPECT_TRUE(ucx_tls_may_use_tcp("all"));
+    EXPECT_TRUE(ucx_tls_may_use_tcp("tcp"));
+    EXPECT_TRUE(ucx_tls_may_use_tcp("self,tcp:aux"));
+    EXPECT_TRUE(ucx_tls_may_use_tcp("^sm"));
+    EXPECT_FALSE(ucx_tls_may_use_tcp("^tcp,ud"));
+    EXPECT_FALSE(ucx_tls_may_use_tcp("posix,self"));
+    EXPECT_FALSE(ucx_tls_may_use_tcp("tcpx"));
 }

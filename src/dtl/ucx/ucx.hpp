@@ -33,6 +33,25 @@ Attributes ucx_attributes();
 // "node/pid/start-time": a consumer process, even across pid reuse.
 std::string process_identity();
 
+// UCX's TCP transport, tuned for files rather than messages, on both sides
+// unless the user set the variable: 8 KiB send segments and the system's
+// default socket buffers left 256 MiB between two nodes at 0.51-0.83 GB/s;
+// with these, 0.76-1.00 (docs/design.md, "UCX over TCP").
+// ucp_config_modify takes a transport's field by its name without the
+// transport's prefix (`SNDBUF`, not `TCP_SNDBUF`: UCX warns of the latter as
+// unused); these names are the TCP transport's alone in UCX 1.13.
+struct TcpTuning {
+    const char* env;  // the user's variable, which wins
+    const char* key;
+    const char* value;
+};
+inline constexpr TcpTuning kTcpTuning[] = {
+    {"UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "64K"},
+    {"UCX_TCP_RX_SEG_SIZE", "RX_SEG_SIZE", "256K"},
+    {"UCX_TCP_SNDBUF", "SNDBUF", "4M"},
+    {"UCX_TCP_RCVBUF", "RCVBUF", "4M"},
+};
+
 // A UCP context and one worker with an event fd.
 class Worker {
   public:
@@ -41,6 +60,8 @@ class Worker {
     // the address check (peer_address.hpp) knows the layout without it.
     static Result<std::unique_ptr<Worker>> create(bool service = false) {
         std::unique_ptr<Worker> w(new Worker());
+        const char* env_tls = std::getenv("UCX_TLS");
+        std::string tls_used = env_tls ? env_tls : "";
         ucp_config_t* cfg = nullptr;
         ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
         if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_read", s);
@@ -52,7 +73,6 @@ class Worker {
             }
             // No shared memory toward consumers (peer_address.hpp) unless
             // the operator says every key holder may have it.
-            const char* env_tls = std::getenv("UCX_TLS");
             auto shm = settings::flag("DYAD_UCX_SHARED_MEMORY");
             if (!shm) {
                 ucp_config_release(cfg);
@@ -64,10 +84,23 @@ class Worker {
                 ucp_config_release(cfg);
                 return tls.status();
             }
+            tls_used = tls.value();
             s = ucp_config_modify(cfg, "TLS", tls->c_str());
             if (s != UCS_OK) {
                 ucp_config_release(cfg);
                 return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_modify(TLS=" + tls.value() + ")",
+                                 s);
+            }
+        }
+        // (UCX warns of settings no transport took: only where TCP may be used.)
+        for (const TcpTuning& t : kTcpTuning) {
+            if (!ucx_tls_may_use_tcp(tls_used)) break;
+            if (std::getenv(t.env)) continue;  // the user's word
+            s = ucp_config_modify(cfg, t.key, t.value);
+            if (s != UCS_OK) {
+                ucp_config_release(cfg);
+                return ucx_error(DYAD_RC_UCXINIT_FAIL,
+                                 "ucp_config_modify(" + std::string(t.key) + "=" + t.value + ")",
                                  s);
             }
         }
