@@ -8,6 +8,7 @@ metadata store, the others use it (--kvs), or an etcd started here holds it
 (Cluster(store="etcd")).
 """
 import atexit
+import contextlib
 import functools
 import hashlib
 import json
@@ -693,6 +694,23 @@ def _cleanup_live():
                 thing.cleanup()
         except Exception as e:  # keep cleaning the others
             print(f"harness: cleanup at exit: {e}")
+
+
+@contextlib.contextmanager
+def small_tmpfs(path, size="8m"):
+    """A tmpfs of `size` mounted on `path` (created) while the block runs,
+    for tests of a full consumer directory; the test is skipped where this
+    process may not mount."""
+    os.makedirs(path, exist_ok=True)
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path],
+                       capture_output=True, text=True)
+    if m.returncode != 0:
+        import pytest
+        pytest.skip(f"cannot mount a tmpfs here: {m.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", path], capture_output=True)
 
 
 def write_file(path, size, seed=0, chunk=1 << 20):

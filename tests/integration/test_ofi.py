@@ -156,12 +156,7 @@ def test_no_room_for_the_file_is_a_clear_error():
         pytest.skip("this build has no libfabric transport, or no tcp provider here")
     with harness.Cluster(nodes=2) as c:
         prod, cons = c[0], c[1]
-        os.makedirs(cons.path("tiny"))
-        m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", cons.path("tiny")],
-                           capture_output=True, text=True)
-        if m.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {m.stderr.strip()}")
-        try:
+        with harness.small_tmpfs(cons.path("tiny")):
             for k, extra in enumerate(({}, {"DYAD_OFI_NO_PLACEMENT": 1})):
                 name = f"tiny/big{k}.bin"
                 harness.write_file(prod.path(name), 16 << 20, seed=k)
@@ -172,5 +167,3 @@ def test_no_room_for_the_file_is_a_clear_error():
                 assert os.listdir(cons.path("tiny")) == [], os.listdir(cons.path("tiny"))
             assert_serving = cons.dyad("--json", "service", "status")
             assert assert_serving.returncode == 0
-        finally:
-            subprocess.run(["umount", cons.path("tiny")], capture_output=True)
