@@ -215,11 +215,13 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
     // per MiB).
     void arm_watchdog() {
         if (finished_) return;
-        using clock = std::chrono::steady_clock;
-        const auto window = std::chrono::duration_cast<clock::duration>(
+        progress_ = std::chrono::steady_clock::now();
+        wait_watchdog(idle_window());
+    }
+
+    std::chrono::steady_clock::duration idle_window() const {
+        return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
             std::chrono::duration<double>(std::min(job_->idle_timeout_s, 1e9)));
-        progress_ = clock::now();
-        wait_watchdog(window);
     }
 
     void wait_watchdog(std::chrono::steady_clock::duration wait) {
@@ -230,10 +232,8 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             if (ec || !self || self->finished_) return;
             // Waiting for the service's memory is not the consumer's fault.
             if (self->parked_) return self->arm_watchdog();
-            using clock = std::chrono::steady_clock;
-            const auto window = std::chrono::duration_cast<clock::duration>(
-                std::chrono::duration<double>(std::min(self->job_->idle_timeout_s, 1e9)));
-            const auto since = clock::now() - self->progress_;
+            const auto window = self->idle_window();
+            const auto since = std::chrono::steady_clock::now() - self->progress_;
             if (since < window) return self->wait_watchdog(window - since);
             self->fail(Status(DYAD_RC_TIMEOUT,
                               "consumer made no progress for " +
