@@ -254,6 +254,7 @@ class UcxSender : public Sender {
     ~UcxSender() override {
         asio::error_code ec;
         efd_.cancel(ec);
+        tick_.cancel();
         for (auto& e : lru_) {
             e->broken = true;
             close_ep(*e);
@@ -340,7 +341,7 @@ class UcxSender : public Sender {
             asio::post(io_, [done = std::move(done)] { done(false); });
             return;
         }
-        auto* ctx = new SendCtx{std::move(done)};
+        auto* ctx = new SendCtx{counted(std::move(done))};
         ucp_request_param_t prm;
         std::memset(&prm, 0, sizeof prm);
         prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -348,9 +349,11 @@ class UcxSender : public Sender {
         prm.user_data = ctx;
         ucs_status_ptr_t r = ucp_tag_send_nbx(ep.ep, p, n, tag, &prm);
         if (UCS_PTR_IS_PTR(r)) {
+            ++outstanding_;
             kick();
             return;  // send_cb runs from progress, on the loop
         }
+        ++outstanding_;  // counted() below takes it back
         auto d = std::move(ctx->done);
         delete ctx;
         bool ok = UCS_PTR_STATUS(r) == UCS_OK;
@@ -375,16 +378,18 @@ class UcxSender : public Sender {
             return;
         }
         if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);  // the flush below covers it
-        auto* ctx = new SendCtx{std::move(done)};
+        auto* ctx = new SendCtx{counted(std::move(done))};
         std::memset(&prm, 0, sizeof prm);
         prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
         prm.cb.send = send_cb;
         prm.user_data = ctx;
         ucs_status_ptr_t fl = ucp_ep_flush_nbx(ep.ep, &prm);
         if (UCS_PTR_IS_PTR(fl)) {
+            ++outstanding_;
             kick();
             return;
         }
+        ++outstanding_;  // counted() below takes it back
         auto d = std::move(ctx->done);
         delete ctx;
         bool ok = UCS_PTR_STATUS(fl) == UCS_OK;
@@ -454,7 +459,8 @@ class UcxSender : public Sender {
           worker_(std::move(w)),
           efd_(io, ::dup(worker_->efd())),
           cap_(cap),
-          attrs_(ucx_attributes()) {}
+          attrs_(ucx_attributes()),
+          tick_(io) {}
 
     // Progress whenever the worker's event fd fires; re-arm when idle.
     void watch() {
@@ -472,13 +478,38 @@ class UcxSender : public Sender {
     // After posting work: progress once on the loop (sends may need it
     // before the fd ever fires). A bounded spin while requests were in
     // flight was measured and did not help (docs/design.md).
+    //
+    // And while any send or flush is out, progress every millisecond: over
+    // shared memory (sysv, posix) a send that found the consumer's FIFO full
+    // waits in UCX's pending queue, and nothing signals the event fd when
+    // the consumer drains it; the transfer then stalled until the consumer's
+    // deadline (forced tag over sysv: 1 fetch in 6 to 8 hung for 20 s).
     void kick() {
-        if (kick_pending_) return;
-        kick_pending_ = true;
-        asio::post(io_, [this] {
-            kick_pending_ = false;
+        if (!kick_pending_) {
+            kick_pending_ = true;
+            asio::post(io_, [this] {
+                kick_pending_ = false;
+                worker_->progress();
+            });
+        }
+        if (outstanding_ > 0 && !ticking_) tick();
+    }
+    void tick() {
+        ticking_ = true;
+        tick_.expires_after(std::chrono::milliseconds(1));
+        tick_.async_wait([this](asio::error_code ec) {
+            if (ec) return;  // cancelled: the sender may be gone
+            ticking_ = false;
             worker_->progress();
+            if (outstanding_ > 0) tick();
         });
+    }
+    // `done` of a request that came back pending: counted until it runs.
+    std::function<void(bool)> counted(std::function<void(bool)> done) {
+        return [this, done = std::move(done)](bool ok) {
+            --outstanding_;
+            done(ok);
+        };
     }
 
     static void ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -630,6 +661,9 @@ class UcxSender : public Sender {
     std::unordered_map<std::string, std::list<std::shared_ptr<EpEntry>>::iterator> index_;
     Attributes attrs_;
     bool kick_pending_ = false;
+    size_t outstanding_ = 0;  // sends and flushes UCX has not completed
+    asio::steady_timer tick_;
+    bool ticking_ = false;
 };
 
 void UcxTransfer::write_chunk(const char* p, size_t n, nlohmann::json,
