@@ -349,11 +349,9 @@ class UcxSender : public Sender {
         prm.user_data = ctx;
         ucs_status_ptr_t r = ucp_tag_send_nbx(ep.ep, p, n, tag, &prm);
         if (UCS_PTR_IS_PTR(r)) {
-            ++outstanding_;
             kick();
             return;  // send_cb runs from progress, on the loop
         }
-        ++outstanding_;  // counted() below takes it back
         auto d = std::move(ctx->done);
         delete ctx;
         bool ok = UCS_PTR_STATUS(r) == UCS_OK;
@@ -385,11 +383,9 @@ class UcxSender : public Sender {
         prm.user_data = ctx;
         ucs_status_ptr_t fl = ucp_ep_flush_nbx(ep.ep, &prm);
         if (UCS_PTR_IS_PTR(fl)) {
-            ++outstanding_;
             kick();
             return;
         }
-        ++outstanding_;  // counted() below takes it back
         auto d = std::move(ctx->done);
         delete ctx;
         bool ok = UCS_PTR_STATUS(fl) == UCS_OK;
@@ -504,8 +500,9 @@ class UcxSender : public Sender {
             if (outstanding_ > 0) tick();
         });
     }
-    // `done` of a request that came back pending: counted until it runs.
+    // A request's `done`, counted in `outstanding_` from here until it runs.
     std::function<void(bool)> counted(std::function<void(bool)> done) {
+        ++outstanding_;
         return [this, done = std::move(done)](bool ok) {
             --outstanding_;
             done(ok);
@@ -661,7 +658,7 @@ class UcxSender : public Sender {
     std::unordered_map<std::string, std::list<std::shared_ptr<EpEntry>>::iterator> index_;
     Attributes attrs_;
     bool kick_pending_ = false;
-    size_t outstanding_ = 0;  // sends and flushes UCX has not completed
+    size_t outstanding_ = 0;  // sends and flushes whose `done` has not run
     asio::steady_timer tick_;
     bool ticking_ = false;
 };
