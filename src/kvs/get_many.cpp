@@ -68,7 +68,7 @@ Result<std::vector<Lookup>> get_many(rpc::ConnectionPool& pool, const std::strin
             EPROTO);
     std::vector<Lookup> out(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
-        const auto& e = (*it)[i];
+        auto& e = (*it)[i];         // its string is moved out
         if (e.is_null()) continue;  // later
         if (e.is_number()) {
             out[i].state = Lookup::State::missing;
@@ -80,7 +80,7 @@ Result<std::vector<Lookup>> get_many(rpc::ConnectionPool& pool, const std::strin
                 "the metadata store at " + uri + " answered kvs.get_many with a malformed entry",
                 EPROTO);
         out[i].state = Lookup::State::found;
-        out[i].entry.value = e[0].get<std::string>();
+        out[i].entry.value = std::move(e[0].get_ref<std::string&>());
         out[i].entry.version = e[1].get<uint64_t>();
     }
     return out;

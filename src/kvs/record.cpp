@@ -27,8 +27,8 @@ namespace {
 // document (a consumer reads one record per file: the tree of maps and its
 // allocations were ~7% of `dyad consume`'s CPU on 10,000 small files, and
 // the parse half of the rest). Unknown fields, of any shape, are skipped.
-// The rules are those of the record's format (docs/design.md, "Metadata
-// records"): path, owner, endpoints and size are required; numbers must be
+// The rules are those of the record's format (docs/design.md, the store's
+// "Value"): path, owner, endpoints and size are required; numbers must be
 // integers (a float such as 1e300 converted to an integer would be
 // undefined behaviour); a field of the wrong type is an error; when a field
 // is repeated, the last one counts.
