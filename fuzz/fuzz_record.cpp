@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fuzz_check.hpp"
+#include "kvs/get_many.hpp"
 #include "kvs/record.hpp"
 #include "kvs/store.hpp"
 
@@ -39,5 +40,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(!kvs::check_put("", "dyad", "k", text));
     FUZZ_CHECK(
         !kvs::check_put("svc-1", kvs::kServicesNamespace, text == "svc-1" ? "x" : text, text));
+    // The same bytes as kvs.get_many's compact answer (from a store that may
+    // be hostile), for a key count taken from the first byte: refused with
+    // EPROTO or read, and then written back to the very same bytes.
+    if (!text.empty()) {
+        const size_t count = static_cast<uint8_t>(text[0]) % 8;
+        const std::string data = text.substr(1);
+        auto got = kvs::parse_raw_entries(data, count);
+        if (got) {
+            FUZZ_CHECK(got->size() == count);
+            std::string again;
+            for (const auto& l : got.value()) kvs::append_raw_entry(&again, l);
+            FUZZ_CHECK(again == data);
+        } else {
+            FUZZ_CHECK(got.status().err() == EPROTO);
+        }
+    }
     return 0;
 }

@@ -26,6 +26,16 @@ struct Lookup {
     Entry entry;  // when found
 };
 
+// The compact answer (a request with "answer": "raw"; docs/wire-protocol.md,
+// section 7): the values travel as the end frame's data instead of JSON
+// strings in its meta, which a consumer parsed twice (the meta, then each
+// record). Per key, in order, one byte: 0 absent, 2 later, or 1 found
+// followed by the version (u64, little-endian), the value's length (u32,
+// little-endian) and the value. append_raw_entry writes one key's entry;
+// parse_raw_entries reads `count` entries that must fill `data` exactly.
+void append_raw_entry(std::string* out, const Lookup& l);
+Result<std::vector<Lookup>> parse_raw_entries(const std::string& data, size_t count);
+
 // Serves kvs.get_many from `store` (called by serve()).
 void serve_get_many(rpc::Server& server, MemoryStore& store);
 

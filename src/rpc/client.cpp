@@ -461,16 +461,25 @@ Status Connection::error_status(const Frame& f, const std::string& context) {
 }
 
 Result<nlohmann::json> Connection::call(const std::string& topic, nlohmann::json args,
-                                        Deadline deadline, double grace_s) {
+                                        Deadline deadline, double grace_s, std::string* data) {
     auto tag = send_request(topic, std::move(args), deadline);
     if (!tag) return tag.status();
     Deadline read_deadline =
         deadline.infinite() ? deadline : Deadline::after(deadline.remaining() + grace_s);
+    if (data) data->clear();
     for (;;) {
         auto f = read_frame(read_deadline);
         if (!f) return f.status();
         if (f->header.data_len) {
-            Status s = skip_data(f->header.data_len, read_deadline);
+            const bool answer = f->header.tag == tag.value() &&
+                                (f->header.type == Type::response || f->header.type == Type::end);
+            Status s;
+            if (data && answer) {  // at most kMaxData: read_frame checked the header
+                data->resize(f->header.data_len);
+                s = read_data(data->data(), data->size(), read_deadline);
+            } else {
+                s = skip_data(f->header.data_len, read_deadline);
+            }
             if (!s) return s;
         }
         if (f->header.type == Type::error && f->header.tag == 0) {
@@ -522,7 +531,8 @@ void ConnectionPool::put(std::unique_ptr<Connection> c) {
 
 Result<nlohmann::json> ConnectionPool::call(const std::string& uri, const std::string& topic,
                                             const nlohmann::json& args, Deadline deadline,
-                                            double grace_s, bool idempotent, bool* connect_failed) {
+                                            double grace_s, bool idempotent, bool* connect_failed,
+                                            std::string* data) {
     if (connect_failed) *connect_failed = false;
     for (int attempt = 0;; ++attempt) {
         auto c = get(uri, deadline);
@@ -530,7 +540,7 @@ Result<nlohmann::json> ConnectionPool::call(const std::string& uri, const std::s
             if (connect_failed) *connect_failed = true;
             return c.status();
         }
-        auto r = c.value()->call(topic, args, deadline, grace_s);
+        auto r = c.value()->call(topic, args, deadline, grace_s, data);
         if (!r && attempt == 0 && c.value()->reused() &&
             c.value()->lost_before_request(idempotent) && !deadline.expired()) {
             DYAD_DEBUG("rpc",

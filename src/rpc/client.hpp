@@ -88,9 +88,10 @@ class Connection {
 
     // Request with a single answer (response or end); errors become Status.
     // grace_s extends the wait for the answer past the deadline sent to the
-    // service, so that the service's own timeout error can arrive.
+    // service, so that the service's own timeout error can arrive. The
+    // answer's data, if any, goes to *data when given (else it is skipped).
     Result<nlohmann::json> call(const std::string& topic, nlohmann::json args, Deadline deadline,
-                                double grace_s = 0);
+                                double grace_s = 0, std::string* data = nullptr);
 
     // Turns an error frame into a Status.
     static Status error_status(const Frame& f, const std::string& context);
@@ -163,7 +164,8 @@ class ConnectionPool {
     // *connect_failed (if given) is set.
     Result<nlohmann::json> call(const std::string& uri, const std::string& topic,
                                 const nlohmann::json& args, Deadline deadline, double grace_s = 0,
-                                bool idempotent = false, bool* connect_failed = nullptr);
+                                bool idempotent = false, bool* connect_failed = nullptr,
+                                std::string* data = nullptr);
     // Requests sent again by call() on a fresh connection.
     uint64_t retries() const { return retries_.load(); }
 

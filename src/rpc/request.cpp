@@ -95,16 +95,25 @@ void Request::respond_with_fd(nlohmann::json meta, int fd, WriteDone done) {
 }
 
 void Request::end(nlohmann::json meta) {
+    end(std::move(meta), std::string());
+}
+
+void Request::end(nlohmann::json meta, std::string data) {
     if (closing_.exchange(true)) return;
     auto self = shared_from_this();
-    asio::dispatch(io_, [self, meta = std::move(meta)] {
+    auto bytes = std::make_shared<std::string>(std::move(data));
+    asio::dispatch(io_, [self, meta = std::move(meta), bytes] {
         self->finish();
         self->notify(Outcome::How::ended, 0, {}, DYAD_RC_OK);
         if (auto s = self->session_.lock()) {
             Header h;
             h.type = Type::end;
             h.tag = self->tag_;
-            s->send(h, meta.is_null() ? std::string() : meta.dump(), {}, {});
+            if (bytes->empty())
+                s->send(h, meta.is_null() ? std::string() : meta.dump(), {}, {});
+            else
+                s->send(h, meta.is_null() ? std::string() : meta.dump(), asio::buffer(*bytes),
+                        [bytes](bool) {});
             s->request_finished(self->tag_);
         }
     });

@@ -119,6 +119,8 @@ class Request : public std::enable_shared_from_this<Request> {
     // duplicated: the caller may close its own at once.
     void respond_with_fd(nlohmann::json meta, int fd, WriteDone done);
     void end(nlohmann::json meta = nullptr);
+    // The last part of the answer, with `data` (kept until written).
+    void end(nlohmann::json meta, std::string data);
     void error(int errnum, const std::string& msg, dyad_rc_t rc = DYAD_RC_BADRPC);
 
     // True once answered (end/error) or cancelled.

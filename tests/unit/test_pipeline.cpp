@@ -91,6 +91,81 @@ TEST(GetMany, TooManyKeysAndBadArgumentsAreRefused) {
     EXPECT_EQ(none.status().rc(), DYAD_RC_BADUNPACK);
 }
 
+TEST(GetMany, OlderClientsGetTheJsonAnswer) {
+    // A client of the earlier release does not ask for "answer": "raw".
+    Loop l;
+    l.put("a", "A");
+    auto c = rpc::Connection::connect(l.uri, Deadline::after(5));
+    ASSERT_TRUE(c.is_ok());
+    auto r =
+        c.value()->call("kvs.get_many", {{"ns", "ns"}, {"keys", {"a", "b"}}}, Deadline::after(5));
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r.value(), nlohmann::json::parse(R"({"entries": [["A", 1], 0]})"));
+}
+
+TEST(GetMany, ReadsTheJsonAnswerOfAnOlderService) {
+    // A service of the earlier release ignores "answer" and says it in JSON.
+    test_support::ServerLoop old([](rpc::Server& s) {
+        s.handle("kvs.get_many", [](std::shared_ptr<rpc::Request> r) {
+            r->end(nlohmann::json::parse(R"({"entries": [["V", 7], 0, null]})"));
+        });
+    });
+    rpc::ConnectionPool pool;
+    auto r = kvs::get_many(pool, old.uri, "ns", {"a", "b", "c"}, Deadline::after(5));
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    using S = kvs::Lookup::State;
+    EXPECT_EQ((*r)[0].state, S::found);
+    EXPECT_EQ((*r)[0].entry.value, "V");
+    EXPECT_EQ((*r)[0].entry.version, 7u);
+    EXPECT_EQ((*r)[1].state, S::missing);
+    EXPECT_EQ((*r)[2].state, S::later);
+}
+
+TEST(GetMany, RawEntriesRoundTripAndMalformedOnesAreRefused) {
+    using S = kvs::Lookup::State;
+    std::vector<kvs::Lookup> in(4);
+    in[0].state = S::found;
+    in[0].entry = {std::string("v\0\xff", 3), 0x0102030405060708ull};
+    in[1].state = S::missing;
+    in[2].state = S::later;
+    in[3].state = S::found;
+    in[3].entry = {"", 1};
+    std::string data;
+    for (const auto& l : in) kvs::append_raw_entry(&data, l);
+    auto back = kvs::parse_raw_entries(data, in.size());
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    for (size_t i = 0; i < in.size(); ++i) {
+        EXPECT_EQ((*back)[i].state, in[i].state);
+        EXPECT_EQ((*back)[i].entry.value, in[i].entry.value);
+        EXPECT_EQ((*back)[i].entry.version, in[i].entry.version);
+    }
+    auto refused = [](const std::string& d, size_t n) {
+        auto r = kvs::parse_raw_entries(d, n);
+        return !r.is_ok() && r.status().rc() == DYAD_RC_BADRPC && r.status().err() == EPROTO;
+    };
+    EXPECT_TRUE(refused(data, in.size() + 1));      // fewer entries than keys
+    EXPECT_TRUE(refused(data, in.size() - 1));      // bytes left over
+    for (size_t cut = 0; cut < data.size(); ++cut)  // every prefix is short of an entry
+        EXPECT_TRUE(refused(data.substr(0, cut), in.size())) << cut;
+    EXPECT_TRUE(refused(std::string(1, '\x03'), 1));  // unknown entry type
+    // A length past the end, even the largest.
+    std::string huge = std::string(1, '\x01') + std::string(8, '\0') + std::string(4, '\xff');
+    EXPECT_TRUE(refused(huge, 1));
+    EXPECT_TRUE(kvs::parse_raw_entries("", 0).is_ok());
+}
+
+TEST(GetMany, ARawAnswerThatDoesNotMatchTheKeysIsRefused) {
+    test_support::ServerLoop liar([](rpc::Server& s) {
+        s.handle("kvs.get_many", [](std::shared_ptr<rpc::Request> r) {
+            r->end({{"format", "raw"}, {"count", 1}}, std::string(1, '\0'));
+        });
+    });
+    rpc::ConnectionPool pool;
+    auto r = kvs::get_many(pool, liar.uri, "ns", {"a", "b"}, Deadline::after(5));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().err(), EPROTO);
+}
+
 TEST(Sync, PrefixMatchesWholeComponents) {
     using client::under_prefix;
     EXPECT_TRUE(under_prefix("a/b", ""));
