@@ -26,6 +26,9 @@
 #include "common/settings.hpp"
 #include "common/keygen.hpp"
 #include "dtl/dtl.hpp"
+#include "common/json_text.hpp"
+
+using dyad::kBadUtf8Replaced;
 
 namespace {
 
@@ -283,7 +286,7 @@ int print_consumed(const std::string& f, dyad::Status s, const dyad::client::Con
         static std::string sel_text = "null";
         if (r.selection != dumped_sel) {
             dumped_sel = r.selection;
-            sel_text = r.selection ? r.selection->dump() : "null";
+            sel_text = r.selection ? r.selection->dump(-1, ' ', false, kBadUtf8Replaced) : "null";
         }
         std::string line = nlohmann::json{{"file", f},
                                           {"action", r.action},
@@ -292,7 +295,7 @@ int print_consumed(const std::string& f, dyad::Status s, const dyad::client::Con
                                           {"bytes", r.bytes},
                                           {"wait_s", r.wait_s},
                                           {"transfer_s", r.transfer_s}}
-                               .dump();
+                               .dump(-1, ' ', false, kBadUtf8Replaced);
         line.pop_back();  // the closing brace
         line += ",\"selection\":";
         line += sel_text;
@@ -473,7 +476,7 @@ int main(int argc, char** argv) {
         for (const auto& b : dyad::dtl::backends()) t.push_back(b.attributes().to_json());
         j["transports_built"] = t;
         if (json) {
-            std::cout << j.dump(2) << "\n";
+            std::cout << j.dump(2, ' ', false, kBadUtf8Replaced) << "\n";
         } else {
             // Like `ucx_info -c`: NAME=VALUE, then where the value came from.
             for (const auto& s : j["settings"]) {
@@ -514,7 +517,9 @@ int main(int argc, char** argv) {
                 rc = report(s, f);
                 if (service_failure(c, s)) return not_attempted(files.size() - i - 1), rc;
             } else if (json) {
-                std::cout << nlohmann::json{{"file", f}, {"action", "produced"}}.dump() << "\n";
+                std::cout << nlohmann::json{{"file", f}, {"action", "produced"}}.dump(
+                                 -1, ' ', false, kBadUtf8Replaced)
+                          << "\n";
             } else {
                 std::cout << "produced " << f << "\n";
             }
@@ -609,7 +614,7 @@ int main(int argc, char** argv) {
         j["owner_rank"] = r->owner_rank();
         j["key"] = c.key_of(r->upath);
         if (json) {
-            std::cout << j.dump(2) << "\n";
+            std::cout << j.dump(2, ' ', false, kBadUtf8Replaced) << "\n";
             return 0;
         }
         for (auto& [k, v] : j.items()) {
@@ -618,7 +623,10 @@ int main(int argc, char** argv) {
             else if (k == "mtime_ns" && v.is_number_integer())
                 std::cout << "mtime: " << iso_time(v.get<int64_t>()) << "\n";
             else
-                std::cout << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+                std::cout << k << ": "
+                          << (v.is_string() ? v.get<std::string>()
+                                            : v.dump(-1, ' ', false, kBadUtf8Replaced))
+                          << "\n";
         }
         return 0;
     }
@@ -630,7 +638,7 @@ int main(int argc, char** argv) {
             if (json) {
                 auto j = r.to_json();
                 j["generation"] = r.generation;
-                std::cout << j.dump() << "\n";
+                std::cout << j.dump(-1, ' ', false, kBadUtf8Replaced) << "\n";
             } else {
                 std::cout << std::setw(12) << r.size << "  gen " << std::left << std::setw(4)
                           << r.generation << " " << std::setw(16) << r.owner << std::right << " "
@@ -647,7 +655,7 @@ int main(int argc, char** argv) {
         auto s = c.service_status(uri);
         if (!s) return report(s.status());
         if (json) {
-            std::cout << s->dump(2) << "\n";
+            std::cout << s->dump(2, ' ', false, kBadUtf8Replaced) << "\n";
             return 0;
         }
         auto& j = s.value();
@@ -656,7 +664,7 @@ int main(int argc, char** argv) {
                     j.value("pid", 0), j.value("namespace", "").c_str());
         std::printf("producer dir: %s\nmetadata: %s\nendpoints: %s\n",
                     j.value("producer_dir", "").c_str(), j.value("kvs", "").c_str(),
-                    j["endpoints"].dump().c_str());
+                    j["endpoints"].dump(-1, ' ', false, kBadUtf8Replaced).c_str());
         std::printf("uptime: %.1f s, connections: %d\n", j.value("uptime_s", 0.0),
                     j.value("connections", 0));
         auto& ctr = j["counters"];

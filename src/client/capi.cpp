@@ -32,6 +32,7 @@
 #include "common/fd.hpp"
 #include "common/keygen.hpp"
 #include "common/log.hpp"
+#include "common/json_text.hpp"
 
 // The original's layout, field by field (x86-64 and every LP64 ABI).
 static_assert(sizeof(void*) != 8 || sizeof(struct dyad_ctx) == 152, "struct dyad_ctx size");
@@ -520,7 +521,7 @@ dyad_rc_t dyad_get_metadata(dyad_ctx_t* ctx, const char* fname, bool should_wait
         m->fpath = dup_str(r->upath);
         m->owner_rank = r->owner_rank();
         m->owner_service = dup_str(r->owner);
-        m->record = dup_str(r->to_json().dump());
+        m->record = dup_str(r->to_json().dump(-1, ' ', false, dyad::kBadUtf8Replaced));
         m->owner_node = dup_str(r->node);
         m->size = r->size;
         m->mtime_ns = r->mtime_ns;

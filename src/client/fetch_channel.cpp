@@ -2,6 +2,7 @@
 #include "fetch_channel.hpp"
 
 #include <cerrno>
+#include "common/json_text.hpp"
 
 namespace dyad::client {
 
@@ -86,10 +87,10 @@ Status verify_trailer(const nlohmann::json& trailer, const Received& got,
     auto want = dtl::meta_u64(trailer, "size");
     auto want_hash = dtl::meta_str(trailer, "xxh3");
     if (!want || !want_hash)
-        return Status(
-            DYAD_RC_BADRPC,
-            "the end of the fetch of '" + upath + "' lacks its size or checksum: " + trailer.dump(),
-            EPROTO);
+        return Status(DYAD_RC_BADRPC,
+                      "the end of the fetch of '" + upath + "' lacks its size or checksum: " +
+                          trailer.dump(-1, ' ', false, kBadUtf8Replaced),
+                      EPROTO);
     // In-kernel copies (LOCAL) never pass through this process: their size
     // is checked, and the owner held the file's lock while they ran.
     if (got.bytes != *want || (!got.kernel_copied && got.xxh3 != *want_hash))

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "paths.hpp"
 
+#include <cstdio>
+
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -75,10 +77,75 @@ std::string canonical_path(std::string_view path) {
     return abs;
 }
 
+namespace {
+
+// Length of the UTF-8 sequence at s[i] (1 to 4), or 0 if it is not one:
+// a stray continuation byte, a truncated sequence, an overlong form, a
+// surrogate or a code point past U+10FFFF.
+size_t utf8_at(std::string_view s, size_t i) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+    const unsigned char c = b(i);
+    if (c < 0x80) return 1;
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        if (c == 0xe0) lo = 0xa0;  // overlong
+        if (c == 0xed) hi = 0x9f;  // surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        if (c == 0xf0) lo = 0x90;  // overlong
+        if (c == 0xf4) hi = 0x8f;  // past U+10FFFF
+    } else {
+        return 0;
+    }
+    if (i + n > s.size() || b(i + 1) < lo || b(i + 1) > hi) return 0;
+    for (size_t k = 2; k < n; ++k)
+        if (b(i + k) < 0x80 || b(i + k) > 0xbf) return 0;
+    return n;
+}
+
+// The path as text a message can carry: bytes that are not UTF-8 as \xNN.
+std::string shown(std::string_view s) {
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+        size_t n = utf8_at(s, i);
+        if (n) {
+            out.append(s.substr(i, n));
+            i += n;
+        } else {
+            char hex[8];
+            std::snprintf(hex, sizeof hex, "\\x%02X", static_cast<unsigned char>(s[i]));
+            out += hex;
+            ++i;
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+bool valid_utf8(std::string_view s) {
+    for (size_t i = 0; i < s.size();) {
+        size_t n = utf8_at(s, i);
+        if (!n) return false;
+        i += n;
+    }
+    return true;
+}
+
 Result<std::string> normalize_upath(std::string_view upath) {
     if (upath.empty()) return Status(DYAD_RC_BADFIO, "empty file path", EINVAL);
     if (upath.find('\0') != std::string_view::npos)
         return Status(DYAD_RC_BADFIO, "file path contains a NUL byte", EINVAL);
+    // Paths travel in JSON (docs/wire-protocol.md), which holds UTF-8 only.
+    if (!valid_utf8(upath))
+        return Status(DYAD_RC_BADFIO,
+                      "file path '" + shown(upath) +
+                          "' is not UTF-8: DYAD moves files whose paths are UTF-8 (rename it)",
+                      EILSEQ);
     if (upath[0] == '/')
         return Status(DYAD_RC_BADFIO,
                       "absolute path '" + std::string(upath) +

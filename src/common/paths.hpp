@@ -22,9 +22,14 @@ std::string canonical_path(std::string_view path);
 // DYAD's own directory inside a managed directory (the consumer's locks).
 inline constexpr const char* kReservedDir = ".dyad";
 
+// Whether s is well-formed UTF-8 (no overlong forms, surrogates, or code
+// points past U+10FFFF).
+bool valid_utf8(std::string_view s);
+
 // Checks a path relative to a managed directory and returns its normal form
-// ("a//./b" -> "a/b", "sub/../f" -> "f"). Refuses empty, absolute, NUL, a
-// ".." that leaves the directory, and paths under kReservedDir.
+// ("a//./b" -> "a/b", "sub/../f" -> "f"). Refuses empty, not UTF-8 (EILSEQ),
+// absolute, NUL, a ".." that leaves the directory, and paths under
+// kReservedDir.
 Result<std::string> normalize_upath(std::string_view upath);
 
 // A managed directory: remembers its given and canonical forms.

@@ -31,6 +31,7 @@
 #include "common/fd.hpp"
 #include "common/log.hpp"
 #include "common/status.hpp"
+#include "common/json_text.hpp"
 
 namespace dyad::dtl {
 
@@ -88,10 +89,10 @@ class FetchChannel {
         auto m = next();
         if (!m) return m;
         if (m->kind != Kind::answer)
-            return Status(
-                DYAD_RC_BADRPC,
-                std::string("unexpected first frame in a ") + what + " fetch: " + m->meta.dump(),
-                EPROTO);
+            return Status(DYAD_RC_BADRPC,
+                          std::string("unexpected first frame in a ") + what +
+                              " fetch: " + m->meta.dump(-1, ' ', false, kBadUtf8Replaced),
+                          EPROTO);
         return m;
     }
     // The END trailer, which must come next (nothing more is expected).
@@ -174,7 +175,7 @@ class AckWindow {
             (in_order_ && *seq != base_)) {
             ++bogus_;
             DYAD_WARN("dtl", "ignored an acknowledgement of no outstanding chunk: %s",
-                      update.dump().c_str());
+                      update.dump(-1, ' ', false, kBadUtf8Replaced).c_str());
             return std::nullopt;
         }
         std::optional<T> out = std::move(items_[*seq - base_]);

@@ -43,6 +43,7 @@
 #include "dtl.hpp"
 #include "ofi.hpp"
 #include "plugin.h"
+#include "common/json_text.hpp"
 
 namespace dyad::dtl {
 namespace {
@@ -260,7 +261,9 @@ class OfiReceiver : public Receiver {
         if (!f) return f.status();
         auto size_field = meta_u64(f->meta, "size");
         if (!size_field || f->data_len != 0)
-            return Status(DYAD_RC_BADRPC, "bad first answer in an OFI fetch: " + f->meta.dump(),
+            return Status(DYAD_RC_BADRPC,
+                          "bad first answer in an OFI fetch: " +
+                              f->meta.dump(-1, ' ', false, kBadUtf8Replaced),
                           EPROTO);
         uint64_t size = *size_field;
         if (meta_u64(f->meta, "chunk") != kOfiChunk)

@@ -5,6 +5,7 @@
 #include "rpc/server.hpp"
 #include "store.hpp"
 #include "get_many.hpp"
+#include "common/json_text.hpp"
 
 namespace dyad::kvs {
 
@@ -193,7 +194,7 @@ void MemoryStore::assign_rank(const std::string& key, std::string& value) const 
     if (!mine && next >= UINT32_MAX) return;  // no dense rank left: the service has none
     j["rank"] = mine ? *mine : next;
     j["rank_source"] = "store";
-    value = j.dump();
+    value = j.dump(-1, ' ', false, kBadUtf8Replaced);
 }
 
 NamespaceUse MemoryStore::usage(const std::string& ns) const {

@@ -17,6 +17,7 @@
 
 #include "common/log.hpp"
 #include "common/settings.hpp"
+#include "common/json_text.hpp"
 
 namespace dyad::rpc {
 namespace {
@@ -176,7 +177,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
         cnonce = auth::new_nonce();
         hello["nonce"] = cnonce;
     }
-    Status s = c->send_frame(h, hello.dump(), deadline);
+    Status s = c->send_frame(h, hello.dump(-1, ' ', false, kBadUtf8Replaced), deadline);
     if (!s) return s.wrap("hello to " + uri);
     auto f = c->read_hello(deadline, hello_s);
     if (!f) return f.status();
@@ -213,7 +214,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
                           creds.key->path() + ")");
     nlohmann::json answer = {
         {"proof", creds.key->proof("dyad client", cnonce, snonce->get<std::string>())}};
-    s = c->send_frame(h, answer.dump(), deadline);
+    s = c->send_frame(h, answer.dump(-1, ' ', false, kBadUtf8Replaced), deadline);
     if (!s) return s.wrap("hello to " + uri);
     auto g = c->read_hello(deadline, hello_s);
     if (!g) return g.status();
@@ -377,7 +378,7 @@ Result<uint32_t> Connection::send_request(const std::string& topic, nlohmann::js
     loss_ = Loss::none;
     sent_any_ = read_any_ = false;
     sending_request_ = true;
-    Status s = send_frame(h, args.dump(), deadline);
+    Status s = send_frame(h, args.dump(-1, ' ', false, kBadUtf8Replaced), deadline);
     sending_request_ = false;
     if (!s) return s;
     return tag;
@@ -437,7 +438,7 @@ Status Connection::send_update(uint32_t tag, const nlohmann::json& meta, Deadlin
     Header h;
     h.type = Type::update;
     h.tag = tag;
-    return send_frame(h, meta.dump(), deadline);
+    return send_frame(h, meta.dump(-1, ' ', false, kBadUtf8Replaced), deadline);
 }
 
 Status Connection::error_status(const Frame& f, const std::string& context) {

@@ -2,6 +2,7 @@
 // The server side of one request: its answer frames, cancellation and
 // deadline, forwarded to the loop and its session.
 #include "session.hpp"
+#include "common/json_text.hpp"
 
 namespace dyad::rpc {
 
@@ -51,7 +52,8 @@ void Request::respond(nlohmann::json meta, asio::const_buffer data, WriteDone do
         Header h;
         h.type = Type::response;
         h.tag = self->tag_;
-        s->send(h, meta.is_null() ? std::string() : meta.dump(), data, std::move(done));
+        s->send(h, meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced),
+                data, std::move(done));
     });
 }
 
@@ -60,19 +62,20 @@ void Request::respond_file(nlohmann::json meta, int fd, uint64_t off, size_t len
     // The fd is duplicated now, on the caller's thread, so it may be closed
     // as soon as this returns.
     auto dup = std::make_shared<UniqueFd>(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-    asio::dispatch(io_,
-                   [self, meta = std::move(meta), dup, off, len, done = std::move(done)]() mutable {
-                       auto s = self->session_.lock();
-                       if (self->finished_ || !s || !dup->valid()) {
-                           if (done) done(false);
-                           return;
-                       }
-                       Header h;
-                       h.type = Type::response;
-                       h.tag = self->tag_;
-                       s->send_file(h, meta.is_null() ? std::string() : meta.dump(), dup->get(),
-                                    off, len, std::move(done));
-                   });
+    asio::dispatch(
+        io_, [self, meta = std::move(meta), dup, off, len, done = std::move(done)]() mutable {
+            auto s = self->session_.lock();
+            if (self->finished_ || !s || !dup->valid()) {
+                if (done) done(false);
+                return;
+            }
+            Header h;
+            h.type = Type::response;
+            h.tag = self->tag_;
+            s->send_file(
+                h, meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced),
+                dup->get(), off, len, std::move(done));
+        });
 }
 
 void Request::respond_with_fd(nlohmann::json meta, int fd, WriteDone done) {
@@ -89,8 +92,9 @@ void Request::respond_with_fd(nlohmann::json meta, int fd, WriteDone done) {
         Header h;
         h.type = Type::response;
         h.tag = self->tag_;
-        s->send_with_fd(h, meta.is_null() ? std::string() : meta.dump(), std::move(*dup),
-                        std::move(done));
+        s->send_with_fd(
+            h, meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced),
+            std::move(*dup), std::move(done));
     });
 }
 
@@ -110,10 +114,13 @@ void Request::end(nlohmann::json meta, std::string data) {
             h.type = Type::end;
             h.tag = self->tag_;
             if (bytes->empty())
-                s->send(h, meta.is_null() ? std::string() : meta.dump(), {}, {});
+                s->send(
+                    h, meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced),
+                    {}, {});
             else
-                s->send(h, meta.is_null() ? std::string() : meta.dump(), asio::buffer(*bytes),
-                        [bytes](bool) {});
+                s->send(
+                    h, meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced),
+                    asio::buffer(*bytes), [bytes](bool) {});
             s->request_finished(self->tag_);
         }
     });
@@ -131,7 +138,7 @@ void Request::error(int errnum, const std::string& msg, dyad_rc_t rc) {
             h.tag = self->tag_;
             h.errnum = errnum;
             nlohmann::json m = {{"msg", msg}, {"rc", static_cast<int>(rc)}};
-            s->send(h, m.dump(), {}, {});
+            s->send(h, m.dump(-1, ' ', false, kBadUtf8Replaced), {}, {});
             s->request_finished(self->tag_);
         }
     });
@@ -189,7 +196,7 @@ void Request::cancel(int why) {
             h.errnum = ETIMEDOUT;
             nlohmann::json m = {{"msg", "request deadline passed on the service"},
                                 {"rc", static_cast<int>(DYAD_RC_TIMEOUT)}};
-            s->send(h, m.dump(), {}, {});
+            s->send(h, m.dump(-1, ' ', false, kBadUtf8Replaced), {}, {});
         }
         s->request_finished(tag_);
     }

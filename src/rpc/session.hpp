@@ -25,6 +25,7 @@
 #include "common/fd.hpp"
 #include "common/log.hpp"
 #include "server.hpp"
+#include "common/json_text.hpp"
 
 namespace dyad::rpc {
 
@@ -237,7 +238,8 @@ class Session : public std::enable_shared_from_this<Session> {
                 e.type = Type::error;
                 e.errnum = EPROTO;
                 nlohmann::json m = {{"msg", s.message()}, {"rc", static_cast<int>(DYAD_RC_BADRPC)}};
-                self->send(e, m.dump(), {}, [self](bool) { self->close(); });
+                self->send(e, m.dump(-1, ' ', false, kBadUtf8Replaced), {},
+                           [self](bool) { self->close(); });
                 return;
             }
             self->read_body();
@@ -290,7 +292,7 @@ class Session : public std::enable_shared_from_this<Session> {
         e.errnum = EPROTO;
         nlohmann::json m = {{"msg", msg}, {"rc", static_cast<int>(DYAD_RC_BADRPC)}};
         auto self = shared_from_this();
-        send(e, m.dump(), {}, [self](bool) { self->close(); });
+        send(e, m.dump(-1, ' ', false, kBadUtf8Replaced), {}, [self](bool) { self->close(); });
     }
 
     // Returns false when the session must stop reading.
@@ -312,7 +314,7 @@ class Session : public std::enable_shared_from_this<Session> {
             e.errnum = EUSERS;
             nlohmann::json m = {{"msg", over_cap_}, {"rc", static_cast<int>(DYAD_RC_CONNFAIL)}};
             auto self = shared_from_this();
-            send(e, m.dump(), {}, [self](bool) { self->close(); });
+            send(e, m.dump(-1, ' ', false, kBadUtf8Replaced), {}, [self](bool) { self->close(); });
             return false;
         }
         if (!hello_done_) return handle_hello(meta);
@@ -408,7 +410,7 @@ class Session : public std::enable_shared_from_this<Session> {
             {"nonce", service_nonce_},
             {"proof", auth.key->proof("dyad service", client_nonce_, service_nonce_)},
             {"wire_version", kVersion}};
-        send(r, challenge.dump(), {}, {});
+        send(r, challenge.dump(-1, ' ', false, kBadUtf8Replaced), {}, {});
         return true;
     }
 
@@ -441,7 +443,7 @@ class Session : public std::enable_shared_from_this<Session> {
         r.type = Type::hello;
         nlohmann::json info = server_.hello_info();
         info["auth"] = server_.auth().key ? auth::kScheme : "none";
-        send(r, info.dump(), {}, {});
+        send(r, info.dump(-1, ' ', false, kBadUtf8Replaced), {}, {});
         return true;
     }
 
@@ -483,7 +485,7 @@ class Session : public std::enable_shared_from_this<Session> {
         e.errnum = EACCES;
         nlohmann::json m = {{"msg", msg}, {"rc", static_cast<int>(DYAD_RC_NOAUTH)}};
         auto self = shared_from_this();
-        send(e, m.dump(), {}, [self](bool) { self->close(); });
+        send(e, m.dump(-1, ' ', false, kBadUtf8Replaced), {}, [self](bool) { self->close(); });
         return false;
     }
 

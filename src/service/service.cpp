@@ -22,6 +22,7 @@
 #include "rpc/wire.hpp"
 #include "send_channel.hpp"
 #include "store_watch.hpp"
+#include "common/json_text.hpp"
 
 namespace dyad::service {
 namespace {
@@ -228,7 +229,8 @@ Status Service::start() {
         ext_ = opts_.external_store;
         ext_pool_ = std::make_unique<asio::thread_pool>(4);
         kvs::serve(*server_, *ext_, *ext_pool_);
-        auto e = ext_->register_service(id_, reg.dump(), Deadline::after(30));
+        auto e = ext_->register_service(id_, reg.dump(-1, ' ', false, kBadUtf8Replaced),
+                                        Deadline::after(30));
         if (!e)
             return Status(e.status())
                 .wrap("cannot register in the metadata store (" + ext_->describe() + ")");
@@ -244,7 +246,8 @@ Status Service::start() {
         if (!epoch) return Status(epoch.status()).wrap("embedded metadata store");
         store_ = std::make_unique<kvs::MemoryStore>(limits, epoch.value());
         kvs::serve(*server_, *store_);
-        auto v = store_->put(kServicesNamespace, id_, reg.dump(), id_);
+        auto v =
+            store_->put(kServicesNamespace, id_, reg.dump(-1, ' ', false, kBadUtf8Replaced), id_);
         if (!v) return v.status();
         mine = store_->get(kServicesNamespace, id_);
     } else {
@@ -257,7 +260,8 @@ Status Service::start() {
         store_watch_ = std::make_unique<StoreWatch>(
             *remote_, id_, opts_.kvs_uri,
             [this](const std::function<bool()>& stopping) { return rejoin(stopping); });
-        auto v = remote_->put(kServicesNamespace, id_, reg.dump(), Deadline::after(10));
+        auto v = remote_->put(kServicesNamespace, id_, reg.dump(-1, ' ', false, kBadUtf8Replaced),
+                              Deadline::after(10));
         if (!v)
             return Status(v.status())
                 .wrap("cannot register in the metadata store at " + opts_.kvs_uri +
@@ -286,7 +290,8 @@ Status Service::start() {
     DYAD_INFO(kSub, "service %s ready: rank %s, producer dir %s, endpoints %s, metadata %s",
               id_.c_str(),
               rank_ ? (std::to_string(*rank_) + " (" + rank_source_ + ")").c_str() : "none",
-              prod_dir_.c_str(), nlohmann::json(endpoints_).dump().c_str(),
+              prod_dir_.c_str(),
+              nlohmann::json(endpoints_).dump(-1, ' ', false, kBadUtf8Replaced).c_str(),
               opts_.kvs_uri.empty() ? "embedded" : opts_.kvs_uri.c_str());
     if (store_)
         DYAD_INFO(
@@ -699,7 +704,8 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
         if (it != published_.end()) before = it->second;
         published_[up] = pub;
     }
-    auto v = store_put(ns, key.value(), rec.to_json().dump(), replaces);
+    auto v =
+        store_put(ns, key.value(), rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), replaces);
     {
         std::lock_guard<std::mutex> lk(pub_mu_);
         if (v) {

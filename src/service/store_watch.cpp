@@ -6,6 +6,7 @@
 
 #include "common/log.hpp"
 #include "kvs/record.hpp"
+#include "common/json_text.hpp"
 
 namespace dyad::service {
 namespace {
@@ -151,7 +152,8 @@ kvs::Record Service::record_of(const std::string& up, const struct stat& sb) con
 }
 
 bool Service::rejoin(const std::function<bool()>& stopping) {
-    auto v = remote_->put(kServicesNamespace, id_, identity().dump(), Deadline::after(10));
+    auto v = remote_->put(kServicesNamespace, id_,
+                          identity().dump(-1, ' ', false, kBadUtf8Replaced), Deadline::after(10));
     if (!v) {
         DYAD_WARN(kSub, "cannot register again in the metadata store at %s: %s (trying again)",
                   opts_.kvs_uri.c_str(), v.status().to_string().c_str());
@@ -191,7 +193,9 @@ bool Service::rejoin(const std::function<bool()>& stopping) {
             continue;
         }
         auto rec = record_of(up, sb);
-        auto put = remote_->put(pub.ns, pub.key, rec.to_json().dump(), Deadline::after(30));
+        auto put =
+            remote_->put(pub.ns, pub.key, rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced),
+                         Deadline::after(30));
         if (!put) {
             ++failed;
             DYAD_WARN(kSub, "cannot publish '%s' again: %s", up.c_str(),

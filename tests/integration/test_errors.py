@@ -134,6 +134,33 @@ def test_cli_errors_name_the_problem(cluster):
     assert p.returncode == 1 and "not the directory" in p.stderr
 
 
+def test_paths_that_are_not_utf8_are_refused_clearly(cluster):
+    """A file name in Latin-1 (not UTF-8): refused with a message that shows
+    it, by the producer and by a consumer of several files, whose other
+    files still arrive; no process dies (nlohmann's dump would throw)."""
+    prod, cons = cluster[0], cluster[1]
+    bad = b"caf\xe9.bin"
+    with open(os.path.join(prod.dir.encode(), bad), "wb") as f:
+        f.write(b"x" * 100)
+    harness.write_file(prod.path("good.bin"), 1000)
+    prod.dyad("produce", prod.path("good.bin"))
+
+    def run(node, *args):
+        return subprocess.run([harness.DYAD.encode(), *args], env=node.env(DYAD_WAIT_TIMEOUT=5),
+                              capture_output=True, timeout=60)
+
+    p = run(prod, b"produce", os.path.join(prod.dir.encode(), bad))
+    assert p.returncode == 2, p.stderr
+    assert b"'caf\\xE9.bin' is not UTF-8" in p.stderr, p.stderr
+    for args in ([b"consume"], [b"--json", b"consume"]):
+        p = run(cons, *args, cons.path("good.bin").encode(), os.path.join(cons.dir.encode(), bad))
+        assert p.returncode == 2, p.stderr
+        assert b"is not UTF-8" in p.stderr and b"rename it" in p.stderr, p.stderr
+        assert harness.sha256(cons.path("good.bin")) == harness.sha256(prod.path("good.bin"))
+        os.unlink(cons.path("good.bin"))
+    assert_still_serving(prod)
+
+
 def test_key_generation_vectors(cluster):
     n = cluster[0]
     assert n.dyad("key", "1/data0.txt").stdout.strip() == "263.2ce.2e1.1/data0.txt"

@@ -22,6 +22,27 @@ TEST(Paths, NormalizeRefusesEscapes) {
     EXPECT_FALSE(normalize_upath(".").is_ok());
 }
 
+TEST(Paths, Utf8IsCheckedAndTheRefusalShowsTheBytes) {
+    using dyad::valid_utf8;
+    EXPECT_TRUE(valid_utf8("plain/ascii.txt"));
+    EXPECT_TRUE(valid_utf8("caf\xc3\xa9/\xe2\x82\xac/\xf0\x9f\x98\x80"));  // e-acute, euro, emoji
+    EXPECT_TRUE(valid_utf8("\xf4\x8f\xbf\xbf"));                           // U+10FFFF
+    EXPECT_FALSE(valid_utf8("caf\xe9"));                                   // Latin-1
+    EXPECT_FALSE(valid_utf8("\x80"));                                      // continuation
+    EXPECT_FALSE(valid_utf8("\xc0\xaf"));                                  // overlong '/'
+    EXPECT_FALSE(valid_utf8("\xe0\x80\xaf"));                              // overlong
+    EXPECT_FALSE(valid_utf8("\xed\xa0\x80"));                              // surrogate
+    EXPECT_FALSE(valid_utf8("\xf4\x90\x80\x80"));                          // past U+10FFFF
+    EXPECT_FALSE(valid_utf8("\xe2\x82"));                                  // cut short
+    EXPECT_FALSE(valid_utf8("\xff"));
+    auto r = normalize_upath("dir/caf\xe9.bin");
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().err(), EILSEQ);
+    EXPECT_NE(r.status().message().find("'dir/caf\\xE9.bin' is not UTF-8"), std::string::npos)
+        << r.status().message();
+    EXPECT_TRUE(valid_utf8(r.status().message()));  // a message JSON can carry
+}
+
 TEST(Paths, ManagedMatchingIsOnComponents) {
     auto tmp = fs::temp_directory_path() / ("dyad-paths-" + std::to_string(getpid()));
     fs::create_directories(tmp / "dir");

@@ -20,6 +20,7 @@
 #include "common/log.hpp"
 #include "common/settings.hpp"
 #include "ucx.hpp"
+#include "common/json_text.hpp"
 
 namespace dyad::dtl::ucx {
 namespace {
@@ -170,7 +171,9 @@ class UcxReceiver : public Receiver {
         auto size_field = meta_u64(f->meta, "size");
         size_t chunk = meta_u64(f->meta, "chunk").value_or(kUcxChunk);
         if (!size_field || f->data_len != 0 || chunk == 0 || chunk > (64u << 20))
-            return Status(DYAD_RC_BADRPC, "bad first answer in a UCX fetch: " + f->meta.dump(),
+            return Status(DYAD_RC_BADRPC,
+                          "bad first answer in a UCX fetch: " +
+                              f->meta.dump(-1, ' ', false, kBadUtf8Replaced),
                           EPROTO);
         uint64_t size = *size_field;
         // Every receive lands in the window: a chunk larger than the window
@@ -361,9 +364,9 @@ class UcxReceiver : public Receiver {
             uint64_t expect = std::min<uint64_t>(chunk, size - received);
             if (!slot || !len || *slot != seq % nslots || *len != expect)
                 return Status(DYAD_RC_BADFETCH,
-                              "UCX put notice " + g->meta.dump() + ", expected slot " +
-                                  std::to_string(seq % nslots) + " (" + std::to_string(expect) +
-                                  " bytes)",
+                              "UCX put notice " + g->meta.dump(-1, ' ', false, kBadUtf8Replaced) +
+                                  ", expected slot " + std::to_string(seq % nslots) + " (" +
+                                  std::to_string(expect) + " bytes)",
                               EPROTO);
             Status w = sink.write(c_->window() + *slot * chunk, static_cast<size_t>(*len));
             if (!w) return w;

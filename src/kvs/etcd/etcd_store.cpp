@@ -8,6 +8,7 @@
 #include "common/log.hpp"
 #include "etcd_client.hpp"
 #include "etcd_watch.hpp"
+#include "common/json_text.hpp"
 
 namespace dyad::kvs::etcd {
 namespace {
@@ -175,7 +176,7 @@ class EtcdStore final : public ServiceStore {
         {
             std::lock_guard<std::mutex> lk(lease_mu_);
             reg_id_ = id;
-            reg_value_ = j.dump();
+            reg_value_ = j.dump(-1, ' ', false, kBadUtf8Replaced);
         }
         Status s = grant_and_put(d);
         if (!s) return s;
