@@ -24,9 +24,9 @@ nlohmann::json Record::to_json() const {
 namespace {
 
 // Reads a record's fields as the parser meets them, without building the
-// document (a consumer reads one record per file: the tree of maps and its
-// allocations were ~7% of `dyad consume`'s CPU on 10,000 small files, and
-// the parse half of the rest). Unknown fields, of any shape, are skipped.
+// document: a consumer reads one record per file, and building the tree of
+// maps took half of each read (measured 6.0 against 3.1 us per record).
+// Unknown fields, of any shape, are skipped.
 // The rules are those of the record's format (docs/design.md, the store's
 // "Value"): path, owner, endpoints and size are required; numbers must be
 // integers (a float such as 1e300 converted to an integer would be
