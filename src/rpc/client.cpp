@@ -462,7 +462,8 @@ Status Connection::error_status(const Frame& f, const std::string& context) {
 }
 
 Result<nlohmann::json> Connection::call(const std::string& topic, nlohmann::json args,
-                                        Deadline deadline, double grace_s, std::string* data) {
+                                        Deadline deadline, double grace_s, std::string* data,
+                                        size_t data_max) {
     auto tag = send_request(topic, std::move(args), deadline);
     if (!tag) return tag.status();
     Deadline read_deadline =
@@ -475,7 +476,15 @@ Result<nlohmann::json> Connection::call(const std::string& topic, nlohmann::json
             const bool answer = f->header.tag == tag.value() &&
                                 (f->header.type == Type::response || f->header.type == Type::end);
             Status s;
-            if (data && answer) {  // at most kMaxData: read_frame checked the header
+            if (data && answer) {
+                if (f->header.data_len > data_max) {
+                    broken_ = true;
+                    return Status(DYAD_RC_BADRPC,
+                                  topic + " answered with " + std::to_string(f->header.data_len) +
+                                      " bytes of data, more than the " + std::to_string(data_max) +
+                                      " it may",
+                                  EPROTO);
+                }
                 data->resize(f->header.data_len);
                 s = read_data(data->data(), data->size(), read_deadline);
             } else {
@@ -533,7 +542,7 @@ void ConnectionPool::put(std::unique_ptr<Connection> c) {
 Result<nlohmann::json> ConnectionPool::call(const std::string& uri, const std::string& topic,
                                             const nlohmann::json& args, Deadline deadline,
                                             double grace_s, bool idempotent, bool* connect_failed,
-                                            std::string* data) {
+                                            std::string* data, size_t data_max) {
     if (connect_failed) *connect_failed = false;
     for (int attempt = 0;; ++attempt) {
         auto c = get(uri, deadline);
@@ -541,7 +550,7 @@ Result<nlohmann::json> ConnectionPool::call(const std::string& uri, const std::s
             if (connect_failed) *connect_failed = true;
             return c.status();
         }
-        auto r = c.value()->call(topic, args, deadline, grace_s, data);
+        auto r = c.value()->call(topic, args, deadline, grace_s, data, data_max);
         if (!r && attempt == 0 && c.value()->reused() &&
             c.value()->lost_before_request(idempotent) && !deadline.expired()) {
             DYAD_DEBUG("rpc",

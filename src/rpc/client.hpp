@@ -89,9 +89,12 @@ class Connection {
     // Request with a single answer (response or end); errors become Status.
     // grace_s extends the wait for the answer past the deadline sent to the
     // service, so that the service's own timeout error can arrive. The
-    // answer's data, if any, goes to *data when given (else it is skipped).
+    // answer's data, if any, goes to *data when given (else it is skipped);
+    // more than data_max bytes of it is EPROTO, and the connection is
+    // dropped unread (a peer cannot make the caller hold 64 MiB).
     Result<nlohmann::json> call(const std::string& topic, nlohmann::json args, Deadline deadline,
-                                double grace_s = 0, std::string* data = nullptr);
+                                double grace_s = 0, std::string* data = nullptr,
+                                size_t data_max = kMaxMeta);
 
     // Turns an error frame into a Status.
     static Status error_status(const Frame& f, const std::string& context);
@@ -165,7 +168,7 @@ class ConnectionPool {
     Result<nlohmann::json> call(const std::string& uri, const std::string& topic,
                                 const nlohmann::json& args, Deadline deadline, double grace_s = 0,
                                 bool idempotent = false, bool* connect_failed = nullptr,
-                                std::string* data = nullptr);
+                                std::string* data = nullptr, size_t data_max = kMaxMeta);
     // Requests sent again by call() on a fresh connection.
     uint64_t retries() const { return retries_.load(); }
 

@@ -166,6 +166,22 @@ TEST(GetMany, ARawAnswerThatDoesNotMatchTheKeysIsRefused) {
     EXPECT_EQ(r.status().err(), EPROTO);
 }
 
+TEST(GetMany, AnOversizedRawAnswerIsRefusedUnread) {
+    // The answer of 1,024 keys holds at most 512 KiB of values: 2 MiB is a
+    // store that lies, refused before anything is allocated for it.
+    test_support::ServerLoop liar([](rpc::Server& s) {
+        s.handle("kvs.get_many", [](std::shared_ptr<rpc::Request> r) {
+            r->end({{"format", "raw"}, {"count", 1}}, std::string(2u << 20, '\0'));
+        });
+    });
+    rpc::ConnectionPool pool;
+    auto r = kvs::get_many(pool, liar.uri, "ns", {"a"}, Deadline::after(5));
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().err(), EPROTO);
+    EXPECT_NE(r.status().message().find("more than the"), std::string::npos)
+        << r.status().message();
+}
+
 TEST(Sync, PrefixMatchesWholeComponents) {
     using client::under_prefix;
     EXPECT_TRUE(under_prefix("a/b", ""));
