@@ -2,6 +2,7 @@
 #include "record.hpp"
 
 #include <cstdlib>
+#include <iterator>
 
 #include "common/keygen.hpp"
 
@@ -147,46 +148,19 @@ class RecordReader final : public nlohmann::json_sax<nlohmann::json> {
         other
     };
 
+    // The record's field names, in the order of Field (other has none).
+    static constexpr const char* kNames[] = {"path",      "owner", "node",     "producer_dir",
+                                             "endpoints", "size",  "mtime_ns", "mode",
+                                             "ino",       "rank"};
+    static_assert(std::size(kNames) == static_cast<size_t>(Field::other));
+
     static Field field_of(const std::string& k) {
-        static const std::pair<const char*, Field> names[] = {{"path", Field::path},
-                                                              {"owner", Field::owner},
-                                                              {"node", Field::node},
-                                                              {"producer_dir", Field::producer_dir},
-                                                              {"endpoints", Field::endpoints},
-                                                              {"size", Field::size},
-                                                              {"mtime_ns", Field::mtime_ns},
-                                                              {"mode", Field::mode},
-                                                              {"ino", Field::ino},
-                                                              {"rank", Field::rank}};
-        for (const auto& [n, f] : names)
-            if (k == n) return f;
+        for (size_t i = 0; i < std::size(kNames); ++i)
+            if (k == kNames[i]) return static_cast<Field>(i);
         return Field::other;
     }
     const char* name() const {
-        switch (field_) {
-            case Field::path:
-                return "path";
-            case Field::owner:
-                return "owner";
-            case Field::node:
-                return "node";
-            case Field::producer_dir:
-                return "producer_dir";
-            case Field::endpoints:
-                return "endpoints";
-            case Field::size:
-                return "size";
-            case Field::mtime_ns:
-                return "mtime_ns";
-            case Field::mode:
-                return "mode";
-            case Field::ino:
-                return "ino";
-            case Field::rank:
-                return "rank";
-            default:
-                return "?";
-        }
+        return field_ == Field::other ? "?" : kNames[static_cast<size_t>(field_)];
     }
     // A value directly under the record (not inside an unknown field).
     bool value_here() const { return depth_ == 1; }
