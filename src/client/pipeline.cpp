@@ -2,7 +2,9 @@
 // Client::consume_many: many files with several in flight.
 //
 // 1. Every path is checked and keyed; the files produced already are found
-//    with batched lookups (kvs.get_many, up to kBatch keys a request).
+//    with batched lookups (kvs.get_many, up to kBatch keys a request), on
+//    the calling thread while the workers fetch what the earlier batches
+//    found (the first batch is small, so that fetching starts early).
 // 2. A window of workers fetches the files whose record is known, in any
 //    order; each fetch is an ordinary consume_with (one lock, one staging
 //    file, checksum, atomic rename), so a file is still whole and checked.
@@ -18,6 +20,7 @@
 //    (DYAD_WAIT_TIMEOUT from the start of the call).
 // docs/design.md, "Pipelined consume", says why it is built this way.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -34,6 +37,7 @@ namespace dyad::client {
 namespace {
 
 constexpr size_t kBatch = 512;           // keys per kvs.get_many
+constexpr size_t kFirstBatch = 64;       // ... in the first, which the workers wait for
 constexpr double kPollFirst = 0.02;      // seconds between looks for missing files, at first
 constexpr double kPollMax = 1.0;         // ... growing to this while nothing appears
 constexpr double kLookupTimeout = 30.0;  // one kvs.get_many
@@ -106,7 +110,8 @@ std::vector<Status> Client::consume_many(const std::vector<std::string>& paths,
     const std::string nspace = ns(svc.value());
     const std::string uri = store_uri(svc.value());
     auto st = store();
-    bool batched = st && dynamic_cast<kvs::RpcStore*>(st.value()) != nullptr;
+    // Read by the workers, turned off by the calling thread's lookups.
+    std::atomic<bool> batched{st && dynamic_cast<kvs::RpcStore*>(st.value()) != nullptr};
 
     // Looks up `which` (indices) in batches. Found: their records, as
     // (index, record); a record that is not the path's is that file's
@@ -143,26 +148,15 @@ std::vector<Status> Client::consume_many(const std::vector<std::string>& paths,
     std::deque<size_t> ready;  // record known: to fetch
     std::vector<char> missing(n, 0);
     size_t missing_count = 0;
-    {
-        std::vector<size_t> found;
-        batch_lookup(valid, &found);
-        std::vector<char> is_found(n, 0);
-        for (size_t i : found) {
-            is_found[i] = 1;
-            ready.push_back(i);
-        }
-        for (size_t i : valid)
-            if (!is_found[i]) {
-                missing[i] = 1;
-                ++missing_count;
-            }
-    }
+    // The first lookups are still going: workers that run out of files wait
+    // for more instead of ending.
+    bool looking = true;
     const unsigned window =
         std::max(1u, std::min<unsigned>(options.window ? options.window : cfg_.consume_window,
                                         static_cast<unsigned>(std::min<size_t>(n, 1024))));
     // Without batched lookups nothing else finds the missing files: every
     // worker may wait for one.
-    const unsigned max_waiting = batched ? std::max(1u, window / 2) : window;
+    auto max_waiting = [&] { return batched ? std::max(1u, window / 2) : window; };
     unsigned waiting = 0;
     size_t next_missing = 0;  // where workers look for a missing file to wait for
 
@@ -210,7 +204,7 @@ std::vector<Status> Client::consume_many(const std::vector<std::string>& paths,
                 lk.lock();
                 continue;
             }
-            if (missing_count > 0 && waiting < max_waiting) {
+            if (missing_count > 0 && waiting < max_waiting()) {
                 while (!missing[next_missing]) next_missing = (next_missing + 1) % n;
                 size_t i = next_missing;
                 missing[i] = 0;
@@ -228,16 +222,39 @@ std::vector<Status> Client::consume_many(const std::vector<std::string>& paths,
                 cv.notify_all();
                 continue;
             }
-            if (ready.empty() && missing_count == 0) return;
+            if (!looking && ready.empty() && missing_count == 0) return;
             cv.wait(lk);
         }
     };
     std::vector<std::thread> workers;
     for (unsigned w = 0; w < window; ++w) workers.emplace_back(worker);
 
+    // The first lookups, a batch at a time, each batch's files fetched by
+    // the workers while the next is looked up. The first batch is small so
+    // that the workers start early.
+    std::vector<char> is_found(n, 0);
+    for (size_t at = 0, chunk = kFirstBatch; at < valid.size(); at += chunk, chunk = kBatch) {
+        const size_t end = std::min(valid.size(), at + chunk);
+        std::vector<size_t> which(valid.begin() + static_cast<std::ptrdiff_t>(at),
+                                  valid.begin() + static_cast<std::ptrdiff_t>(end));
+        std::vector<size_t> found;
+        batch_lookup(which, &found);
+        for (size_t i : found) is_found[i] = 1;
+        std::lock_guard<std::mutex> lk(m);
+        for (size_t i : found) ready.push_back(i);
+        for (size_t i : which)
+            if (!is_found[i]) {
+                missing[i] = 1;
+                ++missing_count;
+            }
+        cv.notify_all();
+    }
+
     // 3. The calling thread looks for the missing files that appear.
     double pause = kPollFirst;
     std::unique_lock<std::mutex> lk(m);
+    looking = false;
+    cv.notify_all();
     while (finished < n) {
         cv.wait_for(lk, std::chrono::duration<double>(pause));
         if (!batched || missing_count == 0 || finished >= n) continue;
