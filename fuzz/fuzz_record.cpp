@@ -3,7 +3,8 @@
 // it, read by consumers with Record::from_json, and checked by the store's
 // check_put before it is kept. Properties: no crash, no exception, no
 // undefined conversion; a record that parses survives to_json and back
-// unchanged; check_put lets a service write only records naming it owner.
+// unchanged; the one-pass reading agrees with the full one; check_put lets
+// a service write only records naming it owner.
 #include <cstdint>
 #include <string>
 
@@ -17,6 +18,18 @@ using namespace dyad;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string text(reinterpret_cast<const char*>(data), size);
     auto r = kvs::Record::from_json(text, 7);
+    // The one-pass reading of canonical text reads what the SAX reading
+    // reads, where it reads at all.
+    if (auto fast = kvs::detail::read_canonical(text)) {
+        auto full = kvs::detail::read_any(text);
+        FUZZ_CHECK(full);
+        const kvs::Record& f = *fast;
+        const kvs::Record& g = full.value();
+        FUZZ_CHECK(f.upath == g.upath && f.owner == g.owner && f.node == g.node &&
+                   f.producer_dir == g.producer_dir && f.endpoints == g.endpoints &&
+                   f.size == g.size && f.mtime_ns == g.mtime_ns && f.mode == g.mode &&
+                   f.ino == g.ino && f.rank == g.rank);
+    }
     if (r) {
         const kvs::Record& a = r.value();
         (void)a.owner_rank();

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <iterator>
+#include <string_view>
 
 #include "common/keygen.hpp"
 
@@ -23,6 +24,32 @@ nlohmann::json Record::to_json() const {
 }
 
 namespace {
+
+// The record's fields.
+enum class Field {
+    path,
+    owner,
+    node,
+    producer_dir,
+    endpoints,
+    size,
+    mtime_ns,
+    mode,
+    ino,
+    rank,
+    other
+};
+
+// Their names, in the order of Field (other has none).
+constexpr const char* kNames[] = {"path", "owner",    "node", "producer_dir", "endpoints",
+                                  "size", "mtime_ns", "mode", "ino",          "rank"};
+static_assert(std::size(kNames) == static_cast<size_t>(Field::other));
+
+Field field_of(std::string_view k) {
+    for (size_t i = 0; i < std::size(kNames); ++i)
+        if (k == kNames[i]) return static_cast<Field>(i);
+    return Field::other;
+}
 
 // Reads a record's fields as the parser meets them, without building the
 // document: a consumer reads one record per file, and building the tree of
@@ -134,31 +161,6 @@ class RecordReader final : public nlohmann::json_sax<nlohmann::json> {
     }
 
   private:
-    enum class Field {
-        path,
-        owner,
-        node,
-        producer_dir,
-        endpoints,
-        size,
-        mtime_ns,
-        mode,
-        ino,
-        rank,
-        other
-    };
-
-    // The record's field names, in the order of Field (other has none).
-    static constexpr const char* kNames[] = {"path",      "owner", "node",     "producer_dir",
-                                             "endpoints", "size",  "mtime_ns", "mode",
-                                             "ino",       "rank"};
-    static_assert(std::size(kNames) == static_cast<size_t>(Field::other));
-
-    static Field field_of(const std::string& k) {
-        for (size_t i = 0; i < std::size(kNames); ++i)
-            if (k == kNames[i]) return static_cast<Field>(i);
-        return Field::other;
-    }
     const char* name() const {
         return field_ == Field::other ? "?" : kNames[static_cast<size_t>(field_)];
     }
@@ -235,16 +237,167 @@ class RecordReader final : public nlohmann::json_sax<nlohmann::json> {
     std::string error_;
 };
 
+// The text to_json().dump() writes, read in one pass: an object whose
+// values are strings, integers and arrays of strings, with no whitespace,
+// escapes, control characters or bytes past ASCII. Anything else is left to
+// RecordReader, as is every record with something wrong in it: this reading
+// never refuses, it only declines (nullopt). Where it reads, it reads what
+// RecordReader reads (tests/unit/test_record.cpp and the fuzzer compare
+// them). Measured on a typical 305-byte record, 200,000 reads x 3:
+// 2.4-3.3 us per record through the SAX reader, 0.5 us here.
+class CanonicalReader {
+  public:
+    explicit CanonicalReader(std::string_view t) : p_(t.data()), e_(t.data() + t.size()) {}
+
+    std::optional<Record> read() {
+        Record r;
+        bool seen_path = false, seen_owner = false, seen_node = false, seen_endpoints = false,
+             seen_size = false;
+        std::string node;
+        if (!lit('{') || lit('}')) return std::nullopt;
+        do {
+            std::string_view key;
+            if (!string(&key) || !lit(':') || p_ == e_) return std::nullopt;
+            const Field f = field_of(key);
+            if (*p_ == '"') {
+                std::string_view v;
+                if (!string(&v)) return std::nullopt;
+                switch (f) {
+                    case Field::path:
+                        r.upath.assign(v);
+                        seen_path = true;
+                        break;
+                    case Field::owner:
+                        r.owner.assign(v);
+                        seen_owner = true;
+                        break;
+                    case Field::node:
+                        node.assign(v);
+                        seen_node = true;
+                        break;
+                    case Field::producer_dir:
+                        r.producer_dir.assign(v);
+                        break;
+                    case Field::other:
+                        break;
+                    default:
+                        return std::nullopt;
+                }
+            } else if (*p_ == '[') {
+                if (f != Field::endpoints) return std::nullopt;
+                ++p_;
+                r.endpoints.clear();
+                seen_endpoints = true;
+                if (!lit(']')) {
+                    do {
+                        std::string_view v;
+                        if (!string(&v)) return std::nullopt;
+                        r.endpoints.emplace_back(v);
+                    } while (lit(','));
+                    if (!lit(']')) return std::nullopt;
+                }
+            } else {
+                uint64_t v;
+                bool non_negative;
+                if (!integer(&v, &non_negative)) return std::nullopt;
+                switch (f) {
+                    case Field::size:
+                        r.size = v;
+                        seen_size = true;
+                        break;
+                    case Field::mtime_ns:
+                        r.mtime_ns = static_cast<int64_t>(v);
+                        break;
+                    case Field::mode:
+                        r.mode = static_cast<uint32_t>(v);
+                        break;
+                    case Field::ino:
+                        r.ino = v;
+                        break;
+                    case Field::rank:
+                        if (non_negative && v < UINT32_MAX)
+                            r.rank = static_cast<uint32_t>(v);
+                        else
+                            r.rank.reset();
+                        break;
+                    case Field::other:
+                        break;
+                    default:
+                        return std::nullopt;
+                }
+            }
+        } while (lit(','));
+        if (!lit('}') || p_ != e_ || !seen_path || !seen_owner || !seen_endpoints || !seen_size)
+            return std::nullopt;
+        r.node = seen_node ? std::move(node) : r.owner;
+        return r;
+    }
+
+  private:
+    bool lit(char c) {
+        if (p_ == e_ || *p_ != c) return false;
+        ++p_;
+        return true;
+    }
+    // "...": printable ASCII, no escapes.
+    bool string(std::string_view* out) {
+        if (!lit('"')) return false;
+        const char* start = p_;
+        for (; p_ != e_ && *p_ != '"'; ++p_) {
+            const auto c = static_cast<unsigned char>(*p_);
+            if (c < 0x20 || c == '\\' || c >= 0x80) return false;
+        }
+        if (p_ == e_) return false;
+        *out = std::string_view(start, static_cast<size_t>(p_ - start));
+        ++p_;
+        return true;
+    }
+    // -?(0|[1-9][0-9]*), as the JSON reader would hand it over: a value
+    // that fits 64 bits (at most 19 digits; -INT64_MAX at least), not a float.
+    bool integer(uint64_t* v, bool* non_negative) {
+        const bool negative = lit('-');
+        const char* start = p_;
+        uint64_t x = 0;
+        for (; p_ != e_ && *p_ >= '0' && *p_ <= '9'; ++p_)
+            x = x * 10 + static_cast<uint64_t>(*p_ - '0');
+        const size_t digits = static_cast<size_t>(p_ - start);
+        if (digits == 0 || digits > 19 || (digits > 1 && *start == '0') ||
+            (negative && x > static_cast<uint64_t>(INT64_MAX)))
+            return false;
+        if (p_ != e_ && (*p_ == '.' || *p_ == 'e' || *p_ == 'E')) return false;
+        *non_negative = !negative || x == 0;
+        *v = negative ? static_cast<uint64_t>(-static_cast<int64_t>(x)) : x;
+        return true;
+    }
+
+    const char* p_;
+    const char* e_;
+};
+
 }  // namespace
 
-Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
+namespace detail {
+
+std::optional<Record> read_canonical(std::string_view text) {
+    return CanonicalReader(text).read();
+}
+
+Result<Record> read_any(const std::string& text) {
     Record r;
     RecordReader reader(&r);
     bool parsed =
         nlohmann::json::sax_parse(text, &reader, nlohmann::json::input_format_t::json, true, false);
     Status s = reader.finish(parsed);
     if (!s) return s;
-    r.generation = generation;
+    return r;
+}
+
+}  // namespace detail
+
+Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
+    auto canonical = detail::read_canonical(text);
+    auto r = canonical ? Result<Record>(std::move(*canonical)) : detail::read_any(text);
+    if (r) r.value().generation = generation;
     return r;
 }
 

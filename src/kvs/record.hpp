@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,5 +32,15 @@ struct Record {
     static Result<Record> from_json(const std::string& text, uint64_t generation);
     uint32_t owner_rank() const;
 };
+
+// The two readings Record::from_json combines, for the tests and the fuzzer
+// that hold them to each other (the generation is left 0).
+namespace detail {
+// Only the text to_json().dump() writes (ASCII, no escapes, no whitespace,
+// integers of at most 64 bits); nullopt for anything else, right or wrong.
+std::optional<Record> read_canonical(std::string_view text);
+// Any JSON text, with the record format's rules and errors.
+Result<Record> read_any(const std::string& text);
+}  // namespace detail
 
 }  // namespace dyad::kvs
