@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "fs.hpp"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -58,6 +59,14 @@ Status FileSystem::pread_all(int fd, void* p, size_t n, uint64_t off, const std:
         ssize_t r = pread(fd, c + got, n - got, static_cast<off_t>(off + got));
         if (r < 0) {
             if (errno == EINTR) continue;
+            // A descriptor opened O_NONBLOCK (so that its open could not wait
+            // on a FIFO), on a filesystem that honours it for a regular file:
+            // blocking from now on.
+            if (errno == EAGAIN) {
+                int fl = ::fcntl(fd, F_GETFL);
+                if (fl >= 0 && (fl & O_NONBLOCK) && ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == 0)
+                    continue;
+            }
             return Status(DYAD_RC_BADFIO, "read of " + what + " failed", errno);
         }
         if (r == 0) return Status(DYAD_RC_BADFIO, what + " shrank while being served", EIO);

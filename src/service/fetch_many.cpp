@@ -4,7 +4,8 @@
 //
 // Request: {"files": [{"upath", "generation", "ns", "key"}, ...]}, at most
 // dtl::kFetchManyFiles. One job on a file thread takes each file in turn:
-// open, lock without waiting (try_shared_lock), check, then read whole,
+// open, lock without waiting (try_shared_lock), one fstat to check what it
+// is and that it is as published, then read whole,
 // hash and check again (read_whole, shared with send_whole). The loop then
 // queues one answer frame per file, in order: {"i", "size", "xxh3"} with
 // the bytes, or {"i", "rc", "errno", "msg"} without; then the END
@@ -12,6 +13,8 @@
 // kFetchManyFileMax, locked by its producer, no memory in the budget now)
 // is answered with its error; the consumer fetches it alone, the way that
 // waits. The request takes one fetch slot of its peer and one watchdog.
+#include <sys/stat.h>
+
 #include <chrono>
 #include <vector>
 
@@ -62,19 +65,31 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
         const auto t0 = std::chrono::steady_clock::now();
         for (OneFile& one : *files) {
             if (!one.error.is_ok() || r->finished()) continue;
-            auto fd = open_served_file(one.upath);
+            // One fstat, under the lock, says what the file is and whether
+            // it is as published; the descriptor stays non-blocking
+            // (pread_all copes with a filesystem that honours that).
+            auto fd = open_served(one.upath);
             if (!fd) {
                 one.error = fd.status();
                 continue;
             }
             Status locked = try_shared_lock(fd->get(), one.upath);
+            struct stat sb;
+            if (::fstat(fd->get(), &sb) != 0) {
+                one.error = Status(DYAD_RC_BADFIO, "stat of '" + one.upath + "' failed", errno);
+                continue;
+            }
+            if (Status kind = served_kind(one.upath, sb); !kind) {
+                one.error = kind;
+                continue;
+            }
             if (!locked) {  // held by its producer: EBUSY, the lone fetch waits
                 one.error =
                     locked.err() == EAGAIN ? Status(locked.rc(), locked.message(), EBUSY) : locked;
                 continue;
             }
             Snapshot snap;
-            Status ok = check_served(one.args, fd->get(), one.upath, &snap);
+            Status ok = check_served(one.args, sb, one.upath, &snap);
             if (!ok) {
                 if (ok.err() == ESTALE) refused_stale_++;
                 if (ok.err() == ENOENT) refused_unproduced_++;

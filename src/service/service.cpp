@@ -429,30 +429,37 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
     });
 }
 
-Result<UniqueFd> Service::open_served_file(const std::string& up) {
+Result<UniqueFd> Service::open_served(const std::string& up) {
     auto fd = open_beneath(prod_fd_.get(), up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
-    if (!fd) {
-        int e = fd.status().err();
-        if (e == ENOENT)
-            return Status(DYAD_RC_BADFIO, "no file '" + up + "' in producer directory " + prod_dir_,
-                          ENOENT);
-        if (e == EXDEV || e == ELOOP)
-            return Status(
-                DYAD_RC_BADFIO,
-                "'" + up + "' resolves outside producer directory " + prod_dir_ + ": refused",
-                EACCES);
-        if (e == EACCES || e == EPERM)
-            return Status(DYAD_RC_BADFIO, "service may not read '" + up + "' in " + prod_dir_,
-                          EACCES);
-        return fd.status();
-    }
-    struct stat sb;
-    if (::fstat(fd->get(), &sb) != 0)
-        return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
+    if (fd) return fd;
+    int e = fd.status().err();
+    if (e == ENOENT)
+        return Status(DYAD_RC_BADFIO, "no file '" + up + "' in producer directory " + prod_dir_,
+                      ENOENT);
+    if (e == EXDEV || e == ELOOP)
+        return Status(DYAD_RC_BADFIO,
+                      "'" + up + "' resolves outside producer directory " + prod_dir_ + ": refused",
+                      EACCES);
+    if (e == EACCES || e == EPERM)
+        return Status(DYAD_RC_BADFIO, "service may not read '" + up + "' in " + prod_dir_, EACCES);
+    return fd.status();
+}
+
+Status Service::served_kind(const std::string& up, const struct stat& sb) {
     if (S_ISDIR(sb.st_mode))
         return Status(DYAD_RC_BADFIO, "'" + up + "' is a directory, not a file", EISDIR);
     if (!S_ISREG(sb.st_mode))
         return Status(DYAD_RC_BADFIO, "'" + up + "' is not a regular file", EINVAL);
+    return Status::ok();
+}
+
+Result<UniqueFd> Service::open_served_file(const std::string& up) {
+    auto fd = open_served(up);
+    if (!fd) return fd;
+    struct stat sb;
+    if (::fstat(fd->get(), &sb) != 0)
+        return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
+    if (Status kind = served_kind(up, sb); !kind) return kind;
     // Blocking again (O_NONBLOCK only kept the open from waiting on a FIFO).
     // Of the flags F_SETFL changes, the open set O_NONBLOCK alone: clearing
     // all of them needs no F_GETFL first (one syscall per served file less).
@@ -588,6 +595,11 @@ Status Service::check_served(const nlohmann::json& a, int fd, const std::string&
                              Snapshot* snap) {
     struct stat sb;
     if (::fstat(fd, &sb) != 0) return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
+    return check_served(a, sb, up, snap);
+}
+
+Status Service::check_served(const nlohmann::json& a, const struct stat& sb, const std::string& up,
+                             Snapshot* snap) {
     if (Status one = one_name(up, sb); !one) return one;
     auto not_produced = [&](const std::string& why) {
         return Status(DYAD_RC_NOTFOUND,

@@ -167,6 +167,9 @@ class Service {
     // Whether the file open as `fd` is `up` as this service published it
     // (`a`: the fetch's fields, ns/key/generation): its snapshot if so.
     Status check_served(const nlohmann::json& a, int fd, const std::string& up, Snapshot* snap);
+    // The same, for the file as `sb` (its fstat under the lock) says it is.
+    Status check_served(const nlohmann::json& a, const struct stat& sb, const std::string& up,
+                        Snapshot* snap);
     // The metadata store from a file thread (the embedded one through the loop).
     Result<uint64_t> store_put(const std::string& ns, const std::string& key,
                                const std::string& value, uint64_t replaces = 0);
@@ -174,6 +177,11 @@ class Service {
     void on_status(std::shared_ptr<rpc::Request> r);
     // Opens a regular file beneath the producer directory (errors say why not).
     Result<UniqueFd> open_served_file(const std::string& upath);
+    // Its parts: the open alone (O_NONBLOCK, so that a FIFO does not hold
+    // the thread; any kind of file), and the check that `sb` is a regular
+    // file. dyad.fetch_many takes them apart to stat once, under the lock.
+    Result<UniqueFd> open_served(const std::string& upath);
+    static Status served_kind(const std::string& upath, const struct stat& sb);
     void try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
                   std::shared_ptr<dtl::FetchJob> job, int attempt);
     // A small file over the stream: read, hashed and checked on this file
