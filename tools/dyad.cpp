@@ -288,15 +288,27 @@ int print_consumed(const std::string& f, dyad::Status s, const dyad::client::Con
             dumped_sel = r.selection;
             sel_text = r.selection ? r.selection->dump(-1, ' ', false, kBadUtf8Replaced) : "null";
         }
-        std::string line = nlohmann::json{{"file", f},
-                                          {"action", r.action},
-                                          {"transport", r.transport},
-                                          {"endpoint", r.endpoint},
-                                          {"bytes", r.bytes},
-                                          {"wait_s", r.wait_s},
-                                          {"transfer_s", r.transfer_s}}
-                               .dump(-1, ' ', false, kBadUtf8Replaced);
-        line.pop_back();  // the closing brace
+        // Written field by field in the order a JSON object of them would
+        // dump (sorted keys), each value by nlohmann: building the object
+        // took a map and eight allocations per line (10,000 x 4 KiB with
+        // --json: ~1 us of the consumer's ~40 us per file).
+        auto text = [](const auto& v) {
+            return nlohmann::json(v).dump(-1, ' ', false, kBadUtf8Replaced);
+        };
+        std::string line = "{\"action\":";
+        line += text(r.action);
+        line += ",\"bytes\":";
+        line += std::to_string(r.bytes);
+        line += ",\"endpoint\":";
+        line += text(r.endpoint);
+        line += ",\"file\":";
+        line += text(f);
+        line += ",\"transfer_s\":";
+        line += text(r.transfer_s);
+        line += ",\"transport\":";
+        line += text(r.transport);
+        line += ",\"wait_s\":";
+        line += text(r.wait_s);
         line += ",\"selection\":";
         line += sel_text;
         line += "}\n";
