@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include "common/checksum.hpp"
 #include "common/keygen.hpp"
 #include "common/log.hpp"
@@ -24,6 +26,10 @@ namespace {
 
 constexpr const char* kSub = "client";
 constexpr double kControlTimeout = 30.0;  // connect, put, status
+// Seconds between looks for the new produce of a file changed since its
+// produce (consume_record): at first, and at most.
+constexpr double kStalePollFirst = 0.01;
+constexpr double kStalePollMax = 1.0;
 std::string seconds_text(std::optional<double> s) {
     if (!s) return "inf";
     char b[32];
@@ -381,11 +387,33 @@ Status Client::consume(const std::string& path, ConsumeReport* report) {
 
 Status Client::consume_record(const std::string& path, Record rec, ConsumeReport* report) {
     Status s = consume_with(path, rec, report);
-    // Produced again (or changed) since the lookup: look it up once more,
-    // a few times at most; a file that keeps changing is reported.
-    for (int again = 0; again < 3 && !s && s.err() == ESTALE; ++again) {
+    // ESTALE: the file is no longer the one the record describes.
+    // - Produced again since the lookup: looked up again and fetched, a few
+    //   times at most; a file that keeps being produced again is reported.
+    // - Changed since its produce, not produced again (yet): its producer is
+    //   writing it again, and the consumer waits for that produce as it
+    //   waits for a first one, until DYAD_WAIT_TIMEOUT (looking again every
+    //   10 ms at first, then less often, up to every second). A producer
+    //   that rewrites a file and produces it again must not make the
+    //   consumers that come in between fail (docs/design.md, "Produced
+    //   again").
+    const Deadline deadline = wait_deadline();
+    double pause = kStalePollFirst;
+    for (int again = 0; !s && s.err() == ESTALE;) {
         auto fresh = get_metadata(path, false);
-        if (!fresh || fresh->generation == rec.generation) break;
+        if (!fresh) break;
+        if (fresh->generation == rec.generation) {
+            if (deadline.expired())
+                return Status(s.rc(),
+                              s.message() + "; it was not produced again within " +
+                                  seconds_text(cfg_.wait_timeout) + " s (DYAD_WAIT_TIMEOUT)",
+                              s.err());
+            std::this_thread::sleep_for(
+                std::chrono::duration<double>(std::min(pause, deadline.remaining())));
+            pause = std::min(kStalePollMax, pause * 2);
+            continue;
+        }
+        if (++again > 3) break;
         rec = std::move(fresh.value());
         s = consume_with(path, rec, report);
     }

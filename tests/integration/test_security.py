@@ -220,7 +220,7 @@ def test_rewrite_during_a_fetch_installs_nothing(cluster):
     assert not s.done and s.error == 116, (s.done, s.error)  # ESTALE, no END
     assert prod.status()["counters"]["refused_stale"] >= 1
     # The CLI consumer is refused too (the file no longer matches its record).
-    p = cons.dyad("consume", cons.path("moving.bin"), check=False)
+    p = cons.dyad("consume", cons.path("moving.bin"), check=False, env_extra={"DYAD_WAIT_TIMEOUT": "1"})
     assert p.returncode == 5 and "changed since it was published" in p.stderr, p.stderr
     assert not os.path.exists(cons.path("moving.bin"))
     assert [n for n in os.listdir(cons.dir) if "dyad-" in n] == []

@@ -169,7 +169,9 @@ def test_reproduce_with_same_size_and_mtime_is_refetched(cluster):
 
 def test_file_changed_after_produce_is_served_only_once_produced_again(cluster):
     """Only the file as published is served: changed afterwards, it is
-    refused (ESTALE, nothing installed) until it is produced again."""
+    refused (ESTALE, nothing installed) until it is produced again. The
+    consumer waits for that produce as for a first one, until
+    DYAD_WAIT_TIMEOUT."""
     prod, cons = cluster[0], cluster[1]
     p = prod.path("grown.txt")
     with open(p, "w") as f:
@@ -177,10 +179,29 @@ def test_file_changed_after_produce_is_served_only_once_produced_again(cluster):
     prod.dyad("produce", p)
     with open(p, "a") as f:
         f.write("5678")  # changed after produce, not re-produced
-    r = cons.dyad("consume", cons.path("grown.txt"), check=False)
+    t0 = time.monotonic()
+    r = cons.dyad("consume", cons.path("grown.txt"), check=False, env_extra={"DYAD_WAIT_TIMEOUT": "1"})
     assert r.returncode == 5, r.stderr
     assert "changed since it was published" in r.stderr and "produced again" in r.stderr, r.stderr
+    assert "not produced again within 1 s (DYAD_WAIT_TIMEOUT)" in r.stderr, r.stderr
+    assert time.monotonic() - t0 >= 1.0
     assert not os.path.exists(cons.path("grown.txt"))
+    # A consumer that comes while the producer writes it again waits for
+    # the new produce, and gets the new bytes.
+    waiting = cons.dyad_async("--json", "consume", cons.path("grown.txt"), env_extra={"DYAD_WAIT_TIMEOUT": "60"})
+    time.sleep(0.5)
+    assert waiting.poll() is None, waiting.communicate()
+    with open(p, "a") as f:
+        f.write("90")
+    prod.dyad("produce", p)
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    assert json.loads(out)["action"] == "fetched"
+    with open(cons.path("grown.txt")) as f:
+        assert f.read() == "1234567890"
+    os.unlink(cons.path("grown.txt"))
+    with open(p, "w") as f:
+        f.write("12345678")
     prod.dyad("produce", p)
     assert json.loads(cons.dyad("--json", "consume", cons.path("grown.txt")).stdout)["action"] == "fetched"
     with open(cons.path("grown.txt")) as f:
