@@ -300,11 +300,22 @@ Result<bool> ConsumerStore::install_whole(const std::string& upath, const Record
     if (::fsetxattr(fd.get(), kStampAttr, stamp.data(), stamp.size(), 0) != 0 && errno != ENOTSUP &&
         errno != EOPNOTSUPP)
         DYAD_DEBUG(kSub, "cannot stamp '%s': %s", t.c_str(), std::strerror(errno));
-    // Linked by its /proc name (linkat with AT_EMPTY_PATH needs a
-    // capability).
+    // Linked by its descriptor where the kernel lets this process
+    // (flink_ok_), else by its /proc name, which costs a walk through
+    // /proc (on 10,000 x 4 KiB in tmpfs, ~1.5 of the ~17 us an install
+    // takes).
+    if (flink_ok_.load(std::memory_order_relaxed)) {
+        if (fs_.linkat(fd.get(), "", AT_FDCWD, t.c_str(), AT_EMPTY_PATH) == 0) return true;
+        // Refused (ENOENT without the capability), or the target's own
+        // error (EEXIST, a directory gone): the /proc name below says which.
+    }
     char self[64];
     std::snprintf(self, sizeof self, "/proc/self/fd/%d", fd.get());
-    if (::linkat(AT_FDCWD, self, AT_FDCWD, t.c_str(), AT_SYMLINK_FOLLOW) == 0) return true;
+    if (fs_.linkat(AT_FDCWD, self, AT_FDCWD, t.c_str(), AT_SYMLINK_FOLLOW) == 0) {
+        if (flink_ok_.exchange(false))
+            DYAD_DEBUG(kSub, "linkat(AT_EMPTY_PATH) refused here: unnamed files linked by /proc");
+        return true;
+    }
     if (errno == ENOENT && ::access("/proc/self/fd", F_OK) != 0) {
         DYAD_DEBUG(kSub, "no /proc: temporary files instead of unnamed ones");
         tmpfile_ok_ = false;

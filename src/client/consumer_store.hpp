@@ -132,6 +132,10 @@ class ConsumerStore {
     FileSystem& fs_;
     bool fsync_;
     std::atomic<bool> tmpfile_ok_{true};  // O_TMPFILE and /proc work here (install_whole)
+    // linkat(fd, "", AT_EMPTY_PATH) links an unnamed file: with
+    // CAP_DAC_READ_SEARCH, or on kernels that let its opener (6.10 on).
+    // Cleared at its first refusal: then by its /proc name.
+    std::atomic<bool> flink_ok_{true};
     std::mutex dirs_mu_;
     std::unordered_set<std::string> dirs_;  // known to exist (bounded: kMaxDirs)
 };

@@ -36,6 +36,9 @@ int FileSystem::rename(const char* from, const char* to) {
 int FileSystem::unlink(const char* path) {
     return ::unlink(path);
 }
+int FileSystem::linkat(int from_dir, const char* from, int to_dir, const char* to, int flags) {
+    return ::linkat(from_dir, from, to_dir, to, flags);
+}
 
 Status FileSystem::write_all(int fd, const void* p, size_t n, const std::string& what) {
     const char* c = static_cast<const char*>(p);

@@ -27,6 +27,7 @@ class FileSystem {
     virtual int fsync(int fd);
     virtual int rename(const char* from, const char* to);
     virtual int unlink(const char* path);
+    virtual int linkat(int from_dir, const char* from, int to_dir, const char* to, int flags);
 
     // All n bytes, through write() (retrying short writes and EINTR).
     [[nodiscard]] Status write_all(int fd, const void* p, size_t n, const std::string& what);

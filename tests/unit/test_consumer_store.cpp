@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -67,6 +68,20 @@ class FaultyFs : public FileSystem {
             return -1;
         }
         return FileSystem::rename(from, to);
+    }
+    bool refuse_flink = false;  // linkat(AT_EMPTY_PATH) refused, as without the capability
+    int flinks = 0, proc_links = 0;
+    int linkat(int from_dir, const char* from, int to_dir, const char* to, int flags) override {
+        if (flags & AT_EMPTY_PATH) {
+            ++flinks;
+            if (refuse_flink) {
+                errno = ENOENT;
+                return -1;
+            }
+        } else {
+            ++proc_links;
+        }
+        return FileSystem::linkat(from_dir, from, to_dir, to, flags);
     }
 };
 
@@ -374,6 +389,32 @@ TEST(ConsumerStoreWhole, InstallsWithModeMtimeAndStampAndNoOtherName) {
     EXPECT_TRUE(store.present("a/b/s.bin", rec));
     EXPECT_EQ(d.entries("a/b"), std::vector<std::string>{"s.bin"});
     EXPECT_EQ(d.entries(), std::vector<std::string>{"a"});  // no lock stripes either
+}
+
+TEST(ConsumerStoreWhole, LinksByDescriptorOrElseByProcName) {
+    for (bool refused : {false, true}) {
+        SCOPED_TRACE(refused ? "linkat(AT_EMPTY_PATH) refused" : "linkat(AT_EMPTY_PATH) allowed");
+        Dir d;
+        FaultyFs fs;
+        fs.refuse_flink = refused;
+        ConsumerStore store(d.path, fs, false);
+        for (const char* name : {"a/one.bin", "a/two.bin", "b/three.bin"}) {
+            std::string content = std::string(name) + " bytes";
+            Record rec = record_of(name, content);
+            auto r =
+                store.install_whole(name, rec, trailer_of(content), content.data(), content.size());
+            ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+            ASSERT_TRUE(r.value());
+            EXPECT_EQ(slurp(d.path + "/" + name), content);
+            EXPECT_TRUE(store.present(name, rec));
+        }
+        // Refused once, never asked again: the /proc name from then on.
+        EXPECT_EQ(fs.flinks, refused ? 1 : 3);
+        EXPECT_EQ(fs.proc_links, refused ? 3 : 0);
+        auto names = d.entries("a");
+        std::sort(names.begin(), names.end());
+        EXPECT_EQ(names, (std::vector<std::string>{"one.bin", "two.bin"}));
+    }
 }
 
 TEST(ConsumerStoreWhole, ReplacesAnOlderCopyAndLeavesNoTemporaryName) {
