@@ -253,11 +253,9 @@ void ConsumerStore::Staging::forget() {
 }
 
 Result<bool> ConsumerStore::install_whole(const std::string& upath, const Record& rec,
-                                          const nlohmann::json& trailer, const void* p, size_t n) {
+                                          const Sent& sent, const void* p, size_t n) {
     if (!tmpfile_ok_.load(std::memory_order_relaxed)) return false;
-    Xxh3 h;
-    h.update(p, n);
-    Status s = verify_trailer(trailer, {n, h.hex(), false}, upath);
+    Status s = verify_sent(sent, p, n, upath);
     if (!s) return s;
     if (n != rec.size)
         return Status(DYAD_RC_BADFETCH,

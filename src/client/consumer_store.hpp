@@ -28,6 +28,7 @@
 #include "common/fs.hpp"
 #include "common/status.hpp"
 #include "dtl/dtl.hpp"
+#include "fetch_channel.hpp"
 #include "record.hpp"
 
 namespace dyad::client {
@@ -110,14 +111,13 @@ class ConsumerStore {
     // A small file whose bytes are all here (a dyad.fetch_many answer),
     // installed without a lock or a temporary name: written into an
     // unnamed file of the target's directory (O_TMPFILE), checked against
-    // the trailer and the record, given mode, mtime and stamp, then linked
+    // what the owner sent and the record, given mode, mtime and stamp, then linked
     // into place (over an older copy: linked to a temporary name and
     // renamed). A consumer killed on the way leaves nothing behind. False
     // (and nothing done) where the file system cannot make unnamed files or
     // /proc is missing: then lock() and stage().
     [[nodiscard]] Result<bool> install_whole(const std::string& upath, const Record& rec,
-                                             const nlohmann::json& trailer, const void* p,
-                                             size_t n);
+                                             const Sent& sent, const void* p, size_t n);
 
   private:
     // Removes the temporary file a dead holder of this lock left (its lock

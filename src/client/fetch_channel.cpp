@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "fetch_channel.hpp"
 
+#include <charconv>
+
 #include <cerrno>
+#include "common/checksum.hpp"
 #include "common/json_text.hpp"
 
 namespace dyad::client {
@@ -100,6 +103,33 @@ Status verify_trailer(const nlohmann::json& trailer, const Received& got,
                           std::to_string(*want) + " bytes, xxh3 " + *want_hash,
                       EIO);
     return Status::ok();
+}
+
+Result<Sent> sent_of(const nlohmann::json& trailer, const std::string& upath) {
+    auto size = dtl::meta_u64(trailer, "size");
+    auto hex = dtl::meta_str(trailer, "xxh3");
+    Sent s;
+    const char* first = hex ? hex->data() : nullptr;
+    const char* last = hex ? hex->data() + hex->size() : nullptr;
+    auto parsed = hex ? std::from_chars(first, last, s.xxh3, 16) : std::from_chars_result{};
+    if (!size || !hex || hex->empty() || hex->size() > 16 || parsed.ec != std::errc() ||
+        parsed.ptr != last)
+        return Status(DYAD_RC_BADRPC,
+                      "the end of the fetch of '" + upath + "' lacks its size or checksum: " +
+                          trailer.dump(-1, ' ', false, kBadUtf8Replaced),
+                      EPROTO);
+    s.size = *size;
+    return s;
+}
+
+Status verify_sent(const Sent& sent, const void* p, size_t n, const std::string& upath) {
+    const uint64_t got = Xxh3::of(p, n);
+    if (n == sent.size && got == sent.xxh3) return Status::ok();
+    return Status(DYAD_RC_BADCHECKSUM,
+                  "'" + upath + "' arrived corrupted: " + std::to_string(n) + " bytes, xxh3 " +
+                      Xxh3::to_hex(got) + "; the service sent " + std::to_string(sent.size) +
+                      " bytes, xxh3 " + Xxh3::to_hex(sent.xxh3),
+                  EIO);
 }
 
 }  // namespace dyad::client

@@ -55,4 +55,18 @@ struct Received {
 [[nodiscard]] Status verify_trailer(const nlohmann::json& trailer, const Received& got,
                                     const std::string& upath);
 
+// What the owner says it sent of a whole file: size and XXH3-64, from a
+// trailer's "size" and "xxh3" (hex), or from a compact dyad.fetch_many
+// header (as numbers).
+struct Sent {
+    uint64_t size = 0;
+    uint64_t xxh3 = 0;
+};
+// BADRPC (EPROTO) naming the file when the trailer lacks either.
+[[nodiscard]] Result<Sent> sent_of(const nlohmann::json& trailer, const std::string& upath);
+// The file's n bytes at p against it: BADCHECKSUM naming the file if
+// they differ.
+[[nodiscard]] Status verify_sent(const Sent& sent, const void* p, size_t n,
+                                 const std::string& upath);
+
 }  // namespace dyad::client

@@ -8,7 +8,9 @@
 #include <chrono>
 
 #include "client.hpp"
+#include "common/checksum.hpp"
 #include "common/log.hpp"
+#include "dtl/fetch_many.hpp"
 #include "fetch_channel.hpp"
 
 namespace dyad::client {
@@ -73,7 +75,9 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
                          {"ns", nspace},
                          {"key", key_of(upaths[i])}});
     RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
-    Status opened = ch.open({{"transport", stream}, {"files", std::move(files)}},
+    // "answer": "raw": served files come as a binary header and the bytes,
+    // no JSON meta (older owners ignore it and answer in JSON, still read).
+    Status opened = ch.open({{"transport", stream}, {"files", std::move(files)}, {"answer", "raw"}},
                             Deadline::after(kControlTimeout), "dyad.fetch_many");
     if (!opened) return asked;
     std::vector<char> answered(asked.size(), 0);
@@ -89,15 +93,39 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
             break;
         }
         if (m->kind == dtl::FetchChannel::Kind::end) break;
-        auto k = dtl::meta_u64(m->meta, "i");
-        if (!k || *k >= asked.size() || answered[*k]) break;  // out of protocol: the rest alone
+        // A served file: compact (no meta; a header, then the bytes) or
+        // JSON ({"i", "size", "xxh3"}, the bytes). Anything out of protocol:
+        // the rest alone.
+        std::optional<uint64_t> k;
+        Sent sent;
+        size_t n = m->data_len;
+        const bool compact = m->meta.empty();  // no meta (the channel gives {})
+        if (compact) {
+            char hdr[dtl::kRawFileHeader];
+            if (n < sizeof hdr || !ch.read(hdr, sizeof hdr)) break;
+            const auto h = dtl::get_raw_file_header(hdr);
+            k = h.index;
+            sent = {n - sizeof hdr, h.digest};
+            n -= sizeof hdr;
+        } else {
+            k = dtl::meta_u64(m->meta, "i");
+        }
+        if (!k || *k >= asked.size() || answered[*k]) break;
         answered[*k] = 1;
         const size_t i = asked[*k];
-        if (m->meta.contains("rc")) {  // refused here: fetched alone, which says why
+        if (!compact && m->meta.contains("rc")) {  // refused here: fetched alone, which says why
             left.push_back(i);
             continue;
         }
-        bytes.resize(m->data_len);
+        if (!compact) {
+            auto s = sent_of(m->meta, upaths[i]);
+            if (!s) {
+                left.push_back(i);
+                continue;
+            }
+            sent = s.value();
+        }
+        bytes.resize(n);
         if (!ch.read(bytes.data(), bytes.size())) {
             left.push_back(i);
             break;
@@ -109,7 +137,7 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
         Status s = [&]() -> Status {
             // Unnamed file, linked into place: no lock, nothing to clean up.
             auto whole =
-                cstore_.install_whole(upaths[i], records[i], m->meta, bytes.data(), bytes.size());
+                cstore_.install_whole(upaths[i], records[i], sent, bytes.data(), bytes.size());
             if (!whole) return whole.status();
             if (whole.value()) {
                 rep.action = "fetched";
@@ -129,7 +157,8 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
             if (!staging) return staging.status();
             Status w = staging.value()->sink().write(bytes.data(), bytes.size());
             if (!w) return w;
-            Status c = staging.value()->commit(m->meta, records[i]);
+            const nlohmann::json trailer = {{"size", sent.size}, {"xxh3", Xxh3::to_hex(sent.xxh3)}};
+            Status c = staging.value()->commit(trailer, records[i]);
             if (!c) return c;
             rep.action = "fetched";
             rep.transport = stream;
@@ -138,6 +167,8 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
             return Status::ok();
         }();
         if (!s) {  // alone, with its retries and its own message
+            DYAD_DEBUG("client", "%s from dyad.fetch_many: %s; fetched alone", upaths[i].c_str(),
+                       s.to_string().c_str());
             left.push_back(i);
             continue;
         }

@@ -6,6 +6,8 @@
 // refused whole; a malformed entry is that file's error.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,31 @@
 #include "dtl/dtl.hpp"
 
 namespace dyad::dtl {
+
+// The compact answer (docs/wire-protocol.md, dyad.fetch_many): a served
+// file's frame has no meta, and its data starts with this header, the
+// file's index in "files" (u32, little-endian) and the XXH3-64 of its bytes
+// (u64, little-endian); the bytes follow.
+inline constexpr size_t kRawFileHeader = 12;
+
+inline void put_raw_file_header(char* out, size_t index, uint64_t digest) {
+    for (int b = 0; b < 4; ++b) out[b] = static_cast<char>((index >> (8 * b)) & 0xff);
+    for (int b = 0; b < 8; ++b) out[4 + b] = static_cast<char>((digest >> (8 * b)) & 0xff);
+}
+
+struct RawFileHeader {
+    uint32_t index = 0;
+    uint64_t digest = 0;
+};
+
+inline RawFileHeader get_raw_file_header(const char* in) {
+    RawFileHeader h;
+    for (int b = 0; b < 4; ++b)
+        h.index |= static_cast<uint32_t>(static_cast<unsigned char>(in[b])) << (8 * b);
+    for (int b = 0; b < 8; ++b)
+        h.digest |= static_cast<uint64_t>(static_cast<unsigned char>(in[4 + b])) << (8 * b);
+    return h;
+}
 
 struct FetchManyEntry {
     std::string upath;    // normalized; empty with an error

@@ -2,14 +2,18 @@
 // dyad.fetch_many: many small files of this service in one request, over
 // the stream transport (docs/design.md, "Many small files in one request").
 //
-// Request: {"files": [{"upath", "generation", "ns", "key"}, ...]}, at most
+// Request: {"files": [{"upath", "generation", "ns", "key"}, ...], "answer"},
+// at most
 // dtl::kFetchManyFiles. One job on a file thread takes each file in turn:
 // open, lock without waiting (try_shared_lock), one fstat to check what it
 // is and that it is as published, then read whole,
 // hash and check again (read_whole, shared with send_whole). The loop then
 // queues one answer frame per file, in order: {"i", "size", "xxh3"} with
 // the bytes, or {"i", "rc", "errno", "msg"} without; then the END
-// ({"files": n}). A file that cannot be served this way now (larger than
+// ({"files": n}). With "answer": "raw" a served file's frame has no meta:
+// its data is a header (index, digest: dtl::put_raw_file_header) and the
+// bytes, read into one buffer behind the header; the END says
+// "format": "raw". A file that cannot be served this way now (larger than
 // kFetchManyFileMax, locked by its producer, no memory in the budget now)
 // is answered with its error; the consumer fetches it alone, the way that
 // waits. The request takes one fetch slot of its peer and one watchdog.
@@ -24,6 +28,8 @@
 namespace dyad::service {
 
 namespace {
+
+constexpr size_t kRawHeader = dtl::kRawFileHeader;
 
 struct OneFile {
     std::string upath;
@@ -56,14 +62,17 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
         one.error = std::move(e.error);
     }
     per_transport_[transport].requests += files->size();
+    // The compact answer, for the clients that ask (older ones do not).
+    const bool raw = dtl::meta_str(r->args(), "answer").value_or("") == "raw";
     auto slot = caps_->take(r->peer().key, false, id_);
     if (!slot) return fail(r, transport, slot.status());
     const uint64_t owner = r->session_id();
     const uint64_t peer = std::hash<std::string>{}(r->peer().key) | 1;
-    asio::post(file_pool_, [this, r, files, hold = slot.value(), owner, peer, transport] {
+    asio::post(file_pool_, [this, r, files, hold = slot.value(), owner, peer, transport, raw] {
         if (r->finished()) return;
         const auto t0 = std::chrono::steady_clock::now();
-        for (OneFile& one : *files) {
+        for (size_t i = 0; i < files->size(); ++i) {
+            OneFile& one = (*files)[i];
             if (!one.error.is_ok() || r->finished()) continue;
             // One fstat, under the lock, says what the file is and whether
             // it is as published; the descriptor stays non-blocking
@@ -102,7 +111,8 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
                 continue;
             }
             const size_t n = static_cast<size_t>(snap.size);
-            auto whole = read_whole(fd->get(), one.upath, n, snap, owner, peer);
+            auto whole =
+                read_whole(fd->get(), one.upath, n, snap, owner, peer, raw ? kRawHeader : 0);
             if (!whole) {
                 if (whole.status().err() == ESTALE) refused_stale_++;
                 one.error = whole.status();
@@ -111,8 +121,9 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
             one.buf = std::move(whole->buf);
             one.xxh3 = std::move(whole->xxh3);
             one.size = n;
+            if (raw) dtl::put_raw_file_header(one.buf.data(), i, whole->digest);
         }
-        asio::post(io_, [this, r, files, hold, transport, t0] {
+        asio::post(io_, [this, r, files, hold, transport, t0, raw] {
             if (r->finished()) return;
             auto watchdog = send_watchdog(r);
             auto left = std::make_shared<size_t>(files->size());
@@ -127,10 +138,14 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
                     r->respond(error_meta(i, one.error), {}, written);
                     continue;
                 }
-                r->respond(
-                    {{"i", i}, {"size", one.size}, {"xxh3", one.xxh3}},
-                    one.size > 0 ? asio::buffer(one.buf.data(), one.size) : asio::const_buffer(),
-                    written);
+                if (raw)  // no meta: the header and the bytes, in one buffer
+                    r->respond(nullptr, asio::buffer(one.buf.data(), kRawHeader + one.size),
+                               written);
+                else
+                    r->respond({{"i", i}, {"size", one.size}, {"xxh3", one.xxh3}},
+                               one.size > 0 ? asio::buffer(one.buf.data(), one.size)
+                                            : asio::const_buffer(),
+                               written);
                 bytes += one.size;
                 ++served;
             }
@@ -142,7 +157,9 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
             transfer_seconds_[transport]->observe(
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             metrics_->note(*r, transport, bytes);
-            r->end({{"files", files->size()}});
+            nlohmann::json end = {{"files", files->size()}};
+            if (raw) end["format"] = "raw";
+            r->end(std::move(end));
         });
     });
 }

@@ -196,12 +196,15 @@ class Service {
     // A small file (`n` bytes, at most dtl::kFetchManyFileMax) read whole
     // into a buffer of the budget (owner, peer), hashed, and checked still
     // as `snap` (file thread). EAGAIN: no memory now; ESTALE: it changed.
+    // `front` bytes are kept free before the file's bytes in buf (the
+    // header of a compact dyad.fetch_many answer).
     struct Whole {
         dtl::Buffer buf;
-        std::string xxh3;
+        uint64_t digest = 0;
+        std::string xxh3;  // the digest in hex
     };
     Result<Whole> read_whole(int fd, const std::string& upath, size_t n, const Snapshot& snap,
-                             uint64_t owner, uint64_t peer);
+                             uint64_t owner, uint64_t peer, size_t front = 0);
     // Closes r's connection if what was queued for it is not written within
     // --send-timeout (a consumer that takes nothing); cancel once written.
     std::shared_ptr<asio::steady_timer> send_watchdog(const std::shared_ptr<rpc::Request>& r);

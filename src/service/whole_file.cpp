@@ -25,17 +25,19 @@ constexpr uint64_t kWholeMax = dtl::kFetchManyFileMax;  // bytes: at most one st
 }  // namespace
 
 Result<Service::Whole> Service::read_whole(int fd, const std::string& upath, size_t n,
-                                           const Snapshot& snap, uint64_t owner, uint64_t peer) {
+                                           const Snapshot& snap, uint64_t owner, uint64_t peer,
+                                           size_t front) {
     Whole w;
-    if (n > 0) {
+    if (n + front > 0) {
         // Whole pages, so that buffers of files of about one size are
         // reused from the budget's cache rather than mapped each time.
-        w.buf = budget_->try_get(owner, (n + 4095) & ~size_t(4095), peer);
+        w.buf = budget_->try_get(owner, (front + n + 4095) & ~size_t(4095), peer);
         if (!w.buf) return Status(DYAD_RC_BADFETCH, "no memory for '" + upath + "' now", EAGAIN);
-        Status st = FileSystem::real().pread_all(fd, w.buf.data(), n, 0, "'" + upath + "'");
+        Status st = FileSystem::real().pread_all(fd, w.buf.data() + front, n, 0, "'" + upath + "'");
         if (!st) return st;
     }
-    w.xxh3 = Xxh3::to_hex(Xxh3::of(w.buf.data(), n));
+    w.digest = Xxh3::of(n > 0 ? w.buf.data() + front : nullptr, n);
+    w.xxh3 = Xxh3::to_hex(w.digest);
     // Read whole under the shared lock: unchanged now means what was read
     // is the published file.
     struct stat sb;

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import signal
+import struct
 import subprocess
 import threading
 
@@ -223,6 +224,39 @@ def test_fetch_many_requests_out_of_the_ordinary(cluster):
         with open(prod.path("r/ok"), "rb") as fh:
             assert answers[2][1] == fh.read()
         assert prod.proc.poll() is None
+    # The compact answer, for a client that asks: a served file's frame has
+    # no meta, its data is the index (u32 LE), the XXH3-64 (u64 LE), then
+    # the bytes; refusals keep their JSON meta; the END says the format.
+    r = Raw.to(prod, timeout=10)
+    tag = r.request("dyad.fetch_many", answer="raw",
+                    files=[{"upath": "r/nope"}, {"upath": "r/ok"}, {"upath": "../x"}])
+    frames = []
+    while True:
+        f = r.recv()
+        if f["tag"] == tag:
+            frames.append(f)
+            if f["type"] in (END, ERROR):
+                break
+    r.close()
+    assert frames[-1]["type"] == END and frames[-1]["meta"] == {"files": 3, "format": "raw"}, frames[-1]
+    served = [f for f in frames[:-1] if f["meta"] is None]
+    refused = {f["meta"]["i"]: f["meta"] for f in frames[:-1] if f["meta"] is not None}
+    assert sorted(refused) == [0, 2] and all("rc" in m for m in refused.values()), refused
+    assert len(served) == 1
+    index, xxh3 = struct.unpack("<IQ", served[0]["data"][:12])
+    with open(prod.path("r/ok"), "rb") as fh:
+        body = fh.read()
+    assert index == 1 and served[0]["data"][12:] == body
+    # The digest is the one the JSON answer gives in hex.
+    r = Raw.to(prod, timeout=10)
+    tag = r.request("dyad.fetch_many", files=[{"upath": "r/ok"}])
+    while True:
+        f = r.recv()
+        if f["tag"] == tag and f["type"] == RESPONSE:
+            break
+    r.close()
+    assert f["meta"]["xxh3"] == f"{xxh3:016x}" and f["data"] == body, (f["meta"], xxh3)
+
     cons.dyad("consume", cons.path("r/ok"))
     assert digest(cons.path("r/ok")) == digest(prod.path("r/ok"))
 

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "client/consumer_store.hpp"
+#include "dtl/fetch_many.hpp"
 #include "common/checksum.hpp"
 
 using namespace dyad;
@@ -130,6 +131,11 @@ nlohmann::json trailer_of(const std::string& content) {
     Xxh3 h;
     h.update(content.data(), content.size());
     return {{"size", content.size()}, {"xxh3", h.hex()}};
+}
+
+// The same, as install_whole takes it.
+dyad::client::Sent sent_of(const std::string& content) {
+    return dyad::client::sent_of(trailer_of(content), "t").value();
 }
 
 // Stages, writes `content` in chunks of `chunk` bytes, commits.
@@ -377,7 +383,7 @@ TEST(ConsumerStoreWhole, InstallsWithModeMtimeAndStampAndNoOtherName) {
     std::string content = "sample bytes";
     Record rec = record_of("a/b/s.bin", content);
     auto r =
-        store.install_whole("a/b/s.bin", rec, trailer_of(content), content.data(), content.size());
+        store.install_whole("a/b/s.bin", rec, sent_of(content), content.data(), content.size());
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     ASSERT_TRUE(r.value()) << "this file system cannot make unnamed files";
     EXPECT_EQ(slurp(d.path + "/a/b/s.bin"), content);
@@ -391,6 +397,47 @@ TEST(ConsumerStoreWhole, InstallsWithModeMtimeAndStampAndNoOtherName) {
     EXPECT_EQ(d.entries(), std::vector<std::string>{"a"});  // no lock stripes either
 }
 
+TEST(ConsumerStoreWhole, WhatTheOwnerSentIsReadFromEitherForm) {
+    // The JSON trailer: size and 1-16 hex digits, nothing else.
+    auto ok = dyad::client::sent_of({{"size", 5}, {"xxh3", "00ab"}}, "f");
+    ASSERT_TRUE(ok.is_ok());
+    EXPECT_EQ(ok->size, 5u);
+    EXPECT_EQ(ok->xxh3, 0xabu);
+    for (const nlohmann::json& bad :
+         std::vector<nlohmann::json>{{{"size", 5}},
+                                     {{"xxh3", "ab"}},
+                                     {{"size", 5}, {"xxh3", ""}},
+                                     {{"size", 5}, {"xxh3", "xyz"}},
+                                     {{"size", 5}, {"xxh3", "ab "}},
+                                     {{"size", 5}, {"xxh3", "-1"}},
+                                     {{"size", 5}, {"xxh3", "+1"}},
+                                     {{"size", 5}, {"xxh3", "00000000000000001"}},
+                                     {{"size", 5}, {"xxh3", 7}},
+                                     {{"size", -5}, {"xxh3", "ab"}}}) {
+        auto r = dyad::client::sent_of(bad, "f");
+        ASSERT_FALSE(r.is_ok()) << bad.dump();
+        EXPECT_EQ(r.status().rc(), DYAD_RC_BADRPC);
+        EXPECT_NE(r.status().message().find("'f'"), std::string::npos);
+    }
+    // The compact header: index and digest, little-endian, written and read.
+    char h[dyad::dtl::kRawFileHeader];
+    dyad::dtl::put_raw_file_header(h, 0x01020304, 0x8899aabbccddeeffull);
+    EXPECT_EQ(static_cast<unsigned char>(h[0]), 0x04);
+    EXPECT_EQ(static_cast<unsigned char>(h[4]), 0xff);
+    EXPECT_EQ(static_cast<unsigned char>(h[11]), 0x88);
+    auto back = dyad::dtl::get_raw_file_header(h);
+    EXPECT_EQ(back.index, 0x01020304u);
+    EXPECT_EQ(back.digest, 0x8899aabbccddeeffull);
+    // A digest that is not the bytes': refused, naming the file.
+    std::string content = "abc";
+    auto sent = sent_of(content);
+    EXPECT_TRUE(dyad::client::verify_sent(sent, content.data(), content.size(), "f").is_ok());
+    sent.xxh3 ^= 1;
+    Status wrong = dyad::client::verify_sent(sent, content.data(), content.size(), "f");
+    EXPECT_EQ(wrong.rc(), DYAD_RC_BADCHECKSUM);
+    EXPECT_NE(wrong.message().find("'f' arrived corrupted"), std::string::npos);
+}
+
 TEST(ConsumerStoreWhole, LinksByDescriptorOrElseByProcName) {
     for (bool refused : {false, true}) {
         SCOPED_TRACE(refused ? "linkat(AT_EMPTY_PATH) refused" : "linkat(AT_EMPTY_PATH) allowed");
@@ -402,7 +449,7 @@ TEST(ConsumerStoreWhole, LinksByDescriptorOrElseByProcName) {
             std::string content = std::string(name) + " bytes";
             Record rec = record_of(name, content);
             auto r =
-                store.install_whole(name, rec, trailer_of(content), content.data(), content.size());
+                store.install_whole(name, rec, sent_of(content), content.data(), content.size());
             ASSERT_TRUE(r.is_ok()) << r.status().to_string();
             ASSERT_TRUE(r.value());
             EXPECT_EQ(slurp(d.path + "/" + name), content);
@@ -423,11 +470,11 @@ TEST(ConsumerStoreWhole, ReplacesAnOlderCopyAndLeavesNoTemporaryName) {
     ConsumerStore store(d.path, fs, false);
     std::string old = "generation one", now = "generation two!";
     ASSERT_TRUE(store
-                    .install_whole("s.bin", record_of("s.bin", old, 1), trailer_of(old), old.data(),
+                    .install_whole("s.bin", record_of("s.bin", old, 1), sent_of(old), old.data(),
                                    old.size())
                     .is_ok());
     Record rec = record_of("s.bin", now, 2);
-    auto r = store.install_whole("s.bin", rec, trailer_of(now), now.data(), now.size());
+    auto r = store.install_whole("s.bin", rec, sent_of(now), now.data(), now.size());
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     EXPECT_EQ(slurp(d.path + "/s.bin"), now);
     EXPECT_TRUE(store.present("s.bin", rec));
@@ -441,17 +488,17 @@ TEST(ConsumerStoreWhole, BadBytesOrAFailedWriteLeaveNothing) {
     std::string content = "0123456789abcdef";
     Record rec = record_of("x/f.bin", content);
     // Checksum of other bytes.
-    auto r = store.install_whole("x/f.bin", rec, trailer_of("something else entirely"),
-                                 content.data(), content.size());
+    auto r = store.install_whole("x/f.bin", rec, sent_of("something else entirely"), content.data(),
+                                 content.size());
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().rc(), DYAD_RC_BADCHECKSUM) << r.status().to_string();
     // Fewer bytes than published.
-    r = store.install_whole("x/f.bin", rec, trailer_of("short"), "short", 5);
+    r = store.install_whole("x/f.bin", rec, sent_of("short"), "short", 5);
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().err(), ESTALE);
     // The disk fills after 4 bytes.
     fs.fail_write_after = 4;
-    r = store.install_whole("x/f.bin", rec, trailer_of(content), content.data(), content.size());
+    r = store.install_whole("x/f.bin", rec, sent_of(content), content.data(), content.size());
     ASSERT_FALSE(r.is_ok());
     EXPECT_EQ(r.status().err(), ENOSPC);
     EXPECT_NE(r.status().to_string().find("f.bin"), std::string::npos) << r.status().to_string();
