@@ -379,13 +379,15 @@ Result<Record> Client::lookup_upath(const std::string& upath, bool should_wait, 
 
 Status Client::consume(const std::string& path, ConsumeReport* report) {
     auto t0 = std::chrono::steady_clock::now();
+    const Deadline deadline = wait_deadline();
     auto rec = get_metadata(path, true);
     if (!rec) return rec.status();
     if (report) report->wait_s = since(t0);
-    return consume_record(path, std::move(rec.value()), report);
+    return consume_record(path, std::move(rec.value()), report, deadline);
 }
 
-Status Client::consume_record(const std::string& path, Record rec, ConsumeReport* report) {
+Status Client::consume_record(const std::string& path, Record rec, ConsumeReport* report,
+                              Deadline deadline) {
     Status s = consume_with(path, rec, report);
     // ESTALE: the file is no longer the one the record describes.
     // - Produced again since the lookup: looked up again and fetched, a few
@@ -397,7 +399,6 @@ Status Client::consume_record(const std::string& path, Record rec, ConsumeReport
     //   that rewrites a file and produces it again must not make the
     //   consumers that come in between fail (docs/design.md, "Produced
     //   again").
-    const Deadline deadline = wait_deadline();
     double pause = kStalePollFirst;
     for (int again = 0; !s && s.err() == ESTALE;) {
         auto fresh = get_metadata(path, false);

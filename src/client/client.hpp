@@ -155,8 +155,11 @@ class Client {
     // The same for the relative path `upath`.
     Result<Record> lookup_upath(const std::string& upath, bool should_wait, Deadline deadline);
     // consume_with, then, if the file was produced again meanwhile, again
-    // with its newest record (a few times at most).
-    Status consume_record(const std::string& path, Record rec, ConsumeReport* report);
+    // with its newest record (a few times at most); if it changed and is
+    // not produced again yet, waits for that produce until `wait` (the
+    // call's DYAD_WAIT_TIMEOUT deadline).
+    Status consume_record(const std::string& path, Record rec, ConsumeReport* report,
+                          Deadline wait);
     Result<kvs::Store*> store();
     // The metadata store the node's service uses.
     std::string store_uri(const ServiceInfo& svc) const;

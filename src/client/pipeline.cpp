@@ -164,7 +164,7 @@ std::vector<Status> Client::consume_many(const std::vector<std::string>& paths,
     auto consume_one = [&](size_t i) {
         ConsumeReport rep;
         rep.wait_s = since(t0);
-        Status s = consume_record(paths[i], std::move(records[i]), &rep);
+        Status s = consume_record(paths[i], std::move(records[i]), &rep, deadline);
         finish(i, std::move(s), rep);
     };
     auto worker = [&] {
@@ -214,8 +214,8 @@ std::vector<Status> Client::consume_many(const std::vector<std::string>& paths,
                 ConsumeReport rep;
                 auto rec = lookup(paths[i], true, deadline);
                 rep.wait_s = since(t0);
-                Status s =
-                    rec ? consume_record(paths[i], std::move(rec.value()), &rep) : rec.status();
+                Status s = rec ? consume_record(paths[i], std::move(rec.value()), &rep, deadline)
+                               : rec.status();
                 finish(i, std::move(s), rep);
                 lk.lock();
                 --waiting;
