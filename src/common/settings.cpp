@@ -27,7 +27,8 @@ const std::vector<Setting> kTable = {
     {"DYAD_KVS_NAMESPACE", T::text, nullptr, "client, dyadd",
      "metadata namespace (unset: the service's, `dyad`)"},
     {"DYAD_WAIT_TIMEOUT", T::seconds, nullptr, "client",
-     "seconds a consumer waits for a file to be produced (unset: forever)"},
+     "seconds a consumer waits for a file to be produced, or produced again after a change "
+     "(unset: forever)"},
     {"DYAD_TRANSFER_TIMEOUT", T::seconds, "60", "client",
      "seconds without progress before a transfer fails"},
     {"DYAD_CONSUME_WINDOW", T::count, "16", "client",
