@@ -44,11 +44,16 @@ def run_placement(placement, modes):
         small = {m: [] for m in modes}
         # Rounds interleave the modes, the order rotated each round: per-file
         # cost here is mostly the file system's (openat, rename), which
-        # drifts as earlier rounds' data is written back.
-        for r in range(REPS):
+        # drifts as earlier rounds' data is written back. A warm-up round
+        # first, as for the large file and in bench.py: every mode's first
+        # round ran 2-3x slower than its later ones (2,500 against 9,000
+        # files/s), whatever the mode.
+        for r in range(REPS + 1):
             for m in modes[r % len(modes):] + modes[:r % len(modes)]:
-                small[m] += transport_runs.small_file_times(prod, cons, SMALL_N, 1, {"DYAD_DTL_MODE": m},
-                                                            tag=f"{m}{r}-")
+                t = transport_runs.small_file_times(prod, cons, SMALL_N, 1, {"DYAD_DTL_MODE": m},
+                                                    tag=f"{m}{r}-")
+                if r > 0:
+                    small[m] += t
         for m in modes:
             res.setdefault(m, {})["big_GBps"] = statistics.median(runs[m])
             res[m]["big_runs_GBps"] = runs[m]
