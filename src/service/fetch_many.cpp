@@ -3,11 +3,10 @@
 // the stream transport (docs/design.md, "Many small files in one request").
 //
 // Request: {"files": [{"upath", "generation", "ns", "key"}, ...], "answer"},
-// at most
-// dtl::kFetchManyFiles. One job on a file thread takes each file in turn:
-// open, lock without waiting (try_shared_lock), one fstat to check what it
-// is and that it is as published, then read whole,
-// hash and check again (read_whole, shared with send_whole). The loop then
+// at most dtl::kFetchManyFiles files. One job on a file thread takes each
+// file in turn: open, lock without waiting (try_shared_lock), one fstat to
+// check what it is and that it is as published, then read whole, hash and
+// check again (read_whole, shared with send_whole). The loop then
 // queues one answer frame per file, in order: {"i", "size", "xxh3"} with
 // the bytes, or {"i", "rc", "errno", "msg"} without; then the END
 // ({"files": n}). With "answer": "raw" a served file's frame has no meta:
@@ -28,8 +27,6 @@
 namespace dyad::service {
 
 namespace {
-
-constexpr size_t kRawHeader = dtl::kRawFileHeader;
 
 struct OneFile {
     std::string upath;
@@ -111,8 +108,8 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
                 continue;
             }
             const size_t n = static_cast<size_t>(snap.size);
-            auto whole =
-                read_whole(fd->get(), one.upath, n, snap, owner, peer, raw ? kRawHeader : 0);
+            auto whole = read_whole(fd->get(), one.upath, n, snap, owner, peer,
+                                    raw ? dtl::kRawFileHeader : 0);
             if (!whole) {
                 if (whole.status().err() == ESTALE) refused_stale_++;
                 one.error = whole.status();
@@ -139,7 +136,8 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
                     continue;
                 }
                 if (raw)  // no meta: the header and the bytes, in one buffer
-                    r->respond(nullptr, asio::buffer(one.buf.data(), kRawHeader + one.size),
+                    r->respond(nullptr,
+                               asio::buffer(one.buf.data(), dtl::kRawFileHeader + one.size),
                                written);
                 else
                     r->respond({{"i", i}, {"size", one.size}, {"xxh3", one.xxh3}},
