@@ -6,6 +6,21 @@
 
 namespace dyad::rpc {
 
+namespace {
+// The header of one of this request's frames.
+Header frame_header(Type type, uint32_t tag, int32_t errnum = 0) {
+    Header h;
+    h.type = type;
+    h.tag = tag;
+    h.errnum = errnum;
+    return h;
+}
+// A frame's meta as sent: nothing for null (meta_len 0).
+std::string meta_text(const nlohmann::json& meta) {
+    return meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced);
+}
+}  // namespace
+
 Request::Request(std::weak_ptr<Session> s, asio::io_context& io, uint32_t tag, nlohmann::json args)
     : session_(std::move(s)),
       arrived_(std::chrono::steady_clock::now()),
@@ -49,11 +64,7 @@ void Request::respond(nlohmann::json meta, asio::const_buffer data, WriteDone do
             if (done) done(false);
             return;
         }
-        Header h;
-        h.type = Type::response;
-        h.tag = self->tag_;
-        s->send(h, meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced),
-                data, std::move(done));
+        s->send(frame_header(Type::response, self->tag_), meta_text(meta), data, std::move(done));
     });
 }
 
@@ -62,20 +73,16 @@ void Request::respond_file(nlohmann::json meta, int fd, uint64_t off, size_t len
     // The fd is duplicated now, on the caller's thread, so it may be closed
     // as soon as this returns.
     auto dup = std::make_shared<UniqueFd>(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-    asio::dispatch(
-        io_, [self, meta = std::move(meta), dup, off, len, done = std::move(done)]() mutable {
-            auto s = self->session_.lock();
-            if (self->finished_ || !s || !dup->valid()) {
-                if (done) done(false);
-                return;
-            }
-            Header h;
-            h.type = Type::response;
-            h.tag = self->tag_;
-            s->send_file(
-                h, meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced),
-                dup->get(), off, len, std::move(done));
-        });
+    asio::dispatch(io_,
+                   [self, meta = std::move(meta), dup, off, len, done = std::move(done)]() mutable {
+                       auto s = self->session_.lock();
+                       if (self->finished_ || !s || !dup->valid()) {
+                           if (done) done(false);
+                           return;
+                       }
+                       s->send_file(frame_header(Type::response, self->tag_), meta_text(meta),
+                                    dup->get(), off, len, std::move(done));
+                   });
 }
 
 void Request::respond_with_fd(nlohmann::json meta, int fd, WriteDone done) {
@@ -89,12 +96,8 @@ void Request::respond_with_fd(nlohmann::json meta, int fd, WriteDone done) {
             if (done) done(false);
             return;
         }
-        Header h;
-        h.type = Type::response;
-        h.tag = self->tag_;
-        s->send_with_fd(
-            h, meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced),
-            std::move(*dup), std::move(done));
+        s->send_with_fd(frame_header(Type::response, self->tag_), meta_text(meta), std::move(*dup),
+                        std::move(done));
     });
 }
 
@@ -110,17 +113,11 @@ void Request::end(nlohmann::json meta, std::string data) {
         self->finish();
         self->notify(Outcome::How::ended, 0, {}, DYAD_RC_OK);
         if (auto s = self->session_.lock()) {
-            Header h;
-            h.type = Type::end;
-            h.tag = self->tag_;
+            const Header h = frame_header(Type::end, self->tag_);
             if (bytes->empty())
-                s->send(
-                    h, meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced),
-                    {}, {});
+                s->send(h, meta_text(meta), {}, {});
             else
-                s->send(
-                    h, meta.is_null() ? std::string() : meta.dump(-1, ' ', false, kBadUtf8Replaced),
-                    asio::buffer(*bytes), [bytes](bool) {});
+                s->send(h, meta_text(meta), asio::buffer(*bytes), [bytes](bool) {});
             s->request_finished(self->tag_);
         }
     });
@@ -133,12 +130,8 @@ void Request::error(int errnum, const std::string& msg, dyad_rc_t rc) {
         self->finish();
         self->notify(Outcome::How::error, errnum, msg, rc);
         if (auto s = self->session_.lock()) {
-            Header h;
-            h.type = Type::error;
-            h.tag = self->tag_;
-            h.errnum = errnum;
-            nlohmann::json m = {{"msg", msg}, {"rc", static_cast<int>(rc)}};
-            s->send(h, m.dump(-1, ' ', false, kBadUtf8Replaced), {}, {});
+            s->send(frame_header(Type::error, self->tag_, errnum),
+                    meta_text({{"msg", msg}, {"rc", static_cast<int>(rc)}}), {}, {});
             s->request_finished(self->tag_);
         }
     });
@@ -190,13 +183,10 @@ void Request::cancel(int why) {
                why == ECANCELED ? "cancelled by the client" : "the client went away", DYAD_RC_OK);
     if (auto s = session_.lock()) {
         if (why == ETIMEDOUT) {
-            Header h;
-            h.type = Type::error;
-            h.tag = tag_;
-            h.errnum = ETIMEDOUT;
-            nlohmann::json m = {{"msg", "request deadline passed on the service"},
-                                {"rc", static_cast<int>(DYAD_RC_TIMEOUT)}};
-            s->send(h, m.dump(-1, ' ', false, kBadUtf8Replaced), {}, {});
+            s->send(frame_header(Type::error, tag_, ETIMEDOUT),
+                    meta_text({{"msg", "request deadline passed on the service"},
+                               {"rc", static_cast<int>(DYAD_RC_TIMEOUT)}}),
+                    {}, {});
         }
         s->request_finished(tag_);
     }
