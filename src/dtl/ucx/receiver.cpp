@@ -186,6 +186,8 @@ class UcxReceiver : public Receiver {
         size_t nslots = c_->window_size() / chunk;
         if (meta_str(f->meta, "mode").value_or("tag") == "put")
             return receive_put(ch, sink, size, chunk, nslots);
+        // Tag mode uses a ring of at most kUcxTagPosted slots (ucx.hpp).
+        nslots = std::min(nslots, kUcxTagPosted);
         std::vector<RecvSlot> slots(nslots);
         uint64_t posted = 0, received = 0;  // bytes
         size_t head = 0, next = 0;          // slot indices (ring)

@@ -20,6 +20,11 @@ namespace dyad::dtl::ucx {
 constexpr const char* kSub = "ucx";
 constexpr size_t kUcxChunk = 4u << 20;  // bytes per tagged message
 constexpr int kUcxDepth = 4;            // chunks in flight per transfer (service)
+// Receives a consumer posts ahead in tag mode: one more than the service
+// has in flight, so every message finds its receive posted. They cycle
+// through the first kUcxTagPosted slots of the window only, so a tag-mode
+// consumer touches 20 MiB of it, not all 64 MiB.
+constexpr size_t kUcxTagPosted = kUcxDepth + 1;
 
 inline std::string ucs_text(ucs_status_t s) {
     return ucs_status_string(s);
