@@ -84,25 +84,6 @@ class StreamSender : public Sender {
 // thread costs more than the overlap gains.
 constexpr uint64_t kWriteBehindFrom = kStreamDepth * kStreamChunk;
 
-// DYAD_WRITE_BEHIND: on, off, or auto (on where this process may run on 4
-// CPUs or more). The overlap needs a core to spare: on 2 CPUs, with the
-// sending service on one of them, 8 consumers at once were 20-40% slower
-// written behind (docs/design.md, "Receiving").
-Result<bool> write_behind() {
-    std::string v = settings::text("DYAD_WRITE_BEHIND");
-    if (v == "on" || v == "1") return true;
-    if (v == "off" || v == "0") return false;
-    if (v != "auto" && !v.empty())
-        return Status(DYAD_RC_NOCTX, "DYAD_WRITE_BEHIND='" + v + "': use auto, on or off", EINVAL);
-    static const bool spare = [] {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        if (sched_getaffinity(0, sizeof set, &set) != 0) return false;
-        return CPU_COUNT(&set) >= 4;
-    }();
-    return spare;
-}
-
 class StreamReceiver : public Receiver {
   public:
     StreamReceiver() : attrs_(stream_attributes()) {}
@@ -139,7 +120,8 @@ class StreamReceiver : public Receiver {
                     behind->give_back();
                     return s;
                 }
-                behind->push(m->data_len);
+                s = behind->push(m->data_len);
+                if (!s) return s;
                 continue;
             }
             if (buf_.size() < m->data_len) buf_.resize(m->data_len);
@@ -156,6 +138,24 @@ class StreamReceiver : public Receiver {
 };
 
 }  // namespace
+
+// DYAD_WRITE_BEHIND (write_behind.hpp). The overlap needs a core to spare:
+// on 2 CPUs, with the sending service on one of them, 8 consumers at once
+// were 20-40% slower written behind (docs/design.md, "Receiving").
+Result<bool> write_behind() {
+    std::string v = settings::text("DYAD_WRITE_BEHIND");
+    if (v == "on" || v == "1") return true;
+    if (v == "off" || v == "0") return false;
+    if (v != "auto" && !v.empty())
+        return Status(DYAD_RC_NOCTX, "DYAD_WRITE_BEHIND='" + v + "': use auto, on or off", EINVAL);
+    static const bool spare = [] {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        if (sched_getaffinity(0, sizeof set, &set) != 0) return false;
+        return CPU_COUNT(&set) >= 4;
+    }();
+    return spare;
+}
 
 nlohmann::json Attributes::to_json() const {
     return {{"name", name},

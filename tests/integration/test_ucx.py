@@ -128,6 +128,38 @@ def test_put_without_direct_mapping():
         assert t["put_transfers"] == len(sizes) and t["direct_transfers"] == 0
 
 
+def test_written_behind_over_tcp():
+    """DYAD_WRITE_BEHIND=on in tag mode: a writer thread writes each received
+    slot of the window while the next receives are posted into the others.
+    With a window of one or two 4 MiB slots the receives wait for the writer
+    to give a slot back; every size arrives byte-identical. A write that
+    fails there (a 24 MiB file into an 8 MiB tmpfs) fails the consume naming
+    the file and the cause, and leaves nothing behind."""
+    if not BUILT or "tcp" not in AVAILABLE:
+        pytest.skip("needs the UCX transport and UCX's tcp (ucx_info -d)")
+    with harness.Cluster(nodes=2, env={"UCX_TLS": "tcp", "UCX_WARN_UNUSED_ENV_VARS": "n"}) as c:
+        prod, cons = c[0], c[1]
+        sizes = [(21 << 20) + 1, 40 << 20, (64 << 20) + 4097]
+        names = [f"wb{s}.bin" for s in sizes]
+        for n, s in zip(names, sizes):
+            harness.write_file(prod.path(n), s, seed=s)
+        prod.dyad("produce", *[prod.path(n) for n in names])
+        for window in (4 << 20, 8 << 20, 64 << 20):
+            cons.dyad("consume", *[cons.path(n) for n in names], timeout=120,
+                      env_extra=ucx(DYAD_WRITE_BEHIND="on", DYAD_UCX_PROTO="tag", DYAD_UCX_WINDOW=window))
+            for n in names:
+                assert sha(cons.path(n)) == sha(prod.path(n)), (window, n)
+                os.unlink(cons.path(n))
+        with harness.small_tmpfs(cons.path("tiny")):
+            harness.write_file(prod.path("tiny/big.bin"), 24 << 20, seed=5)
+            prod.dyad("produce", prod.path("tiny/big.bin"))
+            p = cons.dyad("consume", cons.path("tiny/big.bin"), check=False, timeout=120,
+                          env_extra=ucx(DYAD_WRITE_BEHIND="on", DYAD_UCX_PROTO="tag"))
+            assert p.returncode != 0
+            assert "big.bin" in p.stderr and "No space left on device" in p.stderr, p.stderr
+            assert os.listdir(cons.path("tiny")) == [], os.listdir(cons.path("tiny"))
+
+
 def test_bad_protocol_name_is_refused(ucluster):
     prod, cons = ucluster[0], ucluster[1]
     harness.write_file(prod.path("p.bin"), 10, seed=1)

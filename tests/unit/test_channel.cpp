@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <thread>
 
 #include "client/fetch_channel.hpp"
@@ -770,7 +771,7 @@ TEST(WriteBehind, WritesEveryBufferInOrderOnItsOwnThread) {
             ASSERT_TRUE(b.is_ok());
             for (size_t k = 0; k < n; ++k) b.value()[k] = static_cast<char>('a' + (i + k) % 26);
             expect.append(b.value(), n);
-            wb.push(n);
+            ASSERT_TRUE(wb.push(n).is_ok());
         }
         ASSERT_TRUE(wb.finish().is_ok());
         EXPECT_EQ(sink.writes.load(), 40);
@@ -790,7 +791,7 @@ TEST(WriteBehind, AWriteErrorReachesTheReceiverAndStopsTheWriter) {
             err = b.status();
             break;
         }
-        wb.push(100);
+        if (!wb.push(100).is_ok()) break;
         ++pushed;
     }
     Status fin = wb.finish();
@@ -811,7 +812,7 @@ TEST(WriteBehind, GoingAwayWithBuffersQueuedDoesNotWait) {
         for (size_t i = 0; i < dtl::WriteBehind::kSlots; ++i) {
             auto b = wb.take(10);
             ASSERT_TRUE(b.is_ok());
-            wb.push(10);
+            ASSERT_TRUE(wb.push(10).is_ok());
         }
         auto b = wb.take(10);  // one of them is written first
         ASSERT_TRUE(b.is_ok());
@@ -819,4 +820,60 @@ TEST(WriteBehind, GoingAwayWithBuffersQueuedDoesNotWait) {
     }
     EXPECT_LT(sink.writes.load(), 5);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+// The UCX receiver's use: buffers it owns (window slots), reused once
+// written() says their write is done.
+TEST(BackgroundWriter, NumbersWritesAndFreesCallerBuffersInOrder) {
+    SlowSink sink;
+    std::vector<std::string> slots(3);
+    std::string expect;
+    {
+        dtl::BackgroundWriter w(sink);
+        for (uint64_t i = 0; i < 30; ++i) {
+            std::string& b = slots[i % slots.size()];
+            if (i >= slots.size()) {
+                // The slot's previous write (number i - 3) must be done first.
+                ASSERT_TRUE(w.wait_written(i - slots.size() + 1).is_ok());
+                EXPECT_GE(w.written(), i - slots.size() + 1);
+            }
+            b.assign(100 + i, static_cast<char>('a' + i % 26));
+            expect += b;
+            auto k = w.submit(b.data(), b.size());
+            ASSERT_TRUE(k.is_ok());
+            EXPECT_EQ(k.value(), i);
+        }
+        ASSERT_TRUE(w.finish().is_ok());
+        EXPECT_EQ(w.written(), 30u);
+    }
+    EXPECT_EQ(sink.bytes, expect);
+    EXPECT_NE(sink.thread, std::this_thread::get_id());
+}
+
+// A sink whose first write waits until the test opens the gate, and whose
+// second write fails.
+class GateSink : public dtl::Sink {
+  public:
+    std::promise<void> gate;
+    std::atomic<int> writes{0};
+    Status write(const void*, size_t) override {
+        int k = writes++;
+        if (k == 0) gate.get_future().wait();
+        if (k == 1) return Status(DYAD_RC_BADFIO, "disk full", ENOSPC);
+        return Status::ok();
+    }
+};
+
+TEST(BackgroundWriter, AFailedWriteDropsTheQueueAndIsSeenByEveryCall) {
+    GateSink sink;
+    dtl::BackgroundWriter w(sink);
+    const std::string b(10, 'x');
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(w.submit(b.data(), b.size()).is_ok());
+    sink.gate.set_value();
+    Status fin = w.finish();
+    EXPECT_EQ(fin.err(), ENOSPC);
+    EXPECT_EQ(w.written(), 1u);
+    EXPECT_EQ(sink.writes.load(), 2);  // the queued three never reached the sink
+    EXPECT_EQ(w.wait_written(5).err(), ENOSPC);
+    EXPECT_EQ(w.submit(b.data(), b.size()).status().err(), ENOSPC);
 }

@@ -19,8 +19,9 @@
 #include "common/base64.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
-#include "ucx.hpp"
 #include "common/json_text.hpp"
+#include "dtl/write_behind.hpp"
+#include "ucx.hpp"
 
 namespace dyad::dtl::ucx {
 namespace {
@@ -36,6 +37,8 @@ struct RecvSlot {
     size_t length = 0;
     size_t expect = 0;
     char* buf = nullptr;
+    bool held = false;      // with the writer, until its write is done
+    uint64_t write_no = 0;  // the writer's number for it
 };
 
 void recv_cb(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
@@ -186,8 +189,19 @@ class UcxReceiver : public Receiver {
         size_t nslots = c_->window_size() / chunk;
         if (meta_str(f->meta, "mode").value_or("tag") == "put")
             return receive_put(ch, sink, size, chunk, nslots);
-        // Tag mode uses a ring of at most kUcxTagPosted slots (ucx.hpp).
-        nslots = std::min(nslots, kUcxTagPosted);
+        // Files of more than kUcxTagPosted chunks are written behind where
+        // DYAD_WRITE_BEHIND says so: a writer thread hashes and writes each
+        // received slot while the next ones are received into the others.
+        std::unique_ptr<BackgroundWriter> writer;
+        if (size > kUcxTagPosted * chunk) {
+            auto on = write_behind();
+            if (!on) return on.status();
+            if (on.value()) writer = std::make_unique<BackgroundWriter>(sink);
+        }
+        // Tag mode uses a ring of at most kUcxTagPosted slots, and
+        // kUcxWriteQueued more for the writer (ucx.hpp).
+        nslots = std::min(nslots, kUcxTagPosted + (writer ? kUcxWriteQueued : 0));
+        const size_t max_posted = std::min(nslots, kUcxTagPosted);
         std::vector<RecvSlot> slots(nslots);
         uint64_t posted = 0, received = 0;  // bytes
         size_t head = 0, next = 0;          // slot indices (ring)
@@ -199,8 +213,11 @@ class UcxReceiver : public Receiver {
         Deadline idle = Deadline::after(idle_s);
 
         auto post = [&]() -> Status {
-            while (inflight < nslots && posted < size) {
+            while (inflight < max_posted && posted < size) {
                 RecvSlot& s = slots[next];
+                // Slots are reused in turn: the next one may still be
+                // queued for the writer.
+                if (s.held && writer->written() <= s.write_no) break;
                 s = RecvSlot();
                 s.expect = static_cast<size_t>(std::min<uint64_t>(chunk, size - posted));
                 s.buf = c_->window() + next * chunk;
@@ -267,16 +284,37 @@ class UcxReceiver : public Receiver {
                 if (s.req) ucp_request_free(s.req);
                 s.req = nullptr;
                 s.active = false;
-                Status w = sink.write(s.buf, s.length);
-                if (!w) {
-                    err = w;
-                    break;
+                if (writer) {
+                    auto k = writer->submit(s.buf, s.length);
+                    if (!k) {
+                        err = k.status();
+                        break;
+                    }
+                    s.held = true;
+                    s.write_no = k.value();
+                } else {
+                    Status w = sink.write(s.buf, s.length);
+                    if (!w) {
+                        err = w;
+                        break;
+                    }
                 }
                 received += s.length;
                 idle = Deadline::after(idle_s);  // progress: the inactivity clock restarts
                 --inflight;
                 head = (head + 1) % nslots;
                 err = post();
+                continue;
+            }
+            if (inflight == 0) {
+                // Nothing posted: every free slot is with the writer. Its
+                // write is local, so this wait has no network deadline.
+                if (!writer || !slots[next].held) {
+                    err = Status(DYAD_RC_BADFETCH, "UCX receive ring stalled", EIO);
+                    break;
+                }
+                err = writer->wait_written(slots[next].write_no + 1);
+                if (err.is_ok()) err = post();
                 continue;
             }
             // Nothing ready: sleep on the worker's event fd and the RPC socket.
@@ -312,6 +350,7 @@ class UcxReceiver : public Receiver {
                 have_trailer = true;
             }
         }
+        if (err.is_ok() && writer) err = writer->finish();
         if (!err.is_ok()) {
             cancel_all();
             return err;

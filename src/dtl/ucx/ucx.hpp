@@ -25,6 +25,10 @@ constexpr int kUcxDepth = 4;            // chunks in flight per transfer (servic
 // through the first kUcxTagPosted slots of the window only, so a tag-mode
 // consumer touches 20 MiB of it, not all 64 MiB.
 constexpr size_t kUcxTagPosted = kUcxDepth + 1;
+// Received slots a tag-mode consumer's writer thread may hold (written
+// behind, DYAD_WRITE_BEHIND) while the next receives are posted: 2 more
+// slots, 28 MiB of the window in all.
+constexpr size_t kUcxWriteQueued = 2;
 
 inline std::string ucs_text(ucs_status_t s) {
     return ucs_status_string(s);
