@@ -44,6 +44,31 @@ def raw_read_bw(proto):
         srv.wait()
 
 
+def startup_seconds(proto, reps=REPS):
+    """(wall s, CPU s), medians: `fi_info -p PROVIDER` (libfabric-bin), which
+    loads libfabric and its providers and calls fi_getinfo once, as every
+    process that uses libfabric does before its first byte; None without
+    fi_info. Here most of it is not libfabric's own (docs/design.md, MARGO,
+    "Speed over ofi+tcp")."""
+    import resource
+    prov = proto.split("+", 1)[-1]
+    walls, cpus = [], []
+    for _ in range(reps):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.monotonic()
+        try:
+            p = subprocess.run(["fi_info", "-p", prov], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if p.returncode != 0:
+            return None
+        walls.append(time.monotonic() - t)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
+
+
 def available():
     cfg = json.loads(subprocess.run([harness.DYAD, "--json", "config"], capture_output=True, text=True).stdout)
     info = next((t["info"] for t in cfg["transports_built"] if t["name"] == "MARGO"), None)
@@ -66,6 +91,7 @@ def main():
                                                  transfer=transfer)
             small = transport_runs.small_file_times(prod, cons, SMALL_N, REPS, {"DYAD_DTL_MODE": "MARGO"})
         raws = [raw_read_bw(proto) for _ in range(REPS)]
+        startup = startup_seconds(proto)
         raw = statistics.median([r[0] for r in raws if r[0]]) if any(r[0] for r in raws) else None
         raw_proc = statistics.median([r[1] for r in raws if r[1]]) if any(r[1] for r in raws) else None
         dyad = statistics.median(runs["dyad"])
@@ -76,19 +102,23 @@ def main():
                           "raw_process_GBps": raw_proc, "raw_runs": raws, "cp_GBps": cp,
                           "ratio_transfer_vs_raw": dyad_transfer / raw if raw else None,
                           "ratio_process_vs_raw_process": dyad / raw_proc if raw_proc else None,
-                          "ratio_vs_cp": dyad / cp, "small_files_per_s": SMALL_N / statistics.median(small)}
+                          "ratio_vs_cp": dyad / cp, "small_files_per_s": SMALL_N / statistics.median(small),
+                          "libfabric_startup_s": startup[0] if startup else None,
+                          "libfabric_startup_cpu_s": startup[1] if startup else None}
     print(f"\nMARGO/OFI: {BIG >> 20} MiB file and {SMALL_N} x 64 KiB, DYAD_DTL_MODE=MARGO (median of {REPS})")
     print(f"  {'protocol':12} {'transfer':>8} {'fi_read':>8} {'ratio':>6} | {'process':>7} {'raw proc':>8} "
-          f"{'ratio':>6} | {'cp':>5} {'vs cp':>6} | {'small files/s':>13}")
+          f"{'ratio':>6} | {'cp':>5} {'vs cp':>6} | {'small files/s':>13} | {'start-up s':>10}")
     f = lambda v: f"{v:.2f}" if v else "n/a"  # noqa: E731
     for proto, r in results.items():
         print(f"  {proto:12} {r['dyad_transfer_GBps']:8.2f} {f(r['raw_fi_read_GBps']):>8} "
               f"{f(r['ratio_transfer_vs_raw']):>6} | {r['dyad_GBps']:7.2f} {f(r['raw_process_GBps']):>8} "
               f"{f(r['ratio_process_vs_raw_process']):>6} | {r['cp_GBps']:5.2f} {r['ratio_vs_cp']:6.2f} | "
-              f"{r['small_files_per_s']:13.0f}")
+              f"{r['small_files_per_s']:13.0f} | {f(r['libfabric_startup_s']):>10}")
     print("  GB/s. transfer = DYAD's transfer_s (fetch start to checked copy) vs the raw fi_read loop (4 MiB reads,")
     print("  4 in flight, memory to memory); process = wall time of one `dyad consume` process vs the raw client")
-    print("  process, both paying libfabric's start-up. DYAD also reads a file and writes one: cp is the other yardstick")
+    print("  process, both paying libfabric's start-up. DYAD also reads a file and writes one: cp is the other yardstick.")
+    print("  start-up = wall seconds of `fi_info -p PROVIDER` alone: loading libfabric and its providers, which every")
+    print("  process pays once (docs/design.md, MARGO, \"Speed over ofi+tcp\")")
     transport_runs.save("ofi", results)
     return 0
 
