@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -565,9 +566,22 @@ class ServedProtocol {
                 std::memset(&ee, 0, sizeof ee);
                 fi_cq_readerr(ep_->cq(), &ee, 0);
                 DYAD_WARN(kSub, "completion error: %s", fi_strerror(ee.err));
+            } else if (n == -FI_EINTR) {
+                // The wait was interrupted: dyadd stopped and continued
+                // (SIGSTOP/SIGCONT, a batch system's suspend and resume, a
+                // debugger attaching). Wait again: without this thread no
+                // consumer's read would ever complete.
+                ++interrupted_;
             } else if (n < 0 && n != -FI_EAGAIN) {
-                DYAD_ERROR(kSub, "fi_cq_sread: %s", fi_strerror(static_cast<int>(-n)));
-                break;
+                // Not expected; the thread keeps going (once a second at
+                // most), as every consumer of this protocol depends on it.
+                ++failures_;
+                if (failures_ == 1 || failures_ % 100 == 0)
+                    DYAD_ERROR(kSub, "fi_cq_sread: %s (%llu times); retrying",
+                               fi_strerror(static_cast<int>(-n)),
+                               static_cast<unsigned long long>(failures_));
+                std::unique_lock<std::mutex> lk(mu_);
+                busy_cv_.wait_for(lk, std::chrono::seconds(1), [this] { return stop_.load(); });
             } else if (!ep_->can_wait()) {
                 std::this_thread::yield();
             }
@@ -590,6 +604,8 @@ class ServedProtocol {
     size_t reserved_ = 0;
     std::atomic<bool> stop_{false};  // set under mu_ (for busy_cv_)
     size_t out_ = 0;                 // buffers not in the free list (under mu_)
+    uint64_t interrupted_ = 0;       // waits interrupted (progress thread only)
+    uint64_t failures_ = 0;          // waits that failed (progress thread only)
     std::condition_variable busy_cv_;
     std::thread progress_;
 };

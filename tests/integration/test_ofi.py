@@ -4,7 +4,9 @@ once per protocol. A protocol whose provider fi_info does not list here is
 skipped with its name; nothing else is."""
 import os
 import re
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -59,6 +61,28 @@ def test_sizes_consumer_first(ocluster):
     assert [k.split("@")[0] for k in served] == [ocluster.proto]
     # The registered pool is bounded: at most 4 buffers per transfer, 16 in all.
     assert 1 <= list(served.values())[0]["pool_buffers"] <= 4
+
+
+def test_service_stopped_and_continued_still_serves(ocluster):
+    """dyadd stopped and continued (SIGSTOP/SIGCONT: a batch system's suspend
+    and resume, a debugger attaching) interrupts its progress thread's wait
+    (EINTR, without a signal handler): it waits again, and the next fetch
+    completes. Before, the thread ended and every later fetch of the protocol
+    waited out its deadline."""
+    prod, cons = ocluster[0], ocluster[1]
+    for n in ("before.bin", "after.bin"):
+        harness.write_file(prod.path(n), (8 << 20) + 3, seed=len(n))
+    prod.dyad("produce", prod.path("before.bin"), prod.path("after.bin"))
+    cons.dyad("consume", cons.path("before.bin"), env_extra=ofi())  # the protocol is served from here on
+    prod.proc.send_signal(signal.SIGSTOP)
+    time.sleep(0.3)
+    prod.proc.send_signal(signal.SIGCONT)
+    time.sleep(0.3)
+    p = cons.dyad("consume", cons.path("after.bin"), check=False, timeout=60,
+                  env_extra=ofi(DYAD_TRANSFER_TIMEOUT=10))
+    assert p.returncode == 0, p.stderr
+    assert sha(cons.path("after.bin")) == sha(prod.path("after.bin"))
+    assert "fi_cq_sread" not in open(prod.log_path, errors="replace").read()
 
 
 def test_thousand_small_files(ocluster):
