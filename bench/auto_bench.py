@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import harness  # noqa: E402
 import transport_runs  # noqa: E402
 
-from transport_runs import BIG, QUICK, REPS, ROOT, SMALL_N  # noqa: E402,F401
+from transport_runs import BIG, QUICK, ROOT, ROUNDS, SMALL_N  # noqa: E402,F401
 ONLY = [m for m in os.environ.get("BENCH_MODES", "").split(",") if m]
 
 
@@ -40,7 +40,7 @@ def run_placement(placement, modes):
         prod = c[0]
         cons = consumer_node(c, placement, c.root)
         variants = {m: {"DYAD_DTL_MODE": m} for m in modes}
-        runs = transport_runs.big_file_rates(prod, cons, BIG, REPS, variants)
+        runs = transport_runs.big_file_rates(prod, cons, BIG, ROUNDS, variants)
         small = {m: [] for m in modes}
         # Rounds interleave the modes, the order rotated each round: per-file
         # cost here is mostly the file system's (openat, rename), which
@@ -48,7 +48,7 @@ def run_placement(placement, modes):
         # first, as for the large file and in bench.py: every mode's first
         # round ran 2-3x slower than its later ones (2,500 against 9,000
         # files/s), whatever the mode.
-        for r in range(REPS + 1):
+        for r in range(ROUNDS + 1):
             for m in modes[r % len(modes):] + modes[:r % len(modes)]:
                 t = transport_runs.small_file_times(prod, cons, SMALL_N, 1, {"DYAD_DTL_MODE": m},
                                                     tag=f"{m}{r}-")
@@ -82,7 +82,7 @@ def main():
     for placement in ("other-node", "same-node"):
         ms = [m for m in modes if not (placement == "other-node" and m == "LOCAL")]
         results[placement] = run_placement(placement, ms)
-    print(f"\nAUTO: {BIG >> 20} MiB file and {SMALL_N} x 64 KiB, median of {REPS} "
+    print(f"\nAUTO: {BIG >> 20} MiB file and {SMALL_N} x 64 KiB, median of {ROUNDS} "
           f"(GB/s | files/s); ratio = AUTO / best fixed mode")
     for placement, r in results.items():
         fixed = {m: v for m, v in r.items() if m not in ("AUTO", "cp")}

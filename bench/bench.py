@@ -54,6 +54,7 @@ import goals  # noqa: E402
 import harness  # noqa: E402
 import references  # noqa: E402
 import transport_runs  # noqa: E402
+from transport_runs import prime_memory  # noqa: E402
 from accounting import Services, Strace, run_counted  # noqa: E402
 from harness import Cluster, write_file  # noqa: E402
 from references import measurement  # noqa: E402
@@ -143,23 +144,6 @@ def dyadd_peak_rss_mib(node):
     except (OSError, AttributeError):
         pass
     return None
-
-
-def prime_memory(directory, nbytes):
-    """Writes and deletes a scratch file of nbytes (untimed).
-
-    The next writer then gets recently freed page-cache pages. Without this,
-    whichever method writes first in a round pays for fresh memory (very
-    slow in a VM that backs guest memory lazily) and the methods that run
-    after a deletion look several times faster than they are.
-    """
-    path = os.path.join(directory, ".bench-scratch")
-    buf = bytes(1 << 20)
-    with open(path, "wb") as f:
-        left = nbytes
-        while left > 0:
-            left -= f.write(buf[:min(left, len(buf))])
-    os.remove(path)
 
 
 def rotated(methods, round_index):
@@ -396,7 +380,7 @@ def transport_rates():
     env = {"UCX_TLS": "tcp", "UCX_WARN_UNUSED_ENV_VARS": "n", "DYAD_MARGO_PROTO": "ofi+tcp"}
     transfer = {}
     with Cluster(nodes=2, env=env) as c:
-        runs = transport_runs.big_file_rates(c[0], c[1], transport_runs.BIG, transport_runs.REPS, variants,
+        runs = transport_runs.big_file_rates(c[0], c[1], transport_runs.BIG, transport_runs.ROUNDS, variants,
                                              transfer=transfer)
     out = {"bytes": transport_runs.BIG, "runs_GBps": runs,
            "GBps": {k: statistics.median(v) for k, v in runs.items()},
@@ -647,7 +631,8 @@ def main():
 
     rows = build_rows(small, big, conc, transports)
     print_accounting(small, big, conc)
-    goals.print_rows(rows, f"Issue 17 rows from bench.py (median of {REPS}; ratio = DYAD / reference; "
+    goals.print_rows(rows, f"Issue 17 rows from bench.py (median of {REPS}, transport rows of {transport_runs.ROUNDS}; "
+                           "ratio = DYAD / reference; "
                            "AUTO rows: bench/auto_bench.py, bench/goals.py)" + (" QUICK: not a measurement" if QUICK
                                                                                 else ""), out=log)
     elapsed = time.perf_counter() - started

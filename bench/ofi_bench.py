@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import harness  # noqa: E402
 import transport_runs  # noqa: E402
 
-from transport_runs import BIG, QUICK, REPS, ROOT, SMALL_N  # noqa: E402,F401
+from transport_runs import BIG, QUICK, REPS, ROOT, ROUNDS, SMALL_N  # noqa: E402,F401
 MSG = 4 << 20
 PROTOS = ["ofi+tcp", "ofi+sockets", "ofi+shm"]
 RAW = os.path.join(os.path.dirname(harness.DYAD), "bench_ofi_read_bw")
@@ -87,10 +87,10 @@ def main():
         with harness.Cluster(nodes=2, env={"DYAD_MARGO_PROTO": proto}) as c:
             prod, cons = c[0], c[1]
             transfer = {}
-            runs = transport_runs.big_file_rates(prod, cons, BIG, REPS, {"dyad": {"DYAD_DTL_MODE": "MARGO"}},
+            runs = transport_runs.big_file_rates(prod, cons, BIG, ROUNDS, {"dyad": {"DYAD_DTL_MODE": "MARGO"}},
                                                  transfer=transfer)
-            small = transport_runs.small_file_times(prod, cons, SMALL_N, REPS, {"DYAD_DTL_MODE": "MARGO"})
-        raws = [raw_read_bw(proto) for _ in range(REPS)]
+            small = transport_runs.small_file_times(prod, cons, SMALL_N, ROUNDS, {"DYAD_DTL_MODE": "MARGO"})
+        raws = [raw_read_bw(proto) for _ in range(ROUNDS)]
         startup = startup_seconds(proto)
         raw = statistics.median([r[0] for r in raws if r[0]]) if any(r[0] for r in raws) else None
         raw_proc = statistics.median([r[1] for r in raws if r[1]]) if any(r[1] for r in raws) else None
@@ -105,7 +105,7 @@ def main():
                           "ratio_vs_cp": dyad / cp, "small_files_per_s": SMALL_N / statistics.median(small),
                           "libfabric_startup_s": startup[0] if startup else None,
                           "libfabric_startup_cpu_s": startup[1] if startup else None}
-    print(f"\nMARGO/OFI: {BIG >> 20} MiB file and {SMALL_N} x 64 KiB, DYAD_DTL_MODE=MARGO (median of {REPS})")
+    print(f"\nMARGO/OFI: {BIG >> 20} MiB file and {SMALL_N} x 64 KiB, DYAD_DTL_MODE=MARGO (median of {ROUNDS})")
     print(f"  {'protocol':12} {'transfer':>8} {'fi_read':>8} {'ratio':>6} | {'process':>7} {'raw proc':>8} "
           f"{'ratio':>6} | {'cp':>5} {'vs cp':>6} | {'small files/s':>13} | {'start-up s':>10}")
     f = lambda v: f"{v:.2f}" if v else "n/a"  # noqa: E731

@@ -14,6 +14,11 @@ import harness
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 REPS = 1 if QUICK else 3
+# Rounds of the transport rows (UCX, MARGO, AUTO), large files and small:
+# this VM's noise is widest there (one method's three rounds measured
+# 0.73-2.34 GB/s on 256 MiB, 1,800-5,000 files/s on 64 KiB), so 5, their
+# median.
+ROUNDS = 1 if QUICK else 5
 BIG = (64 << 20) if QUICK else (256 << 20)
 SMALL_N = 200 if QUICK else 1000
 
@@ -23,6 +28,23 @@ def save(name, results):
     bench_output)."""
     path = bench_output.save(name, results)
     print(f"bench: results written to {os.path.relpath(path, os.getcwd())}", flush=True)
+
+
+def prime_memory(directory, nbytes):
+    """Writes and deletes a scratch file of nbytes (untimed).
+
+    The next writer then gets recently freed page-cache pages. Without this,
+    whichever method writes first in a round pays for fresh memory (very
+    slow in a VM that backs guest memory lazily) and the methods that run
+    after a deletion look several times faster than they are.
+    """
+    path = os.path.join(directory, ".bench-scratch")
+    buf = bytes(1 << 20)
+    with open(path, "wb") as f:
+        left = nbytes
+        while left > 0:
+            left -= f.write(buf[:min(left, len(buf))])
+    os.remove(path)
 
 
 def cp_rate(src, dst_dir):
@@ -49,6 +71,11 @@ def big_file_rates(prod, cons, size, reps, variants, transfer=None):
     runs = {k: [] for k in order}
     for r in range(reps + 1):
         for what in order[r % len(order):] + order[:r % len(order)]:
+            # Every method, cp too, writes into recently freed memory, as in
+            # bench.py's rows: otherwise the method after a pause pays for
+            # cold memory (a fixed mode measured at half AUTO's speed with
+            # AUTO choosing that very mode).
+            prime_memory(cons.dir, size)
             if what == "cp":
                 rate = cp_rate(prod.path("big.bin"), cons.dir)
             else:

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import harness  # noqa: E402
 import transport_runs  # noqa: E402
 
-from transport_runs import BIG, QUICK, REPS, ROOT, SMALL_N  # noqa: E402,F401
+from transport_runs import BIG, QUICK, REPS, ROOT, ROUNDS, SMALL_N  # noqa: E402,F401
 MSG = 4 << 20
 TLS_SETS = [("tcp", "tcp"), ("shm", "sysv,self")]
 
@@ -51,11 +51,11 @@ def main():
             env["DYAD_UCX_SHARED_MEMORY"] = "1"
         with harness.Cluster(nodes=2, env=env) as c:
             prod, cons = c[0], c[1]
-            runs = transport_runs.big_file_rates(prod, cons, BIG, REPS, {
+            runs = transport_runs.big_file_rates(prod, cons, BIG, ROUNDS, {
                 "auto": {"DYAD_DTL_MODE": "UCX", "DYAD_UCX_PROTO": "auto"},
                 "tag": {"DYAD_DTL_MODE": "UCX", "DYAD_UCX_PROTO": "tag"}})
             mode = "put" if prod.status()["counters"]["per_transport"]["UCX"]["transport"]["put_transfers"] else "tag"
-            small_times = transport_runs.small_file_times(prod, cons, SMALL_N, REPS, {"DYAD_DTL_MODE": "UCX"})
+            small_times = transport_runs.small_file_times(prod, cons, SMALL_N, ROUNDS, {"DYAD_DTL_MODE": "UCX"})
         tag, put = perftest(tls, "tag_bw"), perftest(tls, "ucp_put_bw")
         auto = statistics.median(runs["auto"])
         best = max(x for x in (tag, put) if x) if (tag or put) else None
@@ -66,7 +66,7 @@ def main():
                           "ratio_vs_perftest": auto / best if best else None,
                           "ratio_vs_cp": auto / statistics.median(runs["cp"]),
                           "small_files_per_s": SMALL_N / statistics.median(small_times)}
-    print(f"\nUCX: {BIG >> 20} MiB file and {SMALL_N} x 64 KiB, DYAD_DTL_MODE=UCX (median of {REPS})")
+    print(f"\nUCX: {BIG >> 20} MiB file and {SMALL_N} x 64 KiB, DYAD_DTL_MODE=UCX (median of {ROUNDS})")
     print(f"  {'UCX_TLS':10} {'proto':>5} {'auto GB/s':>9} {'tag GB/s':>8} {'tag_bw':>7} {'put_bw':>7} "
           f"{'ratio':>6} {'cp GB/s':>7} {'vs cp':>6} {'small files/s':>13}")
     for label, r in results.items():
