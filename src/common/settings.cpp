@@ -68,7 +68,7 @@ const std::vector<Setting> kTable = {
     {"DYAD_STREAM_SENDFILE", T::flag, "0", "dyadd (FLUX_RPC)",
      "stream chunks by `sendfile(2)` (off: measured slower, see design.md)"},
     {"DYAD_WRITE_BEHIND", T::text, "auto", "client (FLUX_RPC, UCX tag)",
-     "files above 4 MiB (FLUX_RPC) or 20 MiB (UCX): a writer thread hashes and writes while the next chunks arrive (`on`), or the receiving thread does it (`off`); `auto`: on where the process may run on 4 CPUs or more"},
+     "files above 4 MiB (FLUX_RPC) or 5 MiB (UCX): a writer thread hashes and writes while the next chunks arrive (`on`), or the receiving thread does it (`off`); `auto`: on where the process may run on 4 CPUs or more"},
     {"DYAD_UCX_PROTO", T::text, "auto", "client (UCX)",
      "`auto` (RMA put where UCX does it natively, else tags), `tag` or `put`"},
     {"DYAD_UCX_WINDOW", T::size, "64M", "client (UCX)",

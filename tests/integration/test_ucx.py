@@ -131,8 +131,9 @@ def test_put_without_direct_mapping():
 def test_written_behind_over_tcp():
     """DYAD_WRITE_BEHIND=on in tag mode: a writer thread writes each received
     slot of the window while the next receives are posted into the others.
-    With a window of one or two 4 MiB slots the receives wait for the writer
-    to give a slot back; every size arrives byte-identical. A write that
+    With a 4 MiB window (four 1 MiB slots, fewer than the ring's 7) the
+    receives wait for the writer to give slots back; every size arrives
+    byte-identical. A write that
     fails there (a 24 MiB file into an 8 MiB tmpfs) fails the consume naming
     the file and the cause, and leaves nothing behind."""
     if not BUILT or "tcp" not in AVAILABLE:

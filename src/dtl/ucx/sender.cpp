@@ -110,7 +110,7 @@ class UcxTransfer : public ChunkedTransfer {
   public:
     UcxTransfer(std::shared_ptr<FetchJob> job, SendDone done, UcxSender* s,
                 std::shared_ptr<EpEntry> ep, uint64_t tag)
-        : ChunkedTransfer(std::move(job), std::move(done), kUcxChunk, kUcxDepth),
+        : ChunkedTransfer(std::move(job), std::move(done), kUcxTagChunk, kUcxDepth),
           sender_(s),
           ep_(std::move(ep)),
           tag_(tag) {
@@ -123,7 +123,7 @@ class UcxTransfer : public ChunkedTransfer {
                      std::function<void(bool)> done) override;
     bool inline_first_chunk() const override { return false; }
     nlohmann::json first_meta() const override {
-        return {{"size", job().size}, {"transport", "UCX"}, {"chunk", kUcxChunk}};
+        return {{"size", job().size}, {"transport", "UCX"}, {"chunk", kUcxTagChunk}};
     }
 
   private:

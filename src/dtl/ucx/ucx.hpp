@@ -18,16 +18,22 @@
 namespace dyad::dtl::ucx {
 
 constexpr const char* kSub = "ucx";
-constexpr size_t kUcxChunk = 4u << 20;  // bytes per tagged message
+constexpr size_t kUcxChunk = 4u << 20;  // bytes per put, and per slot of the window
 constexpr int kUcxDepth = 4;            // chunks in flight per transfer (service)
+// Bytes per tagged message (tag mode). 1 MiB, not kUcxChunk: a consumer
+// receives into a few slots of its window, and each process touches them
+// for the first time; with 4 MiB messages that was 20 MiB of fresh pages
+// per process (6,700 page faults for 256 MiB over TCP, against 2,900), and
+// UCX over TCP moved 256 MiB at 0.83x the stream, against 1.02x with 1 MiB
+// (docs/design.md, UCX, "Tag").
+constexpr size_t kUcxTagChunk = 1u << 20;
 // Receives a consumer posts ahead in tag mode: one more than the service
 // has in flight, so every message finds its receive posted. They cycle
-// through the first kUcxTagPosted slots of the window only, so a tag-mode
-// consumer touches 20 MiB of it, not all 64 MiB.
+// through the first kUcxTagPosted slots of the window only (5 MiB of it).
 constexpr size_t kUcxTagPosted = kUcxDepth + 1;
 // Received slots a tag-mode consumer's writer thread may hold (written
 // behind, DYAD_WRITE_BEHIND) while the next receives are posted: 2 more
-// slots, 28 MiB of the window in all.
+// slots, 7 in all.
 constexpr size_t kUcxWriteQueued = 2;
 
 inline std::string ucs_text(ucs_status_t s) {
