@@ -4,7 +4,8 @@
 moving a 256 MiB file and 1,000 files of 64 KiB between two services, per
 protocol that works here, side by side in the same run with a raw fi_read
 loop on the same provider (bench/ofi_read_bw.cpp: 4 MiB reads, 4 in flight,
-like DYAD) and cp of the same file, with the ratios."""
+memory to memory; DYAD reads 1 MiB chunks, 4 in flight) and cp of the same
+file, with the ratios."""
 import json
 import os
 import statistics

@@ -11,10 +11,10 @@
 // A progress thread per manual-progress provider waits in fi_cq_sread.
 //
 // Consumer: one endpoint per process and protocol, service addresses in an AV
-// with LRU eviction. Reads land in the destination file (blocks reserved with
-// fallocate, one mapping per chunk, hashed in place: class Placement), or,
-// where the file system cannot reserve, in a registered window of kDepth
-// chunk slots written out with write(2). Waits sleep on the CQ's fd
+// with LRU eviction. Reads land in a registered window of kDepth chunk slots
+// written out with write(2), or, with DYAD_OFI_PLACEMENT=1, in the
+// destination file itself (blocks reserved with fallocate, one mapping per
+// chunk, hashed in place: class Placement; slower here). Waits sleep on the CQ's fd
 // (fi_trywait + poll) within the inactivity deadline, and on the RPC socket
 // for frames.
 #include <fcntl.h>
@@ -50,7 +50,10 @@ namespace dyad::dtl {
 namespace {
 
 constexpr const char* kSub = "ofi";
-constexpr size_t kOfiChunk = 4u << 20;
+// 1 MiB: the consumer's reads go through a registered window of kDepth
+// chunks, which every process touches for the first time (docs/design.md,
+// MARGO, "Consumer").
+constexpr size_t kOfiChunk = 1u << 20;
 constexpr int kDepth = 4;            // descriptors out per transfer
 constexpr size_t kPoolBuffers = 16;  // registered chunk buffers per protocol (service)
 constexpr size_t kAvCacheSize = 64;  // service addresses kept per consumer endpoint
@@ -210,13 +213,13 @@ class OfiConsumer {
 // consumer's footprint does not grow with the file.
 class Placement {
   public:
-    // False (and no error) where the file system cannot reserve blocks: the
-    // reads then go through the window.
+    // False (and no error) unless DYAD_OFI_PLACEMENT=1, or where the file
+    // system cannot reserve blocks: the reads then go through the window.
     Result<bool> open(int fd, uint64_t size) {
         if (fd < 0 || size == 0) return false;
-        auto off = settings::flag("DYAD_OFI_NO_PLACEMENT");
-        if (!off) return off.status();
-        if (off.value()) return false;
+        auto on = settings::flag("DYAD_OFI_PLACEMENT");
+        if (!on) return on.status();
+        if (!on.value()) return false;
         // fallocate(2), not posix_fallocate: where the file system cannot
         // reserve, glibc's emulation would write the whole file with zeros.
         int r = 0;

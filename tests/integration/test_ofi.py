@@ -53,7 +53,7 @@ def ofi(**extra):
 
 
 def test_sizes_consumer_first(ocluster):
-    chunk = 4 << 20
+    chunk = 1 << 20
     sizes = {"zero": 0, "one": 1, "page": 4096, "mib": 1 << 20, "chunk": chunk, "chunk+1": chunk + 1,
              "odd": 5 * chunk + 12345, "big": 256 << 20}
     st = conformance.sizes_consumer_first(ocluster[0], ocluster[1], "MARGO", ofi(), sizes)
@@ -98,7 +98,7 @@ def test_four_concurrent_consumers(ocluster):
 
 @pytest.mark.parametrize("proto", sorted(PROTOS))
 def test_consumers_contending_for_one_buffer_each_finish(proto):
-    """With --memory-per-peer at one chunk, a peer's transfers share one
+    """With --memory-per-peer at its minimum (4M), a peer's transfers share one
     registered buffer: every release must reach a transfer that still wants
     one. Waking only the first waiter lost buffers (that waiter could be
     reading or done), and consumers then waited out their deadline with a
@@ -162,13 +162,13 @@ def test_bad_protocol_lists_the_available_ones(bad):
         assert not os.path.exists(cons.path("p.bin"))
 
 
-def test_sizes_through_the_window(ocluster):
-    """Reads land in the destination file itself where it can be reserved
-    (fallocate); without that they go through the registered window and
-    write(2). That path, forced, moves every size too."""
-    chunk = 4 << 20
+def test_sizes_placed_in_the_file(ocluster):
+    """Reads go through the registered window and write(2); with
+    DYAD_OFI_PLACEMENT=1 they land in the destination file itself, where it
+    can be reserved (fallocate). That path moves every size too."""
+    chunk = 1 << 20
     sizes = {"zero": 0, "one": 1, "chunk+1": chunk + 1, "odd": 5 * chunk + 12345}
-    conformance.sizes_consumer_first(ocluster[0], ocluster[1], "MARGO", ofi(DYAD_OFI_NO_PLACEMENT=1), sizes)
+    conformance.sizes_consumer_first(ocluster[0], ocluster[1], "MARGO", ofi(DYAD_OFI_PLACEMENT=1), sizes)
 
 
 def test_no_room_for_the_file_is_a_clear_error():
@@ -181,7 +181,7 @@ def test_no_room_for_the_file_is_a_clear_error():
     with harness.Cluster(nodes=2) as c:
         prod, cons = c[0], c[1]
         with harness.small_tmpfs(cons.path("tiny")):
-            for k, extra in enumerate(({}, {"DYAD_OFI_NO_PLACEMENT": 1})):
+            for k, extra in enumerate(({}, {"DYAD_OFI_PLACEMENT": 1})):
                 name = f"tiny/big{k}.bin"
                 harness.write_file(prod.path(name), 16 << 20, seed=k)
                 prod.dyad("produce", prod.path(name))

@@ -49,7 +49,7 @@ def test_config_reports_each_source(tmp_path):
     conf = tmp_path / "dyad.conf"
     conf.write_text("DYAD_KEY_BINS=64\nDYAD_UCX_WINDOW=8M\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DYAD_")}
-    env.update(DYAD_CONFIG_FILE=str(conf), DYAD_UCX_WINDOW="16M", DYAD_OFI_NO_PLACEMENT="0")
+    env.update(DYAD_CONFIG_FILE=str(conf), DYAD_UCX_WINDOW="16M", DYAD_OFI_PLACEMENT="0")
     out = subprocess.run([harness.DYAD, "--json", "config"], capture_output=True, text=True, check=True,
                          env=env).stdout
     got = {s["name"]: (s["value"], s["source"]) for s in json.loads(out)["settings"]}
@@ -57,7 +57,7 @@ def test_config_reports_each_source(tmp_path):
     assert got["DYAD_UCX_WINDOW"] == ("16M", "env")
     assert got["DYAD_KEY_DEPTH"] == ("3", "default")
     assert got["DYAD_PATH_CONSUMER"] == (None, "unset")
-    assert got["DYAD_OFI_NO_PLACEMENT"] == ("0", "env")
+    assert got["DYAD_OFI_PLACEMENT"] == ("0", "env")
     text = subprocess.run([harness.DYAD, "config"], capture_output=True, text=True, check=True, env=env).stdout
     assert re.search(r"^DYAD_KEY_BINS=64\s+# file$", text, re.M), text
     bad = subprocess.run([harness.DYAD, "config"], capture_output=True, text=True,

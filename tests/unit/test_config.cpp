@@ -108,13 +108,13 @@ TEST(Settings, BooleansMeanTheSameEverywhere) {
         {"1", true},  {"true", true},   {"yes", true}, {"on", true},   {"", true}};
     for (const auto& [text, want] : cases) {
         EnvGuard g;
-        g.set("DYAD_OFI_NO_PLACEMENT", text);
-        auto b = settings::flag("DYAD_OFI_NO_PLACEMENT");
+        g.set("DYAD_OFI_PLACEMENT", text);
+        auto b = settings::flag("DYAD_OFI_PLACEMENT");
         ASSERT_TRUE(b.is_ok());
         EXPECT_EQ(b.value(), want) << "'" << text << "'";
     }
-    EXPECT_FALSE(settings::flag("DYAD_OFI_NO_PLACEMENT").value());  // default
-    EXPECT_TRUE(settings::flag("DYAD_UCX_DIRECT").value());         // default on
+    EXPECT_FALSE(settings::flag("DYAD_OFI_PLACEMENT").value());  // default
+    EXPECT_TRUE(settings::flag("DYAD_UCX_DIRECT").value());      // default on
 }
 
 namespace {
