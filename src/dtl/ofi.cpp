@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -52,7 +52,7 @@ namespace {
 constexpr const char* kSub = "ofi";
 // 1 MiB: the consumer's reads go through a registered window of kDepth
 // chunks, which every process touches for the first time (docs/design.md,
-// MARGO, "Consumer").
+// MARGO, "Where the reads land").
 constexpr size_t kOfiChunk = 1u << 20;
 constexpr int kDepth = 4;            // descriptors out per transfer
 constexpr size_t kPoolBuffers = 16;  // registered chunk buffers per protocol (service)
@@ -533,6 +533,8 @@ class ServedProtocol {
     // it waits, and a release wakes the first waiter under its share.
     Result<int> acquire(std::weak_ptr<OfiTransfer> waiter, MemoryBudget* budget, uint64_t peer);
     void release(int idx, uint64_t peer);
+    uint64_t progress_interrupted() const { return interrupted_.load(); }
+    uint64_t progress_failures() const { return failures_.load(); }
     uint64_t peer_waits() const {
         std::lock_guard<std::mutex> lk(mu_);
         return shares_.waits;
@@ -578,11 +580,11 @@ class ServedProtocol {
             } else if (n < 0 && n != -FI_EAGAIN) {
                 // Not expected; the thread keeps going (once a second at
                 // most), as every consumer of this protocol depends on it.
-                ++failures_;
-                if (failures_ == 1 || failures_ % 100 == 0)
+                uint64_t f = ++failures_;
+                if (f == 1 || f % 100 == 0)
                     DYAD_ERROR(kSub, "fi_cq_sread: %s (%llu times); retrying",
                                fi_strerror(static_cast<int>(-n)),
-                               static_cast<unsigned long long>(failures_));
+                               static_cast<unsigned long long>(f));
                 std::unique_lock<std::mutex> lk(mu_);
                 busy_cv_.wait_for(lk, std::chrono::seconds(1), [this] { return stop_.load(); });
             } else if (!ep_->can_wait()) {
@@ -607,8 +609,9 @@ class ServedProtocol {
     size_t reserved_ = 0;
     std::atomic<bool> stop_{false};  // set under mu_ (for busy_cv_)
     size_t out_ = 0;                 // buffers not in the free list (under mu_)
-    uint64_t interrupted_ = 0;       // waits interrupted (progress thread only)
-    uint64_t failures_ = 0;          // waits that failed (progress thread only)
+    // Written by the progress thread, read by `dyad service status`.
+    std::atomic<uint64_t> interrupted_{0};  // waits interrupted (EINTR), then resumed
+    std::atomic<uint64_t> failures_{0};     // waits that failed, then retried
     std::condition_variable busy_cv_;
     std::thread progress_;
 };
@@ -784,7 +787,9 @@ class OfiSender : public Sender {
         for (const auto& [k, sp] : *served_)
             served[k] = {{"provider", sp->protocol().provider},
                          {"pool_buffers", sp->pool_size()},
-                         {"peer_waits", sp->peer_waits()}};
+                         {"peer_waits", sp->peer_waits()},
+                         {"progress_interrupted", sp->progress_interrupted()},
+                         {"progress_failures", sp->progress_failures()}};
         return {{"protocols", served}, {"pool_limit_bytes", kPoolBuffers * kOfiChunk}};
     }
 

@@ -83,6 +83,8 @@ def test_service_stopped_and_continued_still_serves(ocluster):
     assert p.returncode == 0, p.stderr
     assert sha(cons.path("after.bin")) == sha(prod.path("after.bin"))
     assert "fi_cq_sread" not in open(prod.log_path, errors="replace").read()
+    served = prod.status()["counters"]["per_transport"]["MARGO"]["transport"]["protocols"]
+    assert all(p["progress_failures"] == 0 for p in served.values()), served
 
 
 def test_thousand_small_files(ocluster):
