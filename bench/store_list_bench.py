@@ -62,8 +62,7 @@ def put_records(node, n):
                                 "mode": 420, "ino": 1000 + i})
             key = f"{(i * 2654435761) % 1024:x}.{(i * 40503) % 1024:x}.{i % 1024:x}.{path}"
             meta = json.dumps({"topic": "kvs.put", "ns": "dyad", "key": key, "value": value}).encode()
-            frames.append(rawwire.HDR.pack(rawwire.MAGIC, rawwire.VERSION, rawwire.REQUEST, 0, i + 1, 0, len(meta), 0)
-                          + meta)
+            frames.append(raw.frame(rawwire.REQUEST, i + 1, meta))
         raw.s.sendall(b"".join(frames))
         for _ in batch:
             f = raw.recv()

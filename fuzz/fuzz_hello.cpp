@@ -56,20 +56,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         check_nonce(cn);
         if (auth::valid_nonce(cn)) {
             // The challenge the service answers with.
-            std::string proof = key()->proof("dyad service", cn, kServiceNonce);
-            FUZZ_CHECK(key()->verify(proof, "dyad service", cn, kServiceNonce));
-            FUZZ_CHECK(!key()->verify(proof, "dyad client", cn, kServiceNonce));
+            // The challenge the service answers with: its proof covers the
+            // hello as received (text) and the challenge as sent.
+            std::string proof = key()->proof("dyad service", {text, kServiceNonce});
+            FUZZ_CHECK(key()->verify(proof, "dyad service", {text, kServiceNonce}));
+            FUZZ_CHECK(!key()->verify(proof, "dyad client", {text, kServiceNonce}));
             auto p = meta.find("proof");
             if (p != meta.end() && p->is_string()) {
                 const std::string& given = p->get_ref<const std::string&>();
-                bool v = key()->verify(given, "dyad client", cn, kServiceNonce);
-                FUZZ_CHECK(v == (given == key()->proof("dyad client", cn, kServiceNonce)));
+                bool v = key()->verify(given, "dyad client", {text, kServiceNonce, proof});
+                FUZZ_CHECK(v ==
+                           (given == key()->proof("dyad client", {text, kServiceNonce, proof})));
             }
         }
     }
     auto p = meta.find("proof");
     if (p != meta.end() && p->is_string())
-        (void)key()->verify(p->get<std::string>(), "dyad client", text, kServiceNonce);
+        (void)key()->verify(p->get<std::string>(), "dyad client", {text, kServiceNonce});
 
     // Client side: a refusal (error frame) or a service's hello.
     rpc::Frame f;

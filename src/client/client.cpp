@@ -627,7 +627,9 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
         }
         return recv.status();
     }
-    auto conn = pool_->get(ep, Deadline::after(kControlTimeout));
+    // Only the record's owner may answer at its endpoint (with a key, it
+    // proves it in the hello).
+    auto conn = pool_->get(ep, Deadline::after(kControlTimeout), rec.owner);
     if (!conn) {
         if (!owner_registered(rec.owner))
             return Status(DYAD_RC_CONNFAIL,

@@ -65,7 +65,11 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
         asked.push_back(i);
     }
     if (asked.empty()) return left;
-    auto conn = pool_->get(ep, Deadline::after(kControlTimeout));
+    // Files of one endpoint have one owner: only it may answer there.
+    std::string owner = records[asked.front()].owner;
+    for (size_t i : asked)
+        if (records[i].owner != owner) owner.clear();
+    auto conn = pool_->get(ep, Deadline::after(kControlTimeout), owner);
     if (!conn) return asked;  // alone, each says why
     nlohmann::json files = nlohmann::json::array();
     const std::string nspace = ns(svc);

@@ -29,17 +29,22 @@ std::string to_hex(const unsigned char* p, size_t n) {
     return out;
 }
 
-void mac(const std::string& secret, std::string_view label, std::string_view cn,
-         std::string_view sn, unsigned char out[crypto_auth_hmacsha256_BYTES]) {
+void mac(const std::string& secret, std::string_view label,
+         std::initializer_list<std::string_view> parts,
+         unsigned char out[crypto_auth_hmacsha256_BYTES]) {
     crypto_auth_hmacsha256_state st;
     ::crypto_auth_hmacsha256_init(&st, reinterpret_cast<const unsigned char*>(secret.data()),
                                   secret.size());
-    const unsigned char zero = 0;
-    for (std::string_view part : {label, cn, sn}) {
+    auto update = [&st](std::string_view part) {
+        unsigned char len[8];
+        uint64_t n = part.size();
+        for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+        ::crypto_auth_hmacsha256_update(&st, len, sizeof len);
         ::crypto_auth_hmacsha256_update(&st, reinterpret_cast<const unsigned char*>(part.data()),
                                         part.size());
-        ::crypto_auth_hmacsha256_update(&st, &zero, 1);
-    }
+    };
+    update(label);
+    for (std::string_view part : parts) update(part);
     ::crypto_auth_hmacsha256_final(&st, out);
     ::sodium_memzero(&st, sizeof st);
 }
@@ -118,14 +123,15 @@ std::shared_ptr<const Key> Key::from_secret(std::string secret) {
     return std::shared_ptr<const Key>(new Key(std::move(secret), "(memory)"));
 }
 
-std::string Key::proof(std::string_view label, std::string_view cn, std::string_view sn) const {
+std::string Key::proof(std::string_view label,
+                       std::initializer_list<std::string_view> parts) const {
     unsigned char out[crypto_auth_hmacsha256_BYTES];
-    mac(secret_, label, cn, sn, out);
+    mac(secret_, label, parts, out);
     return to_hex(out, sizeof out);
 }
 
-bool Key::verify(std::string_view proof, std::string_view label, std::string_view cn,
-                 std::string_view sn) const {
+bool Key::verify(std::string_view proof, std::string_view label,
+                 std::initializer_list<std::string_view> parts) const {
     unsigned char got[crypto_auth_hmacsha256_BYTES];
     size_t len = 0;
     if (proof.size() != 2 * sizeof got ||
@@ -134,8 +140,42 @@ bool Key::verify(std::string_view proof, std::string_view label, std::string_vie
         len != sizeof got)
         return false;
     unsigned char want[crypto_auth_hmacsha256_BYTES];
-    mac(secret_, label, cn, sn, want);
+    mac(secret_, label, parts, want);
     return ::crypto_verify_32(got, want) == 0;
+}
+
+SessionKey Key::derive(std::string_view label,
+                       std::initializer_list<std::string_view> parts) const {
+    static_assert(sizeof(SessionKey) == crypto_auth_hmacsha256_BYTES);
+    SessionKey k;
+    mac(secret_, label, parts, k.data());
+    return k;
+}
+
+void FrameMac::compute(const uint8_t* header, size_t header_len, std::string_view meta,
+                       uint8_t out[kTagBytes]) {
+    crypto_generichash_blake2b_state st;
+    ::crypto_generichash_blake2b_init(&st, key_.data(), key_.size(), kTagBytes);
+    unsigned char seq[8];
+    for (int i = 0; i < 8; ++i) seq[i] = static_cast<unsigned char>(seq_ >> (8 * i));
+    ::crypto_generichash_blake2b_update(&st, seq, sizeof seq);
+    ::crypto_generichash_blake2b_update(&st, header, header_len);
+    ::crypto_generichash_blake2b_update(&st, reinterpret_cast<const unsigned char*>(meta.data()),
+                                        meta.size());
+    ::crypto_generichash_blake2b_final(&st, out, kTagBytes);
+    ++seq_;
+}
+
+void FrameMac::sign(const uint8_t* header, size_t header_len, std::string_view meta,
+                    uint8_t out[kTagBytes]) {
+    compute(header, header_len, meta, out);
+}
+
+bool FrameMac::check(const uint8_t* header, size_t header_len, std::string_view meta,
+                     const uint8_t tag[kTagBytes]) {
+    uint8_t want[kTagBytes];
+    compute(header, header_len, meta, want);
+    return ::crypto_verify_16(want, tag) == 0;
 }
 
 std::string new_nonce() {

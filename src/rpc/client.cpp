@@ -158,8 +158,40 @@ Result<Frame> Connection::read_hello(Deadline deadline, double hello_s) {
     return f;
 }
 
+namespace {
+
+// Does the service's view of the connection (its challenge's "binding")
+// match ours? A relay has a connection of its own to the service: the
+// service sees the relay's addresses (or, on a Unix socket, is not the
+// process at our end). Returns what differs, "" when all matches.
+std::string binding_mismatch(int fd, bool unix_socket, const nlohmann::json& b) {
+    if (!b.is_object()) return "the service sent no view of the connection";
+    if (unix_socket) {
+        struct ucred cred {};
+        socklen_t cl = sizeof cred;
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0)
+            return "cannot tell which process listens on the socket";
+        auto pid = b.find("pid");
+        if (pid == b.end() || !pid->is_number_integer() || pid->get<int64_t>() != cred.pid)
+            return "the socket is held by pid " + std::to_string(cred.pid) +
+                   ", not by the service that answered";
+        return "";
+    }
+    const std::string mine = socket_endpoint(fd, false), theirs = socket_endpoint(fd, true);
+    auto peer = b.find("peer"), local = b.find("local");
+    if (peer == b.end() || !peer->is_string() || local == b.end() || !local->is_string())
+        return "the service sent no view of the connection";
+    if (peer->get<std::string>() != mine || local->get<std::string>() != theirs)
+        return "this end is " + mine + " to " + theirs + ", the service sees " +
+               peer->get<std::string>() + " to " + local->get<std::string>();
+    return "";
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, Deadline deadline,
-                                                        const Credentials& creds) {
+                                                        const Credentials& creds,
+                                                        const std::string& expect) {
     auto u = parse_uri(uri);
     if (!u) return u.status();
     auto fd = connect_fd(u.value(), deadline);
@@ -172,12 +204,10 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
     h.type = Type::hello;
     nlohmann::json hello = {{"version", kVersion}, {"pid", ::getpid()}, {"role", creds.role}};
     if (!creds.service_id.empty()) hello["service_id"] = creds.service_id;
-    std::string cnonce;
-    if (creds.key) {
-        cnonce = auth::new_nonce();
-        hello["nonce"] = cnonce;
-    }
-    Status s = c->send_frame(h, hello.dump(-1, ' ', false, kBadUtf8Replaced), deadline);
+    if (!expect.empty()) hello["expect"] = expect;
+    if (creds.key) hello["nonce"] = auth::new_nonce();
+    const std::string client_hello = hello.dump(-1, ' ', false, kBadUtf8Replaced);
+    Status s = c->send_frame(h, client_hello, deadline);
     if (!s) return s.wrap("hello to " + uri);
     auto f = c->read_hello(deadline, hello_s);
     if (!f) return f.status();
@@ -191,6 +221,10 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
                               "process has a key (DYAD_AUTH_KEY_FILE=" +
                               creds.key->path() +
                               "): refusing to trust it; give dyadd the same key");
+        c->peer_id_ = f->meta.value("service_id", std::string());
+        if (!expect.empty() && c->peer_id_ != expect)
+            return auth_error("service at " + uri + " is '" + c->peer_id_ + "', not '" + expect +
+                              "' that was expected");
         c->peer_info_ = std::move(f->meta);
         return c;
     }
@@ -201,23 +235,48 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
         return auth_error("service at " + uri +
                           " requires authentication: set DYAD_AUTH_KEY_FILE to the job's key file "
                           "(the one its dyadd was given with --auth-key)");
-    auto snonce = f->meta.find("nonce");
+    // The challenge: the service's proof over our hello and the challenge
+    // as sent; then who it is and how it sees this connection.
+    auto challenge = f->meta.find("challenge");
     auto sproof = f->meta.find("proof");
-    if (snonce == f->meta.end() || !snonce->is_string() ||
-        !auth::valid_nonce(snonce->get<std::string>()) || sproof == f->meta.end() ||
-        !sproof->is_string() ||
-        !creds.key->verify(sproof->get<std::string>(), "dyad service", cnonce,
-                           snonce->get<std::string>()))
+    nlohmann::json ch;
+    if (challenge != f->meta.end() && challenge->is_string()) ch = parse_meta(*challenge);
+    if (sproof == f->meta.end() || !sproof->is_string() || !ch.is_object() ||
+        !creds.key->verify(sproof->get<std::string>(), "dyad service",
+                           {client_hello, challenge->get<std::string>()}))
         return auth_error("service at " + uri +
                           " could not prove it holds the job's key: it is not this job's service, "
                           "or the key files differ (DYAD_AUTH_KEY_FILE=" +
                           creds.key->path() + ")");
+    auto nonce = ch.find("nonce");
+    auto id = ch.find("service_id");
+    if (nonce == ch.end() || !nonce->is_string() || !auth::valid_nonce(nonce->get<std::string>()) ||
+        id == ch.end() || !id->is_string())
+        return auth_error("service at " + uri + " sent a malformed challenge");
+    std::string why =
+        binding_mismatch(c->fd_.get(), c->unix_, ch.value("binding", nlohmann::json()));
+    if (!why.empty())
+        return auth_error("the connection to " + uri +
+                          " is relayed: the service that proved the key is not at the other end "
+                          "of it (" +
+                          why +
+                          "). Something between this process and the service forwards the "
+                          "connection (a wrong DYAD_SERVICE_URI, a process posing as the service, "
+                          "or NAT): refused");
+    if (!expect.empty() && id->get<std::string>() != expect)
+        return auth_error("service at " + uri + " proved it is '" + id->get<std::string>() +
+                          "', not '" + expect + "' that was expected");
+    const std::string& sc = challenge->get<std::string>();
     nlohmann::json answer = {
-        {"proof", creds.key->proof("dyad client", cnonce, snonce->get<std::string>())}};
+        {"proof", creds.key->proof("dyad client", {client_hello, sc, sproof->get<std::string>()})}};
     s = c->send_frame(h, answer.dump(-1, ' ', false, kBadUtf8Replaced), deadline);
     if (!s) return s.wrap("hello to " + uri);
+    // Every later frame, both ways, carries a tag.
+    c->tx_mac_ = auth::FrameMac(creds.key->derive("dyad client to service", {client_hello, sc}));
+    c->rx_mac_ = auth::FrameMac(creds.key->derive("dyad service to client", {client_hello, sc}));
     auto g = c->read_hello(deadline, hello_s);
     if (!g) return g.status();
+    c->peer_id_ = id->get<std::string>();
     c->peer_info_ = std::move(g->meta);
     return c;
 }
@@ -360,6 +419,11 @@ Status Connection::send_frame(const Header& h0, const std::string& meta, Deadlin
     encode_header(h, hdr);
     std::string buf(reinterpret_cast<char*>(hdr), kHeaderSize);
     buf += meta;
+    if (tx_mac_.active()) {
+        uint8_t tag[auth::kTagBytes];
+        tx_mac_.sign(hdr, kHeaderSize, meta, tag);
+        buf.append(reinterpret_cast<char*>(tag), sizeof tag);
+    }
     return write_exact(buf.data(), buf.size(), deadline);
 }
 
@@ -399,10 +463,25 @@ Result<Frame> Connection::read_frame(Deadline deadline) {
         bad_header_.assign(reinterpret_cast<const char*>(hdr), kHeaderSize);
         return s.wrap("from " + uri_);
     }
-    if (f.header.meta_len > 0) {
-        std::string meta(f.header.meta_len, '\0');
+    std::string meta(f.header.meta_len, '\0');
+    if (!meta.empty()) {
         s = read_exact(meta.data(), meta.size(), deadline);
         if (!s) return s;
+    }
+    if (rx_mac_.active()) {
+        uint8_t tag[auth::kTagBytes];
+        s = read_exact(tag, sizeof tag, deadline);
+        if (!s) return s;
+        if (!rx_mac_.check(hdr, kHeaderSize, meta, tag)) {
+            broken_ = true;
+            return Status(DYAD_RC_BADRPC,
+                          "a frame from " + uri_ +
+                              " failed its authentication tag (injected, replayed or changed on "
+                              "the way): connection dropped",
+                          EPROTO);
+        }
+    }
+    if (!meta.empty()) {
         f.meta = parse_meta(meta);
         if (f.meta.is_discarded()) {
             broken_ = true;
@@ -512,7 +591,8 @@ Result<nlohmann::json> Connection::call(const std::string& topic, nlohmann::json
     }
 }
 
-Result<std::unique_ptr<Connection>> ConnectionPool::get(const std::string& uri, Deadline deadline) {
+Result<std::unique_ptr<Connection>> ConnectionPool::get(const std::string& uri, Deadline deadline,
+                                                        const std::string& expect) {
     {
         std::lock_guard<std::mutex> lk(mu_);
         auto it = idle_.find(uri);
@@ -522,13 +602,14 @@ Result<std::unique_ptr<Connection>> ConnectionPool::get(const std::string& uri, 
             // An idle connection must have nothing to read: readable means the
             // service closed it (restart) or sent junk; drop it.
             struct pollfd p = {c->fd_.get(), POLLIN, 0};
+            if (!expect.empty() && c->peer_id() != expect) continue;  // another service now
             if (!c->buffered() && ::poll(&p, 1, 0) == 0) {
                 c->reused_ = true;
                 return c;
             }
         }
     }
-    return Connection::connect(uri, deadline, creds_);
+    return Connection::connect(uri, deadline, creds_, expect);
 }
 
 void ConnectionPool::put(std::unique_ptr<Connection> c) {

@@ -52,10 +52,16 @@ class Connection {
     // kHelloTimeout (silence, bytes that are not a frame, a close) is
     // DYAD_RC_CONNFAIL with errno EPROTO and a message saying so
     // (not_dyad() recognises it).
+    // `expect`, when not empty, is the service id of the service the caller
+    // means to reach (a record's owner): another is refused, and with a key
+    // it must prove it is that one.
     static Result<std::unique_ptr<Connection>> connect(const std::string& uri, Deadline deadline,
-                                                       const Credentials& creds = Credentials());
+                                                       const Credentials& creds = Credentials(),
+                                                       const std::string& expect = "");
 
     const nlohmann::json& peer_info() const { return peer_info_; }
+    // The service id the peer proved (with a key) or said (without one).
+    const std::string& peer_id() const { return peer_id_; }
     const std::string& uri() const { return uri_; }
     bool broken() const { return broken_; }
     // The socket, for waiting on it together with other event sources:
@@ -138,6 +144,8 @@ class Connection {
     size_t rpos_ = 0, rend_ = 0;
     std::string bad_header_;  // the bytes of the last header that did not decode
     nlohmann::json peer_info_;
+    std::string peer_id_;
+    auth::FrameMac tx_mac_, rx_mac_;  // active once a keyed hello is done
     uint32_t next_tag_ = 1;
     bool broken_ = false;
     bool reused_ = false;
@@ -154,7 +162,10 @@ class ConnectionPool {
   public:
     explicit ConnectionPool(Credentials creds = Credentials(), size_t max_idle_per_uri = 8)
         : creds_(std::move(creds)), max_idle_(max_idle_per_uri) {}
-    Result<std::unique_ptr<Connection>> get(const std::string& uri, Deadline deadline);
+    // A connection to `uri`; with `expect`, to the service of that id only
+    // (an idle one of another service is not reused; a new one must be it).
+    Result<std::unique_ptr<Connection>> get(const std::string& uri, Deadline deadline,
+                                            const std::string& expect = "");
     // Returns a connection after a completed exchange; broken ones are dropped.
     void put(std::unique_ptr<Connection> c);
     void clear();

@@ -102,6 +102,7 @@ class Session : public std::enable_shared_from_this<Session> {
         o.meta = std::move(meta);
         o.data = data;
         o.cb = std::move(cb);
+        seal(o);
         queued_bytes_ += o.meta.size() + kHeaderSize;
         q_.push_back(std::move(o));
         if (!writing_) write_next();
@@ -124,6 +125,7 @@ class Session : public std::enable_shared_from_this<Session> {
         o.file_fd = dup;
         o.file_off = off;
         o.file_len = len;
+        seal(o);
         queued_bytes_ += o.meta.size() + kHeaderSize;
         q_.push_back(std::move(o));
         if (!writing_) write_next();
@@ -144,6 +146,7 @@ class Session : public std::enable_shared_from_this<Session> {
         o.meta = std::move(meta);
         o.cb = std::move(cb);
         o.pass_fd = std::move(fd);
+        seal(o);
         queued_bytes_ += o.meta.size() + kHeaderSize;
         q_.push_back(std::move(o));
         if (!writing_) write_next();
@@ -215,6 +218,8 @@ class Session : public std::enable_shared_from_this<Session> {
     struct Out {
         std::array<uint8_t, kHeaderSize> hdr;
         std::string meta;
+        std::array<uint8_t, auth::kTagBytes> tag;
+        bool tagged = false;  // the tag follows the meta (a keyed connection, once admitted)
         asio::const_buffer data;
         Request::WriteDone cb;
         int file_fd = -1;  // data from this file instead (owned: a dup)
@@ -223,6 +228,18 @@ class Session : public std::enable_shared_from_this<Session> {
         UniqueFd pass_fd;    // passed with the first byte (SCM_RIGHTS), then closed
         size_t fd_sent = 0;  // bytes of a frame with pass_fd already written
     };
+
+    // Tags a frame about to be queued, once the peer is admitted on a keyed
+    // connection. Frames leave in the order they are queued, which is the
+    // order of the tags' sequence numbers.
+    void seal(Out& o) {
+        if (!tx_mac_.active()) return;
+        tx_mac_.sign(o.hdr.data(), kHeaderSize, o.meta, o.tag.data());
+        o.tagged = true;
+    }
+    static asio::const_buffer tag_of(const Out& o) {
+        return asio::buffer(o.tag.data(), o.tagged ? o.tag.size() : 0);
+    }
 
     void read_header() {
         auto self = shared_from_this();
@@ -253,9 +270,21 @@ class Session : public std::enable_shared_from_this<Session> {
             protocol_error(h_.tag, "client frames carry no data");
             return;
         }
+        // Before admission a frame is a hello: its meta is small, and a peer
+        // the service does not know yet cannot make it reserve more.
+        if (!hello_done_ && h_.meta_len > kMaxHelloMeta) {
+            protocol_error(h_.tag, "a frame of " + std::to_string(h_.meta_len) +
+                                       " bytes of meta before the hello is done; a hello may "
+                                       "have at most " +
+                                       std::to_string(kMaxHelloMeta));
+            return;
+        }
         meta_.resize(h_.meta_len);
+        std::array<asio::mutable_buffer, 2> bufs = {
+            asio::buffer(meta_),
+            asio::buffer(rx_tag_.data(), rx_mac_.active() ? rx_tag_.size() : 0)};
         auto self = shared_from_this();
-        asio::async_read(sock_, asio::buffer(meta_), [self](asio::error_code ec, size_t) {
+        asio::async_read(sock_, bufs, [self](asio::error_code ec, size_t) {
             if (ec) return self->close();
             if (!self->handle_frame()) return;
             if (self->overloaded()) {
@@ -297,9 +326,23 @@ class Session : public std::enable_shared_from_this<Session> {
 
     // Returns false when the session must stop reading.
     bool handle_frame() {
-        nlohmann::json meta = meta_.empty() ? nlohmann::json(nullptr) : parse_meta(meta_);
-        meta_.clear();
-        meta_.shrink_to_fit();
+        if (rx_mac_.active() && !rx_mac_.check(hdr_.data(), kHeaderSize, meta_, rx_tag_.data())) {
+            // Not the next frame the admitted peer sent: injected, replayed,
+            // reordered or changed on the way. Nothing of it is acted on.
+            server_.count_auth_refused();
+            if (server_.peer_warning_allowed())
+                DYAD_WARN("rpc",
+                          "closing connection %llu (%s): frame %llu failed its authentication tag "
+                          "(injected, replayed or changed on the way)",
+                          static_cast<unsigned long long>(id_), peer_.key.c_str(),
+                          static_cast<unsigned long long>(rx_mac_.frames()));
+            close();
+            return false;
+        }
+        std::string raw = std::move(meta_);
+        meta_ = std::string();
+        nlohmann::json meta = raw.empty() ? nlohmann::json(nullptr) : parse_meta(raw);
+        if (hello_done_) raw = std::string();
         if (meta.is_discarded()) {
             protocol_error(h_.tag, "malformed JSON in frame");
             return false;
@@ -317,7 +360,7 @@ class Session : public std::enable_shared_from_this<Session> {
             send(e, m.dump(-1, ' ', false, kBadUtf8Replaced), {}, [self](bool) { self->close(); });
             return false;
         }
-        if (!hello_done_) return handle_hello(meta);
+        if (!hello_done_) return handle_hello(std::move(raw), meta);
         switch (h_.type) {
             case Type::request: {
                 if (!meta.is_object() || !meta.contains("topic") || !meta["topic"].is_string()) {
@@ -360,7 +403,7 @@ class Session : public std::enable_shared_from_this<Session> {
     // The hello exchange (docs/wire-protocol.md section 4). Nothing about
     // this service is said before the peer is admitted: a refused peer gets
     // one error frame ("authentication required" and why) and the close.
-    bool handle_hello(const nlohmann::json& meta) {
+    bool handle_hello(std::string raw, const nlohmann::json& meta) {
         const AuthPolicy& auth = server_.auth();
         if (h_.type != Type::hello || !meta.is_object()) {
             if (auth.key || awaiting_proof_ || h_.type == Type::hello)
@@ -373,12 +416,20 @@ class Session : public std::enable_shared_from_this<Session> {
         if (awaiting_proof_) {
             auto p = meta.find("proof");
             if (p == meta.end() || !p->is_string() ||
-                !auth.key->verify(p->get<std::string>(), "dyad client", client_nonce_,
-                                  service_nonce_))
+                !auth.key->verify(p->get<std::string>(), "dyad client",
+                                  {client_hello_, challenge_, service_proof_}))
                 return refuse(
-                    "authentication failed: the peer does not hold this service's key (check "
-                    "DYAD_AUTH_KEY_FILE: it must be the file dyadd was given with --auth-key)");
+                    "authentication failed: the peer does not hold this service's key, or its "
+                    "hello was not the one this service answered (check DYAD_AUTH_KEY_FILE: it "
+                    "must be the file dyadd was given with --auth-key; and that nothing relays "
+                    "the connection)");
             peer_.authenticated = true;
+            // From here on, every frame each way carries a tag under its
+            // direction's key, derived from this connection's transcript.
+            rx_mac_ = auth::FrameMac(
+                auth.key->derive("dyad client to service", {client_hello_, challenge_}));
+            tx_mac_ = auth::FrameMac(
+                auth.key->derive("dyad service to client", {client_hello_, challenge_}));
             return admit();
         }
         peer_.pid = meta.contains("pid") && meta["pid"].is_number_integer()
@@ -394,23 +445,43 @@ class Session : public std::enable_shared_from_this<Session> {
             peer_.service_id = id->get<std::string>();
         }
         if (!check_uid()) return false;
+        // A client that names the service it wants talks to that one only.
+        const std::string own_id = server_.hello_info().value("service_id", std::string());
+        auto expect = meta.find("expect");
+        if (expect != meta.end() && (!expect->is_string() || expect->get<std::string>() != own_id))
+            return refuse(
+                "this is not the service the client expected (it asked for another service id): "
+                "check the URI it was given (DYAD_SERVICE_URI) or the record's endpoint");
         if (!auth.key) return admit();
         auto n = meta.find("nonce");
         if (n == meta.end() || !n->is_string() || !auth::valid_nonce(n->get<std::string>()))
             return refuse(
                 "authentication required: this service accepts only peers that hold the job's "
                 "key (set DYAD_AUTH_KEY_FILE)");
-        client_nonce_ = n->get<std::string>();
-        service_nonce_ = auth::new_nonce();
+        // The challenge says who this service is and how it sees the
+        // connection; its proof covers the client's hello as received and
+        // the challenge as sent, so a relay can change neither.
+        nlohmann::json binding = nlohmann::json::object();
+        if (unix_) {
+            binding["pid"] = static_cast<int64_t>(::getpid());
+        } else {
+            binding["local"] = socket_endpoint(sock_.native_handle(), false);
+            binding["peer"] = socket_endpoint(sock_.native_handle(), true);
+        }
+        nlohmann::json challenge = {{"auth", auth::kScheme},
+                                    {"binding", std::move(binding)},
+                                    {"nonce", auth::new_nonce()},
+                                    {"service_id", own_id},
+                                    {"wire_version", kVersion}};
+        client_hello_ = std::move(raw);
+        challenge_ = challenge.dump(-1, ' ', false, kBadUtf8Replaced);
+        service_proof_ = auth.key->proof("dyad service", {client_hello_, challenge_});
         awaiting_proof_ = true;
         Header r;
         r.type = Type::hello;
-        nlohmann::json challenge = {
-            {"auth", auth::kScheme},
-            {"nonce", service_nonce_},
-            {"proof", auth.key->proof("dyad service", client_nonce_, service_nonce_)},
-            {"wire_version", kVersion}};
-        send(r, challenge.dump(-1, ' ', false, kBadUtf8Replaced), {}, {});
+        nlohmann::json sent = {
+            {"auth", auth::kScheme}, {"challenge", challenge_}, {"proof", service_proof_}};
+        send(r, sent.dump(-1, ' ', false, kBadUtf8Replaced), {}, {});
         return true;
     }
 
@@ -434,8 +505,9 @@ class Session : public std::enable_shared_from_this<Session> {
     bool admit() {
         hello_done_ = true;
         awaiting_proof_ = false;
-        client_nonce_.clear();
-        service_nonce_.clear();
+        client_hello_ = std::string();
+        challenge_ = std::string();
+        service_proof_ = std::string();
         hello_timer_.cancel();
         last_activity_ = std::chrono::steady_clock::now();
         arm_idle(server_.idle_timeout());
@@ -503,7 +575,8 @@ class Session : public std::enable_shared_from_this<Session> {
         if (o.pass_fd.valid()) return write_with_fd();
         auto self = shared_from_this();
         if (o.file_fd >= 0) {
-            std::array<asio::const_buffer, 2> bufs = {asio::buffer(o.hdr), asio::buffer(o.meta)};
+            std::array<asio::const_buffer, 3> bufs = {asio::buffer(o.hdr), asio::buffer(o.meta),
+                                                      tag_of(o)};
             asio::async_write(sock_, bufs, all_at_once, [self](asio::error_code ec, size_t) {
                 if (!ec) return self->write_file_data();
                 self->front_written(ec);
@@ -519,10 +592,11 @@ class Session : public std::enable_shared_from_this<Session> {
         size_t frames = 0, bytes = 0;
         for (const Out& f : q_) {
             if (f.pass_fd.valid() || f.file_fd >= 0) break;
-            size_t n = kHeaderSize + f.meta.size() + f.data.size();
+            size_t n = kHeaderSize + f.meta.size() + tag_of(f).size() + f.data.size();
             if (frames > 0 && (frames == kGatherFrames || bytes + n > kGatherBytes)) break;
             bufs.push_back(asio::buffer(f.hdr));
             if (!f.meta.empty()) bufs.push_back(asio::buffer(f.meta));
+            if (f.tagged) bufs.push_back(tag_of(f));
             if (f.data.size()) bufs.push_back(f.data);
             ++frames;
             bytes += n;
@@ -578,21 +652,27 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
     void write_with_fd() {
-        const size_t total = kHeaderSize + q_.front().meta.size();
+        const size_t total = kHeaderSize + q_.front().meta.size() + tag_of(q_.front()).size();
         write_until_done(
             [this] {
                 Out& o = q_.front();
-                struct iovec iov[2];
+                struct iovec iov[3];
                 size_t n = 0;
-                if (o.fd_sent < kHeaderSize) {
-                    iov[n].iov_base = o.hdr.data() + o.fd_sent;
-                    iov[n++].iov_len = kHeaderSize - o.fd_sent;
-                }
-                size_t meta_off = o.fd_sent > kHeaderSize ? o.fd_sent - kHeaderSize : 0;
-                if (meta_off < o.meta.size()) {
-                    iov[n].iov_base = o.meta.data() + meta_off;
-                    iov[n++].iov_len = o.meta.size() - meta_off;
-                }
+                // The frame's parts in order (header, meta, tag), from
+                // what is already out.
+                size_t skip = o.fd_sent;
+                auto part = [&](const void* p, size_t len) {
+                    if (skip >= len) {
+                        skip -= len;
+                        return;
+                    }
+                    iov[n].iov_base = const_cast<char*>(static_cast<const char*>(p)) + skip;
+                    iov[n++].iov_len = len - skip;
+                    skip = 0;
+                };
+                part(o.hdr.data(), kHeaderSize);
+                part(o.meta.data(), o.meta.size());
+                part(o.tag.data(), tag_of(o).size());
                 struct msghdr msg = {};
                 msg.msg_iov = iov;
                 msg.msg_iovlen = n;
@@ -667,7 +747,10 @@ class Session : public std::enable_shared_from_this<Session> {
     bool paused_ = false;
     bool hello_done_ = false;
     bool awaiting_proof_ = false;
-    std::string client_nonce_, service_nonce_;
+    // The transcript of a keyed hello, while the client's proof is awaited.
+    std::string client_hello_, challenge_, service_proof_;
+    auth::FrameMac tx_mac_, rx_mac_;  // active once a keyed peer is admitted
+    std::array<uint8_t, auth::kTagBytes> rx_tag_{};
     bool closed_ = false;
     bool writing_ = false;
     bool unix_ = false;                    // a Unix socket: descriptors can pass

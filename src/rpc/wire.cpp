@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "wire.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 namespace dyad::rpc {
 namespace {
@@ -56,6 +61,32 @@ Status decode_header(const uint8_t in[kHeaderSize], Header* h) {
     if (h->meta_len > kMaxMeta || h->data_len > kMaxData)
         return Status(DYAD_RC_BADRPC, "frame too large", EMSGSIZE);
     return Status::ok();
+}
+
+std::string socket_endpoint(int fd, bool peer) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    auto* sa = reinterpret_cast<sockaddr*>(&ss);
+    if ((peer ? ::getpeername(fd, sa, &len) : ::getsockname(fd, sa, &len)) != 0) return "";
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (ss.ss_family == AF_INET) {
+        auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+        ::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
+        return std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
+    }
+    if (ss.ss_family == AF_INET6) {
+        auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
+        const uint16_t port = ntohs(in6->sin6_port);
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+            in_addr v4;
+            std::memcpy(&v4, in6->sin6_addr.s6_addr + 12, sizeof v4);
+            ::inet_ntop(AF_INET, &v4, buf, sizeof buf);
+            return std::string(buf) + ":" + std::to_string(port);
+        }
+        ::inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf);
+        return "[" + std::string(buf) + "]:" + std::to_string(port);
+    }
+    return "";
 }
 
 const char* type_name(Type t) {

@@ -14,10 +14,17 @@
 namespace dyad::rpc {
 
 constexpr uint32_t kMagic = 0x44415944;  // bytes "DYAD" on the wire
-constexpr uint16_t kVersion = 2;         // 2: authenticated hello (docs/wire-protocol.md)
+// 2: authenticated hello; 3: the hello's proofs cover its whole transcript
+// and the connection's addresses, and every later frame of a keyed
+// connection carries a tag (docs/wire-protocol.md section 4).
+constexpr uint16_t kVersion = 3;
 constexpr size_t kHeaderSize = 24;
 constexpr uint32_t kMaxMeta = 1u << 20;
 constexpr uint32_t kMaxData = 64u << 20;
+// The most meta a frame may carry before its sender is admitted (a hello is
+// ~300 bytes): a bare header never reserves more than this of a service's
+// memory for a peer it does not know.
+constexpr uint32_t kMaxHelloMeta = 4096;
 
 enum class Type : uint8_t {
     hello = 1,     // first frame each way: version check, identities
@@ -49,6 +56,12 @@ const char* type_name(Type t);
 // Returns a discarded value on any error.
 constexpr int kMaxJsonDepth = 32;
 nlohmann::json parse_meta(const std::string& text);
+
+// "IP:PORT" ("[IPv6]:PORT"; an IPv4-mapped IPv6 address as IPv4) of a
+// TCP socket's own end, or of its peer's; "" for other sockets or on error.
+// Both ends of one connection see the same pair, swapped: the hello binds
+// its proofs to them (a relay has two connections, and two pairs).
+std::string socket_endpoint(int fd, bool peer);
 
 // Parsed service address: "tcp://HOST:PORT" or "unix:PATH".
 struct Uri {

@@ -21,7 +21,7 @@ import socket
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rawwire import ERROR, HELLO, Raw  # noqa: E402
+from rawwire import ERROR, HELLO, VERSION, Raw  # noqa: E402
 
 
 def connect(a, hello=True):
@@ -31,11 +31,12 @@ def connect(a, hello=True):
         return Raw(a.host, a.port, key=a.key, hello=hello, timeout=30)
     r = Raw.__new__(Raw)
     r.s = socket.create_connection((a.host, a.port), timeout=30, source_address=(a.source, 0))
-    r.version = 2
+    r.version = VERSION
     r.tag = 0
+    r.tx = r.rx = None
     if hello:
         from rawwire import hello as do_hello
-        r.info = do_hello(r.send, r.recv, a.key, "client", None, 2)
+        r.info = do_hello(r.send, r.recv, a.key, "client", None, VERSION)
     return r
 
 

@@ -12,7 +12,8 @@ import struct
 HDR = struct.Struct("<IHBBIiII")
 MAGIC = 0x44415944
 HELLO, REQUEST, RESPONSE, END, ERROR, CANCEL, UPDATE = 1, 2, 3, 4, 5, 6, 7
-VERSION = 2
+VERSION = 3
+TAG_BYTES = 16
 
 
 def read_key(path):
@@ -21,35 +22,82 @@ def read_key(path):
         return f.read().rstrip(b" \t\r\n")
 
 
-def proof(secret, label, client_nonce, service_nonce):
-    msg = b"".join(part.encode() + b"\0" for part in (label, client_nonce, service_nonce))
-    return hmac.new(secret, msg, hashlib.sha256).hexdigest()
+def _parts(label, parts):
+    out = b""
+    for p in (label, *parts):
+        p = p.encode() if isinstance(p, str) else p
+        out += struct.pack("<Q", len(p)) + p
+    return out
 
 
-def hello(sock_send, sock_recv, key=None, role="client", service_id=None, version=VERSION):
+def proof(secret, label, *parts):
+    """HMAC-SHA-256 of the label and the parts, each length-prefixed (u64 LE), hex."""
+    return hmac.new(secret, _parts(label, parts), hashlib.sha256).hexdigest()
+
+
+def derive(secret, label, *parts):
+    return hmac.new(secret, _parts(label, parts), hashlib.sha256).digest()
+
+
+class Mac:
+    """The tags of one direction: keyed BLAKE2b-128 of (sequence u64 LE, header, meta)."""
+
+    def __init__(self, key):
+        self.key, self.seq = key, 0
+
+    def tag(self, header, meta):
+        t = hashlib.blake2b(struct.pack("<Q", self.seq) + header + meta, key=self.key,
+                            digest_size=TAG_BYTES).digest()
+        self.seq += 1
+        return t
+
+
+def sock_endpoint(addr):
+    host, port = addr[0], addr[1]
+    if host.startswith("::ffff:"):
+        host = host[7:]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def hello(sock_send, sock_recv, key=None, role="client", service_id=None, version=VERSION, expect=None,
+          check_binding=True):
     """The hello exchange; returns the service's identity frame (or the
-    error frame that refused us)."""
+    error frame that refused us). With a key, the object the bound
+    sock_send belongs to gets its tags (tx, rx) once admitted."""
+    owner = getattr(sock_send, "__self__", None)
     meta = {"version": version, "pid": os.getpid(), "role": role}
     if service_id:
         meta["service_id"] = service_id
-    nonce = os.urandom(32).hex() if key else None
-    if nonce:
-        meta["nonce"] = nonce
-    sock_send(HELLO, 0, meta)
+    if expect:
+        meta["expect"] = expect
+    if key:
+        meta["nonce"] = os.urandom(32).hex()
+    ch = json.dumps(meta).encode()
+    sock_send(HELLO, 0, ch)
     f = sock_recv()
     if f["type"] != HELLO or not key or (f["meta"] or {}).get("auth", "none") == "none":
         return f
     secret = read_key(key) if isinstance(key, str) else key
     m = f["meta"]
-    if not hmac.compare_digest(m["proof"], proof(secret, "dyad service", nonce, m["nonce"])):
+    sc = m["challenge"].encode()
+    if not hmac.compare_digest(m["proof"], proof(secret, "dyad service", ch, sc)):
         raise ConnectionError("the service did not prove it holds the key")
-    sock_send(HELLO, 0, {"proof": proof(secret, "dyad client", nonce, m["nonce"])})
+    challenge = json.loads(sc)
+    sock = getattr(owner, "s", None)
+    if check_binding and sock is not None and sock.family != socket.AF_UNIX:
+        b = challenge["binding"]
+        if b["peer"] != sock_endpoint(sock.getsockname()) or b["local"] != sock_endpoint(sock.getpeername()):
+            raise ConnectionError(f"relayed connection: the service sees {b}")
+    sock_send(HELLO, 0, {"proof": proof(secret, "dyad client", ch, sc, m["proof"])})
+    if owner is not None:
+        owner.tx = Mac(derive(secret, "dyad client to service", ch, sc))
+        owner.rx = Mac(derive(secret, "dyad service to client", ch, sc))
     return sock_recv()
 
 
 class Raw:
     def __init__(self, host=None, port=None, version=VERSION, hello=True, timeout=10, key=None, role="client",
-                 service_id=None, unix_path=None):
+                 service_id=None, unix_path=None, expect=None):
         if unix_path:
             self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self.s.settimeout(timeout)
@@ -58,8 +106,9 @@ class Raw:
             self.s = socket.create_connection((host, port), timeout=timeout)
         self.version = version
         self.tag = 0
+        self.tx = self.rx = None  # frame tags, once a keyed hello is done
         if hello:
-            self.info = globals()["hello"](self.send, self.recv, key, role, service_id, version)
+            self.info = globals()["hello"](self.send, self.recv, key, role, service_id, version, expect)
 
     @classmethod
     def to(cls, node, **kw):
@@ -67,9 +116,15 @@ class Raw:
         kw.setdefault("key", node.key)
         return cls(node.host, node.port, **kw)
 
+    def frame(self, typ, tag, meta, data=b"", meta_len=None):
+        """The bytes of one frame (tagged when the connection is keyed);
+        meta_len, if given, is what the header claims."""
+        m = meta if isinstance(meta, bytes) else (json.dumps(meta).encode() if meta is not None else b"")
+        h = HDR.pack(MAGIC, self.version, typ, 0, tag, 0, len(m) if meta_len is None else meta_len, len(data))
+        return h + m + (self.tx.tag(h, m) if self.tx else b"") + data
+
     def send(self, typ, tag, meta, data=b""):
-        m = json.dumps(meta).encode() if meta is not None else b""
-        self.s.sendall(HDR.pack(MAGIC, self.version, typ, 0, tag, 0, len(m), len(data)) + m + data)
+        self.s.sendall(self.frame(typ, tag, meta, data))
 
     def _exact(self, n, fds=None):
         """n bytes; on a Unix socket, descriptors passed with them (SCM_RIGHTS)
@@ -90,9 +145,13 @@ class Raw:
         """The next frame; "fds": descriptors that came with its header (the
         caller closes them)."""
         fds = []
-        magic, ver, typ, flags, tag, errnum, ml, dl = HDR.unpack(self._exact(HDR.size, fds))
+        h = self._exact(HDR.size, fds)
+        magic, ver, typ, flags, tag, errnum, ml, dl = HDR.unpack(h)
         assert magic == MAGIC
-        meta = json.loads(self._exact(ml)) if ml else None
+        raw = self._exact(ml) if ml else b""
+        if self.rx and not hmac.compare_digest(self._exact(TAG_BYTES), self.rx.tag(h, raw)):
+            raise ConnectionError("a frame failed its tag")
+        meta = json.loads(raw) if ml else None
         data = self._exact(dl) if dl else b""
         return {"type": typ, "tag": tag, "errnum": errnum, "meta": meta, "data": data, "version": ver, "fds": fds}
 
@@ -125,6 +184,7 @@ class Stream:
         self.s = socket.create_connection((node.host, node.port), timeout=120)
         self.buf = bytearray(1 << 20)
         self.bytes = 0
+        self.tx = self.rx = None
         f = hello(self._send, self._meta_frame, node.key)
         if f["type"] != HELLO:
             raise ConnectionError(f"refused: {f['meta']}")
@@ -133,15 +193,27 @@ class Stream:
         self.error = None
 
     def _send(self, typ, tag, meta):
-        m = json.dumps(meta).encode()
-        self.s.sendall(HDR.pack(MAGIC, VERSION, typ, 0, tag, 0, len(m), 0) + m)
+        m = meta if isinstance(meta, bytes) else json.dumps(meta).encode()
+        h = HDR.pack(MAGIC, VERSION, typ, 0, tag, 0, len(m), 0)
+        self.s.sendall(h + m + (self.tx.tag(h, m) if self.tx else b""))
 
-    def _meta_frame(self):
+    def _head(self):
+        """A frame's header and meta (its tag checked); returns (type, tag, errnum, meta bytes, data_len)."""
         h = bytearray(HDR.size)
         self._exact(memoryview(h))
         _, _, typ, _, tag, err, ml, dl = HDR.unpack(h)
         meta = bytearray(ml)
         self._exact(memoryview(meta))
+        if self.rx:
+            t = bytearray(TAG_BYTES)
+            self._exact(memoryview(t))
+            if not hmac.compare_digest(bytes(t), self.rx.tag(bytes(h), bytes(meta))):
+                raise ConnectionError("a frame failed its tag")
+        return typ, tag, err, meta, dl
+
+    def _meta_frame(self):
+        typ, tag, err, meta, dl = self._head()
+        ml = len(meta)
         return {"type": typ, "tag": tag, "errnum": err, "meta": json.loads(meta) if ml else None}
 
     def _exact(self, view):
@@ -153,11 +225,7 @@ class Stream:
             got += n
 
     def _frame(self, rate=None):
-        h = bytearray(HDR.size)
-        self._exact(memoryview(h))
-        _, _, typ, _, tag, err, ml, dl = HDR.unpack(h)
-        meta = bytearray(ml)
-        self._exact(memoryview(meta))
+        typ, tag, err, meta, dl = self._head()
         left = dl
         while left:
             n = min(left, len(self.buf) if rate is None else 65536)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import harness
-from rawwire import END, ERROR, Raw
+from rawwire import END, ERROR, VERSION, Raw
 
 
 def fetch(node, upath):
@@ -208,14 +208,12 @@ def test_consumer_that_stops_reading_is_dropped(cluster):
 
 
 def test_deeply_nested_json_is_refused_not_fatal(cluster):
-    import socket
-    import struct as st
     prod = cluster[0]
     for typ in (1, 2):  # as a hello, then as a request after a proper hello
         r = Raw.to(prod, hello=(typ == 2))
         s = r.s
         meta = b"[" * 400000 + b"]" * 400000
-        s.sendall(st.pack("<IHBBIiII", 0x44415944, 2, typ, 0, 1, 0, len(meta), 0) + meta)
+        s.sendall(r.frame(typ, 1, meta))
         s.settimeout(5)
         try:
             while s.recv(65536):
@@ -230,7 +228,7 @@ def test_deeply_nested_json_is_refused_not_fatal(cluster):
 def test_client_frames_with_data_are_refused(cluster):
     prod = cluster[0]
     r = Raw.to(prod)
-    r.s.sendall(__import__("struct").pack("<IHBBIiII", 0x44415944, 2, 2, 0, 5, 0, 0, 64 << 20))
+    r.s.sendall(__import__("struct").pack("<IHBBIiII", 0x44415944, VERSION, 2, 0, 5, 0, 0, 64 << 20))
     f = r.recv()
     assert f["type"] == ERROR and "no data" in f["meta"]["msg"]
     assert prod.proc.poll() is None

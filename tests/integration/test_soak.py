@@ -42,7 +42,7 @@ def bad_frame(node, rng):
             r = Raw.to(node, timeout=2)
             meta = json.dumps({"topic": rng.choice(["dyad.fetch", "kvs.get", "kvs.list", "dyad.publish"]),
                                "upath": "../" * rng.randrange(5) + "x", "ns": 7, "keys": "no"}).encode()
-            r.s.sendall(HDR.pack(MAGIC, VERSION, REQUEST, 0, 9, 0, len(meta), 0) + meta)
+            r.s.sendall(r.frame(REQUEST, 9, meta))
             r.s.settimeout(2)
             try:
                 r.recv()

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 
@@ -68,14 +69,39 @@ TEST(Auth, ProofsAreLabelledAndChecked) {
     EXPECT_TRUE(auth::valid_nonce(cn));
     EXPECT_FALSE(auth::valid_nonce(cn.substr(1)));
     EXPECT_FALSE(auth::valid_nonce(std::string(64, 'g')));
-    std::string p = k->proof("dyad client", cn, sn);
-    EXPECT_TRUE(k->verify(p, "dyad client", cn, sn));
+    std::string p = k->proof("dyad client", {cn, sn});
+    EXPECT_TRUE(k->verify(p, "dyad client", {cn, sn}));
     EXPECT_FALSE(
-        k->verify(p, "dyad service", cn, sn));  // one side's proof never passes for the other
-    EXPECT_FALSE(k->verify(p, "dyad client", sn, cn));
-    EXPECT_FALSE(key_b()->verify(p, "dyad client", cn, sn));
-    EXPECT_FALSE(k->verify(p.substr(2), "dyad client", cn, sn));
-    EXPECT_FALSE(k->verify(std::string(64, 'z'), "dyad client", cn, sn));
+        k->verify(p, "dyad service", {cn, sn}));  // one side's proof never passes for the other
+    EXPECT_FALSE(k->verify(p, "dyad client", {sn, cn}));
+    EXPECT_FALSE(key_b()->verify(p, "dyad client", {cn, sn}));
+    EXPECT_FALSE(k->verify(p.substr(2), "dyad client", {cn, sn}));
+    EXPECT_FALSE(k->verify(std::string(64, 'z'), "dyad client", {cn, sn}));
+    // Parts are length-prefixed: moving bytes from one part to the next is
+    // another transcript.
+    EXPECT_FALSE(k->verify(p, "dyad client", {cn + sn.substr(0, 1), sn.substr(1)}));
+    EXPECT_FALSE(k->verify(p, "dyad client", {cn, sn, ""}));
+}
+
+TEST(Auth, FrameTagsFollowTheirSequence) {
+    auto k = key_a();
+    auth::SessionKey tx = k->derive("dyad client to service", {"hello", "challenge"});
+    auth::SessionKey other = k->derive("dyad service to client", {"hello", "challenge"});
+    EXPECT_NE(tx, other);
+    auth::FrameMac send(tx), recv(tx), wrong_dir(other);
+    const uint8_t hdr[24] = {1, 2, 3};
+    uint8_t t0[auth::kTagBytes], t1[auth::kTagBytes];
+    send.sign(hdr, sizeof hdr, "{\"a\":1}", t0);
+    send.sign(hdr, sizeof hdr, "{\"a\":1}", t1);
+    EXPECT_NE(0, std::memcmp(t0, t1, sizeof t0));  // the same frame twice: two tags
+    EXPECT_FALSE(wrong_dir.check(hdr, sizeof hdr, "{\"a\":1}", t0));
+    EXPECT_FALSE(recv.check(hdr, sizeof hdr, "{\"a\":1}", t1));  // out of order
+    auth::FrameMac fresh(tx);
+    EXPECT_TRUE(fresh.check(hdr, sizeof hdr, "{\"a\":1}", t0));
+    EXPECT_FALSE(fresh.check(hdr, sizeof hdr, "{\"a\":2}", t1));  // meta changed
+    auth::FrameMac again(tx);
+    const uint8_t hdr2[24] = {1, 2, 4};
+    EXPECT_FALSE(again.check(hdr2, sizeof hdr2, "{\"a\":1}", t0));  // header changed
 }
 
 TEST(Auth, KeyFilesAreCheckedAndNeverOverwritten) {
@@ -115,7 +141,8 @@ TEST(Auth, SameKeyAdmitsBothWays) {
     auto c = rpc::Connection::connect(l.uri, Deadline::after(5), creds(key_a()));
     ASSERT_TRUE(c.is_ok()) << c.status().to_string();
     EXPECT_EQ(c.value()->peer_info().value("service_id", ""), "test");
-    EXPECT_EQ(c.value()->peer_info().value("auth", ""), "hmac-sha256");
+    EXPECT_EQ(c.value()->peer_info().value("auth", ""), "hmac-sha256-transcript");
+    EXPECT_EQ(c.value()->peer_id(), "test");
     EXPECT_TRUE(c.value()->call("kvs.list", {{"ns", "n"}}, Deadline::after(5)).is_ok());
 }
 

@@ -1,0 +1,151 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The authenticated channel (docs/security.md, "An authenticated channel"):
+a hello relayed by a process without the key admits nothing, and no frame
+can be injected, replayed or changed on a keyed connection. The attacker is
+a process of its own (relay.py), or this one speaking the wire protocol."""
+import json
+import os
+import subprocess
+import sys
+
+import harness
+from rawwire import END, ERROR, HELLO, REQUEST, Raw
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def produce(node, name, text):
+    path = node.path(name)
+    with open(path, "w") as f:
+        f.write(text)
+    node.dyad("produce", path)
+
+
+def start_relay(cluster, mode, target, service_id):
+    ready = os.path.join(cluster.root, f"relay-{mode}.port")
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, "relay.py"), mode, "--host", target.host,
+                          "--port", str(target.port), "--service-id", service_id, "--ready", ready],
+                         stdout=subprocess.PIPE, text=True)
+    harness.wait_for(lambda: os.path.exists(ready), what="the relay to listen")
+    with open(ready) as f:
+        return p, f"tcp://127.0.0.1:{f.read().strip()}"
+
+
+def relayed_consume(cluster, mode):
+    prod, cons = cluster[0], cluster[1]
+    produce(prod, "real.txt", "the real bytes")
+    refused_before = prod.status()["counters"]["auth_refused"]
+    relay, uri = start_relay(cluster, mode, prod, service_id=cons.name)
+    p = cons.dyad("consume", cons.path("real.txt"), check=False,
+                  env_extra={"DYAD_SERVICE_URI": uri, "DYAD_WAIT_TIMEOUT": 5})
+    out, _ = relay.communicate(timeout=30)
+    report = json.loads(out.strip().splitlines()[-1])
+    return p, report, prod, refused_before
+
+
+def assert_store_untouched(cluster):
+    prod, cons = cluster[0], cluster[1]
+    r = Raw.to(prod)
+    f, _ = r.collect(r.request("kvs.get", ns="dyad", key="victim.txt"))
+    assert f["type"] == ERROR, f  # no record was written by the relay
+    # And the legitimate path still works end to end.
+    cons.dyad("consume", cons.path("real.txt"), env_extra={"DYAD_WAIT_TIMEOUT": 20})
+    with open(cons.path("real.txt")) as f:
+        assert f.read() == "the real bytes"
+
+
+def test_a_rewritten_relayed_hello_admits_nothing(cluster):
+    # The relay passes the client's nonce on with role "service" and another
+    # service's id. Before: the service's proof covered only the nonces, the
+    # client accepted it and proved itself, and the relay was admitted as
+    # that service and rewrote records. Now the proofs cover both hellos.
+    p, report, prod, _ = relayed_consume(cluster, "rewrite")
+    assert p.returncode != 0
+    assert "could not prove it holds the job's key" in p.stderr, p.stderr
+    assert not report["client_sent_proof"], report
+    assert not report["admitted"], report
+    assert_store_untouched(cluster)
+
+
+def test_a_transparent_relay_is_seen_and_refused(cluster):
+    # Every byte of the hello relayed as it is: the proofs verify, but the
+    # service's view of the connection is the relay's, not the client's.
+    p, report, prod, _ = relayed_consume(cluster, "transparent")
+    assert p.returncode != 0
+    assert "is relayed" in p.stderr, p.stderr
+    assert not report["client_sent_proof"], report
+    assert not report["admitted"], report
+    assert_store_untouched(cluster)
+
+
+def test_frames_cannot_be_injected_replayed_or_changed(cluster):
+    prod = cluster[0]
+    produce(prod, "tagged.txt", "x")
+    before = prod.status()["counters"]["auth_refused"]
+    # An admitted, keyed connection works with tags...
+    r = Raw.to(prod)
+    assert r.info["type"] == HELLO and r.tx is not None
+    f, _ = r.collect(r.request("kvs.list", ns="dyad"))
+    assert f["type"] == END, f
+    # ...and a frame without its tag (injected) ends it.
+    r.s.sendall(r.frame(REQUEST, 5, {"topic": "kvs.list", "ns": "dyad"})[:-16])
+    r.s.sendall(b"\0" * 16)
+    try:
+        f = r.recv()
+        assert False, f"an untagged frame was answered: {f}"
+    except (ConnectionError, OSError):
+        pass
+    # A replayed frame: the same bytes twice.
+    r = Raw.to(prod)
+    once = r.frame(REQUEST, 1, {"topic": "kvs.list", "ns": "dyad"})
+    r.s.sendall(once)
+    assert r.recv()["type"] == END
+    r.s.sendall(once)
+    try:
+        f = r.recv()
+        assert False, f"a replayed frame was answered: {f}"
+    except (ConnectionError, OSError):
+        pass
+    # A frame whose meta was changed after it was tagged.
+    r = Raw.to(prod)
+    good = r.frame(REQUEST, 1, {"topic": "kvs.list", "ns": "dyad"})
+    r.s.sendall(good.replace(b'"dyad"', b'"dyaz"'))
+    try:
+        f = r.recv()
+        assert False, f"a changed frame was answered: {f}"
+    except (ConnectionError, OSError):
+        pass
+    assert prod.status()["counters"]["auth_refused"] >= before + 3
+
+
+def test_a_client_names_the_service_it_expects(cluster):
+    prod = cluster[0]
+    # Asking node0's port for another service id: refused by the service...
+    r = Raw.to(prod, expect="someone-else")
+    assert r.info["type"] == ERROR and "not the service the client expected" in r.info["meta"]["msg"]
+    # ...and the right one is admitted.
+    r = Raw.to(prod, expect=prod.name)
+    assert r.info["type"] == HELLO
+
+
+def test_a_hello_cannot_reserve_memory_before_admission(cluster):
+    # Before: the service sized its buffer from the header's meta_len (up to
+    # 1 MiB) as soon as the header arrived; 2,048 such headers took a keyed
+    # dyadd from 38 MB to 2.1 GB. Now a frame before admission may carry
+    # at most 4 KiB of meta.
+    prod = cluster[0]
+    rss0 = harness.rss_kib(prod.proc.pid)
+    socks = []
+    for _ in range(256):
+        r = Raw.to(prod, hello=False)
+        r.s.sendall(r.frame(HELLO, 0, b"", meta_len=1 << 20))
+        socks.append(r)
+    answered = 0
+    for r in socks[:8]:
+        f = r.recv()
+        assert f["type"] == ERROR and "a hello may have at most 4096" in f["meta"]["msg"], f
+        answered += 1
+    grown = harness.rss_kib(prod.proc.pid) - rss0
+    for r in socks:
+        r.close()
+    assert grown < 64 * 1024, f"dyadd grew by {grown} KiB for 256 hello headers"
