@@ -7,11 +7,13 @@ clusters side by side: one whose services and clients share a job key
 only). Rounds interleave the two and rotate which goes first; medians of
 the measured rounds after a warm-up. Every transfer is checked.
 
-What authentication adds: a second round trip and two HMACs when a
-connection opens (connections are pooled: once per consumer process and
-peer), and, with or without a key, the publish through the service and the
-served-file checks (an fstat at each end of a transfer), which both
-clusters pay. BENCH_QUICK=1: 256 MiB and 200 files, 1 round. BENCH_DIR=/dev/shm
+What authentication adds: a second round trip and two HMACs over the hello
+transcript when a connection opens (connections are pooled: once per
+consumer process and peer), and a 16-byte tag (keyed BLAKE2b over the
+header and meta) on every later frame, both ways; file bytes are not
+hashed by it. With or without a key, both clusters pay the publish through
+the service and the served-file checks (an fstat at each end of a
+transfer). BENCH_QUICK=1: 256 MiB and 200 files, 1 round. BENCH_DIR=/dev/shm
 puts the nodes' directories there (takes the disk out of the comparison).
 
 Writes auth.json under build/bench/ (bench_output.py). Run: make bench (or alone, after make build).
