@@ -192,12 +192,19 @@ Result<UniqueFd> ConsumerStore::parent(const std::string& upath, bool create) {
 bool ConsumerStore::present(const std::string& upath, const Record& rec) {
     auto dir = parent(upath, false);
     if (!dir) return false;
-    UniqueFd fd(::openat(dir->get(), base_part(upath).c_str(),
+    const std::string base = base_part(upath);
+    UniqueFd fd(::openat(dir->get(), base.c_str(),
                          O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
     struct stat st;
-    if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    // A copy this user may not read (the producer's mode): its size and
+    // mtime only.
+    const bool unreadable = !fd.valid() && errno == EACCES;
+    if (unreadable ? ::fstatat(dir->get(), base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0
+                   : !fd.valid() || ::fstat(fd.get(), &st) != 0)
+        return false;
+    if (!S_ISREG(st.st_mode)) return false;
     char buf[512];
-    ssize_t n = ::fgetxattr(fd.get(), kStampAttr, buf, sizeof buf - 1);
+    ssize_t n = unreadable ? -1 : ::fgetxattr(fd.get(), kStampAttr, buf, sizeof buf - 1);
     if (n >= 0)
         return std::string(buf, static_cast<size_t>(n)) ==
                install_stamp(rec, static_cast<uint64_t>(st.st_size));
