@@ -388,7 +388,7 @@ Status Client::consume(const std::string& path, ConsumeReport* report) {
 
 Status Client::consume_record(const std::string& path, Record rec, ConsumeReport* report,
                               Deadline deadline) {
-    Status s = consume_with(path, rec, report);
+    Status s = consume_with(path, rec, report, deadline);
     // ESTALE: the file is no longer the one the record describes.
     // - Produced again since the lookup: looked up again and fetched, a few
     //   times at most; a file that keeps being produced again is reported.
@@ -416,12 +416,17 @@ Status Client::consume_record(const std::string& path, Record rec, ConsumeReport
         }
         if (++again > 3) break;
         rec = std::move(fresh.value());
-        s = consume_with(path, rec, report);
+        s = consume_with(path, rec, report, deadline);
     }
     return s;
 }
 
 Status Client::consume_with(const std::string& path, const Record& rec, ConsumeReport* report) {
+    return consume_with(path, rec, report, wait_deadline());
+}
+
+Status Client::consume_with(const std::string& path, const Record& rec, ConsumeReport* report,
+                            Deadline deadline) {
     if (cons_.empty())
         return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)",
                       EINVAL);
@@ -468,7 +473,8 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
     if (cstore_.present(up.value(), rec)) return done_present();
     // One consumer per file per node moves it; the others wait on the lock,
     // then find it present.
-    auto lk = cstore_.lock(up.value());
+    // Until the call's deadline (and while a holder is seen moving the file).
+    auto lk = cstore_.lock(up.value(), deadline, cfg_.transfer_timeout);
     if (!lk) return lk.status();
     if (cstore_.present(up.value(), rec)) return done_present();
     Status s = fetch(up.value(), rec, svc.value(), rep, lk.value().get());

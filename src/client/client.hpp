@@ -114,6 +114,9 @@ class Client {
     Status consume(const std::string& path, ConsumeReport* report = nullptr);
     Status consume_with(const std::string& path, const Record& rec,
                         ConsumeReport* report = nullptr);
+    // The same, waiting for the file's lock until `deadline`.
+    Status consume_with(const std::string& path, const Record& rec, ConsumeReport* report,
+                        Deadline deadline);
     // Consumes many files with several in flight (src/client/pipeline.cpp):
     // the ones produced already are found with batched lookups
     // (kvs.get_many) and fetched by a window of workers, the others waited

@@ -10,6 +10,17 @@
 // unnamed file and links it into place; a racing lone fetch may move such a
 // small file too, and install the same bytes again.) The file system calls
 // that tests fault go through the FileSystem seam.
+//
+// Nothing here follows a symbolic link beneath the consumer directory (the
+// directory itself may be one): every file is made and opened relative to a
+// descriptor of its directory, reached with openat2(RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS) (or one O_NOFOLLOW component at a time). A symlinked
+// component is refused with an error naming it. `.dyad/` and `.dyad/locks/`
+// must be real directories owned by this process's euid (made 0700, and
+// tightened to it); lock files are 0600, with one name, owned by it. Another
+// user who can write the consumer directory (a sticky /tmp, a group's
+// project directory) therefore cannot make a consumer write, truncate or
+// lock a file of its choosing, nor hold its locks.
 #pragma once
 
 #include <atomic>
@@ -19,11 +30,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
 #include "common/checksum.hpp"
+#include "common/deadline.hpp"
 #include "common/fd.hpp"
 #include "common/fs.hpp"
 #include "common/status.hpp"
@@ -67,17 +78,24 @@ class ConsumerStore {
     // `dir`: the consumer directory (canonical).
     ConsumerStore(std::string dir, FileSystem& fs, bool fsync_write)
         : dir_(std::move(dir)), fs_(fs), fsync_(fsync_write) {}
+    ConsumerStore(const ConsumerStore&) = delete;
+    ConsumerStore& operator=(const ConsumerStore&) = delete;
 
     std::string target(const std::string& upath) const { return dir_ + "/" + upath; }
     // Is the copy at upath's target this record's produce? (Its stamp, or
     // without one, size and mtime as rsync's quick check.)
-    bool present(const std::string& upath, const Record& rec) const;
+    bool present(const std::string& upath, const Record& rec);
     // The per-file lock (exclusive; released when the fd closes). While a
     // holder writes a file, its lock file names the temporary file (see
     // stage()); a holder that dies (kill -9) leaves that name behind, and
     // the next holder of the lock, who knows the writer is gone, removes the
     // temporary file.
-    [[nodiscard]] Result<UniqueFd> lock(const std::string& upath);
+    // Held by another process past `deadline`: DYAD_RC_TIMEOUT naming the
+    // lock file, unless the holder is visibly moving the file (its
+    // temporary file grew within the last `holder_idle_s` seconds).
+    [[nodiscard]] Result<UniqueFd> lock(const std::string& upath,
+                                        Deadline deadline = Deadline::never(),
+                                        double holder_idle_s = 0);
 
     // One incoming file: a temporary file, removed unless committed.
     class Staging {
@@ -95,7 +113,9 @@ class ConsumerStore {
         void forget();  // empties the lock file's record
         ConsumerStore& store_;
         std::string upath_;
-        std::string tmp_;
+        std::string tmp_;   // the temporary file's path (for messages)
+        UniqueFd dir_fd_;   // the target's directory
+        std::string name_;  // the temporary file's name in it
         UniqueFd fd_;
         int lock_fd_ = -1;  // the per-file lock's fd, whose record names tmp_
         std::unique_ptr<FileSink> sink_;
@@ -123,21 +143,30 @@ class ConsumerStore {
     // Removes the temporary file a dead holder of this lock left (its lock
     // file's record), and empties the record.
     void reclaim(int lock_fd);
-    // mkdir_p, once per directory and process: a directory made (or found)
-    // once is taken as there (forget_dir when a create in it says ENOENT).
-    Status ensure_dir(const std::string& dir);
-    void forget_dir(const std::string& dir);
+    // The consumer directory's descriptor (made if missing), kept open;
+    // forget_root() when a create in it says ENOENT (it was removed).
+    Result<std::shared_ptr<const UniqueFd>> root();
+    void forget_root();
+    // The directory of upath's target, beneath the consumer directory,
+    // following no symlink; with `create`, made as needed.
+    Result<UniqueFd> parent(const std::string& upath, bool create);
+    // .dyad/locks, checked (real directories of this euid, 0700).
+    Result<std::shared_ptr<const UniqueFd>> locks_dir();
+    Result<UniqueFd> open_lock_file(const std::string& name);
+    // Is the lock's holder moving its file (its temporary file, named in
+    // the lock file, changed size since the last look)?
+    bool holder_progress(int lock_fd, int64_t* last_size);
 
     std::string dir_;
     FileSystem& fs_;
     bool fsync_;
+    std::mutex fds_mu_;
+    std::shared_ptr<const UniqueFd> root_, locks_;
     std::atomic<bool> tmpfile_ok_{true};  // O_TMPFILE and /proc work here (install_whole)
     // linkat(fd, "", AT_EMPTY_PATH) links an unnamed file: with
     // CAP_DAC_READ_SEARCH, or on kernels that let its opener (6.10 on).
     // Cleared at its first refusal: then by its /proc name.
     std::atomic<bool> flink_ok_{true};
-    std::mutex dirs_mu_;
-    std::unordered_set<std::string> dirs_;  // known to exist (bounded: kMaxDirs)
 };
 
 // Identity of an installed copy: which produce (owner, generation, mtime)

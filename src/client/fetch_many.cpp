@@ -150,7 +150,7 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
                 if (!backend_) (void)plan(records[i], svc, &rep);  // AUTO's why (cached)
                 return Status::ok();
             }
-            auto lk = cstore_.lock(upaths[i]);
+            auto lk = cstore_.lock(upaths[i], wait_deadline(), cfg_.transfer_timeout);
             if (!lk) return lk.status();
             if (cstore_.present(upaths[i], records[i])) {
                 rep.action = "present";

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +11,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 
 namespace dyad {
 
@@ -18,8 +21,28 @@ FileSystem& FileSystem::real() {
     return fs;
 }
 
-int FileSystem::mkostemp(char* tmpl, int flags) {
-    return ::mkostemp(tmpl, flags);
+int FileSystem::mkostempat(int dirfd, char* tmpl, int flags) {
+    static const char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    size_t len = std::strlen(tmpl);
+    if (len < 6 || std::strcmp(tmpl + len - 6, "XXXXXX") != 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    char* x = tmpl + len - 6;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+        unsigned char r[6];
+        if (::getrandom(r, sizeof r, 0) != static_cast<ssize_t>(sizeof r)) {
+            uint64_t v = static_cast<uint64_t>(::getpid()) * 2654435761u +
+                         static_cast<uint64_t>(attempt) * 40503u +
+                         static_cast<uint64_t>(std::clock());
+            for (auto& c : r) c = static_cast<unsigned char>(v >>= 5);
+        }
+        for (int i = 0; i < 6; ++i) x[i] = kChars[r[i] % (sizeof kChars - 1)];
+        int fd = ::openat(dirfd, tmpl, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | flags, 0600);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    errno = EEXIST;
+    return -1;
 }
 ssize_t FileSystem::write(int fd, const void* p, size_t n) {
     return ::write(fd, p, n);
@@ -30,11 +53,11 @@ ssize_t FileSystem::pread(int fd, void* p, size_t n, off_t off) {
 int FileSystem::fsync(int fd) {
     return ::fsync(fd);
 }
-int FileSystem::rename(const char* from, const char* to) {
-    return ::rename(from, to);
+int FileSystem::renameat(int from_dir, const char* from, int to_dir, const char* to) {
+    return ::renameat(from_dir, from, to_dir, to);
 }
-int FileSystem::unlink(const char* path) {
-    return ::unlink(path);
+int FileSystem::unlinkat(int dirfd, const char* path, int flags) {
+    return ::unlinkat(dirfd, path, flags);
 }
 int FileSystem::linkat(int from_dir, const char* from, int to_dir, const char* to, int flags) {
     return ::linkat(from_dir, from, to_dir, to, flags);

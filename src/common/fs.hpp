@@ -21,12 +21,14 @@ class FileSystem {
     virtual ~FileSystem() = default;
     static FileSystem& real();
 
-    virtual int mkostemp(char* tmpl, int flags);
+    // mkostemp(3) in the directory `dirfd`: `tmpl` is a name ending in
+    // XXXXXX, created O_EXCL | O_NOFOLLOW, mode 0600.
+    virtual int mkostempat(int dirfd, char* tmpl, int flags);
     virtual ssize_t write(int fd, const void* p, size_t n);
     virtual ssize_t pread(int fd, void* p, size_t n, off_t off);
     virtual int fsync(int fd);
-    virtual int rename(const char* from, const char* to);
-    virtual int unlink(const char* path);
+    virtual int renameat(int from_dir, const char* from, int to_dir, const char* to);
+    virtual int unlinkat(int dirfd, const char* path, int flags);
     virtual int linkat(int from_dir, const char* from, int to_dir, const char* to, int flags);
 
     // All n bytes, through write() (retrying short writes and EINTR).

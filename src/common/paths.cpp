@@ -215,12 +215,14 @@ std::optional<std::string> ManagedDir::relative(std::string_view path, bool rela
     return std::nullopt;
 }
 
-Result<UniqueFd> open_beneath(int dirfd, const std::string& upath, int flags, mode_t mode) {
+Result<UniqueFd> open_beneath(int dirfd, const std::string& upath, int flags, mode_t mode,
+                              Links links) {
     struct open_how how;
     std::memset(&how, 0, sizeof how);
     how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
-    how.mode = (flags & O_CREAT) ? mode : 0;
+    how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+    if (links == Links::none) how.resolve |= RESOLVE_NO_SYMLINKS;
     for (;;) {
         long fd = syscall(SYS_openat2, dirfd, upath.c_str(), &how, sizeof how);
         if (fd >= 0) return UniqueFd(static_cast<int>(fd));
@@ -240,12 +242,117 @@ Result<UniqueFd> open_beneath(int dirfd, const std::string& upath, int flags, mo
                      : (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         int fd = ::openat(cur.get(), part.c_str(), f, mode);
         if (fd < 0) {
-            if (errno == ELOOP) errno = EXDEV;
+            if (errno == ELOOP && links == Links::beneath) errno = EXDEV;
             return Status::sys("open '" + upath + "'");
         }
         cur.reset(fd);
     }
     return cur;
+}
+
+std::string first_symlink(int dirfd, const std::string& rel) {
+    auto parts = split(rel);
+    UniqueFd cur(::dup(dirfd));
+    std::string prefix;
+    for (size_t i = 0; cur.valid() && i < parts.size(); ++i) {
+        std::string part(parts[i]);
+        prefix += (prefix.empty() ? "" : "/") + part;
+        struct stat st;
+        if (::fstatat(cur.get(), part.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return "";
+        if (S_ISLNK(st.st_mode)) return prefix;
+        if (!S_ISDIR(st.st_mode)) return "";
+        cur.reset(::openat(cur.get(), part.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    }
+    return "";
+}
+
+namespace {
+
+// `prefix` beneath dirfd is a symbolic link: says so, and where it points.
+Status symlink_refused(int dirfd, const std::string& prefix) {
+    char to[PATH_MAX];
+    ssize_t n = ::readlinkat(dirfd, prefix.c_str(), to, sizeof to - 1);
+    std::string where = n > 0 ? " (-> '" + std::string(to, static_cast<size_t>(n)) + "')" : "";
+    return Status(DYAD_RC_BADFIO, "'" + prefix + "' is a symbolic link" + where, ELOOP);
+}
+
+}  // namespace
+
+Result<UniqueFd> dir_beneath(int dirfd, const std::string& rel, bool create, mode_t mode) {
+    constexpr int kDir = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    if (rel.empty() || rel == ".") {
+        int fd = ::openat(dirfd, ".", kDir);
+        if (fd < 0) return Status::sys("open the directory");
+        return UniqueFd(fd);
+    }
+    auto fd = open_beneath(dirfd, rel, O_PATH | O_DIRECTORY, 0, Links::none);
+    if (fd) return fd;
+    const int e = fd.status().err();
+    if (e != ENOENT || !create) {
+        if (e == ELOOP || e == ENOTDIR) {
+            std::string link = first_symlink(dirfd, rel);
+            if (!link.empty()) return symlink_refused(dirfd, link);
+        }
+        return fd.status();
+    }
+    // Missing components: made one at a time, none of them followed.
+    auto parts = split(rel);
+    UniqueFd cur(::dup(dirfd));
+    if (!cur.valid()) return Status::sys("dup");
+    std::string prefix;
+    for (auto p : parts) {
+        std::string part(p);
+        prefix += (prefix.empty() ? "" : "/") + part;
+        if (part == "..") return Status(DYAD_RC_BADFIO, "'" + rel + "': '..' refused", EXDEV);
+        int f = ::openat(cur.get(), part.c_str(), kDir);
+        if (f < 0 && errno == ENOENT) {
+            if (::mkdirat(cur.get(), part.c_str(), mode) != 0 && errno != EEXIST)
+                return Status(DYAD_RC_BADFIO, "cannot create directory '" + prefix + "'", errno);
+            f = ::openat(cur.get(), part.c_str(), kDir);
+        }
+        if (f < 0) {
+            const int err = errno;
+            struct stat st;
+            if (::fstatat(cur.get(), part.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+                if (S_ISLNK(st.st_mode)) return symlink_refused(dirfd, prefix);
+                if (!S_ISDIR(st.st_mode))
+                    return Status(DYAD_RC_BADFIO, "'" + prefix + "' exists and is not a directory",
+                                  ENOTDIR);
+            }
+            return Status(DYAD_RC_BADFIO, "cannot open directory '" + prefix + "'", err);
+        }
+        cur.reset(f);
+    }
+    return cur;
+}
+
+Result<UniqueFd> open_beneath_unreserved(int dirfd, const std::string& dir,
+                                         const std::string& upath, int flags) {
+    auto fd = open_beneath(dirfd, upath, flags, 0, Links::none);
+    if (fd || fd.status().err() != ELOOP) return fd;
+    // Through a symlink (that stays beneath the directory): where it
+    // leads, as the kernel says, must not be DYAD's own directory.
+    fd = open_beneath(dirfd, upath, flags, 0, Links::beneath);
+    if (!fd) return fd;
+    char self[64];
+    std::snprintf(self, sizeof self, "/proc/self/fd/%d", fd->get());
+    char buf[PATH_MAX];
+    ssize_t n = ::readlink(self, buf, sizeof buf);
+    const std::string reserved = (dir == "/" ? "" : dir) + "/" + kReservedDir;
+    if (n <= 0 || static_cast<size_t>(n) >= sizeof buf)
+        return Status(DYAD_RC_BADFIO,
+                      "'" + upath +
+                          "' goes through a symbolic link and without /proc DYAD cannot "
+                          "tell whether it leads into " +
+                          reserved + ": refused",
+                      EACCES);
+    std::string real(buf, static_cast<size_t>(n));
+    if (real == reserved || real.compare(0, reserved.size() + 1, reserved + "/") == 0)
+        return Status(DYAD_RC_BADFIO,
+                      "'" + upath + "' leads through a symbolic link into " + reserved +
+                          " (DYAD's own files: never produced nor consumed): refused",
+                      EACCES);
+    return fd;
 }
 
 Status mkdir_p(const std::string& dir, mode_t mode) {

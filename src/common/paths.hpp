@@ -52,9 +52,33 @@ class ManagedDir {
     std::string canonical_;
 };
 
-// Opens `upath` beneath the directory `dirfd`: symlinks may be followed only
-// while they stay inside it (openat2 RESOLVE_BENEATH). Escapes give EXDEV.
-Result<UniqueFd> open_beneath(int dirfd, const std::string& upath, int flags, mode_t mode = 0);
+// Which symbolic links a walk beneath a directory may follow.
+enum class Links {
+    beneath,  // those that stay inside the directory (RESOLVE_BENEATH)
+    none,     // none, in any component (RESOLVE_NO_SYMLINKS): ELOOP
+};
+
+// Opens `upath` beneath the directory `dirfd` (openat2; on kernels without
+// it, one component at a time with O_NOFOLLOW, refusing every symlink).
+// Escapes give EXDEV; with Links::none a symlink anywhere gives ELOOP.
+Result<UniqueFd> open_beneath(int dirfd, const std::string& upath, int flags, mode_t mode = 0,
+                              Links links = Links::beneath);
+
+// The directory `rel` beneath `dirfd`, following no symbolic link; with
+// `create`, missing components are made (mkdirat, `mode`). A component that
+// is a symlink: ELOOP, the message naming it; one that is not a directory:
+// ENOTDIR. The fd is O_PATH unless `create` (then O_RDONLY: fchmod works).
+Result<UniqueFd> dir_beneath(int dirfd, const std::string& rel, bool create, mode_t mode);
+
+// The first leading part of `rel` beneath `dirfd` that is a symbolic link
+// ("run1/x" of "run1/x/passwd"), or "" if there is none.
+std::string first_symlink(int dirfd, const std::string& rel);
+
+// A file opened beneath the managed directory `dir` (its fd `dirfd`), as
+// open_beneath(Links::beneath), that is not inside its kReservedDir through
+// a symlink (`m -> .dyad`, then `m/x`): EACCES.
+Result<UniqueFd> open_beneath_unreserved(int dirfd, const std::string& dir,
+                                         const std::string& upath, int flags);
 
 // mkdir -p; mode applies to the directories it creates.
 Status mkdir_p(const std::string& dir, mode_t mode = 0775);

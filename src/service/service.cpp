@@ -430,7 +430,9 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
 }
 
 Result<UniqueFd> Service::open_served(const std::string& up) {
-    auto fd = open_beneath(prod_fd_.get(), up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    // Not into .dyad/ through a symlink (`m -> .dyad`, then `m/x`).
+    auto fd =
+        open_beneath_unreserved(prod_fd_.get(), prod_dir_, up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
     if (fd) return fd;
     int e = fd.status().err();
     if (e == ENOENT)
@@ -440,6 +442,7 @@ Result<UniqueFd> Service::open_served(const std::string& up) {
         return Status(DYAD_RC_BADFIO,
                       "'" + up + "' resolves outside producer directory " + prod_dir_ + ": refused",
                       EACCES);
+    if (fd.status().rc() == DYAD_RC_BADFIO) return fd.status();  // said why already (.dyad/)
     if (e == EACCES || e == EPERM)
         return Status(DYAD_RC_BADFIO, "service may not read '" + up + "' in " + prod_dir_, EACCES);
     return fd.status();

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -38,12 +39,12 @@ class FaultyFs : public FileSystem {
     int fail_mkostemp = 0;
     size_t written = 0;
 
-    int mkostemp(char* tmpl, int flags) override {
+    int mkostempat(int dirfd, char* tmpl, int flags) override {
         if (fail_mkostemp) {
             errno = fail_mkostemp;
             return -1;
         }
-        return FileSystem::mkostemp(tmpl, flags);
+        return FileSystem::mkostempat(dirfd, tmpl, flags);
     }
     ssize_t write(int fd, const void* p, size_t n) override {
         if (written >= fail_write_after) {
@@ -63,12 +64,12 @@ class FaultyFs : public FileSystem {
         }
         return FileSystem::fsync(fd);
     }
-    int rename(const char* from, const char* to) override {
+    int renameat(int from_dir, const char* from, int to_dir, const char* to) override {
         if (fail_rename) {
             errno = fail_rename;
             return -1;
         }
-        return FileSystem::rename(from, to);
+        return FileSystem::renameat(from_dir, from, to_dir, to);
     }
     bool refuse_flink = false;  // linkat(AT_EMPTY_PATH) refused, as without the capability
     int flinks = 0, proc_links = 0;
@@ -357,6 +358,148 @@ TEST(ConsumerStore, ALockFileRecordRemovesOnlyTemporaryFiles) {
         EXPECT_EQ(slurp(d.path + "/victim"), "keep") << rec;
         EXPECT_EQ(slurp(lock), "") << rec;
     }
+}
+
+// ---- a consumer directory other users can write (issue 31) ----
+
+mode_t mode_of(const std::string& p) {
+    struct stat st;
+    return ::lstat(p.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0;
+}
+
+TEST(ConsumerStoreTrust, DyadAndItsLockFilesArePrivate) {
+    Dir d;
+    ::mkdir((d.path + "/.dyad").c_str(), 02775);  // as an older version made it
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    ASSERT_TRUE(store.lock("x").is_ok());
+    EXPECT_EQ(mode_of(d.path + "/.dyad"), 0700u);
+    EXPECT_EQ(mode_of(d.path + "/.dyad/locks"), 0700u);
+    EXPECT_EQ(mode_of(only_lock_file(d)), 0600u);
+}
+
+TEST(ConsumerStoreTrust, LinksInDyadAreNeverFollowed) {
+    Dir d, elsewhere;
+    std::string victim = elsewhere.path + "/victim";
+    std::ofstream(victim) << "precious";
+    // .dyad a link to another directory.
+    ASSERT_EQ(::symlink(elsewhere.path.c_str(), (d.path + "/.dyad").c_str()), 0);
+    {
+        ConsumerStore store(d.path, FileSystem::real(), false);
+        auto lk = store.lock("x");
+        ASSERT_FALSE(lk.is_ok());
+        EXPECT_NE(lk.status().message().find(d.path + "/.dyad' is a symbolic link"),
+                  std::string::npos)
+            << lk.status().to_string();
+    }
+    EXPECT_TRUE(elsewhere.entries().size() == 1);
+    // Every lock file a link to the victim.
+    ::unlink((d.path + "/.dyad").c_str());
+    ASSERT_EQ(::mkdir((d.path + "/.dyad").c_str(), 0700), 0);
+    ASSERT_EQ(::mkdir((d.path + "/.dyad/locks").c_str(), 0700), 0);
+    for (int i = 0; i < 256; ++i) {
+        char name[32];
+        std::snprintf(name, sizeof name, "/.dyad/locks/%02x.lock", i);
+        ASSERT_EQ(::symlink(victim.c_str(), (d.path + name).c_str()), 0);
+    }
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    auto lk = store.lock("x");
+    ASSERT_FALSE(lk.is_ok());
+    EXPECT_EQ(lk.status().err(), ELOOP) << lk.status().to_string();
+    EXPECT_NE(lk.status().message().find("lock file '" + d.path + "/.dyad/locks/"),
+              std::string::npos)
+        << lk.status().to_string();
+    EXPECT_NE(lk.status().message().find("' is a symbolic link"), std::string::npos)
+        << lk.status().to_string();
+    EXPECT_EQ(slurp(victim), "precious");
+}
+
+TEST(ConsumerStoreTrust, DyadOfAnotherUserIsRefused) {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (to give .dyad to another user)";
+    Dir d;
+    ASSERT_EQ(::mkdir((d.path + "/.dyad").c_str(), 0777), 0);
+    ASSERT_EQ(::chown((d.path + "/.dyad").c_str(), 65534, 65534), 0);
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    auto lk = store.lock("x");
+    ASSERT_FALSE(lk.is_ok());
+    EXPECT_EQ(lk.status().err(), EPERM);
+    EXPECT_NE(lk.status().message().find("'" + d.path + "/.dyad' belongs to uid 65534"),
+              std::string::npos)
+        << lk.status().to_string();
+    EXPECT_NE(lk.status().message().find("Remove it"), std::string::npos);
+}
+
+TEST(ConsumerStoreTrust, ASymlinkedDirectoryIsRefusedAndNothingLandsBehindIt) {
+    Dir d, elsewhere;
+    ASSERT_EQ(::mkdir((d.path + "/run1").c_str(), 0755), 0);
+    ASSERT_EQ(::symlink(elsewhere.path.c_str(), (d.path + "/run1/x").c_str()), 0);
+    std::ofstream(elsewhere.path + "/passwd") << "root";
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    std::string content = "toor";
+    Record rec = record_of("run1/x/passwd", content);
+    EXPECT_FALSE(store.present("run1/x/passwd", rec));
+    auto st = store.stage("run1/x/passwd");
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_EQ(st.status().err(), ELOOP);
+    EXPECT_NE(st.status().message().find("'run1/x' is a symbolic link (-> '" + elsewhere.path),
+              std::string::npos)
+        << st.status().to_string();
+    EXPECT_NE(st.status().message().find(d.path), std::string::npos);
+    auto whole =
+        store.install_whole("run1/x/passwd", rec, sent_of(content), content.data(), content.size());
+    ASSERT_FALSE(whole.is_ok());
+    EXPECT_EQ(whole.status().err(), ELOOP);
+    // A link as the last component is replaced, not followed.
+    std::ofstream(elsewhere.path + "/last") << "root";
+    ASSERT_EQ(::symlink((elsewhere.path + "/last").c_str(), (d.path + "/last").c_str()), 0);
+    ASSERT_TRUE(
+        install(store, "last", content, trailer_of(content), record_of("last", content)).is_ok());
+    EXPECT_EQ(slurp(elsewhere.path + "/passwd"), "root");
+    EXPECT_EQ(slurp(elsewhere.path + "/last"), "root");
+    EXPECT_EQ(slurp(d.path + "/last"), content);
+    EXPECT_EQ(elsewhere.entries().size(), 2u);
+}
+
+TEST(ConsumerStoreTrust, ALockHeldPastTheDeadlineIsATimeoutNamingItsFile) {
+    Dir d;
+    ConsumerStore holder(d.path, FileSystem::real(), false),
+        waiter(d.path, FileSystem::real(), false);
+    auto held = holder.lock("x");
+    ASSERT_TRUE(held.is_ok());
+    auto t0 = std::chrono::steady_clock::now();
+    auto lk = waiter.lock("x", Deadline::after(0.3), 60);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(lk.is_ok());
+    EXPECT_EQ(lk.status().rc(), DYAD_RC_TIMEOUT);
+    EXPECT_GE(took, 0.29);
+    EXPECT_LT(took, 2.0);  // the holder moves nothing: no grace
+    EXPECT_NE(lk.status().message().find(only_lock_file(d) + "' is held by another process"),
+              std::string::npos)
+        << lk.status().to_string();
+}
+
+TEST(ConsumerStoreTrust, AHolderMovingItsFileIsWaitedForPastTheDeadline) {
+    Dir d;
+    ConsumerStore holder(d.path, FileSystem::real(), false),
+        waiter(d.path, FileSystem::real(), false);
+    std::string content(20, 'm');
+    std::atomic<bool> staged{false};
+    std::thread a([&] {
+        auto lk = holder.lock("f");
+        ASSERT_TRUE(lk.is_ok());
+        auto st = holder.stage("f", lk.value().get());
+        ASSERT_TRUE(st.is_ok());
+        staged = true;
+        for (char c : content) {  // a byte every 40 ms: 0.8 s, past the waiter's deadline
+            ASSERT_TRUE(st.value()->sink().write(&c, 1).is_ok());
+            std::this_thread::sleep_for(std::chrono::milliseconds(40));
+        }
+        ASSERT_TRUE(st.value()->commit(trailer_of(content), record_of("f", content)).is_ok());
+    });
+    while (!staged) std::this_thread::yield();
+    auto lk = waiter.lock("f", Deadline::after(0.2), 0.5);
+    a.join();
+    ASSERT_TRUE(lk.is_ok()) << lk.status().to_string();
+    EXPECT_TRUE(waiter.present("f", record_of("f", content)));
 }
 
 TEST(ConsumerStore, ProgressIsReportedOnTheFirstBytesThenAtMostPerInterval) {

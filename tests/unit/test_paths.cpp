@@ -79,6 +79,63 @@ TEST(Paths, OpenBeneathRefusesSymlinkEscapes) {
     fs::remove_all(tmp);
 }
 
+TEST(Paths, DirBeneathFollowsNoLinkAndNamesTheOne) {
+    auto tmp = fs::temp_directory_path() / ("dyad-dirbeneath-" + std::to_string(getpid()));
+    fs::create_directories(tmp / "cons/run1");
+    fs::create_directories(tmp / "elsewhere");
+    fs::create_symlink(tmp / "elsewhere", tmp / "cons/run1/x");
+    fs::create_symlink("run1", tmp / "cons/alias");  // stays inside: refused all the same
+    std::ofstream(tmp / "cons/plain") << "f";
+    int dfd = ::open((tmp / "cons").c_str(), O_PATH | O_DIRECTORY);
+    ASSERT_GE(dfd, 0);
+    auto made = dyad::dir_beneath(dfd, "a/b/c", true, 0755);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    EXPECT_TRUE(fs::is_directory(tmp / "cons/a/b/c"));
+    EXPECT_FALSE(dyad::dir_beneath(dfd, "d/e", false, 0755).is_ok());
+    EXPECT_FALSE(fs::exists(tmp / "cons/d"));
+    for (bool create : {false, true}) {
+        auto bad = dyad::dir_beneath(dfd, "run1/x/deeper", create, 0755);
+        ASSERT_FALSE(bad.is_ok());
+        EXPECT_EQ(bad.status().err(), ELOOP);
+        EXPECT_NE(bad.status().message().find("'run1/x' is a symbolic link (-> '" +
+                                              (tmp / "elsewhere").string() + "')"),
+                  std::string::npos)
+            << bad.status().to_string();
+        EXPECT_EQ(dyad::dir_beneath(dfd, "alias", create, 0755).status().err(), ELOOP);
+    }
+    EXPECT_TRUE(fs::is_empty(tmp / "elsewhere"));
+    EXPECT_EQ(dyad::dir_beneath(dfd, "plain/sub", true, 0755).status().err(), ENOTDIR);
+    EXPECT_EQ(dyad::first_symlink(dfd, "run1/x/passwd"), "run1/x");
+    EXPECT_EQ(dyad::first_symlink(dfd, "a/b/c"), "");
+    ::close(dfd);
+    fs::remove_all(tmp);
+}
+
+TEST(Paths, OpenBeneathUnreservedKeepsOutOfDyad) {
+    auto tmp = fs::temp_directory_path() / ("dyad-unreserved-" + std::to_string(getpid()));
+    fs::create_directories(tmp / "prod/.dyad");
+    fs::create_directories(tmp / "prod/real");
+    std::ofstream(tmp / "prod/.dyad/secret") << "s";
+    std::ofstream(tmp / "prod/real/ok") << "ok";
+    fs::create_symlink(".dyad", tmp / "prod/m");
+    fs::create_symlink(".dyad/secret", tmp / "prod/e");
+    fs::create_symlink("real", tmp / "prod/alias");
+    const std::string dir = fs::canonical(tmp / "prod").string();
+    int dfd = ::open(dir.c_str(), O_PATH | O_DIRECTORY);
+    ASSERT_GE(dfd, 0);
+    for (const char* p : {"m/secret", "e"}) {
+        auto bad = dyad::open_beneath_unreserved(dfd, dir, p, O_RDONLY);
+        ASSERT_FALSE(bad.is_ok()) << p;
+        EXPECT_EQ(bad.status().err(), EACCES);
+        EXPECT_NE(bad.status().message().find("into " + dir + "/.dyad"), std::string::npos)
+            << bad.status().to_string();
+    }
+    EXPECT_TRUE(dyad::open_beneath_unreserved(dfd, dir, "alias/ok", O_RDONLY).is_ok());
+    EXPECT_TRUE(dyad::open_beneath_unreserved(dfd, dir, "real/ok", O_RDONLY).is_ok());
+    ::close(dfd);
+    fs::remove_all(tmp);
+}
+
 TEST(Paths, MkdirP) {
     auto tmp = fs::temp_directory_path() / ("dyad-mkdir-" + std::to_string(getpid()));
     EXPECT_TRUE(dyad::mkdir_p((tmp / "a/b/c").string()).is_ok());
