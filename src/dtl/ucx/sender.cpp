@@ -249,6 +249,8 @@ class UcxSender : public Sender {
         std::unique_ptr<UcxSender> s(new UcxSender(io, std::move(w.value()), cap.value()));
         s->no_direct_ = !direct.value();
         s->own_ = std::move(own.value());
+        // Our TCP is kept to the policy's interfaces; consumers' is not.
+        if (!bind.host.empty()) add_ucx_tcp_layouts(&s->own_);
         s->watch();
         return std::unique_ptr<Sender>(std::move(s));
     }
