@@ -10,11 +10,12 @@
 namespace dyad::kvs {
 namespace {
 
-// The path a file's record names ("upath"), or "" for any other value.
+// The path a file's record names (its "path", record.hpp), or "" for any
+// other value.
 std::string record_upath(const std::string& value) {
     auto j = nlohmann::json::parse(value, nullptr, false);
     if (!j.is_object()) return "";
-    auto u = j.find("upath");
+    auto u = j.find("path");
     return u != j.end() && u->is_string() ? u->get<std::string>() : "";
 }
 

@@ -65,14 +65,16 @@ Result<UniqueFd> lock_producer_dir(const std::string& dir, const std::string& id
     if (!s) return s.wrap("producer directory");
     const std::string path = state + "/" + kDirLock;
     UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!fd.valid())
+    if (!fd.valid()) {
+        const int e = errno;
         return Status(
             DYAD_RC_BADMANAGEDPATH,
             "cannot open the lock file '" + path + "' of producer directory '" + dir + "'" +
-                (errno == EACCES ? ": it belongs to another user, whose dyadd serves (or served) "
-                                   "this directory; give this dyadd a directory of its own"
-                                 : std::string()),
-            errno == EACCES ? EBUSY : errno);
+                (e == EACCES ? ": it belongs to another user, whose dyadd serves (or served) "
+                               "this directory; give this dyadd a directory of its own"
+                             : std::string()),
+            e == EACCES ? EBUSY : e);
+    }
     struct stat sb;
     if (::fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != ::geteuid())
         return Status(DYAD_RC_BADMANAGEDPATH,
