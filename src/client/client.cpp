@@ -11,6 +11,8 @@
 #include <cstring>
 #include <fcntl.h>
 #include <future>
+#include <mutex>
+#include <set>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -575,12 +577,31 @@ std::vector<const dtl::Backend*> Client::plan(const Record& rec, const ServiceIn
 }
 
 std::string Client::owner_endpoint(const Record& rec, const ServiceInfo& svc) const {
-    if (rec.node == svc.node)
-        for (const auto& e : rec.endpoints)
-            if (e.rfind("unix:", 0) == 0) return e;
+    std::string tcp;
     for (const auto& e : rec.endpoints)
-        if (e.rfind("tcp://", 0) == 0) return e;
-    return "";
+        if (e.rfind("tcp://", 0) == 0) {
+            tcp = e;
+            break;
+        }
+    if (rec.node == svc.node)
+        for (const auto& e : rec.endpoints) {
+            if (e.rfind("unix:", 0) != 0) continue;
+            // A socket this process may not connect to (its mode follows the
+            // service's --allow-uid): the owner's TCP endpoint instead.
+            const std::string path = e.substr(5);
+            if (tcp.empty() || ::access(path.c_str(), R_OK | W_OK) == 0 || errno != EACCES)
+                return e;
+            static std::mutex noted_mu;
+            static std::set<std::string> noted;
+            std::lock_guard<std::mutex> lk(noted_mu);
+            if (noted.size() < 64 && noted.insert(path).second)
+                DYAD_WARN(kSub,
+                          "cannot use the Unix socket %s of service %s (permission denied: its "
+                          "dyadd admits other users with --allow-uid): using %s instead",
+                          path.c_str(), rec.owner.c_str(), tcp.c_str());
+            return tcp;
+        }
+    return tcp;
 }
 
 Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,

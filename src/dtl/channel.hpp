@@ -30,6 +30,7 @@
 
 #include "common/fd.hpp"
 #include "common/log.hpp"
+#include "common/rate_limit.hpp"
 #include "common/status.hpp"
 #include "common/json_text.hpp"
 
@@ -174,8 +175,11 @@ class AckWindow {
         if (!seq || *seq < base_ || *seq >= next_seq() || !items_[*seq - base_] ||
             (in_order_ && *seq != base_)) {
             ++bogus_;
-            DYAD_WARN("dtl", "ignored an acknowledgement of no outstanding chunk: %s",
-                      update.dump(-1, ' ', false, kBadUtf8Replaced).c_str());
+            // (A peer sends these: rate-limited.)
+            static log::RateLimit limit("dtl", "bogus acknowledgements");
+            if (limit.allow())
+                DYAD_WARN("dtl", "ignored an acknowledgement of no outstanding chunk: %s",
+                          update.dump(-1, ' ', false, kBadUtf8Replaced).c_str());
             return std::nullopt;
         }
         std::optional<T> out = std::move(items_[*seq - base_]);

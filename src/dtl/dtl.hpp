@@ -93,6 +93,18 @@ struct FetchJob {
 
 using SendDone = std::function<void(Status st, uint64_t bytes, std::string xxh3_hex)>;
 
+// Where a service's transports may accept connections: the service's listen
+// policy (docs/security.md), given to every sender when it is made. A
+// transport that listens (UCX's TCP interfaces, a libfabric endpoint) binds
+// there and nowhere else.
+struct ServiceBind {
+    // The address listeners bind to (the host of --listen, or 127.0.0.1);
+    // empty: any (a keyed service listening on a wildcard address).
+    std::string host;
+    // A service without a key: loopback only, whatever else is configured.
+    bool loopback_only = false;
+};
+
 class Sender {
   public:
     virtual ~Sender() = default;
@@ -128,7 +140,8 @@ struct Backend {
     std::function<Attributes()> attributes;
     std::function<Result<std::unique_ptr<Receiver>>()> make_receiver;
     // The sender lives on the service's event loop.
-    std::function<Result<std::unique_ptr<Sender>>(asio::io_context&)> make_sender;
+    std::function<Result<std::unique_ptr<Sender>>(asio::io_context&, const ServiceBind&)>
+        make_sender;
     // Optional: prepares the consumer side ahead of the first fetch (called
     // when a consumer context is created), so that cost is off the path.
     std::function<Status()> warmup = nullptr;

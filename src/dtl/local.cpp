@@ -252,7 +252,7 @@ Backend local_backend() {
             []() -> Result<std::unique_ptr<Receiver>> {
                 return std::unique_ptr<Receiver>(new LocalReceiver());
             },
-            [](asio::io_context&) -> Result<std::unique_ptr<Sender>> {
+            [](asio::io_context&, const ServiceBind&) -> Result<std::unique_ptr<Sender>> {
                 return std::unique_ptr<Sender>(new LocalSender());
             }};
 }

@@ -39,6 +39,7 @@
 #include "common/base64.hpp"
 #include "dtl/peer_address.hpp"
 #include "common/config.hpp"
+#include "common/rate_limit.hpp"
 #include "common/settings.hpp"
 #include "common/log.hpp"
 #include "dtl.hpp"
@@ -497,9 +498,9 @@ class OfiTransfer;
 class ServedProtocol {
   public:
     static Result<std::shared_ptr<ServedProtocol>> open(const ofi::Protocol& p,
-                                                        const std::string& node,
+                                                        const std::string& node, bool strict,
                                                         asio::io_context& io) {
-        auto ep = ofi::Endpoint::open(p, node.empty() ? nullptr : node.c_str());
+        auto ep = ofi::Endpoint::open(p, node.empty() ? nullptr : node.c_str(), strict);
         if (!ep) return ep.status();
         auto sp = std::shared_ptr<ServedProtocol>(new ServedProtocol(std::move(ep.value()), io));
         auto no_thread = settings::flag("DYAD_OFI_NO_PROGRESS_THREAD");
@@ -570,7 +571,8 @@ class ServedProtocol {
                 fi_cq_err_entry ee;
                 std::memset(&ee, 0, sizeof ee);
                 fi_cq_readerr(ep_->cq(), &ee, 0);
-                DYAD_WARN(kSub, "completion error: %s", fi_strerror(ee.err));
+                static log::RateLimit limit(kSub, "completion errors");  // peers cause them
+                if (limit.allow()) DYAD_WARN(kSub, "completion error: %s", fi_strerror(ee.err));
             } else if (n == -FI_EINTR) {
                 // The wait was interrupted: dyadd stopped and continued
                 // (SIGSTOP/SIGCONT, a batch system's suspend and resume, a
@@ -780,7 +782,8 @@ void ServedProtocol::release(int idx, uint64_t peer) {
 
 class OfiSender : public Sender {
   public:
-    explicit OfiSender(asio::io_context& io) : io_(io), attrs_(ofi_attributes(false)) {}
+    OfiSender(asio::io_context& io, ServiceBind bind)
+        : io_(io), bind_(std::move(bind)), attrs_(ofi_attributes(false)) {}
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json stats() const override {
         nlohmann::json served = nlohmann::json::object();
@@ -800,7 +803,12 @@ class OfiSender : public Sender {
             return;
         }
         std::string name = it->get<std::string>();
-        std::string key = name + "@" + job->local_host;
+        // The service's listen policy decides where the endpoint binds;
+        // without one (a keyed service on a wildcard), the address the
+        // consumer reached.
+        const bool strict = !bind_.host.empty();
+        std::string node = strict ? bind_.host : job->local_host;
+        std::string key = name + "@" + node;
         auto found = served_->find(key);
         if (found != served_->end()) {
             std::make_shared<OfiTransfer>(std::move(job), std::move(done), found->second)
@@ -812,14 +820,14 @@ class OfiSender : public Sender {
         std::weak_ptr<Served> weak = served_;
         asio::io_context& io = io_;
         asio::thread_pool& pool = *job->file_pool;
-        asio::post(pool, [weak, &io, name, key, job = std::move(job),
+        asio::post(pool, [weak, &io, name, key, node, strict, job = std::move(job),
                           done = std::move(done)]() mutable {
             Result<std::shared_ptr<ServedProtocol>> sp = Status::ok();
             auto p = ofi::validate_protocol(name);
             if (!p)
                 sp = p.status();
             else
-                sp = ServedProtocol::open(*p.value(), job->local_host, io);
+                sp = ServedProtocol::open(*p.value(), node, strict, io);
             asio::post(io, [weak, key, sp = std::move(sp), job = std::move(job),
                             done = std::move(done)]() mutable {
                 auto served = weak.lock();
@@ -839,6 +847,7 @@ class OfiSender : public Sender {
     using Served = std::map<std::string, std::shared_ptr<ServedProtocol>>;
 
     asio::io_context& io_;
+    ServiceBind bind_;
     Attributes attrs_;
     std::shared_ptr<Served> served_ = std::make_shared<Served>();
 };
@@ -855,8 +864,8 @@ Backend ofi_backend() {
                 if (!c) return c.status();
                 return std::unique_ptr<Receiver>(new OfiReceiver(c.value(), proto));
             },
-            [](asio::io_context& io) -> Result<std::unique_ptr<Sender>> {
-                return std::unique_ptr<Sender>(new OfiSender(io));
+            [](asio::io_context& io, const ServiceBind& bind) -> Result<std::unique_ptr<Sender>> {
+                return std::unique_ptr<Sender>(new OfiSender(io, bind));
             },
             []() -> Status { return OfiConsumer::instance(ofi::configured_protocol()).status(); }};
 }

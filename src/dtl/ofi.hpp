@@ -48,8 +48,11 @@ struct Region {
 class Endpoint {
   public:
     // `node` binds tcp-like providers to that address (the service's); null
-    // lets the provider choose.
-    static Result<std::unique_ptr<Endpoint>> open(const Protocol& p, const char* node);
+    // lets the provider choose. `strict`: a provider that cannot bind there
+    // is an error (the service's listen policy), except shared memory, which
+    // listens on no network.
+    static Result<std::unique_ptr<Endpoint>> open(const Protocol& p, const char* node,
+                                                  bool strict = false);
     ~Endpoint();
     Endpoint(const Endpoint&) = delete;
     Endpoint& operator=(const Endpoint&) = delete;

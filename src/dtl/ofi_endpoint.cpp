@@ -45,14 +45,24 @@ InfoPtr hints_for(const Protocol& p) {
     return h;
 }
 
-Result<InfoPtr> get_info(const Protocol& p, const char* node) {
+Result<InfoPtr> get_info(const Protocol& p, const char* node, bool strict = false) {
     set_provider_defaults();
     InfoPtr h = hints_for(p);
     if (!h) return Status(DYAD_RC_SYSFAIL, "fi_allocinfo failed", ENOMEM);
     fi_info* out = nullptr;
     int ret = fi_getinfo(kApi, node, nullptr, node ? FI_SOURCE : 0, h.get(), &out);
-    if (ret != 0 && node)  // some providers take no source address
-        ret = fi_getinfo(kApi, nullptr, nullptr, 0, h.get(), &out);
+    // Some providers take no source address; only shared memory may then
+    // go unbound where the service's policy names an address.
+    bool may_unbind = !strict || std::strncmp(p.provider, "shm", 3) == 0;
+    if (ret != 0 && node && !may_unbind)
+        return fi_error(DYAD_RC_MARGO_BAD_PROTO,
+                        std::string("fi_getinfo for ") + p.name + " (provider " + p.provider +
+                            ") bound to " + node +
+                            " (the service's listen address; a keyless dyadd serves loopback "
+                            "only): this provider cannot listen there; choose another "
+                            "DYAD_MARGO_PROTO or --listen",
+                        ret);
+    if (ret != 0 && node) ret = fi_getinfo(kApi, nullptr, nullptr, 0, h.get(), &out);
     if (ret != 0)
         return fi_error(DYAD_RC_MARGO_BAD_PROTO,
                         std::string("fi_getinfo for ") + p.name + " (provider " + p.provider + ")",
@@ -119,8 +129,8 @@ std::string library_version() {
     return std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
 }
 
-Result<std::unique_ptr<Endpoint>> Endpoint::open(const Protocol& p, const char* node) {
-    auto info = get_info(p, node);
+Result<std::unique_ptr<Endpoint>> Endpoint::open(const Protocol& p, const char* node, bool strict) {
+    auto info = get_info(p, node, strict);
     if (!info) return info.status();
     std::unique_ptr<Endpoint> e(new Endpoint());
     e->proto_ = &p;

@@ -217,6 +217,20 @@ Status ucx_address_fits(const UcxAddressInfo& peer, const UcxAddressInfo& own) {
     return Status::ok();
 }
 
+void add_ucx_tcp_layouts(UcxAddressInfo* own) {
+    std::vector<UcxAddressEntry> more;
+    std::set<size_t> seen_iface;
+    for (const auto& e : own->entries) {
+        if (e.tl_csum != kUcxTcpNameCsum || !seen_iface.insert(e.iface_addr_len).second) continue;
+        for (size_t len : {6u, 18u, 14u, 26u}) {
+            UcxAddressEntry x = e;
+            x.dev_addr_len = len;
+            more.push_back(x);
+        }
+    }
+    own->entries.insert(own->entries.end(), more.begin(), more.end());
+}
+
 Status check_ofi_peer_address(const std::string& peer, const std::string& own, bool sockaddr) {
     // Names of other formats (shm's "fi_shm://PID" strings) vary in length:
     // bounded, never empty.

@@ -55,6 +55,18 @@ Result<UcxAddressInfo> parse_ucx_worker_address(const std::string& blob);
 // for that transport.
 Status ucx_address_fits(const UcxAddressInfo& peer, const UcxAddressInfo& own);
 
+// UCX 1.13's checksum of the transport name "tcp" (ucs_crc16_string).
+constexpr uint16_t kUcxTcpNameCsum = 6607;
+
+// A service whose UCX worker uses only some network interfaces (its listen
+// policy: loopback only without a key) has TCP entries in its own address
+// for those alone, while a consumer's address has one per interface. UCX
+// 1.13's TCP device address is a flags and a family byte, then the IPv4 or
+// IPv6 address (6 or 18 bytes), plus the host's 8-byte system id for a
+// loopback one (14 or 26): every one of these lengths is UCX's own for TCP,
+// whichever interfaces this side has. Adds them to `own` where it has TCP.
+void add_ucx_tcp_layouts(UcxAddressInfo* own);
+
 // A consumer's packed window key (what ucp_rkey_pack gives for host
 // memory), parsed the way UCX 1.13 reads it in ucp_ep_rkey_unpack
 // (src/ucp/core/ucp_rkey.c): an MD map (8 bytes), a memory type (1 byte),

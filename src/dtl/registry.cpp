@@ -163,10 +163,11 @@ Backend ofi_backend() {
         if (!l) return l.status();
         return l.value()->make_receiver();
     };
-    b.make_sender = [](asio::io_context& io) -> Result<std::unique_ptr<Sender>> {
+    b.make_sender = [](asio::io_context& io,
+                       const ServiceBind& bind) -> Result<std::unique_ptr<Sender>> {
         auto l = load_ofi();
         if (!l) return l.status();
-        return l.value()->make_sender(io);
+        return l.value()->make_sender(io, bind);
     };
     b.warmup = []() -> Status {
         auto l = load_ofi();

@@ -173,7 +173,7 @@ Backend stream_backend() {
             []() -> Result<std::unique_ptr<Receiver>> {
                 return std::unique_ptr<Receiver>(new StreamReceiver());
             },
-            [](asio::io_context&) -> Result<std::unique_ptr<Sender>> {
+            [](asio::io_context&, const ServiceBind&) -> Result<std::unique_ptr<Sender>> {
                 return std::unique_ptr<Sender>(new StreamSender());
             }};
 }

@@ -8,6 +8,53 @@
 #include "common/json_text.hpp"
 
 namespace dyad::kvs {
+namespace {
+
+// The path a file's record names (its "path", record.hpp), or "" for any
+// other value.
+std::string record_upath(const std::string& value) {
+    auto j = nlohmann::json::parse(value, nullptr, false);
+    if (!j.is_object()) return "";
+    auto u = j.find("path");
+    return u != j.end() && u->is_string() ? u->get<std::string>() : "";
+}
+
+// `key` is DYAD's key of `upath` at some depth: hex bins, each followed by
+// a dot, then the path.
+bool key_of_path(const std::string& key, const std::string& upath) {
+    if (upath.empty() || key.size() < upath.size() ||
+        key.compare(key.size() - upath.size(), upath.size(), upath) != 0)
+        return false;
+    size_t digits = 0;
+    for (size_t i = 0; i < key.size() - upath.size(); ++i) {
+        char c = key[i];
+        if (c == '.') {
+            if (digits == 0) return false;
+            digits = 0;
+        } else if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) {
+            ++digits;
+        } else {
+            return false;
+        }
+    }
+    return digits == 0;
+}
+
+}  // namespace
+
+Result<bool> key_collision(const std::string& ns, const std::string& key, const std::string& had,
+                           const std::string& value) {
+    std::string was = record_upath(had);
+    std::string now = record_upath(value);
+    if (was == now || !key_of_path(key, was) || !key_of_path(key, now)) return false;
+    if (now.size() < was.size()) return true;
+    return Status(DYAD_RC_BADCOMMIT,
+                  "'" + now + "' has the key '" + key + "' in namespace '" + ns +
+                      "', which already holds '" + was +
+                      "' at a deeper DYAD_KEY_DEPTH (this name spells that path's key): rename "
+                      "the file, or produce it with the key depth its consumers use",
+                  EEXIST);
+}
 
 Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key, std::string value,
                                   const std::string& writer, uint64_t replaces) {
@@ -67,8 +114,14 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
     }
     auto& space = data_[ns];
     auto found = space.find(key);
-    if (found != space.end() && !found->second.writer.empty() && found->second.writer != writer &&
-        replaces != found->second.version)
+    bool collision_won = false;
+    if (found != space.end() && !registry) {
+        auto won = key_collision(ns, key, found->second.value, value);
+        if (!won) return won.status();
+        collision_won = won.value();
+    }
+    if (found != space.end() && !collision_won && !found->second.writer.empty() &&
+        found->second.writer != writer && replaces != found->second.version)
         return Status(DYAD_RC_BADCOMMIT,
                       "'" + key + "' in namespace '" + ns + "' is produced by service '" +
                           found->second.writer + "' (generation " +

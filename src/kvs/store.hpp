@@ -230,6 +230,18 @@ void serve(rpc::Server& server, MemoryStore& store);
 // on `pool`; kvs.put is refused (services write through their own store).
 void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool);
 // The write rules of serve(), for a put by `writer` (a service id).
+// Keys of different DYAD_KEY_DEPTH can be equal for two paths: a file
+// literally named "17f.204.15b.data0.txt" (depth 0) has the key of
+// "data0.txt" at depth 3. Records name their paths, so a store sees such a
+// collision when a put of one path's record finds another path's under the
+// key: the record of the deeper key (the shorter path) holds it, so a name
+// spelling another path's key cannot lock that path's producer out. For a
+// put of `value` where `had` is stored: false when the two are not records
+// of two paths; true when the new one takes the key from the other; EEXIST
+// when the one stored keeps it.
+Result<bool> key_collision(const std::string& ns, const std::string& key, const std::string& had,
+                           const std::string& value);
+
 Status check_put(const std::string& writer, const std::string& ns, const std::string& key,
                  const std::string& value);
 }  // namespace dyad::kvs

@@ -2,6 +2,7 @@
 // dyadd: the DYAD service of one node.
 #include <pthread.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -29,12 +30,14 @@ constexpr const char* kExitCodes =
     "Exit codes:\n"
     "  0  stopped by SIGTERM or SIGINT\n"
     "  1  usage or configuration error: bad option or value, bad DYAD_* variable, unusable\n"
-    "     key file or producer directory, a --listen not allowed without a key\n"
+    "     key file or producer directory, a --listen not allowed without a key, another\n"
+    "     dyadd already serving this --node, producer directory or --socket\n"
     "  4  cannot listen on --listen/--socket (address in use?), or the metadata store of\n"
     "     --kvs is unreachable or not a DYAD service\n"
     "  6  other start-up failure\n";
 
 int start_failure_code(const dyad::Status& s) {
+    if (s.err() == EBUSY) return kUsage;  // another dyadd holds this id, directory or socket
     switch (s.rc()) {
         case DYAD_RC_CONNFAIL:
             return kNetwork;
@@ -84,14 +87,16 @@ int main(int argc, char** argv) {
     app.add_option("--namespace", o.ns,
                    "metadata namespace (default: $DYAD_KVS_NAMESPACE or 'dyad')");
     app.add_option("--node", o.node,
-                   "node id of this service (default: $DYAD_NODE_ID or the host name)");
+                   "node id of this service (default: $DYAD_NODE_ID or the host name); one "
+                   "running dyadd per id and per producer directory");
     app.add_option("--listen", o.listen, "TCP HOST:PORT to serve on ('' for none)")
         ->capture_default_str();
-    app.add_option("--socket", o.socket_path, "also serve on this Unix socket");
+    app.add_option("--socket", o.socket_path,
+                   "also serve on this Unix socket (mode 0600, or 0666 with --allow-uid)");
     app.add_option("--metrics-listen", metrics_listen,
                    "serve GET /metrics (Prometheus text format) and GET /healthz over HTTP on "
                    "HOST:PORT (default: off; unauthenticated: prefer a loopback or management "
-                   "address)");
+                   "address; without a key, loopback only)");
     app.add_option("--kvs", o.kvs_uri,
                    "keep metadata in etcd (etcd://HOST:PORT[,HOST:PORT...], the members of one "
                    "etcd cluster), or use the store of the dyadd at tcp://HOST:PORT, instead of "
@@ -286,6 +291,16 @@ int main(int argc, char** argv) {
         }
         metrics_host = u->host;
         metrics_port = u->port;
+        // Every listener of a keyless dyadd is on loopback (docs/security.md).
+        if (o.auth_key.empty() && !o.insecure && !dyad::service::is_loopback_host(metrics_host)) {
+            std::fprintf(stderr,
+                         "dyadd: --metrics-listen %s is reachable from other machines, and this "
+                         "dyadd has no key: without one it serves loopback only. Give "
+                         "--metrics-listen 127.0.0.1:PORT (a local agent can scrape it), give "
+                         "--auth-key FILE, or --insecure\n",
+                         metrics_listen.c_str());
+            return kUsage;
+        }
     }
 
     // SIGTERM/SIGINT wait (blocked, in every thread the service starts)

@@ -279,6 +279,8 @@ void RequestMetrics::finished(const rpc::Request& r, const rpc::Outcome& o) {
     }
 
     if (!failed && !log::enabled(log::Level::debug)) return;
+    // A failure's warning is the peer's doing: rate-limited (debug logs all).
+    if (failed && !log::enabled(log::Level::debug) && !failed_lines_.allow()) return;
     // One line per request: debug, or warn when it failed.
     const auto& a = r.args();
     std::string what;

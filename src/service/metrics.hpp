@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -17,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/rate_limit.hpp"
 #include "rpc/server.hpp"
 
 namespace dyad::service {
@@ -130,6 +132,10 @@ class RequestMetrics : public rpc::RequestObserver {
         uint64_t bytes = 0;
     };
     std::array<PerKind, kKinds> kinds_{};
+    // A failed request's warning is a peer's doing: at most 20 every 10 s
+    // (then one line saying how many were left out); every failure is
+    // counted in the status anyway. Debug logs them all.
+    log::RateLimit failed_lines_{"dyadd", "failed requests"};
     uint64_t not_found_ = 0;     // kvs.get of an absent key
     uint64_t wait_expired_ = 0;  // kvs.get with wait whose deadline passed first
     std::unordered_map<const rpc::Request*, Note> notes_;

@@ -3,7 +3,10 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 #include "common/settings.hpp"
 #include "kvs/epoch.hpp"
 #include "kvs/record.hpp"
+#include "rpc/client.hpp"
 #include "rpc/wire.hpp"
 #include "send_channel.hpp"
 #include "store_watch.hpp"
@@ -45,6 +49,116 @@ std::string public_host(const std::string& host) {
 }
 
 constexpr double kStoreTimeout = 30.0;  // a publish's or a lookup's store request
+
+// The lock of a producer directory: one dyadd serves it. flock, so a
+// process that dies (SIGKILL included) lets go of it at once.
+constexpr const char* kDirLock = "service.lock";
+// How long a registered service with our id has to answer before its
+// registration is taken as stale (it crashed).
+constexpr double kHolderProbe = 3.0;
+
+// Takes the lock of `dir` (canonical), naming `id` in it; EBUSY naming the
+// holder when another dyadd has it.
+Result<UniqueFd> lock_producer_dir(const std::string& dir, const std::string& id) {
+    const std::string state = dir + "/" + kReservedDir;
+    Status s = mkdir_p(state, 0700);
+    if (!s) return s.wrap("producer directory");
+    const std::string path = state + "/" + kDirLock;
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd.valid()) {
+        const int e = errno;
+        return Status(
+            DYAD_RC_BADMANAGEDPATH,
+            "cannot open the lock file '" + path + "' of producer directory '" + dir + "'" +
+                (e == EACCES ? ": it belongs to another user, whose dyadd serves (or served) "
+                               "this directory; give this dyadd a directory of its own"
+                             : std::string()),
+            e == EACCES ? EBUSY : e);
+    }
+    struct stat sb;
+    if (::fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != ::geteuid())
+        return Status(DYAD_RC_BADMANAGEDPATH,
+                      "the lock file '" + path + "' of producer directory '" + dir +
+                          "' is not a regular file of this dyadd's user (uid " +
+                          std::to_string(::geteuid()) + "): remove it, or give " +
+                          "this dyadd a directory of its own",
+                      EBUSY);
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char buf[512];
+        ssize_t n = ::pread(fd.get(), buf, sizeof buf - 1, 0);
+        std::string holder = "another dyadd";
+        auto j = nlohmann::json::parse(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0),
+                                       nullptr, false);
+        if (j.is_object() && j.contains("service_id") && j["service_id"].is_string() &&
+            j.contains("pid") && j["pid"].is_number_integer())
+            holder = "the dyadd of service '" + j["service_id"].get<std::string>() + "' (pid " +
+                     std::to_string(j["pid"].get<int64_t>()) + ")";
+        if (e != EWOULDBLOCK)
+            return Status(DYAD_RC_BADMANAGEDPATH, "cannot lock '" + path + "'", e);
+        return Status(DYAD_RC_BADMANAGEDPATH,
+                      "producer directory '" + dir + "' is already served by " + holder +
+                          " (it holds " + path +
+                          "): stop it first, or give this dyadd another producer directory",
+                      EBUSY);
+    }
+    std::string me = nlohmann::json{{"service_id", id}, {"pid", ::getpid()}}.dump(
+                         -1, ' ', false, kBadUtf8Replaced) +
+                     "\n";
+    if (::ftruncate(fd.get(), 0) != 0 ||
+        ::pwrite(fd.get(), me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
+        DYAD_WARN(kSub, "cannot write who holds %s: %s", path.c_str(), std::strerror(errno));
+    return fd;
+}
+
+// A Unix socket some process accepts connections on.
+bool unix_socket_answers(const std::string& path) {
+    struct sockaddr_un a {};
+    if (path.size() >= sizeof a.sun_path) return false;
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+    UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return false;
+    return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+}
+
+// The registration `value` of service `id` names a dyadd that still
+// answers as `id`: a description of it (where, which pid). Empty when none
+// of its endpoints answers so within kHolderProbe seconds (a crash left it).
+std::string live_holder(const std::string& id, const std::string& value,
+                        const rpc::Credentials& me) {
+    auto j = nlohmann::json::parse(value, nullptr, false);
+    if (!j.is_object() || !j.contains("endpoints") || !j["endpoints"].is_array()) return "";
+    const bool same_host = j.contains("host_id") && j["host_id"].is_string() &&
+                           j["host_id"].get<std::string>() == dtl::host_id();
+    Deadline until = Deadline::after(kHolderProbe);
+    for (const auto& e : j["endpoints"]) {
+        if (!e.is_string()) continue;
+        std::string ep = e.get<std::string>();
+        if (ep.rfind("unix:", 0) == 0 && !same_host) continue;
+        auto c = rpc::Connection::connect(ep, until, me);
+        if (!c) continue;
+        const auto& info = c.value()->peer_info();
+        auto sid = info.find("service_id");
+        if (sid == info.end() || !sid->is_string() || sid->get<std::string>() != id) continue;
+        std::string who = "the dyadd at " + ep;
+        auto pid = info.find("pid");
+        if (pid != info.end() && pid->is_number_integer())
+            who += " (pid " + std::to_string(pid->get<int64_t>()) + ")";
+        return who;
+    }
+    return "";
+}
+
+Status refuse_duplicate_id(const std::string& id, const std::string& holder,
+                           const std::string& store) {
+    return Status(DYAD_RC_BADMANAGEDPATH,
+                  "service id '" + id + "' is already registered in the metadata store (" + store +
+                      ") by " + holder +
+                      ", which still answers: give this dyadd another --node, or stop that one "
+                      "first (a registration whose dyadd is gone does not block a restart)",
+                  EBUSY);
+}
 
 int64_t ns_of(const struct timespec& t) {
     return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
@@ -100,6 +214,11 @@ Status Service::start() {
     if (!prod_fd_.valid())
         return Status(DYAD_RC_BADMANAGEDPATH, "cannot open producer directory '" + prod_dir_ + "'",
                       errno);
+    // One dyadd per producer directory (two would publish, and serve, the
+    // same files as two owners).
+    auto lock = lock_producer_dir(prod_dir_, id_);
+    if (!lock) return lock.status();
+    prod_lock_ = std::move(lock.value());
 
     if (opts_.memory < (16ull << 20))
         return Status(DYAD_RC_BAD_CLI_PARSE,
@@ -118,6 +237,26 @@ Status Service::start() {
         PeerCaps::Limits{opts_.max_fetches_per_peer, opts_.max_local_per_peer});
     auto mode = dtl::canonical_mode(opts_.mode);
     if (!mode) return mode.status();
+    if (!opts_.auth_key.empty()) {
+        auto k = auth::Key::load(opts_.auth_key);
+        if (!k) return Status(k.status()).wrap("--auth-key");
+        key_ = k.value();
+    }
+    // Where every listener binds, the transports' too: without a key,
+    // loopback only (the --listen address, or 127.0.0.1 with only a Unix
+    // socket); with a key, the --listen address (any, for a wildcard).
+    {
+        std::string host;
+        uint16_t port = 0;
+        if (!opts_.listen.empty()) {
+            s = split_host_port(opts_.listen, &host, &port);
+            if (!s) return s;
+        }
+        if (host == "0.0.0.0" || host == "::") host.clear();
+        bind_.loopback_only = !key_ && !opts_.insecure;
+        if (bind_.loopback_only && host.empty()) host = "127.0.0.1";
+        bind_.host = host;
+    }
     for (const auto& t : opts_.transports) {
         auto b = dtl::find_backend(t);
         if (!b) return Status(b.status()).wrap("--transports");
@@ -130,7 +269,7 @@ Status Service::start() {
                              return f && f.value()->name == b.name;
                          }))
             continue;
-        auto snd = b.make_sender(io_);
+        auto snd = b.make_sender(io_, bind_);
         if (!snd) {
             DYAD_WARN(kSub, "transport %s unavailable: %s", b.name.c_str(),
                       snd.status().to_string().c_str());
@@ -150,11 +289,6 @@ Status Service::start() {
     s = dtl::apply_figures(opts_.figures, &records_);
     if (!s) return s;
 
-    if (!opts_.auth_key.empty()) {
-        auto k = auth::Key::load(opts_.auth_key);
-        if (!k) return Status(k.status()).wrap("--auth-key");
-        key_ = k.value();
-    }
     server_ = std::make_unique<rpc::Server>(io_, nlohmann::json::object());
     server_->set_auth({key_, opts_.allow_uids, opts_.allow_any_uid});
     server_->set_observer(metrics_);
@@ -166,8 +300,24 @@ Status Service::start() {
     // socket starts first: whoever sees the TCP port answer may use it too.
     server_->defer_accepting();
     if (!opts_.socket_path.empty()) {
+        // A socket someone answers on is another dyadd's: never take it over
+        // (a stale one, left by a crash, is replaced).
+        if (unix_socket_answers(opts_.socket_path))
+            return Status(DYAD_RC_CONNFAIL,
+                          "--socket '" + opts_.socket_path +
+                              "' is in use: another dyadd answers on it. Stop that one first, or "
+                              "give this dyadd another --socket",
+                          EBUSY);
         auto ep = server_->listen_unix(opts_.socket_path);
         if (!ep) return ep.status();
+        // Connecting needs write permission on the socket: its mode says who
+        // may try, as --allow-uid does (the hello checks SO_PEERCRED too).
+        // Only this user and root: 0600; other uids allowed: 0666.
+        const mode_t mode = opts_.allow_any_uid || !opts_.allow_uids.empty() ? 0666 : 0600;
+        // (Never through a symbolic link put in its place meanwhile.)
+        if (::fchmodat(AT_FDCWD, opts_.socket_path.c_str(), mode, AT_SYMLINK_NOFOLLOW) != 0)
+            return Status(DYAD_RC_CONNFAIL,
+                          "cannot set the mode of --socket '" + opts_.socket_path + "'", errno);
         endpoints_.push_back(ep.value());
     }
     if (!opts_.listen.empty()) {
@@ -229,6 +379,14 @@ Status Service::start() {
         ext_ = opts_.external_store;
         ext_pool_ = std::make_unique<asio::thread_pool>(4);
         kvs::serve(*server_, *ext_, *ext_pool_);
+        if (auto held = ext_->get(kServicesNamespace, id_, Deadline::after(10))) {
+            rpc::Credentials me;
+            me.key = key_;
+            me.role = "service";
+            me.service_id = id_;
+            std::string who = live_holder(id_, held->value, me);
+            if (!who.empty()) return refuse_duplicate_id(id_, who, ext_->describe());
+        }
         auto e = ext_->register_service(id_, reg.dump(-1, ' ', false, kBadUtf8Replaced),
                                         Deadline::after(30));
         if (!e)
@@ -260,6 +418,16 @@ Status Service::start() {
         store_watch_ = std::make_unique<StoreWatch>(
             *remote_, id_, opts_.kvs_uri,
             [this](const std::function<bool()>& stopping) { return rejoin(stopping); });
+        // One live dyadd per service id: a registration whose dyadd still
+        // answers as this id is refused; one nobody answers for is stale.
+        if (auto held = remote_->get(kServicesNamespace, id_, Deadline::after(10))) {
+            rpc::Credentials probe;
+            probe.key = key_;
+            probe.role = "service";
+            probe.service_id = id_;
+            std::string who = live_holder(id_, held->value, probe);
+            if (!who.empty()) return refuse_duplicate_id(id_, who, opts_.kvs_uri);
+        }
         auto v = remote_->put(kServicesNamespace, id_, reg.dump(-1, ' ', false, kBadUtf8Replaced),
                               Deadline::after(10));
         if (!v)

@@ -232,6 +232,8 @@ class Service {
     std::string rank_source_;
     std::string prod_dir_;  // canonical
     UniqueFd prod_fd_;
+    UniqueFd prod_lock_;     // flock on <producer dir>/.dyad/service.lock: one dyadd per dir
+    dtl::ServiceBind bind_;  // where every listener binds (the listen policy)
     asio::io_context io_;
     asio::thread_pool file_pool_;
     // Sees every request of server_ (counts by kind, store and wait

@@ -401,15 +401,29 @@ def test_status_shows_it(mcluster):
     assert "metadata store" in out and "reachable" in out, out
 
 
+def test_non_loopback_metrics_address_is_refused_without_a_key(tmp_path):
+    """A keyless dyadd serves loopback only: its metrics endpoint too."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYAD_")}
+    p = __import__("subprocess").run(
+        [harness.DYADD, "--listen", f"127.0.0.1:{harness.free_port()}", "--metrics-listen",
+         f"0.0.0.0:{harness.free_port('0.0.0.0')}", str(tmp_path / "p")],
+        capture_output=True, text=True, timeout=30, env=env)
+    assert p.returncode == 1, p.stderr
+    assert "--metrics-listen 0.0.0.0" in p.stderr and "loopback only" in p.stderr, p.stderr
+
+
 def test_non_loopback_metrics_address_is_warned_about(tmp_path):
     d = str(tmp_path / "p")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DYAD_")}
+    key = str(tmp_path / "job.key")
+    __import__("subprocess").run([harness.DYAD, "keygen", key], check=True, capture_output=True)
     port = harness.free_port()
     mport = harness.free_port("0.0.0.0")
     log = tmp_path / "dyadd.log"
     with open(log, "wb") as out:
         p = __import__("subprocess").Popen(
-            [harness.DYADD, "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"0.0.0.0:{mport}", d],
+            [harness.DYADD, "--listen", f"127.0.0.1:{port}", "--auth-key", key, "--metrics-listen",
+             f"0.0.0.0:{mport}", d],
             stdout=out, stderr=out, env=env)
         try:
             harness.wait_listening("127.0.0.1", mport, proc=p)

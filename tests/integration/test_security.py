@@ -155,6 +155,28 @@ def test_two_producers_of_one_path(cluster):
     assert st["owner"] == "node0" and st["generation"] == 2
 
 
+def test_a_name_spelling_another_paths_key_cannot_lock_its_producer_out(cluster):
+    """DYAD's key of "data0.txt" at depth 3 (bins 1024) is
+    "17f.204.15b.data0.txt", the key of a file of that name at depth 0. The
+    file of the deeper key holds it, whichever was produced first."""
+    genuine, other = cluster[0], cluster[1]
+    shallow = {"DYAD_KEY_DEPTH": 0}
+    # the other service takes the key first
+    with open(other.path("17f.204.15b.data0.txt"), "w") as f:
+        f.write("not data0")
+    other.dyad("produce", other.path("17f.204.15b.data0.txt"), env_extra=shallow)
+    produce(genuine, "data0.txt", "genuine data0")  # was EEXIST, forever
+    other.dyad("consume", other.path("data0.txt"), env_extra={"DYAD_WAIT_TIMEOUT": 20})
+    with open(other.path("data0.txt")) as f:
+        assert f.read() == "genuine data0"
+    # and once the genuine one holds it, the spelling is refused, saying why
+    p = other.dyad("produce", other.path("17f.204.15b.data0.txt"), env_extra=shallow, check=False)
+    assert p.returncode != 0, p.stdout
+    assert "deeper DYAD_KEY_DEPTH" in p.stderr and "'data0.txt'" in p.stderr, p.stderr
+    st = json.loads(other.dyad("--json", "stat", other.path("data0.txt")).stdout)
+    assert st["owner"] == "node0", st
+
+
 def test_unproduced_files_are_not_served(cluster):
     prod, cons = cluster[0], cluster[1]
     with open(prod.path("private.txt"), "w") as f:

@@ -5,8 +5,12 @@
 
 #include "dtl/peer_address.hpp"
 
+using dyad::dtl::add_ucx_tcp_layouts;
+using dyad::dtl::kUcxTcpNameCsum;
+using dyad::dtl::ucx_address_fits;
 using dyad::dtl::ucx_service_tls;
 using dyad::dtl::ucx_tls_may_use_tcp;
+using dyad::dtl::UcxAddressInfo;
 
 TEST(UcxServiceTls, UnsetOrAllExcludesSharedMemory) {
     EXPECT_EQ(ucx_service_tls(nullptr).value(), "^sm");
@@ -90,4 +94,22 @@ TEST(UcxTlsMayUseTcp, FollowsListsAndExclusions) {
     EXPECT_FALSE(ucx_tls_may_use_tcp("^tcp,ud"));
     EXPECT_FALSE(ucx_tls_may_use_tcp("posix,self"));
     EXPECT_FALSE(ucx_tls_may_use_tcp("tcpx"));
+}
+
+// A service whose UCX worker has TCP on loopback only accepts a consumer's
+// TCP entries of its other interfaces (UCX 1.13's lengths), nothing else.
+TEST(UcxTcpLayouts, AddedOnlyForTcpAndOnlyUcxLengths) {
+    UcxAddressInfo own;
+    own.entries.push_back({kUcxTcpNameCsum, 0, 0, 14, 2});  // tcp on lo
+    own.entries.push_back({1234, 1, 1, 3, 5});              // another transport
+    add_ucx_tcp_layouts(&own);
+    UcxAddressInfo peer;
+    peer.entries.push_back({kUcxTcpNameCsum, 0, 0, 6, 2});  // tcp on eth0
+    EXPECT_TRUE(ucx_address_fits(peer, own));
+    peer.entries[0].dev_addr_len = 18;  // IPv6
+    EXPECT_TRUE(ucx_address_fits(peer, own));
+    peer.entries[0].dev_addr_len = 7;
+    EXPECT_FALSE(ucx_address_fits(peer, own));
+    peer.entries[0] = {1234, 1, 1, 6, 5};  // other transports keep their own lengths
+    EXPECT_FALSE(ucx_address_fits(peer, own));
 }

@@ -167,6 +167,28 @@ TEST(Kvs, VersionsCarryTheEpoch) {
     EXPECT_EQ(s.put("ns", "k", owned("other", 3), "other", base | 2).value(), base | 3);
 }
 
+// DYAD's key of "data0.txt" at depth 3 is that of a file named
+// "17f.204.15b.data0.txt" at depth 0: the deeper key's record holds it.
+TEST(Kvs, KeyDepthCollisionsGoToTheDeeperKey) {
+    auto rec = [](const std::string& path, const std::string& owner) {
+        return nlohmann::json{{"path", path}, {"owner", owner}}.dump();
+    };
+    const std::string key = "17f.204.15b.data0.txt";
+    kvs::MemoryStore s;
+    ASSERT_TRUE(s.put("ns", key, rec(key, "attacker"), "attacker").is_ok());
+    // The genuine producer takes it, although another service wrote it.
+    ASSERT_TRUE(s.put("ns", key, rec("data0.txt", "genuine"), "genuine").is_ok());
+    auto r = s.put("ns", key, rec(key, "attacker"), "attacker");
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().err(), EEXIST);
+    EXPECT_NE(r.status().message().find("deeper DYAD_KEY_DEPTH"), std::string::npos);
+    EXPECT_NE(s.get("ns", key)->value.find("genuine"), std::string::npos);
+    // A record whose path is not the key's tail takes nothing.
+    EXPECT_FALSE(s.put("ns", key, rec("x", "attacker"), "attacker").is_ok());
+    // The same path again is the usual rule (another writer: EEXIST).
+    EXPECT_FALSE(s.put("ns", key, rec("data0.txt", "attacker"), "attacker").is_ok());
+}
+
 TEST(Kvs, EpochFileGrowsAtEveryStart) {
     char tmpl[] = "/tmp/dyad-epoch-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);

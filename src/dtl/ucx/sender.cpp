@@ -33,6 +33,7 @@
 
 #include "common/base64.hpp"
 #include "common/log.hpp"
+#include "common/rate_limit.hpp"
 #include "common/settings.hpp"
 #include "dtl/chunked.hpp"
 #include "dtl/peer_address.hpp"
@@ -231,8 +232,8 @@ class UcxPutTransfer : public ChunkedTransfer {
 
 class UcxSender : public Sender {
   public:
-    static Result<std::unique_ptr<Sender>> create(asio::io_context& io) {
-        auto w = Worker::create(/*service=*/true);
+    static Result<std::unique_ptr<Sender>> create(asio::io_context& io, const ServiceBind& bind) {
+        auto w = Worker::create(/*service=*/true, &bind);
         if (!w) return w.status();
         // Our own address: what a consumer's is compared with.
         auto own = parse_ucx_worker_address(w.value()->address());
@@ -248,6 +249,8 @@ class UcxSender : public Sender {
         std::unique_ptr<UcxSender> s(new UcxSender(io, std::move(w.value()), cap.value()));
         s->no_direct_ = !direct.value();
         s->own_ = std::move(own.value());
+        // Our TCP is kept to the policy's interfaces; consumers' is not.
+        if (!bind.host.empty()) add_ucx_tcp_layouts(&s->own_);
         s->watch();
         return std::unique_ptr<Sender>(std::move(s));
     }
@@ -511,7 +514,10 @@ class UcxSender : public Sender {
 
     static void ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
         auto* self = static_cast<UcxSender*>(arg);
-        DYAD_WARN(kSub, "endpoint failed (%s): dropped from the cache", ucs_text(status).c_str());
+        static log::RateLimit limit(kSub, "failed endpoints");  // a peer going away
+        if (limit.allow())
+            DYAD_WARN(kSub, "endpoint failed (%s): dropped from the cache",
+                      ucs_text(status).c_str());
         for (auto it = self->lru_.begin(); it != self->lru_.end(); ++it) {
             if ((*it)->ep == ep) {
                 auto e = *it;
@@ -561,8 +567,10 @@ class UcxSender : public Sender {
         Status fits = parsed ? ucx_address_fits(parsed.value(), own_) : parsed.status();
         if (!fits) {
             ++addresses_refused_;
-            DYAD_WARN(kSub, "refused the UCX worker address of %s: %s", label.c_str(),
-                      fits.message().c_str());
+            static log::RateLimit limit(kSub, "refused UCX worker addresses");
+            if (limit.allow())
+                DYAD_WARN(kSub, "refused the UCX worker address of %s: %s", label.c_str(),
+                          fits.message().c_str());
             return fits;
         }
         ucp_ep_params_t p;
@@ -720,8 +728,8 @@ UcxPutTransfer::~UcxPutTransfer() {
 
 }  // namespace
 
-Result<std::unique_ptr<Sender>> make_sender(asio::io_context& io) {
-    return UcxSender::create(io);
+Result<std::unique_ptr<Sender>> make_sender(asio::io_context& io, const ServiceBind& bind) {
+    return UcxSender::create(io, bind);
 }
 
 }  // namespace dyad::dtl::ucx

@@ -67,13 +67,23 @@ inline constexpr TcpTuning kTcpTuning[] = {
     {"UCX_TCP_RCVBUF", "RCVBUF", "4M"},
 };
 
+// The UCX network devices (UCX_NET_DEVICES) a service's worker may use
+// under its listen policy: UCX's TCP transport listens on every device it
+// uses. Empty: no restriction (a keyed service on a wildcard address). A
+// keyless service: the loopback interface only. A service on one address:
+// that address's interface, plus the RDMA devices (which listen on no TCP
+// port). `env`: the user's UCX_NET_DEVICES, kept where the policy allows it.
+Result<std::string> ucx_service_net_devices(const ServiceBind& bind, const char* env);
+
 // A UCP context and one worker with an event fd.
 class Worker {
   public:
     // `service`: the worker that connects to consumers' addresses; UCX's
     // unified mode stays off there, whatever UCX_UNIFIED_MODE says, since
     // the address check (peer_address.hpp) knows the layout without it.
-    static Result<std::unique_ptr<Worker>> create(bool service = false) {
+    // `bind`: the service's listen policy (service workers only).
+    static Result<std::unique_ptr<Worker>> create(bool service = false,
+                                                  const ServiceBind* bind = nullptr) {
         std::unique_ptr<Worker> w(new Worker());
         const char* env_tls = std::getenv("UCX_TLS");
         std::string tls_used = env_tls ? env_tls : "";
@@ -105,6 +115,24 @@ class Worker {
                 ucp_config_release(cfg);
                 return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_modify(TLS=" + tls.value() + ")",
                                  s);
+            }
+            // Listeners where the service's policy says, nowhere else.
+            if (bind) {
+                auto devs = ucx_service_net_devices(*bind, std::getenv("UCX_NET_DEVICES"));
+                if (!devs) {
+                    ucp_config_release(cfg);
+                    return devs.status();
+                }
+                if (!devs->empty()) {
+                    s = ucp_config_modify(cfg, "NET_DEVICES", devs->c_str());
+                    if (s != UCS_OK) {
+                        ucp_config_release(cfg);
+                        return ucx_error(DYAD_RC_UCXINIT_FAIL,
+                                         "ucp_config_modify(NET_DEVICES=" + devs.value() + ")", s);
+                    }
+                    DYAD_INFO(kSub, "the service's UCX worker uses the network devices %s",
+                              devs->c_str());
+                }
             }
         }
         // (UCX warns of settings no transport took: only where TCP may be used.)
@@ -168,6 +196,6 @@ class Worker {
 // The two sides, for the table of backends (worker.cpp).
 Result<std::unique_ptr<Receiver>> make_receiver();
 Status warmup();
-Result<std::unique_ptr<Sender>> make_sender(asio::io_context& io);
+Result<std::unique_ptr<Sender>> make_sender(asio::io_context& io, const ServiceBind& bind);
 
 }  // namespace dyad::dtl::ucx

@@ -222,7 +222,10 @@ class EtcdStore final : public ServiceStore {
             const auto& kv = got.kvs(0);
             const std::string owner = owner_of(kv.value());
             const auto gen = static_cast<uint64_t>(kv.mod_revision());
-            if (!owner.empty() && owner != writer && replaces != gen)
+            auto won = ns == kServicesNamespace ? Result<bool>(false)
+                                                : key_collision(ns, key, kv.value(), value);
+            if (!won) return won.status();
+            if (!won.value() && !owner.empty() && owner != writer && replaces != gen)
                 return Status(
                     DYAD_RC_BADCOMMIT,
                     "'" + key + "' in namespace '" + ns + "' is produced by service '" + owner +
