@@ -138,7 +138,7 @@ void serve_get_many(rpc::Server& server, MemoryStore& store) {
             out.push_back(nlohmann::json::array({e->value, e->version}));
         }
         r->end({{"entries", std::move(out)}});
-    });
+    }, {"ns", "keys", "answer"});
 }
 
 Result<std::vector<Lookup>> get_many(rpc::ConnectionPool& pool, const std::string& uri,

@@ -42,10 +42,11 @@ void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool) {
                  "(dyad produce, dyad_produce)",
                  DYAD_RC_NOAUTH);
     });
-    server.handle("kvs.get", [&store, &pool](std::shared_ptr<rpc::Request> r) {
+    server.handle("kvs.get", [&store, &pool, &server](std::shared_ptr<rpc::Request> r) {
         std::string ns, key;
         if (!string_arg(r, "ns", &ns) || !string_arg(r, "key", &key)) return;
         const bool wait = r->args().value("wait", false);
+        if (wait) r->cap_deadline(server.max_wait());
         asio::post(pool, [&store, r, ns = std::move(ns), key = std::move(key), wait] {
             if (!wait) {
                 auto e = store.get(ns, key, Deadline::after(kCallTimeout));
@@ -58,7 +59,7 @@ void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool) {
             });
             r->on_cancel([&store, id] { store.cancel(id); });
         });
-    });
+    }, {"ns", "key", "wait"});
     server.handle("kvs.list", [&store, &pool](std::shared_ptr<rpc::Request> r) {
         std::string ns, prefix, after;
         if (!string_arg(r, "ns", &ns) || !string_arg(r, "prefix", &prefix, false) ||
@@ -86,7 +87,7 @@ void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool) {
             }
             r->end({{"entries", std::move(arr)}, {"more", more}});
         });
-    });
+    }, {"ns", "prefix", "after", "limit"});
 }
 
 }  // namespace dyad::kvs
