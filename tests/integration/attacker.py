@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rawwire import ERROR, HELLO, Raw  # noqa: E402
@@ -116,7 +117,7 @@ def main():
         r = connect(a)
         keep.append(r)
         item = "x" * 62
-        pad = [item] * max(1, a.pad // (len(item) + 3))
+        pad = [item] * max(1, a.pad // (len(item) + 4))  # "item", as json.dumps writes it
         for i in range(a.n):
             r.tag += 1
             r.send(2, r.tag, {"topic": "kvs.get", "ns": a.ns, "key": f"absent-{i}".ljust(a.key_size, "k"),
@@ -137,22 +138,25 @@ def main():
         # asking GET /metrics again as soon as it has its answer.
         import http.client
         import threading
-        conns = [http.client.HTTPConnection(a.host, a.port, timeout=30) for _ in range(a.n)]
-        for c in conns:
-            c.request("GET", "/metrics")
-            c.getresponse().read()
-        held = len(conns)
+        answered = [threading.Event() for _ in range(a.n)]
 
-        def loop(c):
+        def loop(i):
+            c = http.client.HTTPConnection(a.host, a.port, timeout=30)
+            keep.append(c)
             while True:
                 try:
                     c.request("GET", "/metrics")
                     c.getresponse().read()
-                except Exception:
-                    return
+                    answered[i].set()
+                except Exception:  # closed: open another, as a scraper would
+                    c.close()
+                    time.sleep(0.01)
 
-        for c in conns:
-            threading.Thread(target=loop, args=(c,), daemon=True).start()
+        for i in range(a.n):
+            threading.Thread(target=loop, args=(i,), daemon=True).start()
+        for e in answered:
+            e.wait(30)
+        held = sum(e.is_set() for e in answered)
     print(json.dumps({"held": held, "refused": refused}), flush=True)
     sys.stdin.read()  # until the test lets go (or kills us)
 

@@ -469,7 +469,11 @@ def test_healthz_answers_and_transfers_go_on_while_scrapers_hold_every_slot(mclu
     finally:
         a.kill()
         a.wait()
-    fams = harness.wait_for(lambda: http_ok(prod), timeout=10, what="a scrape once the loops are gone")
+    def scraped():
+        code, body, _ = http_get(prod, "/metrics")
+        return parse_metrics(body) if code == 200 else None
+
+    fams = harness.wait_for(scraped, timeout=10, what="a scrape once the loops are gone")
     # However many scrapers: at most one rendering per 200 ms.
     renders = value(fams, "dyad_metrics_http_renders_total")
     up = prod.status()["uptime_s"]

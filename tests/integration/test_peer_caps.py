@@ -372,7 +372,7 @@ def test_padded_waits_do_not_pin_memory(keyless):
     pid = prod.proc.pid
     base = harness.rss_kib(pid)
     args = AS_NOBODY + [sys.executable, os.path.join(HERE, "attacker.py"), "waits", "-n", "256", "--pad",
-                        str(1 << 20), "--host", prod.host, "--port", str(prod.port)]
+                        str((1 << 20) - 4096), "--host", prod.host, "--port", str(prod.port)]
     p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     most = base
     try:
@@ -428,4 +428,4 @@ def test_arguments_held_by_waiting_requests_are_capped_and_waits_end(keyless):
     assert took < 4, took  # ended at --max-wait 1, not never
     st = prod.status()
     assert st["counters"]["refused_peer_request_bytes"] == len(refused), st["counters"]
-    assert st["peers"]["request_bytes_held"] == 0, st["peers"]
+    assert st["peers"]["request_bytes_held"] < 1024, st["peers"]  # (the status request itself)
