@@ -34,7 +34,8 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
         return kRecordOverhead + key.size() + v.size() + w.size();
     };
     uint64_t before = old ? cost(old->value, old->writer) : 0;
-    uint64_t after = cost(value, writer) + (nsit == data_.end() ? kNamespaceOverhead + ns.size() : 0);
+    uint64_t after =
+        cost(value, writer) + (nsit == data_.end() ? kNamespaceOverhead + ns.size() : 0);
     if (nsit == data_.end() && !registry && namespace_count() >= limits_.max_namespaces) {
         ++refused_.namespaces;
         return Status(DYAD_RC_BADCOMMIT,
@@ -270,6 +271,7 @@ Status check_put(const std::string& writer, const std::string& ns, const std::st
 }
 
 void serve(rpc::Server& server, MemoryStore& store) {
+    server.reads_args("kvs.put", {"ns", "key", "value", "replaces"});
     server.handle("kvs.put", [&store](std::shared_ptr<rpc::Request> r) {
         if (!args_ok(r, {"ns", "key", "value"})) return;
         const auto& a = r->args();
@@ -285,7 +287,8 @@ void serve(rpc::Server& server, MemoryStore& store) {
         auto v = store.put(ns, key, value, writer, replaces);
         if (!v) return r->error(v.status().err(), v.status().message(), v.status().rc());
         r->end({{"version", v.value()}});
-    }, {"ns", "key", "value", "replaces"});
+    });
+    server.reads_args("kvs.get", {"ns", "key", "wait"});
     server.handle("kvs.get", [&store, &server](std::shared_ptr<rpc::Request> r) {
         if (!args_ok(r, {"ns", "key"})) return;
         const auto& a = r->args();
@@ -313,8 +316,9 @@ void serve(rpc::Server& server, MemoryStore& store) {
             r->end({{"value", e.value}, {"version", e.version}});
         });
         r->on_cancel([&store, id] { store.unwatch(id); });
-    }, {"ns", "key", "wait"});
+    });
     // One page (docs/wire-protocol.md, "Listing in pages").
+    server.reads_args("kvs.list", {"ns", "prefix", "after", "limit"});
     server.handle("kvs.list", [&store](std::shared_ptr<rpc::Request> r) {
         if (!args_ok(r, {"ns"})) return;
         const auto& a = r->args();
@@ -329,7 +333,7 @@ void serve(rpc::Server& server, MemoryStore& store) {
         for (auto& [k, e] : page.entries)
             arr.push_back({{"key", k}, {"value", e.value}, {"version", e.version}});
         r->end({{"entries", std::move(arr)}, {"more", page.more}});
-    }, {"ns", "prefix", "after", "limit"});
+    });
     serve_get_many(server, store);
 }
 

@@ -42,6 +42,7 @@ void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool) {
                  "(dyad produce, dyad_produce)",
                  DYAD_RC_NOAUTH);
     });
+    server.reads_args("kvs.get", {"ns", "key", "wait"});
     server.handle("kvs.get", [&store, &pool, &server](std::shared_ptr<rpc::Request> r) {
         std::string ns, key;
         if (!string_arg(r, "ns", &ns) || !string_arg(r, "key", &key)) return;
@@ -59,7 +60,8 @@ void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool) {
             });
             r->on_cancel([&store, id] { store.cancel(id); });
         });
-    }, {"ns", "key", "wait"});
+    });
+    server.reads_args("kvs.list", {"ns", "prefix", "after", "limit"});
     server.handle("kvs.list", [&store, &pool](std::shared_ptr<rpc::Request> r) {
         std::string ns, prefix, after;
         if (!string_arg(r, "ns", &ns) || !string_arg(r, "prefix", &prefix, false) ||
@@ -87,7 +89,7 @@ void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool) {
             }
             r->end({{"entries", std::move(arr)}, {"more", more}});
         });
-    }, {"ns", "prefix", "after", "limit"});
+    });
 }
 
 }  // namespace dyad::kvs

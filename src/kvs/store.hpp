@@ -103,8 +103,8 @@ class RpcStore : public Store {
 // What one peer can make the embedded store hold (every put is a service's,
 // but a buggy or hostile one must not be able to exhaust the host's memory).
 struct StoreLimits {
-    size_t max_key = 4096;            // bytes of a key (namespace alike)
-    size_t max_value = 64u << 10;     // bytes of a value (a record is ~300)
+    size_t max_key = 4096;         // bytes of a key (namespace alike)
+    size_t max_value = 64u << 10;  // bytes of a value (a record is ~300)
     // Bytes of memory the records hold (dyadd --store-max): each record's
     // key, value and writer, and kRecordOverhead; each namespace's name and
     // kNamespaceOverhead.

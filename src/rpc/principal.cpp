@@ -172,9 +172,9 @@ Principal principal_of(int fd) {
         }
         p.uid = cred.uid;
         p.trusted = trusted(p.uid);
-        p.key = p.trusted ? "pid " + std::to_string(cred.pid) + " (uid " +
-                                std::to_string(cred.uid) + ")"
-                          : "uid " + std::to_string(cred.uid);
+        p.key = p.trusted
+                    ? "pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")"
+                    : "uid " + std::to_string(cred.uid);
         return p;
     }
     if (::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &rl) != 0) {

@@ -88,8 +88,12 @@ Status Server::start_accepting() {
     return Status::ok();
 }
 
-void Server::handle(const std::string& topic, Handler h, std::vector<std::string> args) {
-    handlers_[topic] = {std::move(h), std::move(args)};
+void Server::handle(const std::string& topic, Handler h) {
+    handlers_[topic].handler = std::move(h);
+}
+
+void Server::reads_args(const std::string& topic, std::vector<std::string> args) {
+    handlers_[topic].args = std::move(args);
 }
 
 void Server::set_request_bytes(uint64_t per_peer, uint64_t total) {
@@ -133,15 +137,14 @@ std::shared_ptr<void> Server::admit_request(Request& r, const std::string& peer,
     if (use->per_peer && mine + bytes > use->per_peer) {
         ++use->refused_peer;
         over = "its requests in progress hold " + std::to_string(mine) +
-               " bytes of arguments, and this one " + std::to_string(bytes) +
-               " more than the " + std::to_string(use->per_peer) +
+               " bytes of arguments, and this one " + std::to_string(bytes) + " more than the " +
+               std::to_string(use->per_peer) +
                " one peer may hold (dyadd --max-request-bytes-per-peer)";
     } else if (use->total && use->held + bytes > use->total) {
         ++use->refused_total;
         over = "the requests in progress of all peers hold " + std::to_string(use->held) +
-               " bytes of arguments, and this one " + std::to_string(bytes) +
-               " more than the " + std::to_string(use->total) +
-               " the service holds (dyadd --max-request-bytes)";
+               " bytes of arguments, and this one " + std::to_string(bytes) + " more than the " +
+               std::to_string(use->total) + " the service holds (dyadd --max-request-bytes)";
     }
     if (!over.empty()) {
         if (mine == 0) use->by_peer.erase(peer);
@@ -376,7 +379,7 @@ void Server::dispatch(std::shared_ptr<Request> r) {
         }
     }
     auto it = handlers_.find(r->topic());
-    if (it == handlers_.end()) {
+    if (it == handlers_.end() || !it->second.handler) {
         r->error(ENOSYS, "unknown topic '" + r->topic() + "'", DYAD_RC_BADRPC);
         return;
     }

@@ -196,10 +196,11 @@ class Server {
     // takes connections only once it is ready to serve them.
     void defer_accepting() { deferred_ = true; }
     Status start_accepting();
-    // `args`: the arguments the handler reads (then or later); when given,
-    // the others are dropped before it runs, so a request holds no more
-    // than it needs while it waits.
-    void handle(const std::string& topic, Handler h, std::vector<std::string> args = {});
+    void handle(const std::string& topic, Handler h);
+    // The arguments the handler of `topic` reads (then or later): the
+    // others are dropped before it runs, so a request holds no more than it
+    // needs while it waits. Unset: the handler reads all.
+    void reads_args(const std::string& topic, std::vector<std::string> args);
     void set_hello_info(nlohmann::json info) { hello_info_ = std::move(info); }
     void set_auth(AuthPolicy a) { auth_ = std::move(a); }
     const AuthPolicy& auth() const { return auth_; }

@@ -36,7 +36,7 @@ inline constexpr auto kHelloTimeout = std::chrono::seconds(10);
 inline constexpr auto kRefusalTimeout = std::chrono::seconds(1);
 inline constexpr size_t kMaxActive = 256;             // requests in progress per connection
 inline constexpr size_t kMaxQueuedBytes = 16u << 20;  // answer bytes waiting per connection
-inline constexpr int kMaxSessions = 4096;  // the default of Server::set_max_connections
+inline constexpr int kMaxSessions = 4096;             // the default of Server::set_max_connections
 inline constexpr size_t kReservedSessions = 16;
 
 class Session : public std::enable_shared_from_this<Session> {

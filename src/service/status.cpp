@@ -208,7 +208,8 @@ std::string Service::metrics_text() const {
               server_ ? server_->auth_refused() : 0);
     t.gauge("dyad_connections", "open connections of the DYAD port and socket",
             static_cast<double>(server_ ? server_->session_count() : 0));
-    t.counter("dyad_connections_refused_total", "connections closed at once because the connection table was full (for "
+    t.counter("dyad_connections_refused_total",
+              "connections closed at once because the connection table was full (for "
               "them: the last slots are kept for the service's own uid)",
               server_ ? server_->connections_refused() : 0);
     t.counter("dyad_connections_idle_closed_total",
