@@ -119,17 +119,39 @@ nlohmann::json Server::request_bytes_stats() const {
     return {{"held", args_->held}, {"busiest_peer", most}};
 }
 
-std::shared_ptr<void> Server::admit_request(Request& r, const std::string& peer, uint64_t sent,
-                                            std::string* why) {
-    // What the request keeps: what its handler reads, as the service holds
-    // it (the JSON of those fields), else everything the peer sent.
-    uint64_t bytes = sent;
-    auto it = handlers_.find(r.topic());
-    if (it != handlers_.end() && !it->second.args.empty()) {
-        r.keep_only(it->second.args);
-        bytes = r.args().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size();
+namespace {
+// About the memory a parsed JSON value holds: its own 16 bytes, a string's
+// object and characters, a container's header, an object member's tree
+// node and key (a padded request is charged for what it costs, however
+// small its text: 1 MiB of "[0,0,...]" holds 8 MiB).
+uint64_t json_footprint(const nlohmann::json& v) {
+    uint64_t n = 16;
+    switch (v.type()) {
+        case nlohmann::json::value_t::string:
+            return n + 48 + v.get_ref<const std::string&>().size();
+        case nlohmann::json::value_t::binary:
+            return n + 48 + v.get_binary().size();
+        case nlohmann::json::value_t::array:
+            n += 32;
+            for (const auto& e : v) n += json_footprint(e);
+            return n;
+        case nlohmann::json::value_t::object:
+            n += 48;
+            for (auto e = v.begin(); e != v.end(); ++e)
+                n += 80 + e.key().size() + json_footprint(e.value());
+            return n;
+        default:
+            return n;
     }
-    bytes += kRequestOverhead;
+}
+}  // namespace
+
+std::shared_ptr<void> Server::admit_request(Request& r, const std::string& peer, std::string* why) {
+    // What the request keeps: what its handler reads (else everything the
+    // peer sent), as the service holds it in memory.
+    auto it = handlers_.find(r.topic());
+    if (it != handlers_.end() && !it->second.args.empty()) r.keep_only(it->second.args);
+    const uint64_t bytes = json_footprint(r.args()) + kRequestOverhead;
     std::shared_ptr<ArgUse> use = args_;
     std::lock_guard<std::mutex> lk(use->mu);
     uint64_t& mine = use->by_peer[peer];

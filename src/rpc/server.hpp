@@ -236,9 +236,9 @@ class Server {
     std::chrono::milliseconds idle_timeout() const { return idle_timeout_; }
     uint64_t idle_closed() const { return idle_closed_; }
     void count_idle_closed() { ++idle_closed_; }
-    // The bytes of arguments requests in progress may hold (as the service
-    // keeps them, after dropping what their handler does not read, plus
-    // kRequestOverhead): per
+    // The bytes of arguments requests in progress may hold (the memory of
+    // what the service keeps after dropping what their handler does not
+    // read, plus kRequestOverhead): per
     // peer (Peer::key) and for the whole service (0: no cap). A request
     // beyond either is answered ENOBUFS and counted.
     void set_request_bytes(uint64_t per_peer, uint64_t total);
@@ -268,10 +268,9 @@ class Server {
     // Internal (Session).
     void dispatch(std::shared_ptr<Request> r);
     // Drops the arguments r's handler does not read and takes what r
-    // keeps (its wire size `sent` when its handler reads all) of the budget
-    // of set_request_bytes: null (and *why) when that would pass a cap.
-    std::shared_ptr<void> admit_request(Request& r, const std::string& peer, uint64_t sent,
-                                        std::string* why);
+    // keeps in memory of the budget of set_request_bytes: null (and *why)
+    // when that would pass a cap.
+    std::shared_ptr<void> admit_request(Request& r, const std::string& peer, std::string* why);
     static constexpr uint64_t kRequestOverhead = 256;  // charged per request besides its args
     const nlohmann::json& hello_info() const { return hello_info_; }
     void forget(Session* s);

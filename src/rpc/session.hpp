@@ -324,7 +324,7 @@ class Session : public std::enable_shared_from_this<Session> {
                 }
                 auto r = std::make_shared<Request>(weak_from_this(), io_, h_.tag, std::move(meta));
                 std::string why;
-                auto charge = server_.admit_request(*r, peer_.key, h_.meta_len, &why);
+                auto charge = server_.admit_request(*r, peer_.key, &why);
                 if (!charge) {  // over the argument budget: refused, the connection goes on
                     Header e;
                     e.type = Type::error;

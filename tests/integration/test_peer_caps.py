@@ -410,6 +410,12 @@ def test_arguments_held_by_waiting_requests_are_capped_and_waits_end(keyless):
     from rawwire import ERROR, Raw
     prod = keyless[0]
     r = Raw(prod.host, prod.port)
+    # Charged what it holds in memory, not its text: 200 KB of "[0,0,...]"
+    # is 1.6 MB of parsed values, over the peer's 64 KiB at once.
+    r.request("dyad.fetch", upath="nothing.bin", pad=[0] * 100000)
+    f = r.recv()
+    assert f["type"] == ERROR and f["errnum"] == 105, f  # ENOBUFS
+    assert "--max-request-bytes-per-peer" in f["meta"]["msg"], f["meta"]
     tags = []
     for i in range(40):  # 4 KiB keys: ~4.3 KiB held each, 64 KiB allows 14
         tags.append(r.request("kvs.get", ns="dyad", key=f"never-{i}".ljust(4000, "k"), wait=True))
@@ -427,5 +433,5 @@ def test_arguments_held_by_waiting_requests_are_capped_and_waits_end(keyless):
     assert len(expired) == len(tags) - len(refused)
     assert took < 4, took  # ended at --max-wait 1, not never
     st = prod.status()
-    assert st["counters"]["refused_peer_request_bytes"] == len(refused), st["counters"]
+    assert st["counters"]["refused_peer_request_bytes"] == len(refused) + 1, st["counters"]
     assert st["peers"]["request_bytes_held"] < 1024, st["peers"]  # (the status request itself)
