@@ -72,6 +72,7 @@ Result<std::vector<Lookup>> parse_raw_entries(const std::string& data, size_t co
 }
 
 void serve_get_many(rpc::Server& server, MemoryStore& store) {
+    server.reads_args("kvs.get_many", {"ns", "keys", "answer"});
     server.handle("kvs.get_many", [&store](std::shared_ptr<rpc::Request> r) {
         const auto& a = r->args();
         auto ns = a.find("ns");

@@ -76,8 +76,21 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
         auto k = nsit->second.find(key);
         if (k != nsit->second.end()) old = &k->second;
     }
-    uint64_t before = old ? key.size() + old->value.size() : 0;
-    uint64_t after = key.size() + value.size() + (nsit == data_.end() ? ns.size() : 0);
+    // What the record costs in memory, not only its key and value.
+    auto cost = [&key](const std::string& v, const std::string& w) {
+        return kRecordOverhead + key.size() + v.size() + w.size();
+    };
+    uint64_t before = old ? cost(old->value, old->writer) : 0;
+    uint64_t after =
+        cost(value, writer) + (nsit == data_.end() ? kNamespaceOverhead + ns.size() : 0);
+    if (nsit == data_.end() && !registry && namespace_count() >= limits_.max_namespaces) {
+        ++refused_.namespaces;
+        return Status(DYAD_RC_BADCOMMIT,
+                      "the metadata store holds " + std::to_string(namespace_count()) +
+                          " namespaces, the most it may: cannot add namespace '" + ns +
+                          "': start the store's dyadd with a larger --store-max-namespaces",
+                      EDQUOT);
+    }
     const NamespaceUse cur = usage(ns);
     // A new key is a new record; replacing one is not.
     if (!old && cur.records + 1 > ns_record_quota(ns)) {
@@ -264,6 +277,10 @@ uint64_t MemoryStore::ns_record_quota(const std::string& ns) const {
     return ns == kServicesNamespace ? limits_.registry_max_records : limits_.max_records_per_ns;
 }
 
+size_t MemoryStore::namespace_count() const {
+    return data_.size() - data_.count(kServicesNamespace);
+}
+
 size_t MemoryStore::key_count() const {
     size_t n = 0;
     for (auto& [ns, m] : data_) n += m.size();
@@ -307,6 +324,7 @@ Status check_put(const std::string& writer, const std::string& ns, const std::st
 }
 
 void serve(rpc::Server& server, MemoryStore& store) {
+    server.reads_args("kvs.put", {"ns", "key", "value", "replaces"});
     server.handle("kvs.put", [&store](std::shared_ptr<rpc::Request> r) {
         if (!args_ok(r, {"ns", "key", "value"})) return;
         const auto& a = r->args();
@@ -323,10 +341,18 @@ void serve(rpc::Server& server, MemoryStore& store) {
         if (!v) return r->error(v.status().err(), v.status().message(), v.status().rc());
         r->end({{"version", v.value()}});
     });
-    server.handle("kvs.get", [&store](std::shared_ptr<rpc::Request> r) {
+    server.reads_args("kvs.get", {"ns", "key", "wait"});
+    server.handle("kvs.get", [&store, &server](std::shared_ptr<rpc::Request> r) {
         if (!args_ok(r, {"ns", "key"})) return;
         const auto& a = r->args();
         std::string ns = a["ns"], key = a["key"];
+        // A record that can never be put is never waited for (nor held).
+        if (ns.size() > store.limits().max_key || key.size() > store.limits().max_key)
+            return r->error(EMSGSIZE,
+                            "metadata key too large (namespace " + std::to_string(ns.size()) +
+                                " bytes, key " + std::to_string(key.size()) + " bytes; at most " +
+                                std::to_string(store.limits().max_key) + ")",
+                            DYAD_RC_BADUNPACK);
         if (auto e = store.get(ns, key)) {
             r->end({{"value", e->value}, {"version", e->version}});
             return;
@@ -336,12 +362,16 @@ void serve(rpc::Server& server, MemoryStore& store) {
                      DYAD_RC_NOTFOUND);
             return;
         }
+        // Every wait ends: at its client's deadline, at most --max-wait
+        // (ETIMEDOUT; the client asks again).
+        r->cap_deadline(server.max_wait());
         uint64_t id = store.watch_create(ns, key, [r](const Entry& e) {
             r->end({{"value", e.value}, {"version", e.version}});
         });
         r->on_cancel([&store, id] { store.unwatch(id); });
     });
     // One page (docs/wire-protocol.md, "Listing in pages").
+    server.reads_args("kvs.list", {"ns", "prefix", "after", "limit"});
     server.handle("kvs.list", [&store](std::shared_ptr<rpc::Request> r) {
         if (!args_ok(r, {"ns"})) return;
         const auto& a = r->args();

@@ -42,10 +42,12 @@ void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool) {
                  "(dyad produce, dyad_produce)",
                  DYAD_RC_NOAUTH);
     });
-    server.handle("kvs.get", [&store, &pool](std::shared_ptr<rpc::Request> r) {
+    server.reads_args("kvs.get", {"ns", "key", "wait"});
+    server.handle("kvs.get", [&store, &pool, &server](std::shared_ptr<rpc::Request> r) {
         std::string ns, key;
         if (!string_arg(r, "ns", &ns) || !string_arg(r, "key", &key)) return;
         const bool wait = r->args().value("wait", false);
+        if (wait) r->cap_deadline(server.max_wait());
         asio::post(pool, [&store, r, ns = std::move(ns), key = std::move(key), wait] {
             if (!wait) {
                 auto e = store.get(ns, key, Deadline::after(kCallTimeout));
@@ -59,6 +61,7 @@ void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool) {
             r->on_cancel([&store, id] { store.cancel(id); });
         });
     });
+    server.reads_args("kvs.list", {"ns", "prefix", "after", "limit"});
     server.handle("kvs.list", [&store, &pool](std::shared_ptr<rpc::Request> r) {
         std::string ns, prefix, after;
         if (!string_arg(r, "ns", &ns) || !string_arg(r, "prefix", &prefix, false) ||

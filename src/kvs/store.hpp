@@ -103,9 +103,14 @@ class RpcStore : public Store {
 // What one peer can make the embedded store hold (every put is a service's,
 // but a buggy or hostile one must not be able to exhaust the host's memory).
 struct StoreLimits {
-    size_t max_key = 4096;            // bytes of a key (namespace alike)
-    size_t max_value = 64u << 10;     // bytes of a value (a record is ~300)
-    uint64_t max_bytes = 1ull << 30;  // keys and values together (dyadd --store-max)
+    size_t max_key = 4096;         // bytes of a key (namespace alike)
+    size_t max_value = 64u << 10;  // bytes of a value (a record is ~300)
+    // Bytes of memory the records hold (dyadd --store-max): each record's
+    // key, value and writer, and kRecordOverhead; each namespace's name and
+    // kNamespaceOverhead.
+    uint64_t max_bytes = 1ull << 30;
+    // Namespaces besides the registry (dyadd --store-max-namespaces).
+    uint64_t max_namespaces = 4096;
     // Quotas of one namespace (the registry has its own, below): records
     // (dyadd --store-max-records-per-namespace) and bytes of keys and values
     // (dyadd --store-max-bytes-per-namespace; 0: max_bytes).
@@ -124,14 +129,21 @@ struct StoreRefusals {
     uint64_t store_full = 0;  // over max_bytes (--store-max)
     uint64_t ns_records = 0;  // over a namespace's record quota
     uint64_t ns_bytes = 0;    // over a namespace's byte quota
-    uint64_t total() const { return too_large + store_full + ns_records + ns_bytes; }
+    uint64_t namespaces = 0;  // a new namespace over max_namespaces
+    uint64_t total() const { return too_large + store_full + ns_records + ns_bytes + namespaces; }
 };
 
 // What one namespace holds.
 struct NamespaceUse {
     uint64_t records = 0;
-    uint64_t bytes = 0;  // keys and values, and the namespace's name
+    uint64_t bytes = 0;  // as charged to StoreLimits::max_bytes
 };
+
+// What the store charges for one record besides its key, value and writer
+// (its tree node, the strings' headers, the allocator's share), and for
+// one namespace besides its name: measured, a tiny record costs ~140 bytes.
+inline constexpr uint64_t kRecordOverhead = 192;
+inline constexpr uint64_t kNamespaceOverhead = 512;
 
 class MemoryStore {
   public:
@@ -153,6 +165,8 @@ class MemoryStore {
     Page list_page(const std::string& ns, const std::string& prefix, const std::string& after,
                    uint64_t limit) const;
     size_t key_count() const;
+    // Namespaces besides the registry.
+    size_t namespace_count() const;
     size_t watcher_count() const { return watch_index_.size(); }
     uint64_t bytes() const { return bytes_; }
     // Of bytes(), those of the registry (not charged to max_bytes).
@@ -169,7 +183,7 @@ class MemoryStore {
     void assign_rank(const std::string& key, std::string& value) const;
     StoreLimits limits_;
     uint32_t epoch_ = 0;
-    uint64_t bytes_ = 0;           // keys and values held
+    uint64_t bytes_ = 0;           // memory held, as charged (StoreLimits::max_bytes)
     uint64_t registry_bytes_ = 0;  // of which in the registry (not charged to max_bytes)
     StoreRefusals refused_;        // puts over a limit
     std::map<std::string, NamespaceUse> use_;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The server side of one request: its answer frames, cancellation and
 // deadline, forwarded to the loop and its session.
+#include <algorithm>
+
 #include "session.hpp"
 #include "common/json_text.hpp"
 
@@ -139,6 +141,7 @@ void Request::error(int errnum, const std::string& msg, dyad_rc_t rc) {
 
 void Request::finish() {
     finished_ = true;
+    charge_.reset();
     if (timer_) timer_->cancel();
     on_cancel_ = nullptr;
     on_update_ = nullptr;
@@ -170,6 +173,7 @@ void Request::cancel(int why) {
     if (closing_.exchange(true)) return;
     finished_ = true;
     cancelled_ = true;
+    charge_.reset();
     if (timer_) timer_->cancel();
     auto fn = std::move(on_cancel_);
     on_cancel_ = nullptr;
@@ -204,6 +208,30 @@ void Request::arm_deadline() {
         if (ec) return;
         if (auto r = weak.lock()) r->cancel(ETIMEDOUT);
     });
+}
+
+void Request::cap_deadline(std::chrono::milliseconds most) {
+    const auto at = arrived_ + most;
+    if (finished_ || (timer_ && timer_->expiry() <= at)) return;
+    if (!timer_) timer_ = std::make_unique<asio::steady_timer>(io_);
+    timer_->expires_at(at);  // (the earlier wait, if any, ends aborted)
+    std::weak_ptr<Request> weak = shared_from_this();
+    timer_->async_wait([weak](asio::error_code ec) {
+        if (ec) return;
+        if (auto r = weak.lock()) r->cancel(ETIMEDOUT);
+    });
+}
+
+void Request::keep_only(const std::vector<std::string>& names) {
+    if (!args_.is_object()) return;
+    for (auto it = args_.begin(); it != args_.end();) {
+        const std::string& k = it.key();
+        if (k == "topic" || k == "timeout_ms" ||
+            std::find(names.begin(), names.end(), k) != names.end())
+            ++it;
+        else
+            it = args_.erase(it);
+    }
 }
 
 void Request::close_connection() {

@@ -7,7 +7,12 @@
 namespace dyad::rpc {
 
 Server::Server(asio::io_context& io, nlohmann::json hello_info)
-    : io_(io), hello_info_(std::move(hello_info)), retry_tcp_(io), retry_unix_(io) {}
+    : io_(io),
+      hello_info_(std::move(hello_info)),
+      max_sessions_(kMaxSessions),
+      reserved_sessions_(kReservedSessions),
+      retry_tcp_(io),
+      retry_unix_(io) {}
 
 Server::~Server() {
     stop();
@@ -84,7 +89,108 @@ Status Server::start_accepting() {
 }
 
 void Server::handle(const std::string& topic, Handler h) {
-    handlers_[topic] = std::move(h);
+    handlers_[topic].handler = std::move(h);
+}
+
+void Server::reads_args(const std::string& topic, std::vector<std::string> args) {
+    handlers_[topic].args = std::move(args);
+}
+
+void Server::set_request_bytes(uint64_t per_peer, uint64_t total) {
+    std::lock_guard<std::mutex> lk(args_->mu);
+    args_->per_peer = per_peer;
+    args_->total = total;
+}
+
+uint64_t Server::refused_request_bytes_peer() const {
+    std::lock_guard<std::mutex> lk(args_->mu);
+    return args_->refused_peer;
+}
+
+uint64_t Server::refused_request_bytes_total() const {
+    std::lock_guard<std::mutex> lk(args_->mu);
+    return args_->refused_total;
+}
+
+nlohmann::json Server::request_bytes_stats() const {
+    std::lock_guard<std::mutex> lk(args_->mu);
+    uint64_t most = 0;
+    for (const auto& [who, n] : args_->by_peer) most = std::max(most, n);
+    return {{"held", args_->held}, {"busiest_peer", most}};
+}
+
+namespace {
+// About the memory a parsed JSON value holds: its own 16 bytes, a string's
+// object and characters, a container's header, an object member's tree
+// node and key (a padded request is charged for what it costs, however
+// small its text: 1 MiB of "[0,0,...]" holds 8 MiB).
+uint64_t json_footprint(const nlohmann::json& v) {
+    uint64_t n = 16;
+    switch (v.type()) {
+        case nlohmann::json::value_t::string:
+            return n + 48 + v.get_ref<const std::string&>().size();
+        case nlohmann::json::value_t::binary:
+            return n + 48 + v.get_binary().size();
+        case nlohmann::json::value_t::array:
+            n += 32;
+            for (const auto& e : v) n += json_footprint(e);
+            return n;
+        case nlohmann::json::value_t::object:
+            n += 48;
+            for (auto e = v.begin(); e != v.end(); ++e)
+                n += 80 + e.key().size() + json_footprint(e.value());
+            return n;
+        default:
+            return n;
+    }
+}
+}  // namespace
+
+std::shared_ptr<void> Server::admit_request(Request& r, const std::string& peer, std::string* why) {
+    // What the request keeps: what its handler reads (else everything the
+    // peer sent), as the service holds it in memory.
+    auto it = handlers_.find(r.topic());
+    if (it != handlers_.end() && !it->second.args.empty()) r.keep_only(it->second.args);
+    const uint64_t bytes = json_footprint(r.args()) + kRequestOverhead;
+    std::shared_ptr<ArgUse> use = args_;
+    std::lock_guard<std::mutex> lk(use->mu);
+    uint64_t& mine = use->by_peer[peer];
+    std::string over;
+    if (use->per_peer && mine + bytes > use->per_peer) {
+        ++use->refused_peer;
+        over = "its requests in progress hold " + std::to_string(mine) +
+               " bytes of arguments, and this one " + std::to_string(bytes) + " more than the " +
+               std::to_string(use->per_peer) +
+               " one peer may hold (dyadd --max-request-bytes-per-peer)";
+    } else if (use->total && use->held + bytes > use->total) {
+        ++use->refused_total;
+        over = "the requests in progress of all peers hold " + std::to_string(use->held) +
+               " bytes of arguments, and this one " + std::to_string(bytes) + " more than the " +
+               std::to_string(use->total) + " the service holds (dyadd --max-request-bytes)";
+    }
+    if (!over.empty()) {
+        if (mine == 0) use->by_peer.erase(peer);
+        *why = "the service refused a " + r.topic() + " request of " + peer + ": " + over +
+               "; wait for those requests to end, or start dyadd with a larger cap";
+        if (peer_warning_allowed()) DYAD_WARN("rpc", "%s", why->c_str());
+        return nullptr;
+    }
+    mine += bytes;
+    use->held += bytes;
+    return std::shared_ptr<void>(new int(0), [use, peer, bytes](int* p) {
+        delete p;
+        std::lock_guard<std::mutex> g(use->mu);
+        use->held -= std::min(use->held, bytes);
+        auto m = use->by_peer.find(peer);
+        if (m == use->by_peer.end()) return;
+        m->second -= std::min(m->second, bytes);
+        if (m->second == 0) use->by_peer.erase(m);
+    });
+}
+
+void Server::set_max_connections(size_t n, size_t reserved) {
+    max_sessions_ = n;
+    reserved_sessions_ = std::min(reserved, n);
 }
 
 void Server::accept_tcp() {
@@ -150,14 +256,41 @@ bool Server::peer_warning_allowed() {
 }
 
 void Server::start_session(asio::generic::stream_protocol::socket sock) {
-    if (sessions_.size() >= static_cast<size_t>(kMaxSessions)) {
+    if (sessions_.size() >= max_sessions_) {
         ++connections_refused_;
         if (peer_warning_allowed())
-            DYAD_WARN("rpc", "refusing a connection: %d connections already", kMaxSessions);
+            DYAD_WARN("rpc", "refusing a connection: %zu connections already", max_sessions_);
         return;  // the socket closes here
     }
     auto s = std::make_shared<Session>(*this, io_, std::move(sock));
     const std::string& who = s->peer().key;
+    // The last reserved_sessions_ slots: for the service's own uid and root
+    // (its `dyad service status`), and with a key for one connection per
+    // other peer at a time, which must prove the key within
+    // kRefusalTimeout. A table full of others' connections locks none of
+    // them out.
+    if (sessions_.size() + reserved_sessions_ >= max_sessions_ && !s->peer().trusted) {
+        if (!auth_.key || in_reserve_[who] > 0) {
+            if (in_reserve_[who] == 0) in_reserve_.erase(who);
+            ++connections_refused_;
+            if (peer_warning_allowed())
+                DYAD_WARN("rpc",
+                          "refusing a connection of %s: %zu connections open, the last %zu "
+                          "slots are kept for the service's own uid%s",
+                          who.c_str(), sessions_.size(), reserved_sessions_,
+                          auth_.key ? " and one connection of each peer that holds the key" : "");
+            return;  // the socket closes here
+        }
+        ++in_reserve_[who];
+        reserve_holders_[s.get()] = who;
+        auto timer = std::make_shared<asio::steady_timer>(io_, kRefusalTimeout);
+        std::weak_ptr<Session> weak = s;
+        timer->async_wait([timer, weak](asio::error_code ec) {
+            auto self = weak.lock();
+            if (!ec && self && !self->peer().authenticated) self->close();
+        });
+    }
+    if (sessions_.size() + reserved_sessions_ >= max_sessions_) ++reserved_admitted_;
     size_t& mine = peer_connections_[who];
     if (max_per_peer_ > 0 && mine >= max_per_peer_) {
         ++refused_peer_connections_;
@@ -189,6 +322,11 @@ void Server::start_session(asio::generic::stream_protocol::socket sock) {
 
 void Server::forget(Session* s) {
     if (sessions_.erase(s) == 0) return;
+    if (auto h = reserve_holders_.find(s); h != reserve_holders_.end()) {
+        auto r = in_reserve_.find(h->second);
+        if (r != in_reserve_.end() && --r->second == 0) in_reserve_.erase(r);
+        reserve_holders_.erase(h);
+    }
     if (!s->counted()) {
         auto r = refusing_.find(s->peer().key);
         if (r != refusing_.end() && --r->second == 0) refusing_.erase(r);
@@ -263,14 +401,14 @@ void Server::dispatch(std::shared_ptr<Request> r) {
         }
     }
     auto it = handlers_.find(r->topic());
-    if (it == handlers_.end()) {
+    if (it == handlers_.end() || !it->second.handler) {
         r->error(ENOSYS, "unknown topic '" + r->topic() + "'", DYAD_RC_BADRPC);
         return;
     }
     // A peer's malformed fields (wrong JSON types) must never take the
     // service down: they become an EINVAL answer.
     try {
-        it->second(r);
+        it->second.handler(r);
     } catch (const std::exception& e) {
         // (One warning per failed request comes from the observer, with this.)
         DYAD_DEBUG("rpc", "malformed %s request: %s", r->topic().c_str(), e.what());
@@ -294,6 +432,8 @@ void Server::stop() {
         if (auto s = w.lock()) s->close();
     sessions_.clear();
     peer_connections_.clear();
+    in_reserve_.clear();
+    reserve_holders_.clear();
     hangup_fds_.clear();
     if (hangups_) hangups_->close(ec);
 }

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -46,10 +47,14 @@ struct Peer {
     int64_t uid = -1;     // Unix socket peers (SO_PEERCRED); -1 over TCP
     std::string address;  // "IP:PORT" over TCP, "unix" over a Unix socket (for logs)
     // Who the per-peer caps count (docs/security.md, "Caps per peer"): what
-    // the kernel says of the other end, never what the peer claims. Over TCP
-    // its host ("host 10.0.0.5"); on the Unix socket its process ("pid 4242
-    // (uid 1000)", SO_PEERCRED at connect).
+    // the kernel says of the other end, never what the peer claims
+    // (principal.hpp): a local user ("uid 1000", whatever loopback address
+    // or socket it comes from), a remote host ("host 10.0.0.5"); the
+    // service's own uid and root, trusted, are told apart by process.
     std::string key;
+    // The kernel says the peer runs as the service's own uid or as root
+    // (it may use the slots kept for the service's own tools).
+    bool trusted = false;
 };
 
 // How a request ended, for a RequestObserver.
@@ -142,6 +147,14 @@ class Request : public std::enable_shared_from_this<Request> {
     RequestObserver* observer() const { return observer_.get(); }
     void cancel(int why_errnum);
     void arm_deadline();
+    // The request ends with ETIMEDOUT at most `most` after it arrived,
+    // whatever deadline its client gave (a wait held by the service).
+    void cap_deadline(std::chrono::milliseconds most);
+    // Keeps only these arguments (and "topic", "timeout_ms"); the rest of
+    // what the peer sent is let go before the handler runs.
+    void keep_only(const std::vector<std::string>& names);
+    // What the request holds of the argument budget, let go when it ends.
+    void hold(std::shared_ptr<void> charge) { charge_ = std::move(charge); }
     void deliver_update(const nlohmann::json& meta) {
         if (on_update_ && !finished_) on_update_(meta);
     }
@@ -165,6 +178,7 @@ class Request : public std::enable_shared_from_this<Request> {
     std::function<void()> on_cancel_;
     std::function<void(const nlohmann::json&)> on_update_;
     std::unique_ptr<asio::steady_timer> timer_;
+    std::shared_ptr<void> charge_;  // its bytes of the argument budget (Server)
 };
 
 using Handler = std::function<void(std::shared_ptr<Request>)>;
@@ -183,6 +197,10 @@ class Server {
     void defer_accepting() { deferred_ = true; }
     Status start_accepting();
     void handle(const std::string& topic, Handler h);
+    // The arguments the handler of `topic` reads (then or later): the
+    // others are dropped before it runs, so a request holds no more than it
+    // needs while it waits. Unset: the handler reads all.
+    void reads_args(const std::string& topic, std::vector<std::string> args);
     void set_hello_info(nlohmann::json info) { hello_info_ = std::move(info); }
     void set_auth(AuthPolicy a) { auth_ = std::move(a); }
     const AuthPolicy& auth() const { return auth_; }
@@ -200,7 +218,8 @@ class Server {
     // observer they started with.
     void set_observer(std::shared_ptr<RequestObserver> o) { observer_ = std::move(o); }
     const std::shared_ptr<RequestObserver>& observer() const { return observer_; }
-    // Connections closed at once because kMaxSessions were open.
+    // Connections closed at once because the table was full (for them:
+    // set_max_connections).
     uint64_t connections_refused() const { return connections_refused_; }
     // At most `n` connections per peer (Peer::key; 0: no cap). One more is
     // answered with an error frame (EUSERS) at its first frame and closed.
@@ -217,11 +236,42 @@ class Server {
     std::chrono::milliseconds idle_timeout() const { return idle_timeout_; }
     uint64_t idle_closed() const { return idle_closed_; }
     void count_idle_closed() { ++idle_closed_; }
+    // The bytes of arguments requests in progress may hold (the memory of
+    // what the service keeps after dropping what their handler does not
+    // read, plus kRequestOverhead): per
+    // peer (Peer::key) and for the whole service (0: no cap). A request
+    // beyond either is answered ENOBUFS and counted.
+    void set_request_bytes(uint64_t per_peer, uint64_t total);
+    uint64_t max_request_bytes_per_peer() const { return args_->per_peer; }
+    uint64_t max_request_bytes() const { return args_->total; }
+    uint64_t refused_request_bytes_peer() const;
+    uint64_t refused_request_bytes_total() const;
+    // {held, busiest_peer}: bytes of arguments held now.
+    nlohmann::json request_bytes_stats() const;
+    // The longest a kvs.get wait is held before it answers TIMEOUT (its
+    // client asks again); dyadd --max-wait.
+    void set_max_wait(std::chrono::milliseconds t) { max_wait_ = t; }
+    std::chrono::milliseconds max_wait() const { return max_wait_; }
+    // At most `n` connections at once (default kMaxSessions), of which
+    // `reserved` only for trusted peers (the service's own uid and root:
+    // its `dyad service status`) and, with a key, one per other peer
+    // that proves it in time: a full table never locks those out.
+    void set_max_connections(size_t n, size_t reserved);
+    size_t max_connections() const { return max_sessions_; }
+    // Connections let in to the reserved slots (the others are counted in
+    // connections_refused()).
+    uint64_t reserved_admitted() const { return reserved_admitted_; }
+
     // Closes listeners and every session; pending requests are cancelled.
     void stop();
 
     // Internal (Session).
     void dispatch(std::shared_ptr<Request> r);
+    // Drops the arguments r's handler does not read and takes what r
+    // keeps in memory of the budget of set_request_bytes: null (and *why)
+    // when that would pass a cap.
+    std::shared_ptr<void> admit_request(Request& r, const std::string& peer, std::string* why);
+    static constexpr uint64_t kRequestOverhead = 256;  // charged per request besides its args
     const nlohmann::json& hello_info() const { return hello_info_; }
     void forget(Session* s);
     // A paused session (it reads nothing until its answers drain) is told
@@ -252,7 +302,27 @@ class Server {
     std::unique_ptr<asio::ip::tcp::acceptor> tcp_;
     std::unique_ptr<asio::local::stream_protocol::acceptor> unix_;
     std::string unix_path_;
-    std::unordered_map<std::string, Handler> handlers_;
+    struct Topic {
+        Handler handler;
+        std::vector<std::string> args;  // empty: the handler reads all
+    };
+    std::unordered_map<std::string, Topic> handlers_;
+    // Bytes of arguments held by requests in progress (thread-safe: let go
+    // wherever the last copy of a request's charge goes).
+    struct ArgUse {
+        std::mutex mu;
+        uint64_t per_peer = 32ull << 20, total = 256ull << 20;
+        uint64_t held = 0;
+        std::unordered_map<std::string, uint64_t> by_peer;
+        uint64_t refused_peer = 0, refused_total = 0;
+    };
+    std::shared_ptr<ArgUse> args_ = std::make_shared<ArgUse>();
+    std::chrono::milliseconds max_wait_{60000};
+    size_t max_sessions_;
+    size_t reserved_sessions_;
+    uint64_t reserved_admitted_ = 0;
+    std::unordered_map<std::string, size_t> in_reserve_;  // untrusted peers in reserved slots
+    std::unordered_map<Session*, std::string> reserve_holders_;
     std::unordered_map<Session*, std::weak_ptr<Session>> sessions_;
     size_t max_per_peer_ = 512;
     uint64_t refused_peer_connections_ = 0;

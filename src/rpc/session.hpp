@@ -24,6 +24,7 @@
 
 #include "common/fd.hpp"
 #include "common/log.hpp"
+#include "principal.hpp"
 #include "server.hpp"
 #include "common/json_text.hpp"
 
@@ -35,7 +36,8 @@ inline constexpr auto kHelloTimeout = std::chrono::seconds(10);
 inline constexpr auto kRefusalTimeout = std::chrono::seconds(1);
 inline constexpr size_t kMaxActive = 256;             // requests in progress per connection
 inline constexpr size_t kMaxQueuedBytes = 16u << 20;  // answer bytes waiting per connection
-inline constexpr int kMaxSessions = 4096;
+inline constexpr int kMaxSessions = 4096;             // the default of Server::set_max_connections
+inline constexpr size_t kReservedSessions = 16;
 
 class Session : public std::enable_shared_from_this<Session> {
   public:
@@ -49,17 +51,9 @@ class Session : public std::enable_shared_from_this<Session> {
                 ss.ss_family == AF_UNIX;
         std::string host;
         peer_.address = unix_ ? std::string("unix") : remote_address(&host);
-        if (unix_) {
-            struct ucred cred {};
-            socklen_t cl = sizeof cred;
-            if (::getsockopt(sock_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
-                peer_.key =
-                    "pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")";
-            else
-                peer_.key = "an unknown local process";
-        } else {
-            peer_.key = "host " + (host.empty() ? std::string("(unknown)") : host);
-        }
+        Principal who = principal_of(sock_.native_handle());
+        peer_.key = std::move(who.key);
+        peer_.trusted = who.trusted;
     }
 
     // Set by the server before start() when the peer already has as many
@@ -372,6 +366,18 @@ class Session : public std::enable_shared_from_this<Session> {
                     return false;
                 }
                 auto r = std::make_shared<Request>(weak_from_this(), io_, h_.tag, std::move(meta));
+                std::string why;
+                auto charge = server_.admit_request(*r, peer_.key, &why);
+                if (!charge) {  // over the argument budget: refused, the connection goes on
+                    Header e;
+                    e.type = Type::error;
+                    e.tag = h_.tag;
+                    e.errnum = ENOBUFS;
+                    nlohmann::json m = {{"msg", why}, {"rc", static_cast<int>(DYAD_RC_BADRPC)}};
+                    send(e, m.dump(-1, ' ', false, kBadUtf8Replaced), {}, {});
+                    return true;
+                }
+                r->hold(std::move(charge));
                 r->set_peer(peer_);
                 active_[h_.tag] = r;
                 r->arm_deadline();

@@ -129,13 +129,18 @@ int main(int argc, char** argv) {
                    "($SLURM_NODEID, $FLUX_TASK_RANK, $PMIX_RANK), else the store assigns one in "
                    "registration order)");
     app.add_option("--store-max", store_max,
-                   "bytes of metadata the embedded store may hold, e.g. 1G (default 1G); puts "
-                   "beyond it are refused");
+                   "bytes of memory the embedded store's records may hold (keys, values and "
+                   "~200 bytes per record), e.g. 1G (default 1G); puts beyond it are refused");
     app.add_option("--store-max-records-per-namespace", o.store_max_records_per_ns,
                    "records (keys) one namespace of the embedded store may hold; a put of a new "
                    "key beyond it is refused (EDQUOT)")
         ->capture_default_str()
         ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+    app.add_option("--store-max-namespaces", o.store_max_namespaces,
+                   "namespaces the embedded store may hold (the registry aside); a put in one "
+                   "more is refused (EDQUOT)")
+        ->capture_default_str()
+        ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 32));
     app.add_option("--store-max-bytes-per-namespace", store_ns_bytes,
                    "bytes of keys and values one namespace of the embedded store may hold, e.g. "
                    "100M (default: --store-max); puts beyond it are refused (EDQUOT)");
@@ -165,6 +170,18 @@ int main(int argc, char** argv) {
                    "transfer memory the consumers of one peer may hold together while others "
                    "wait, e.g. 64M (default: a quarter of --memory); also its share of the "
                    "MARGO pool");
+    std::string request_bytes_per_peer, request_bytes;
+    app.add_option("--max-request-bytes-per-peer", request_bytes_per_peer,
+                   "bytes of arguments the requests in progress of one peer may hold, e.g. 32M "
+                   "(default 32M; 0: no cap); one more request is refused with ENOBUFS");
+    app.add_option("--max-request-bytes", request_bytes,
+                   "bytes of arguments the requests in progress of all peers may hold, e.g. 256M "
+                   "(default 256M; 0: no cap); one more request is refused with ENOBUFS");
+    app.add_option("--max-wait", o.max_wait,
+                   "seconds the service holds one wait for a record (kvs.get wait) before it "
+                   "answers TIMEOUT (its client asks again, until its own deadline)")
+        ->capture_default_str()
+        ->check(CLI::Range(0.1, 86400.0));
     app.add_option("--auth-key", o.auth_key,
                    "the job's key file (dyad keygen FILE): peers must prove they hold it "
                    "(default: $DYAD_AUTH_KEY_FILE)");
@@ -235,7 +252,10 @@ int main(int argc, char** argv) {
     if (!size_option("--store-max", store_max, &o.store_max) ||
         !size_option("--store-max-bytes-per-namespace", store_ns_bytes,
                      &o.store_max_bytes_per_ns) ||
-        !size_option("--memory-per-peer", memory_per_peer, &o.memory_per_peer))
+        !size_option("--memory-per-peer", memory_per_peer, &o.memory_per_peer) ||
+        !size_option("--max-request-bytes-per-peer", request_bytes_per_peer,
+                     &o.max_request_bytes_per_peer) ||
+        !size_option("--max-request-bytes", request_bytes, &o.max_request_bytes))
         return kUsage;
     if (settings::lookup("DYAD_NODE_RANK").set()) {
         auto r = settings::count("DYAD_NODE_RANK", 0, UINT32_MAX - 1);

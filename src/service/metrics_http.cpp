@@ -9,6 +9,7 @@
 #include <optional>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -33,6 +34,7 @@ constexpr int kWriteTimeoutS = 10;      // for a client to take the answer
 constexpr std::array<unsigned, 8> kCodes = {200, 400, 404, 405, 413, 431, 503, 500};
 constexpr const char* kMetricsType = "text/plain; version=0.0.4; charset=utf-8";
 constexpr const char* kText = "text/plain; charset=utf-8";
+constexpr auto kRenderInterval = std::chrono::milliseconds(200);
 
 }  // namespace
 
@@ -41,6 +43,7 @@ struct MetricsHttp::Impl {
 
     struct Stats {
         std::atomic<uint64_t> active{0}, accepted{0}, rejected{0}, timeouts{0};
+        std::atomic<uint64_t> reserve_active{0}, renders{0};
         std::array<std::atomic<uint64_t>, kCodes.size()> responses{};
         void count(unsigned code) {
             for (size_t i = 0; i < kCodes.size(); ++i)
@@ -63,6 +66,17 @@ struct MetricsHttp::Impl {
 
     void accept();
     std::string own_metrics() const;
+    // Every /metrics answer is rendered by the service's loop after its
+    // request arrived, but requests that arrive together share one
+    // rendering, and the loop renders at most once per kRenderInterval:
+    // however many scrapers, the service's loop spends little on them.
+    void want_metrics(std::weak_ptr<Conn> c);
+    void schedule_render();
+    void render();
+    std::vector<std::weak_ptr<Conn>> next_batch;  // wait for the next rendering
+    bool rendering = false;
+    bool render_scheduled = false;
+    std::chrono::steady_clock::time_point last_render{};
 
     MetricsSource src;
     Stats stats;  // before io: connections still queued in io count themselves out
@@ -70,6 +84,7 @@ struct MetricsHttp::Impl {
     std::shared_ptr<Gate> gate = std::make_shared<Gate>();
     tcp::acceptor acceptor{io};
     net::steady_timer retry{io};
+    net::steady_timer render_timer{io};
     std::thread thread;
 };
 
@@ -77,14 +92,19 @@ struct MetricsHttp::Impl {
 // the service, answers.
 class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
   public:
-    Conn(Impl& impl, tcp::socket s)
-        : impl_(impl), stream_(std::move(s)), buf_(kBufferLimit), timer_(impl.io) {
-        impl_.stats.active++;
+    // reserve: a connection beyond kMaxConnections, answered /healthz only.
+    Conn(Impl& impl, tcp::socket s, bool reserve = false)
+        : impl_(impl),
+          stream_(std::move(s)),
+          buf_(kBufferLimit),
+          timer_(impl.io),
+          reserve_(reserve) {
+        (reserve_ ? impl_.stats.reserve_active : impl_.stats.active)++;
         beast::error_code ec;
         auto ep = stream_.socket().remote_endpoint(ec);
         if (!ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
     }
-    ~Conn() { impl_.stats.active--; }
+    ~Conn() { (reserve_ ? impl_.stats.reserve_active : impl_.stats.active)--; }
 
     void start() { read(); }
 
@@ -97,7 +117,8 @@ class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
         keep_ = false;
         // The whole request within the deadline (a client holding half a
         // request is dropped; it never delays another connection).
-        stream_.expires_after(std::chrono::seconds(MetricsHttp::kReadTimeoutS));
+        stream_.expires_after(reserve_ ? std::chrono::seconds(1)
+                                       : std::chrono::seconds(MetricsHttp::kReadTimeoutS));
         http::async_read(
             stream_, buf_, *parser_,
             [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
@@ -140,6 +161,12 @@ class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
                            kText, false);
         if (req.method() != http::verb::get)
             return respond(405, "method not allowed: GET only\n", kText, false, true);
+        if (reserve_ && target != "/healthz")
+            return respond(503,
+                           "busy: " + std::to_string(MetricsHttp::kMaxConnections) +
+                               " connections are open; beyond them only GET /healthz is answered\n",
+                           kText, true);
+        if (reserve_) keep_ = false;  // one answer, then the slot is free again
         ask(target == "/metrics");
     }
 
@@ -159,11 +186,7 @@ class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
         std::weak_ptr<Conn> weak = shared_from_this();
         auto gate = impl_.gate;
         if (metrics) {
-            impl_.src.metrics([gate, weak](std::string text) {
-                gate->post([weak, text = std::move(text)]() mutable {
-                    if (auto self = weak.lock()) self->metrics_ready(std::move(text));
-                });
-            });
+            impl_.want_metrics(weak);
         } else {
             impl_.src.health([gate, weak](bool ok, std::string why) {
                 gate->post([weak, ok, why = std::move(why)]() mutable {
@@ -173,6 +196,7 @@ class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
         }
     }
 
+  public:
     void metrics_ready(std::string text) {
         if (!waiting_) return;
         impl_.stats.count(200);
@@ -180,6 +204,7 @@ class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
         respond(200, std::move(text), kMetricsType, false, false, false);
     }
 
+  private:
     void health_ready(bool ok, std::string why) {
         if (!waiting_) return;
         if (ok) return respond(200, "ok\n", kText, false);
@@ -228,7 +253,39 @@ class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
     unsigned version_ = 11;
     bool keep_ = false;
     bool waiting_ = false;  // for the service's answer
+    bool reserve_ = false;
 };
+
+void MetricsHttp::Impl::want_metrics(std::weak_ptr<Conn> c) {
+    next_batch.push_back(std::move(c));
+    if (!rendering && !render_scheduled) schedule_render();  // else the next rendering takes it
+}
+
+void MetricsHttp::Impl::schedule_render() {
+    render_scheduled = true;
+    render_timer.expires_at(last_render + kRenderInterval);
+    render_timer.async_wait([this](beast::error_code ec) {
+        if (!ec) render();
+    });
+}
+
+void MetricsHttp::Impl::render() {
+    render_scheduled = false;
+    rendering = true;
+    last_render = std::chrono::steady_clock::now();
+    stats.renders++;
+    auto batch = std::make_shared<std::vector<std::weak_ptr<Conn>>>(std::move(next_batch));
+    next_batch.clear();
+    auto g = gate;
+    src.metrics([this, g, batch](std::string text) {
+        g->post([this, batch, text = std::move(text)] {
+            rendering = false;
+            for (auto& w : *batch)
+                if (auto c = w.lock()) c->metrics_ready(text);
+            if (!next_batch.empty() && !render_scheduled) schedule_render();
+        });
+    });
+}
 
 void MetricsHttp::Impl::accept() {
     acceptor.async_accept([this](beast::error_code ec, tcp::socket s) {
@@ -242,7 +299,14 @@ void MetricsHttp::Impl::accept() {
             });
             return;
         }
-        if (stats.active.load() >= MetricsHttp::kMaxConnections) {
+        if (stats.active.load() >= MetricsHttp::kMaxConnections &&
+            stats.reserve_active.load() < MetricsHttp::kHealthReserve) {
+            // Full: /healthz is still answered, on a few connections of
+            // their own with a short deadline (an orchestrator that sees
+            // no answer restarts the service).
+            stats.rejected++;
+            std::make_shared<Conn>(*this, std::move(s), true)->start();
+        } else if (stats.active.load() >= MetricsHttp::kMaxConnections) {
             stats.rejected++;
             beast::error_code ignored;
             s.close(ignored);
@@ -265,9 +329,13 @@ std::string MetricsHttp::Impl::own_metrics() const {
     one("dyad_metrics_http_connections_total", "counter",
         "connections this metrics endpoint accepted", stats.accepted.load());
     one("dyad_metrics_http_connections_rejected_total", "counter",
-        "connections closed at once because " + std::to_string(MetricsHttp::kMaxConnections) +
-            " were open",
+        "connections beyond the " + std::to_string(MetricsHttp::kMaxConnections) +
+            " this endpoint serves (answered GET /healthz only, or closed at once)",
         stats.rejected.load());
+    one("dyad_metrics_http_renders_total", "counter",
+        "metrics texts the service's loop rendered (requests arriving together share one, at "
+        "most one every 200 ms)",
+        stats.renders.load());
     one("dyad_metrics_http_timeouts_total", "counter",
         "connections closed because a whole request did not arrive within " +
             std::to_string(MetricsHttp::kReadTimeoutS) + " s",

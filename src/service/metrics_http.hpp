@@ -5,8 +5,10 @@
 // dyadd program only: Boost never enters libdyad.so.
 //
 // Robustness: a read deadline per request, several connections at once on
-// one thread (asynchronous), at most kMaxConnections (more are closed at once
-// and counted), header and body limits; anything that does not parse as an
+// one thread (asynchronous), at most kMaxConnections (beyond them a few more
+// are answered /healthz only, the rest closed at once, all counted), header
+// and body limits, the service's loop asked for the metrics text at most
+// every 200 ms whatever the number of scrapers; anything that does not parse as an
 // HTTP/1.x request gets an error response and the connection is closed.
 #pragma once
 
@@ -29,6 +31,9 @@ struct MetricsSource {
 class MetricsHttp {
   public:
     static constexpr size_t kMaxConnections = 32;
+    // Beyond kMaxConnections, this many more connections are answered
+    // GET /healthz only (1 s to send it); the rest are closed at once.
+    static constexpr size_t kHealthReserve = 8;
     static constexpr size_t kHeaderLimit = 8192;  // bytes of request line and headers
     static constexpr int kReadTimeoutS = 5;       // to receive one whole request
     static constexpr int kServiceTimeoutS = 3;    // for the service's loop to answer

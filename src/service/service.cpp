@@ -295,6 +295,8 @@ Status Service::start() {
     server_->set_idle_timeout(
         std::chrono::milliseconds(static_cast<int64_t>(opts_.idle_timeout * 1000.0)));
     server_->set_max_connections_per_peer(static_cast<size_t>(opts_.max_connections_per_peer));
+    server_->set_request_bytes(opts_.max_request_bytes_per_peer, opts_.max_request_bytes);
+    server_->set_max_wait(std::chrono::milliseconds(static_cast<int64_t>(opts_.max_wait * 1000.0)));
     // Bound now, listening only once the service is registered and ready
     // (start_accepting below): whoever can connect can be served. The Unix
     // socket starts first: whoever sees the TCP port answer may use it too.
@@ -397,6 +399,7 @@ Status Service::start() {
         kvs::StoreLimits limits;
         limits.max_bytes = opts_.store_max;
         limits.max_records_per_ns = opts_.store_max_records_per_ns;
+        limits.max_namespaces = opts_.store_max_namespaces;
         limits.max_bytes_per_ns = opts_.store_max_bytes_per_ns;
         // Generations never repeat across restarts: each run has an epoch.
         state_dir_ = opts_.state_dir.empty() ? prod_dir_ + "/" + kReservedDir : opts_.state_dir;

@@ -65,6 +65,7 @@ struct Options {
     // Quotas of one namespace of the embedded store
     // (--store-max-records-per-namespace, --store-max-bytes-per-namespace; 0: store_max).
     uint64_t store_max_records_per_ns = 1000000;
+    uint64_t store_max_namespaces = 4096;  // --store-max-namespaces
     uint64_t store_max_bytes_per_ns = 0;
     // Seconds an authenticated connection may stay idle (--idle-timeout; 0: never).
     double idle_timeout = 120;
@@ -75,6 +76,12 @@ struct Options {
     uint64_t max_fetches_per_peer = 1024;
     uint64_t max_local_per_peer = 256;
     uint64_t memory_per_peer = 0;
+    // Bytes of arguments requests in progress may hold, of one peer and of
+    // all (--max-request-bytes-per-peer, --max-request-bytes; 0: no cap).
+    uint64_t max_request_bytes_per_peer = 32ull << 20;
+    uint64_t max_request_bytes = 256ull << 20;
+    // Seconds one kvs.get wait is held before it answers TIMEOUT (--max-wait).
+    double max_wait = 60;
     // This node's rank (--rank, DYAD_NODE_RANK, the resource manager's node
     // rank); unset: the store assigns one in registration order.
     std::optional<uint32_t> rank;

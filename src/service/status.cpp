@@ -40,6 +40,10 @@ nlohmann::json Service::status_json() const {
         {"auth_refused", server_ ? server_->auth_refused() : 0},
         {"idle_closed", server_ ? server_->idle_closed() : 0},
         {"refused_peer_connections", server_ ? server_->refused_peer_connections() : 0},
+        {"refused_connections_table_full", server_ ? server_->connections_refused() : 0},
+        {"reserved_connections_admitted", server_ ? server_->reserved_admitted() : 0},
+        {"refused_peer_request_bytes", server_ ? server_->refused_request_bytes_peer() : 0},
+        {"refused_request_bytes", server_ ? server_->refused_request_bytes_total() : 0},
         {"refused_peer_fetches", caps_ ? caps_->refused_fetches() : 0},
         {"refused_peer_local", caps_ ? caps_->refused_local() : 0},
         {"in_flight", total_.in_flight},
@@ -54,6 +58,15 @@ nlohmann::json Service::status_json() const {
     peers["max_fetches_per_peer"] = opts_.max_fetches_per_peer;
     peers["max_local_per_peer"] = opts_.max_local_per_peer;
     peers["memory_per_peer"] = budget_ ? budget_->per_peer() : 0;
+    peers["max_request_bytes_per_peer"] = opts_.max_request_bytes_per_peer;
+    peers["max_request_bytes"] = opts_.max_request_bytes;
+    peers["max_wait_s"] = opts_.max_wait;
+    peers["max_connections"] = server_ ? server_->max_connections() : 0;
+    if (server_) {
+        auto rb = server_->request_bytes_stats();
+        peers["request_bytes_held"] = rb["held"];
+        peers["busiest_peer_request_bytes"] = rb["busiest_peer"];
+    }
     j["peers"] = peers;
     if (budget_) j["memory"] = budget_->stats();
     j["uptime_s"] =
@@ -70,6 +83,9 @@ nlohmann::json Service::status_json() const {
                       {"refused_namespace_records", store_->refusals().ns_records},
                       {"refused_namespace_bytes", store_->refusals().ns_bytes},
                       {"max_records_per_namespace", store_->limits().max_records_per_ns},
+                      {"namespaces", store_->namespace_count()},
+                      {"max_namespaces", store_->limits().max_namespaces},
+                      {"refused_namespaces", store_->refusals().namespaces},
                       {"max_bytes_per_namespace", store_->ns_byte_quota(opts_.ns)},
                       {"epoch", store_->epoch()},
                       {"state_dir", state_dir_}};
@@ -192,7 +208,9 @@ std::string Service::metrics_text() const {
               server_ ? server_->auth_refused() : 0);
     t.gauge("dyad_connections", "open connections of the DYAD port and socket",
             static_cast<double>(server_ ? server_->session_count() : 0));
-    t.counter("dyad_connections_refused_total", "connections closed at once because 4096 were open",
+    t.counter("dyad_connections_refused_total",
+              "connections closed at once because the connection table was full (for "
+              "them: the last slots are kept for the service's own uid)",
               server_ ? server_->connections_refused() : 0);
     t.counter("dyad_connections_idle_closed_total",
               "connections closed because they stayed idle for --idle-timeout",
@@ -205,6 +223,12 @@ std::string Service::metrics_text() const {
              server_ ? server_->refused_peer_connections() : 0);
     t.sample("dyad_peer_refused_total", {{"cap", "fetches"}}, caps_ ? caps_->refused_fetches() : 0);
     t.sample("dyad_peer_refused_total", {{"cap", "local"}}, caps_ ? caps_->refused_local() : 0);
+    t.sample("dyad_peer_refused_total", {{"cap", "request_bytes"}},
+             server_ ? server_->refused_request_bytes_peer() : 0);
+    t.counter("dyad_request_bytes_refused_total",
+              "requests refused because the requests in progress of all peers held "
+              "--max-request-bytes of arguments",
+              server_ ? server_->refused_request_bytes_total() : 0);
 
     if (budget_) {
         auto m = budget_->stats();

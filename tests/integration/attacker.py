@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rawwire import ERROR, HELLO, VERSION, Raw  # noqa: E402
@@ -42,7 +43,7 @@ def connect(a, hello=True):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["connections", "local", "stream", "margo"])
+    p.add_argument("mode", choices=["connections", "local", "stream", "margo", "fill", "waits", "scrape"])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--source")
@@ -50,6 +51,10 @@ def main():
     p.add_argument("--key")
     p.add_argument("-n", type=int, default=1)
     p.add_argument("--upath", default="")
+    p.add_argument("--sources", default="", help="fill: comma-separated source addresses")
+    p.add_argument("--pad", type=int, default=0, help="waits: bytes of ignored JSON per request")
+    p.add_argument("--ns", default="dyad")
+    p.add_argument("--key-size", type=int, default=16)
     a = p.parse_args()
     held, refused, keep = 0, [], []
 
@@ -87,6 +92,72 @@ def main():
             r.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             r.request("dyad.fetch", upath=a.upath, transport="FLUX_RPC")
             held += 1  # never read: the service must not wait on us
+    elif a.mode == "fill":
+        # From each source address in turn, connections until one is
+        # refused (an error frame, or closed at once): what a local user who
+        # binds 127.0.0.2..9 can take.
+        for src in a.sources.split(","):
+            for _ in range(a.n):
+                try:
+                    a.source = src
+                    r = connect(a)
+                    keep.append(r)
+                    ok = r.info["type"] == HELLO
+                except Exception as e:  # closed at once: EOF in the hello
+                    ok, r = False, None
+                    refused.append(f"{src}: {type(e).__name__}: {e}")
+                if ok:
+                    held += 1
+                    continue
+                if r is not None:
+                    refused.append(r.info["meta"]["msg"])
+                break
+    elif a.mode == "waits":
+        # n waits for a record that never comes, on one connection, each
+        # padded with `pad` bytes of JSON the handler never reads.
+        r = connect(a)
+        keep.append(r)
+        item = "x" * 62
+        pad = [item] * max(1, a.pad // (len(item) + 4))  # "item", as json.dumps writes it
+        for i in range(a.n):
+            r.tag += 1
+            r.send(2, r.tag, {"topic": "kvs.get", "ns": a.ns, "key": f"absent-{i}".ljust(a.key_size, "k"),
+                              "wait": True, "pad": pad})
+        r.s.settimeout(2)
+        try:
+            while True:  # refusals come at once; waits are not answered
+                f = r.recv()
+                if f["type"] == ERROR:
+                    refused.append(f["meta"]["msg"])
+                else:
+                    held += 1
+        except (socket.timeout, TimeoutError):
+            pass
+        held = a.n - len(refused)
+    elif a.mode == "scrape":
+        # n keep-alive connections to the metrics endpoint (--port), each
+        # asking GET /metrics again as soon as it has its answer.
+        import http.client
+        import threading
+        answered = [threading.Event() for _ in range(a.n)]
+
+        def loop(i):
+            c = http.client.HTTPConnection(a.host, a.port, timeout=30)
+            keep.append(c)
+            while True:
+                try:
+                    c.request("GET", "/metrics")
+                    c.getresponse().read()
+                    answered[i].set()
+                except Exception:  # closed: open another, as a scraper would
+                    c.close()
+                    time.sleep(0.01)
+
+        for i in range(a.n):
+            threading.Thread(target=loop, args=(i,), daemon=True).start()
+        for e in answered:
+            e.wait(30)
+        held = sum(e.is_set() for e in answered)
     print(json.dumps({"held": held, "refused": refused}), flush=True)
     sys.stdin.read()  # until the test lets go (or kills us)
 

@@ -263,3 +263,175 @@ def test_unacknowledged_margo_fetches_hold_at_most_their_share_of_the_pool(one_n
         assert sum(p["peer_waits"] for p in protos.values()) > 0, protos
     finally:
         a.stop()
+
+
+# Issue 31: caps per principal (a local user, whatever address or socket it
+# comes from) and memory no admitted peer can pin with waiting requests. The
+# attacker is another local user (nobody) of a keyless service: what any
+# user of a shared node can do to root's dyadd in the default set-up.
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+LOOPBACK_SOURCES = ",".join(f"127.0.0.{i}" for i in range(2, 10))
+
+
+def nobody_can_run():
+    return os.geteuid() == 0 and subprocess.run(AS_NOBODY + [sys.executable, "-c", ""]).returncode == 0
+
+
+@pytest.fixture
+def keyless(request):
+    """Two keyless services (loopback only, as the systemd unit runs them)."""
+    c = harness.Cluster(nodes=2, start=False, auth=False)
+    try:
+        c[0].start(getattr(request, "param", []))
+        c[1].start()
+    except Exception:
+        c.cleanup()
+        raise
+    yield c
+    c.cleanup()
+
+
+class NobodyAttacker(Attacker):
+    """attacker.py as another local user (nobody), with room for thousands of sockets."""
+
+    def __init__(self, node, mode, n, *extra):
+        import resource
+
+        def more_fds():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (16384, 16384))
+
+        args = AS_NOBODY + [sys.executable, os.path.join(HERE, "attacker.py"), mode, "-n", str(n),
+                            "--host", node.host, "--port", str(node.port), *extra]
+        self.p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, preexec_fn=more_fds)
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError(f"attacker failed: {self.p.stderr.read()}")
+        self.result = json.loads(line)
+
+
+def status_over(node, uri):
+    p = node.dyad("--json", "service", "status", check=False, timeout=20, env_extra={"DYAD_SERVICE_URI": uri})
+    assert p.returncode == 0, f"dyad service status over {uri} failed: {p.stderr}"
+    return json.loads(p.stdout)
+
+
+@pytest.mark.skipif(not nobody_can_run(), reason="needs root (to run the attacker as nobody) and setpriv")
+def test_a_local_user_is_one_peer_whatever_loopback_address_it_binds(keyless):
+    """Finding 4: a user binding 127.0.0.2..9 took 8 x 512 connections, the
+    whole table, and `dyad service status` failed. A local user is its uid:
+    512 connections in all, then refused."""
+    prod, cons = keyless[0], keyless[1]
+    produce(prod, "u.bin", 1 << 20)
+    nobody = subprocess.run(["id", "-u", "nobody"], capture_output=True, text=True).stdout.strip()
+    a = NobodyAttacker(prod, "fill", 600, "--sources", LOOPBACK_SOURCES)
+    try:
+        assert a.result["held"] <= 512, a.result["held"]
+        assert f"too many connections from uid {nobody}" in a.result["refused"][0], a.result["refused"][:2]
+        st = status_over(prod, prod.uri)
+        status_over(prod, prod.unix_uri)
+        consume(cons, cons.path("u.bin"))
+        assert st["counters"]["refused_peer_connections"] >= 8, st["counters"]
+        assert st["peers"]["busiest_peer_connections"] <= 512, st["peers"]
+    finally:
+        a.stop()
+
+
+@pytest.mark.skipif(not nobody_can_run(), reason="needs root (to run the attacker as nobody) and setpriv")
+@pytest.mark.parametrize("keyless", [["--max-connections-per-peer", "0"]], indirect=True)
+def test_a_full_connection_table_keeps_slots_for_the_services_own_uid(keyless):
+    """Finding 4: with no cap per peer, another user fills the 4,096-slot
+    table; the last slots stay for the service's own uid (and root): its
+    `dyad service status`, on TCP and on the Unix socket, and the other
+    service's fetch of a consume."""
+    prod, cons = keyless[0], keyless[1]
+    produce(prod, "t.bin", 1 << 20)
+    a = NobodyAttacker(prod, "fill", 4200, "--sources", LOOPBACK_SOURCES)
+    try:
+        assert a.result["held"] >= 4000, a.result["held"]
+        st = status_over(prod, prod.uri)
+        status_over(prod, prod.unix_uri)
+        consume(cons, cons.path("t.bin"))
+        assert st["counters"]["refused_connections_table_full"] >= 1, st["counters"]
+        assert st["counters"]["reserved_connections_admitted"] >= 1, st["counters"]
+    finally:
+        a.stop()
+
+
+RSS_GROWTH_LIMIT_KIB = 96 * 1024
+
+
+@pytest.mark.skipif(not nobody_can_run(), reason="needs root (to run the attacker as nobody) and setpriv")
+def test_padded_waits_do_not_pin_memory(keyless):
+    """Finding 5: 256 waits for an absent record on one connection, each
+    padded with ~1 MiB of JSON the service never reads, took dyadd from 19 MB
+    to 2.1 GB. The padding is dropped before the handler runs: RSS stays
+    within RSS_GROWTH_LIMIT_KIB, and a consumer beside it is served."""
+    prod, cons = keyless[0], keyless[1]
+    produce(prod, "w.bin", 1 << 20)
+    pid = prod.proc.pid
+    base = harness.rss_kib(pid)
+    args = AS_NOBODY + [sys.executable, os.path.join(HERE, "attacker.py"), "waits", "-n", "256", "--pad",
+                        str((1 << 20) - 4096), "--host", prod.host, "--port", str(prod.port)]
+    p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    most = base
+    try:
+        # Watched while it sends: stopped (and failed) as soon as it passes
+        # the bound, before it takes the machine's memory.
+        import selectors
+        sel = selectors.DefaultSelector()
+        sel.register(p.stdout, selectors.EVENT_READ)
+        line = ""
+        deadline = time.monotonic() + 60
+        while not line and time.monotonic() < deadline and p.poll() is None:
+            most = max(most, harness.rss_kib(pid))
+            assert most - base < RSS_GROWTH_LIMIT_KIB, f"dyadd grew from {base} KiB to {most} KiB"
+            if sel.select(timeout=0.05):
+                line = p.stdout.readline()
+        assert line, f"attacker failed: {p.stderr.read() if p.poll() is not None else 'timed out'}"
+        result = json.loads(line)
+        most = max(most, harness.rss_kib(pid))
+        assert most - base < RSS_GROWTH_LIMIT_KIB, f"dyadd grew from {base} KiB to {most} KiB"
+        assert result["held"] + len(result["refused"]) == 256, result
+        consume(cons, cons.path("w.bin"))
+        st = prod.status()
+        assert st["store"]["waiters"] >= result["held"], st["store"]
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("keyless", [["--max-request-bytes-per-peer", "64K", "--max-wait", "1"]], indirect=True)
+def test_arguments_held_by_waiting_requests_are_capped_and_waits_end(keyless):
+    """Finding 5: the arguments requests in progress hold are capped per
+    peer (ENOBUFS, a clear error, a counter), and a wait without a deadline
+    of its own ends at --max-wait (the client would ask again)."""
+    from rawwire import ERROR, Raw
+    prod = keyless[0]
+    r = Raw(prod.host, prod.port)
+    # Charged what it holds in memory, not its text: 200 KB of "[0,0,...]"
+    # is 1.6 MB of parsed values, over the peer's 64 KiB at once.
+    r.request("dyad.fetch", upath="nothing.bin", pad=[0] * 100000)
+    f = r.recv()
+    assert f["type"] == ERROR and f["errnum"] == 105, f  # ENOBUFS
+    assert "--max-request-bytes-per-peer" in f["meta"]["msg"], f["meta"]
+    tags = []
+    for i in range(40):  # 4 KiB keys: ~4.3 KiB held each, 64 KiB allows 14
+        tags.append(r.request("kvs.get", ns="dyad", key=f"never-{i}".ljust(4000, "k"), wait=True))
+    r.s.settimeout(5)
+    refused, expired = [], []
+    t0 = time.monotonic()
+    while len(refused) + len(expired) < len(tags):
+        f = r.recv()
+        assert f["type"] == ERROR, f
+        (expired if f["errnum"] == 110 else refused).append(f)  # ETIMEDOUT
+    took = time.monotonic() - t0
+    assert 20 <= len(refused) <= 30, len(refused)
+    msg = refused[0]["meta"]["msg"]
+    assert "--max-request-bytes-per-peer" in msg and "bytes of arguments" in msg, msg
+    assert len(expired) == len(tags) - len(refused)
+    assert took < 4, took  # ended at --max-wait 1, not never
+    st = prod.status()
+    assert st["counters"]["refused_peer_request_bytes"] == len(refused) + 1, st["counters"]
+    assert st["peers"]["request_bytes_held"] < 1024, st["peers"]  # (the status request itself)

@@ -233,3 +233,79 @@ def test_the_port_refuses_connections_until_the_service_is_registered(tmp_path):
         node.proc = None
         assert "cannot register in the metadata store" in (tmp_path / "dyadd.log").read_text()
     hole.close()
+
+
+def _put_until_refused(node, ns_of, most, on_batch):
+    """kvs.put of tiny records as a service (a raw client holding the key),
+    500 at a time, until one is refused or `most` were sent; on_batch() runs
+    after each batch. Returns (stored, first refusal)."""
+    from rawwire import ERROR, REQUEST, Raw
+    r = Raw.to(node, role="service", service_id="greedy")
+    value = json.dumps({"owner": "greedy"})
+    stored, i = 0, 0
+    while i < most:
+        tags = []
+        for _ in range(500):
+            r.tag += 1
+            r.send(REQUEST, r.tag, {"topic": "kvs.put", "ns": ns_of(i), "key": f"k{i}", "value": value})
+            tags.append(r.tag)
+            i += 1
+        refused = None
+        for _ in tags:
+            f = r.recv()
+            if f["type"] == ERROR:
+                refused = refused or f
+            else:
+                stored += 1
+        if refused:
+            return stored, refused
+        on_batch()
+    return stored, None
+
+
+def test_store_max_bounds_the_memory_tiny_records_take():
+    """Issue 31, finding 6: --store-max counted only keys and values, so
+    470,000 tiny records in an 8 MB store added 66 MB of RSS. It now counts
+    what each record costs: the store is full before dyadd grows far past it."""
+    c = harness.Cluster(nodes=1, start=False)
+    try:
+        node = c[0]
+        node.start(["--store-max", "4M"])
+        pid = node.proc.pid
+        base = harness.rss_kib(pid)
+        limit_kib = 3 * 4 * 1024  # three times the cap: allocator slack, not 15x
+
+        def rss_bounded():
+            grown = harness.rss_kib(pid) - base
+            assert grown < limit_kib, f"dyadd grew by {grown} KiB with --store-max 4M and the store not full yet"
+
+        stored, refused = _put_until_refused(node, lambda i: "tiny", 400000, rss_bounded)
+        rss_bounded()
+        assert refused is not None, f"{stored} records and still not full"
+        msg = refused["meta"]["msg"]
+        assert "metadata store is full" in msg and "--store-max" in msg, msg
+        st = node.status()["store"]
+        assert st["bytes"] <= st["max_bytes"] == 4 << 20, st
+        assert st["refused_store_full"] >= 1, st
+        assert 10000 < stored < 30000, stored  # ~210 bytes charged per tiny record
+    finally:
+        c.cleanup()
+
+
+def test_the_number_of_namespaces_is_capped():
+    """Issue 31, finding 6: each namespace costs memory of its own; one
+    more than --store-max-namespaces is refused with a clear error."""
+    c = harness.Cluster(nodes=1, start=False)
+    try:
+        node = c[0]
+        node.start(["--store-max-namespaces", "20"])
+        # The service's own namespace ("dyad") is one of them.
+        stored, refused = _put_until_refused(node, lambda i: f"ns{i}", 500, lambda: None)
+        assert refused is not None
+        msg = refused["meta"]["msg"]
+        assert "namespaces" in msg and "--store-max-namespaces" in msg, msg
+        assert 18 <= stored <= 20, stored
+        st = node.status()["store"]
+        assert st["refused_namespaces"] >= 1 and st["namespaces"] <= 20, st
+    finally:
+        c.cleanup()

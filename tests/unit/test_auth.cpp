@@ -254,7 +254,7 @@ TEST(StoreLimits, OversizeAndFullAreRefusedWithAReason) {
     kvs::StoreLimits lim;
     lim.max_key = 64;
     lim.max_value = 100;
-    lim.max_bytes = 1000;
+    lim.max_bytes = 3000;  // each record ~290 bytes with its overhead
     kvs::MemoryStore store(lim);
     EXPECT_EQ(store.put("n", std::string(65, 'k'), "v", "a").status().err(), EMSGSIZE);
     EXPECT_EQ(store.put("n", "k", std::string(101, 'v'), "a").status().err(), EMSGSIZE);
@@ -306,15 +306,15 @@ TEST(StoreLimits, RecordQuotaPerNamespaceNamesTheOption) {
 
 TEST(StoreLimits, ByteQuotaPerNamespace) {
     kvs::StoreLimits lim;
-    lim.max_bytes_per_ns = 200;
+    lim.max_bytes_per_ns = 1050;  // the namespace 513, a record ~295
     kvs::MemoryStore store(lim);
-    EXPECT_EQ(store.ns_byte_quota("a"), 200u);
+    EXPECT_EQ(store.ns_byte_quota("a"), 1050u);
     ASSERT_TRUE(store.put("a", "k0", std::string(100, 'v'), "s"));
     auto r = store.put("a", "k1", std::string(100, 'v'), "s");
     ASSERT_FALSE(r);
     EXPECT_EQ(r.status().err(), EDQUOT);
     EXPECT_NE(r.status().message().find("--store-max-bytes-per-namespace"), std::string::npos);
-    EXPECT_NE(r.status().message().find("quota of 200 bytes"), std::string::npos);
+    EXPECT_NE(r.status().message().find("quota of 1050 bytes"), std::string::npos);
     EXPECT_EQ(store.refusals().ns_bytes, 1u);
     // A smaller replacement fits and frees room.
     EXPECT_TRUE(store.put("a", "k0", std::string(10, 'w'), "s"));
