@@ -681,6 +681,9 @@ std::vector<Outcome> run_everywhere(const Options& o, const Job& j,
                                     const std::string& stdin_text, bool until_line,
                                     const Deadline& deadline) {
     std::vector<Outcome> out(j.nodes.size());
+    std::error_code ec;
+    fs::create_directories(j.launch_logs, ec);
+    ::chmod(j.launch_logs.c_str(), 0700);
     for (size_t i = 0; i < j.nodes.size(); ++i) {
         auto l = launcher_for(o, j.nodes[i]);
         if (!l) {
@@ -756,9 +759,6 @@ int start(const Options& o) {
     auto job = describe(o);
     if (!job) return fail(job.status().message());
     const Job& j = job.value();
-    std::error_code ec;
-    fs::create_directories(j.launch_logs, ec);
-    ::chmod(j.launch_logs.c_str(), 0700);
     const std::string key = random_key_hex();
     if (key.empty()) return fail(std::string("cannot make a key: ") + std::strerror(errno));
     const std::string self = self_exe();

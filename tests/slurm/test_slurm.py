@@ -1,0 +1,181 @@
+# SPDX-License-Identifier: Apache-2.0
+"""DYAD on a real Slurm cluster: `sbatch --dyad` (the SPANK plugin) and
+`dyad job start|stop` through a launcher, without Slurm."""
+import os
+import re
+import signal
+import subprocess
+import time
+
+import harness
+import slurm_cluster
+
+DYAD = harness.DYAD
+WRAPPER = slurm_cluster.WRAPPER
+
+
+def same(a, b):
+    return subprocess.run(["cmp", a, b], capture_output=True).returncode == 0
+
+
+def submit(slurm, script, *args):
+    r = slurm.cmd("sbatch", "--parsable", *args, script)
+    return r.stdout.strip().split(";")[0]
+
+
+def info(slurm, job=None, out=None):
+    text = ""
+    if out and os.path.exists(out):
+        with open(out, errors="replace") as f:
+            text += f"--- job output {out}\n{f.read()}\n"
+    if job:
+        text += slurm.cmd("scontrol", "show", "job", str(job), check=False).stdout
+    return text + slurm.tail_logs(20)
+
+
+def test_sbatch_dyad_consumer_first_producer_elsewhere(slurm, shared):
+    """A consumer step starts first on node2 and waits; the producer step on
+    node1 writes with an unmodified cp under the LD_PRELOAD wrapper and
+    publishes another file with `dyad produce`; both arrive byte-identical
+    (cat under the wrapper, `dyad consume`). At the end nothing is left."""
+    src = os.path.join(shared, "src.bin")
+    harness.write_file(src, 3 << 20, seed=7)
+    out = os.path.join(shared, "out.txt")
+    script = os.path.join(shared, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"""#!/bin/bash
+#SBATCH -N2
+#SBATCH -o {out}
+set -e
+echo "batch: $DYAD_SERVICE_URI $DYAD_PATH_PRODUCER $DYAD_PATH_CONSUMER $DYAD_AUTH_KEY_FILE $DYAD_KVS_NAMESPACE"
+srun --overlap -N1 -n1 -w node2 bash -c 'LD_PRELOAD={WRAPPER} cat $DYAD_PATH_CONSUMER/run/a.bin > {shared}/a.copy' &
+srun --overlap -N1 -n1 -w node2 {DYAD} consume --timeout 60 $DYAD_PATH_CONSUMER/run/b.bin &
+srun --overlap -N1 -n1 -w node1 bash -c 'mkdir -p $DYAD_PATH_PRODUCER/run &&
+  LD_PRELOAD={WRAPPER} cp {src} $DYAD_PATH_PRODUCER/run/a.bin &&
+  cp {src} $DYAD_PATH_PRODUCER/run/b.bin && {DYAD} produce $DYAD_PATH_PRODUCER/run/b.bin &&
+  stat -c "key %a %U" $DYAD_AUTH_KEY_FILE && stat -c "dir %a %U" $(dirname $DYAD_AUTH_KEY_FILE)'
+wait
+srun --overlap -N1 -n1 -w node2 cp $DYAD_PATH_CONSUMER/run/b.bin {shared}/b.copy
+echo done
+""")
+    job = submit(slurm, script, "--dyad")
+    state = slurm.wait_job_done(job, 90)
+    assert state == "COMPLETED", info(slurm, job, out)
+    text = open(out).read()
+    assert "batch: unix:/tmp/dyad-%s/dyadd.sock" % job in text, text
+    assert "key 600 root" in text and "dir 700 root" in text, text
+    assert "fetched 3.0 MiB" in text, text
+    assert same(src, os.path.join(shared, "a.copy")), info(slurm, job, out)
+    assert same(src, os.path.join(shared, "b.copy")), info(slurm, job, out)
+    assert slurm.leftovers(job) == [], info(slurm, job, out)
+
+
+def test_without_dyad_nothing_happens(slurm, shared):
+    out = os.path.join(shared, "out.txt")
+    script = os.path.join(shared, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/bash\n#SBATCH -N2\n#SBATCH -o {out}\nenv | grep ^DYAD_ || true\nls -A /tmp\necho end\n")
+    job = submit(slurm, script)
+    assert slurm.wait_job_done(job, 60) == "COMPLETED", info(slurm, job, out)
+    assert open(out).read().strip() == "end", info(slurm, job, out)
+
+
+def test_scancel_stops_and_cleans_every_node(slurm, shared):
+    """A 4-node --dyad job cancelled while it runs: its epilog stops every
+    dyadd and removes key, directory and /dev/shm files on every node. Also
+    the measurements: prolog to every dyadd ready, end to everything removed."""
+    out = os.path.join(shared, "out.txt")
+    ready = os.path.join(shared, "ready")
+    script = os.path.join(shared, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"""#!/bin/bash
+#SBATCH -N4
+#SBATCH -o {out}
+srun --overlap -N4 -n4 bash -c '{DYAD} service status >/dev/null && echo "$SLURMD_NODENAME ok"' > {shared}/status.txt
+touch {ready}
+sleep 300
+""")
+    job = submit(slurm, script, "--dyad")
+    harness.wait_for(lambda: os.path.exists(ready) or slurm.job_state(job) not in ("PENDING", "RUNNING"), 60,
+                     what=f"job {job} to run")
+    with open(os.path.join(shared, "status.txt")) as f:
+        assert sorted(f.read().splitlines()) == [f"{n} ok" for n in slurm.names], info(slurm, job, out)
+    started = [n for n in slurm.names if os.path.exists(os.path.join(slurm.node_tmp(n), f"dyad-{job}", "job.key"))]
+    assert started == slurm.names, info(slurm, job, out)
+    t = time.monotonic()
+    slurm.cmd("scancel", job)
+    assert slurm.wait_job_done(job, 60) == "CANCELLED", info(slurm, job, out)
+    ended = time.monotonic() - t
+    assert slurm.leftovers(job) == [], info(slurm, job, out)
+    logs = "".join(open(p, errors="replace").read() for p in slurm.logs if "slurmd-" in p)
+    up = [float(x) for x in re.findall(rf"dyad: job {job}: dyadd ready on node\d in ([\d.]+) s", logs)]
+    down = [float(x) for x in re.findall(rf"dyad: job {job}: stopped and cleaned in ([\d.]+) s", logs)]
+    assert len(up) == 4 and len(down) == 4, logs[-3000:]
+    line = (f"4 nodes: every dyadd ready {max(up):.3f} s after the prolog started (slowest node); "
+            f"epilog stop+clean {max(down):.3f} s (slowest node); scancel to nothing left {ended:.2f} s")
+    print(line)
+    with open(os.path.join(harness.BUILD, "slurm-timings.txt"), "a") as f:
+        f.write(line + "\n")
+
+
+def test_job_start_stop_with_a_launcher(slurm):
+    """Without Slurm: `dyad job start --launcher 'nsenter ... {host}'` on the
+    four nodes, a transfer between two of them, a crashed dyadd, then
+    `dyad job stop` leaves nothing; a second stop is harmless."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "DYAD_"))}
+    job = f"t{os.getpid()}"
+    base = ["--launcher", slurm.launcher_template(), "--nodes", "node[1-4]", "--job-id", job]
+    env_file = os.path.join(slurm.root, f"{job}.env")
+    r = subprocess.run([DYAD, "job", "start", *base, "--env-file", env_file, "--timeout", "30"],
+                       capture_output=True, text=True, env=env, timeout=90)
+    try:
+        assert r.returncode == 0, r.stderr + slurm.tail_logs()
+        assert "4 dyadd ready" in r.stderr, r.stderr
+        with open(os.path.join(harness.BUILD, "slurm-timings.txt"), "a") as f:
+            f.write(r.stderr.strip().splitlines()[-1] + "\n")
+        assert open(env_file).read() == r.stdout
+        job_env = dict(env)
+        for m in re.finditer(r"^export (\w+)='([^']*)'$", r.stdout, re.M):
+            job_env[m.group(1)] = m.group(2)
+        assert job_env["DYAD_SERVICE_URI"] == f"unix:/tmp/dyad-{job}/dyadd.sock"
+        data = job_env["DYAD_PATH_PRODUCER"]
+        for n in slurm.names:
+            st = os.stat(os.path.join(slurm.node_tmp(n), f"dyad-{job}", "job.key"))
+            assert st.st_mode & 0o777 == 0o600
+        payload = os.urandom(1 << 20)
+        # consumer first (node3, waits), producer on node4: unmodified cat under the wrapper
+        consumer = subprocess.Popen(slurm.prefix("node3") + ["cat", f"{data}/x/f.bin"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=dict(job_env, LD_PRELOAD=WRAPPER))
+        p = subprocess.run(slurm.prefix("node4") + ["sh", "-c", f"mkdir -p {data}/x && cat > {data}/x/f.bin"],
+                           input=payload, capture_output=True, env=dict(job_env, LD_PRELOAD=WRAPPER), timeout=60)
+        assert p.returncode == 0, p.stderr
+        got, err = consumer.communicate(timeout=60)
+        assert consumer.returncode == 0 and got == payload, err
+        # node2's dyadd crashes: stop still cleans everything.
+        pid = int(open(os.path.join(slurm.node_tmp("node2"), f"dyad-{job}", "dyadd.pid")).read())
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        s = subprocess.run([DYAD, "job", "stop", *base], capture_output=True, text=True, env=env, timeout=90)
+    assert s.returncode == 0, s.stderr
+    with open(os.path.join(harness.BUILD, "slurm-timings.txt"), "a") as f:
+        f.write(s.stderr.strip().splitlines()[-1] + "\n")
+    assert slurm.leftovers(job) == []
+    again = subprocess.run([DYAD, "stop", *base], capture_output=True, text=True, env=env, timeout=90)
+    assert again.returncode == 0, again.stderr
+
+
+def test_job_start_names_the_failing_node(slurm):
+    """A node whose dyadd cannot start: start fails, naming that node and
+    its log, and leaves no service running anywhere."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "DYAD_"))}
+    job = f"f{os.getpid()}"
+    base = ["--launcher", slurm.launcher_template(), "--nodes", "node[1-2]", "--job-id", job]
+    r = subprocess.run([DYAD, "job", "start", *base, "--dyadd-arg=--transports=NOPE", "--timeout", "20"],
+                       capture_output=True, text=True, env=env, timeout=90)
+    try:
+        assert r.returncode != 0
+        assert "node node1" in r.stderr and f"/tmp/dyad-{job}/dyadd.log" in r.stderr, r.stderr
+        assert not any("process" in x for x in slurm.leftovers(job))
+    finally:
+        subprocess.run([DYAD, "job", "stop", *base], capture_output=True, text=True, env=env, timeout=90)
+    assert slurm.leftovers(job) == []
