@@ -147,7 +147,7 @@ class SlurmCluster:
         ctl_addr = self.net.bridge_address
         self.ctl_port = harness.free_port(ctl_addr)
         d = self.root
-        for sub in ("state", "spool", "log", "run"):
+        for sub in ["state", "log", "run"] + [f"spool/{n}" for n in self.names]:
             os.makedirs(os.path.join(d, sub), exist_ok=True)
         addrs = ",".join(self.net.hosts[n] for n in self.names)
         plugstack = os.path.join(d, "plugstack.conf")
@@ -271,6 +271,20 @@ PartitionName=debug Nodes=node[1-{len(self.names)}] Default=YES MaxTime=INFINITE
                 if comm.startswith("dyad"):
                     left.append(f"{ns}: process {pid} {comm}")
         return left
+
+    def processes(self, node, name="dyadd"):
+        """[(pid, uid)] of the processes called `name` on `node` (its
+        network namespace: ps would list every namespace's)."""
+        found = []
+        for pid in harness._ip("netns", "pids", self.net.namespaces[node], check=False).stdout.split():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+            except OSError:
+                continue
+            if fields.get("Name", "").strip() == name:
+                found.append((int(pid), int(fields["Uid"].split()[0])))
+        return found
 
     def tail_logs(self, lines=30):
         out = []

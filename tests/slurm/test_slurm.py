@@ -179,3 +179,91 @@ def test_job_start_names_the_failing_node(slurm):
     finally:
         subprocess.run([DYAD, "job", "stop", *base], capture_output=True, text=True, env=env, timeout=90)
     assert slurm.leftovers(job) == []
+
+
+def test_unprivileged_user_job(slurm, shared):
+    """A job of an unprivileged user (nobody): its dyadds run as that user,
+    the key is theirs with mode 0600; another user (daemon) can neither read
+    the key nor get a file from the job's dyadd."""
+    import pwd
+    user = pwd.getpwnam("nobody")
+    other = pwd.getpwnam("daemon")
+    os.chmod(shared, 0o777)
+    src = os.path.join(shared, "src.bin")
+    harness.write_file(src, 1 << 20, seed=3)
+    os.chmod(src, 0o644)
+    out = os.path.join(shared, "out.txt")
+    ready = os.path.join(shared, "ready")
+    release = os.path.join(shared, "release")
+    script = os.path.join(shared, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"""#!/bin/bash
+#SBATCH -N2
+#SBATCH -o {out}
+srun --overlap -N1 -n1 -w node1 bash -c 'mkdir -p $DYAD_PATH_PRODUCER/r && cp {src} $DYAD_PATH_PRODUCER/r/f.bin && {DYAD} produce $DYAD_PATH_PRODUCER/r/f.bin'
+srun --overlap -N1 -n1 -w node2 bash -c '{DYAD} consume $DYAD_PATH_CONSUMER/r/f.bin && cmp {src} $DYAD_PATH_CONSUMER/r/f.bin && echo same'
+echo "$DYAD_SERVICE_URI" > {ready}
+while [ ! -e {release} ]; do sleep 0.1; done
+""")
+    os.chmod(script, 0o755)
+    job = submit(slurm, script, "--dyad", f"--uid={user.pw_uid}", f"--gid={user.pw_gid}")
+    try:
+        harness.wait_for(lambda: os.path.exists(ready) or slurm.job_state(job) not in ("PENDING", "RUNNING"), 60,
+                         what=f"job {job} to run")
+        assert os.path.exists(ready), info(slurm, job, out)
+        d = f"/tmp/dyad-{job}"
+        for n in ("node1", "node2"):
+            st = os.stat(os.path.join(slurm.node_tmp(n), f"dyad-{job}", "job.key"))
+            assert (st.st_uid, st.st_mode & 0o777) == (user.pw_uid, 0o600), n
+            owners = [uid for _, uid in slurm.processes(n)]
+            assert owners == [user.pw_uid], (n, owners)
+        as_other = ["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}", "--clear-groups"]
+        r = slurm.on("node2", as_other + ["cat", f"{d}/job.key"], check=False)
+        assert r.returncode != 0 and "Permission denied" in r.stderr, r
+        env = {"PATH": os.environ["PATH"], "DYAD_SERVICE_URI": f"unix:{d}/dyadd.sock",
+               "DYAD_PATH_CONSUMER": "/tmp/other", "DYAD_PATH_PRODUCER": "/tmp/other"}
+        r = slurm.on("node2", as_other + [DYAD, "consume", "--timeout", "2", "/tmp/other/r/f.bin"], check=False,
+                     env=env)
+        assert r.returncode != 0, r
+        # Over TCP, without the key: refused.
+        host = slurm.net.hosts["node1"]
+        port = 20000 + int(job) % 10000
+        env["DYAD_SERVICE_URI"] = f"tcp://{host}:{port}"
+        r = slurm.on("node2", as_other + [DYAD, "consume", "--timeout", "2", "/tmp/other/r/f.bin"], check=False,
+                     env=env)
+        assert r.returncode == 4, r
+    finally:
+        open(release, "w").close()
+    assert slurm.wait_job_done(job, 60) == "COMPLETED", info(slurm, job, out)
+    assert "same" in open(out).read(), info(slurm, job, out)
+    assert slurm.leftovers(job) == [], info(slurm, job, out)
+
+
+def test_two_jobs_at_once_do_not_see_each_other(slurm, shared):
+    """Two --dyad jobs run at the same time on different nodes and publish
+    the same path: each job sees its own file only."""
+    jobs, outs = [], []
+    for k in range(2):
+        out = os.path.join(shared, f"out{k}.txt")
+        script = os.path.join(shared, f"job{k}.sh")
+        with open(script, "w") as f:
+            f.write(f"""#!/bin/bash
+#SBATCH -N2
+#SBATCH -o {out}
+set -e
+srun --overlap -N1 -n1 -w $(scontrol show hostnames | head -1) bash -c 'mkdir -p $DYAD_PATH_PRODUCER/r && echo job{k} > $DYAD_PATH_PRODUCER/r/same.txt && {DYAD} produce $DYAD_PATH_PRODUCER/r/same.txt >/dev/null'
+touch {shared}/produced{k}
+while [ ! -e {shared}/produced0 ] || [ ! -e {shared}/produced1 ]; do sleep 0.1; done
+srun --overlap -N1 -n1 -w $(scontrol show hostnames | tail -1) bash -c '{DYAD} consume $DYAD_PATH_CONSUMER/r/same.txt >/dev/null && cat $DYAD_PATH_CONSUMER/r/same.txt && {DYAD} ls | wc -l'
+echo "nodes $SLURM_JOB_NODELIST"
+""")
+        jobs.append(submit(slurm, script, "--dyad"))
+        outs.append(out)
+    for job, out in zip(jobs, outs):
+        assert slurm.wait_job_done(job, 90) == "COMPLETED", info(slurm, job, out)
+    texts = [open(o).read() for o in outs]
+    for k in range(2):
+        lines = texts[k].split()
+        assert lines[:2] == [f"job{k}", "1"], texts
+        assert slurm.leftovers(jobs[k]) == []
+    assert texts[0].split()[-1] != texts[1].split()[-1], texts  # different nodes
