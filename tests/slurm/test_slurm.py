@@ -92,6 +92,8 @@ def test_scancel_stops_and_cleans_every_node(slurm, shared):
 #SBATCH -N4
 #SBATCH -o {out}
 srun --overlap -N4 -n4 bash -c '{DYAD} service status >/dev/null && echo "$SLURMD_NODENAME ok"' > {shared}/status.txt
+# a consumer waiting for a file nobody produces: cancelled mid-wait
+srun --overlap -N1 -n1 -w node3 {DYAD} consume $DYAD_PATH_CONSUMER/never.bin &
 touch {ready}
 sleep 300
 """)
@@ -267,3 +269,46 @@ echo "nodes $SLURM_JOB_NODELIST"
         assert lines[:2] == [f"job{k}", "1"], texts
         assert slurm.leftovers(jobs[k]) == []
     assert texts[0].split()[-1] != texts[1].split()[-1], texts  # different nodes
+
+
+def test_time_limit_ends_and_cleans(slurm, shared):
+    """A --dyad job killed by its time limit (1 minute, Slurm's smallest):
+    nothing left on its nodes."""
+    out = os.path.join(shared, "out.txt")
+    script = os.path.join(shared, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/bash\n#SBATCH -N2\n#SBATCH -t 1\n#SBATCH -o {out}\n"
+                f"srun --overlap -N2 -n2 {DYAD} service status >/dev/null && echo up\nsleep 600\n")
+    job = submit(slurm, script, "--dyad")
+    assert slurm.wait_job_done(job, 150) == "TIMEOUT", info(slurm, job, out)
+    assert open(out).read().startswith("up"), info(slurm, job, out)
+    assert slurm.leftovers(job) == [], info(slurm, job, out)
+
+
+def test_job_start_inside_slurm_without_the_plugin(slurm, shared):
+    """`dyad job start` in a batch script without --dyad: nodes from
+    SLURM_JOB_NODELIST, one `srun --overlap` per node (the key on its
+    standard input), a transfer, then `dyad job stop`: nothing left."""
+    src = os.path.join(shared, "src.bin")
+    harness.write_file(src, 1 << 20, seed=5)
+    out = os.path.join(shared, "out.txt")
+    script = os.path.join(shared, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"""#!/bin/bash
+#SBATCH -N3
+#SBATCH -o {out}
+set -e
+eval "$({DYAD} job start --env-file {shared}/env)"
+srun --overlap -N1 -n1 -w node3 bash -c 'LD_PRELOAD={WRAPPER} cat $DYAD_PATH_CONSUMER/f.bin > {shared}/copy' &
+srun --overlap -N1 -n1 -w node1 bash -c 'LD_PRELOAD={WRAPPER} cp {src} $DYAD_PATH_PRODUCER/f.bin'
+wait
+{DYAD} job stop
+echo stopped
+""")
+    job = submit(slurm, script)
+    assert slurm.wait_job_done(job, 90) == "COMPLETED", info(slurm, job, out)
+    text = open(out).read()
+    assert "3 dyadd ready" in text and "stopped" in text, text
+    assert f"DYAD_SERVICE_URI='unix:/tmp/dyad-{job}/dyadd.sock'" in open(os.path.join(shared, "env")).read()
+    assert same(src, os.path.join(shared, "copy")), text
+    assert slurm.leftovers(job) == [], text
