@@ -91,7 +91,9 @@ static int copy(char* dst, size_t n, const char* src) {
 /* The user's OPTIONS into conf; -1 (and a message) when one is not known. */
 static int parse_user_options(const char* arg, struct dyad_conf* c, int quiet) {
     char buf[1024];
-    if (!arg || !*arg) return 0;
+    /* --dyad without OPTIONS reaches the job's steps as "(null)" (sbatch
+     * exports the option as SLURM_SPANK__SLURM_SPANK_OPTION_dyad_dyad). */
+    if (!arg || !*arg || strcmp(arg, "(null)") == 0) return 0;
     if (copy(buf, sizeof buf, arg) != 0) return -1;
     char* save = NULL;
     for (char* tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -286,10 +288,14 @@ static int run_as_user(uid_t uid, gid_t gid, const char* dyad, char* const args[
     struct passwd* pw = getpwuid(uid);
     pid_t pid = fork();
     if (pid == 0) {
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(in[0], 0);
-        dup2(devnull, 1);
-        dup2(err[1], 2);
+        /* slurmstepd may run us with 0-2 closed: a pipe's end can be one of
+         * them. Move every end above them first, then into place. */
+        int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        int fin = fcntl(in[0], F_DUPFD_CLOEXEC, 10), fout = fcntl(devnull, F_DUPFD_CLOEXEC, 10),
+            ferr = fcntl(err[1], F_DUPFD_CLOEXEC, 10);
+        if (fin < 0 || fout < 0 || ferr < 0 || dup2(fin, 0) < 0 || dup2(fout, 1) < 0 ||
+            dup2(ferr, 2) < 0)
+            _exit(126);
         if (pw) {
             if (initgroups(pw->pw_name, gid) != 0 && getuid() == 0) _exit(126);
         } else if (setgroups(0, NULL) != 0 && getuid() == 0) {
@@ -367,6 +373,10 @@ static int run_as_user(uid_t uid, gid_t gid, const char* dyad, char* const args[
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
 }
 
+static double seconds(const struct timespec* a, const struct timespec* b) {
+    return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
+}
+
 static void dyad_tool(const struct dyad_conf* c, char* out, size_t n) {
     const char* slash = strrchr(c->dyadd, '/');
     if (!slash) {
@@ -426,8 +436,13 @@ int slurm_spank_job_prolog(spank_t sp, int ac, char** av) {
     if (c.kvs[0]) args[n++] = "--kvs", args[n++] = c.kvs;
     if (c.transports[0]) args[n++] = transports;
     args[n] = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = run_as_user(uid, gid, dyad, args, key, c.timeout + 5);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
     sodium_memzero(key, sizeof key);
+    if (rc == 0)
+        slurm_info("dyad: job %u: dyadd ready on %s in %.3f s", jobid, node, seconds(&t0, &t1));
     if (rc != 0)
         slurm_error("dyad: job %u: the dyadd on %s did not start (its log: %s/dyadd.log)", jobid,
                     node, dir);
@@ -451,10 +466,14 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char** av) {
     if (!c.dyadd[0]) return asked ? -1 : 0;
     dyad_tool(&c, dyad, sizeof dyad);
     char* args[] = {dyad, "job", "node-down", "--dir", dir, "--timeout", "10", NULL};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (run_as_user(uid, gid, dyad, args, NULL, 20) != 0) {
         slurm_error("dyad: job %u: could not stop or clean %s", jobid, dir);
         return -1;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    slurm_info("dyad: job %u: stopped and cleaned in %.3f s", jobid, seconds(&t0, &t1));
     return 0;
 }
 
