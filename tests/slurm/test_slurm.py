@@ -312,3 +312,21 @@ echo stopped
     assert f"DYAD_SERVICE_URI='unix:/tmp/dyad-{job}/dyadd.sock'" in open(os.path.join(shared, "env")).read()
     assert same(src, os.path.join(shared, "copy")), text
     assert slurm.leftovers(job) == [], text
+
+
+def test_salloc_dyad(slurm):
+    """`salloc --dyad=mode=STREAM,wait=30 srun ...`: every step has the DYAD
+    environment (with the user's options) and reaches its node's dyadd."""
+    r = slurm.cmd("salloc", "-N2", "--dyad=mode=STREAM,wait=30", "srun", "-N2", "bash", "-c",
+                  f'{DYAD} service status >/dev/null && echo "$SLURMD_NODENAME $DYAD_DTL_MODE $DYAD_WAIT_TIMEOUT"',
+                  timeout=90, check=False)
+    assert r.returncode == 0, r.stderr + slurm.tail_logs()
+    assert sorted(r.stdout.split("\n"))[1:] == ["node1 STREAM 30", "node2 STREAM 30"], r.stdout
+    job = re.search(r"Granted job allocation (\d+)", r.stderr).group(1)
+    slurm.wait_job_done(job, 60)
+    assert slurm.leftovers(job) == []
+
+
+def test_bad_dyad_option_fails_at_submission(slurm, shared):
+    r = slurm.cmd("sbatch", "--dyad=colour=blue", "--wrap", "true", check=False)
+    assert r.returncode != 0 and "colour=blue" in r.stderr, r
