@@ -460,9 +460,12 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char** av) {
     char dyad[DYAD_PATH_MAX], dir[DYAD_PATH_MAX], id[16];
     snprintf(id, sizeof id, "%u", jobid);
     job_dir(&c, id, uid, dir, sizeof dir);
+    /* Not asked, and no dyadd of the job was started here: nothing of ours
+     * (a directory of that name without our pid file is left alone). */
+    char pidfile[DYAD_PATH_MAX + 16];
     struct stat st;
-    /* Not asked and no directory of the job: nothing of ours. */
-    if (!asked && lstat(dir, &st) != 0) return 0;
+    snprintf(pidfile, sizeof pidfile, "%s/dyadd.pid", dir);
+    if (!asked && lstat(pidfile, &st) != 0) return 0;
     if (!c.dyadd[0]) return asked ? -1 : 0;
     dyad_tool(&c, dyad, sizeof dyad);
     char* args[] = {dyad, "job", "node-down", "--dir", dir, "--timeout", "10", NULL};
