@@ -410,7 +410,8 @@ class NetnsNetwork:
 
     def _setup(self, tag, subnet, members):
         _ip("link", "add", self.bridge, "type", "bridge")
-        _ip("addr", "add", f"10.213.{subnet}.254/24", "dev", self.bridge)
+        self.bridge_address = f"10.213.{subnet}.254"  # the initial namespace's address on the bridge
+        _ip("addr", "add", f"{self.bridge_address}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for i, member in enumerate(members):
             ns = f"dyadh-{tag[:-1]}-{tag[-1]}-{member}"

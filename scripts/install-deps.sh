@@ -48,6 +48,12 @@ PKGS=(
   python3-h5py         # pydyad.hdf and its tests
   python3-torch        # pydyad.torch and its tests
   python3-matplotlib   # bench/plot.py: the PNG charts of make bench
+  # -- Slurm: the SPANK plugin (src/slurm) and its tests (tests/slurm) --
+  libslurm-dev         # <slurm/spank.h>: dyad_spank.so is built only where it is found
+  slurmctld            # the tests' controller (their own, in the root namespace); its service is disabled below
+  slurmd               # the tests' node daemons (one per network namespace); its service is disabled below
+  slurm-client         # sbatch, srun, salloc, scancel, squeue, scontrol
+  munge                # Slurm's authentication: the tests run their own munged; its service is disabled below
 )
 
 missing=()
@@ -123,6 +129,14 @@ for p in "${missing[@]}"; do
     rsync)
       disable_service rsync
       echo "install-deps: rsync installed; its system service is stopped and disabled (make bench runs its own daemon)"
+      ;;
+    # The Slurm packages enable munge, slurmd and slurmctld at install (and
+    # would start them without our policy-rc.d). The tests run their own
+    # munged and Slurm daemons with their own configuration, sockets and
+    # keys; a site's cluster runs its own, configured by the site.
+    munge | slurmd | slurmctld)
+      disable_service "$p"
+      echo "install-deps: $p installed; its system service is stopped and disabled (tests/slurm runs its own)"
       ;;
   esac
 done

@@ -27,6 +27,7 @@
 #include "common/keygen.hpp"
 #include "dtl/dtl.hpp"
 #include "common/json_text.hpp"
+#include "job/job.hpp"
 
 using dyad::kBadUtf8Replaced;
 
@@ -354,6 +355,10 @@ int main(int argc, char** argv) {
             json = true;
             continue;
         }
+        // `dyad start` / `dyad stop`: upstream DYAD's names of `dyad job start|stop`.
+        if (args.size() == 1 &&
+            (std::strcmp(argv[i], "start") == 0 || std::strcmp(argv[i], "stop") == 0))
+            args.push_back(const_cast<char*>("job"));
         args.push_back(argv[i]);
     }
     bool json_flag = false;
@@ -437,6 +442,8 @@ int main(int argc, char** argv) {
         service->add_subcommand("status", "identity, transports and counters of a service");
     status->add_option("--uri", uri, "service to ask (default DYAD_SERVICE_URI)");
     service->require_subcommand(1);
+    dyad::job::Options job_options;
+    const dyad::job::Commands job = dyad::job::add_commands(app, job_options);
 
     try {
         app.parse(static_cast<int>(args.size()), args.data());
@@ -457,6 +464,7 @@ int main(int argc, char** argv) {
         g_command += " " + a->get_name();
     }
 
+    if (*job.job) return dyad::job::run(job, job_options);
     if (*keygen) {
         dyad::Status s = dyad::auth::Key::generate(keygen_path);
         if (!s) return report(s, keygen_path);
