@@ -44,7 +44,9 @@ struct Peer {
     std::string role = "client";  // claimed in the hello: "client" or "service"
     std::string service_id;       // with role "service"
     int64_t pid = 0;
-    int64_t uid = -1;     // Unix socket peers (SO_PEERCRED); -1 over TCP
+    // What the kernel says: SO_PEERCRED on a Unix socket, the owner of the
+    // peer's socket for a local TCP peer (principal.hpp); -1 for a remote one.
+    int64_t uid = -1;
     std::string address;  // "IP:PORT" over TCP, "unix" over a Unix socket (for logs)
     // Who the per-peer caps count (docs/security.md, "Caps per peer"): what
     // the kernel says of the other end, never what the peer claims

@@ -54,6 +54,7 @@ class Session : public std::enable_shared_from_this<Session> {
         Principal who = principal_of(sock_.native_handle());
         peer_.key = std::move(who.key);
         peer_.trusted = who.trusted;
+        peer_.uid = who.uid;
     }
 
     // Set by the server before start() when the peer already has as many

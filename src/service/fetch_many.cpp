@@ -96,6 +96,7 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
             }
             Snapshot snap;
             Status ok = check_served(one.args, sb, one.upath, &snap);
+            if (ok) ok = readable_by(r->peer(), sb, one.upath);
             if (!ok) {
                 if (ok.err() == ESTALE) refused_stale_++;
                 if (ok.err() == ENOENT) refused_unproduced_++;

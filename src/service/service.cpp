@@ -3,6 +3,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -11,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <thread>
@@ -702,6 +705,13 @@ void Service::try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
     // held, a producer rewriting under its own lock is done by now).
     auto snap = std::make_shared<Snapshot>();
     Status ok = check_served(r->args(), job->fd.get(), job->upath, snap.get());
+    if (ok && !key_ && !r->peer().trusted) {  // (else readable_by admits anyway)
+        struct stat sb;
+        if (::fstat(job->fd.get(), &sb) != 0)
+            ok = Status(DYAD_RC_BADFIO, "stat of '" + job->upath + "' failed", errno);
+        else
+            ok = readable_by(r->peer(), sb, job->upath);
+    }
     if (!ok) {
         if (ok.err() == ESTALE) refused_stale_++;
         if (ok.err() == ENOENT) refused_unproduced_++;
@@ -770,6 +780,53 @@ Status Service::check_served(const nlohmann::json& a, int fd, const std::string&
     struct stat sb;
     if (::fstat(fd, &sb) != 0) return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
     return check_served(a, sb, up, snap);
+}
+
+namespace {
+// Whether `uid` may read a file of this owner, group and mode by its mode
+// bits (ACLs are not looked at: they can only be refused here, never
+// granted wrongly).
+bool mode_lets_read(int64_t uid, const struct stat& sb) {
+    if (uid == 0) return true;
+    if (uid >= 0 && sb.st_uid == static_cast<uid_t>(uid)) return sb.st_mode & S_IRUSR;
+    if (sb.st_mode & S_IROTH) return true;
+    if (!(sb.st_mode & S_IRGRP) || uid < 0) return false;
+    struct passwd pw, *found = nullptr;
+    std::vector<char> buf(16384);
+    if (::getpwuid_r(static_cast<uid_t>(uid), &pw, buf.data(), buf.size(), &found) != 0 || !found)
+        return false;
+    if (pw.pw_gid == sb.st_gid) return true;
+    int n = 256;
+    std::vector<gid_t> groups(static_cast<size_t>(n));
+    if (::getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) {
+        groups.resize(static_cast<size_t>(n));
+        if (::getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) return false;
+    }
+    groups.resize(static_cast<size_t>(n));
+    return std::find(groups.begin(), groups.end(), sb.st_gid) != groups.end();
+}
+}  // namespace
+
+Status Service::readable_by(const rpc::Peer& peer, const struct stat& sb, const std::string& up) {
+    // With a key every peer proved it belongs to the job; this service's
+    // own uid and root can read what it can anyway.
+    if (key_ || peer.trusted || mode_lets_read(peer.uid, sb)) return Status::ok();
+    refused_unreadable_++;
+    return Status(
+        DYAD_RC_BADFIO,
+        "'" + up + "' is not readable by " +
+            (peer.uid >= 0 ? "uid " + std::to_string(peer.uid)
+                           : std::string("a peer of unknown uid")) +
+            " (mode " +
+            [&] {
+                char m[8];
+                std::snprintf(m, sizeof m, "%04o", static_cast<unsigned>(sb.st_mode & 07777));
+                return std::string(m);
+            }() +
+            "): this service has no key and serves a user only what that user "
+            "could read itself; make the file readable to it, or run the job "
+            "with a key (dyad keygen, dyadd --auth-key)",
+        EACCES);
 }
 
 Status Service::check_served(const nlohmann::json& a, const struct stat& sb, const std::string& up,

@@ -174,6 +174,10 @@ class Service {
     // Whether the file open as `fd` is `up` as this service published it
     // (`a`: the fetch's fields, ns/key/generation): its snapshot if so.
     Status check_served(const nlohmann::json& a, int fd, const std::string& up, Snapshot* snap);
+    // Without a key, a peer that is not this service's uid nor root is
+    // served only a file its own uid could read (docs/security.md,
+    // "Keyless peers read what their uid may read").
+    Status readable_by(const rpc::Peer& peer, const struct stat& sb, const std::string& up);
     // The same, for the file as `sb` (its fstat under the lock) says it is.
     Status check_served(const nlohmann::json& a, const struct stat& sb, const std::string& up,
                         Snapshot* snap);
@@ -260,6 +264,7 @@ class Service {
     std::string state_dir_;  // of the embedded store (its epoch file)
     std::unordered_map<std::string, Published> published_;  // by upath
     std::atomic<uint64_t> published_count_{0}, refused_unproduced_{0}, refused_stale_{0};
+    std::atomic<uint64_t> refused_unreadable_{0};  // keyless peers refused a file (readable_by)
     std::vector<std::string> endpoints_;
     std::map<std::string, std::unique_ptr<dtl::Sender>> senders_;
     std::map<std::string, std::string> unavailable_;  // transport -> why it is not served

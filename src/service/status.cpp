@@ -36,6 +36,7 @@ nlohmann::json Service::status_json() const {
         {"rejected", rejected_},
         {"published", published_count_.load()},
         {"refused_unproduced", refused_unproduced_.load()},
+        {"refused_unreadable", refused_unreadable_.load()},
         {"refused_stale", refused_stale_.load()},
         {"auth_refused", server_ ? server_->auth_refused() : 0},
         {"idle_closed", server_ ? server_->idle_closed() : 0},
@@ -199,6 +200,7 @@ std::string Service::metrics_text() const {
              "serve, a file it did not produce, a file changed since it was produced");
     t.sample("dyad_fetch_refused_total", {{"reason", "transport"}}, rejected_);
     t.sample("dyad_fetch_refused_total", {{"reason", "unproduced"}}, refused_unproduced_.load());
+    t.sample("dyad_fetch_refused_total", {{"reason", "unreadable"}}, refused_unreadable_.load());
     t.sample("dyad_fetch_refused_total", {{"reason", "stale"}}, refused_stale_.load());
     t.counter("dyad_published_total", "files this service published (dyad produce)",
               published_count_.load());

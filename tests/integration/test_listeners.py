@@ -211,3 +211,36 @@ def test_failed_requests_do_not_flood_the_log():
             lines = [line for line in f if "request failed" in line]
         assert 1 <= len(lines) <= 25, f"{len(lines)} lines of failed requests in the log"
         assert node.status()["counters"]["errors"] >= n
+
+
+def test_a_keyless_service_serves_a_user_only_what_it_could_read():
+    """Without a key, a local user's consumer is served only files its uid
+    could read itself: root's dyadd handed a 0600 file of root to any local
+    client (it was documented only as "loopback is open")."""
+    with harness.Cluster(nodes=1, start=False, auth=False) as c:
+        node = c[0]
+        os.chmod(c.root, 0o755)
+        node.start()
+        cdir = os.path.join(c.root, "nobody")
+        os.mkdir(cdir)
+        os.chown(cdir, 65534, 65534)
+        for name, mode in (("secret.bin", 0o600), ("open.bin", 0o644)):
+            harness.write_file(node.path(name), 5000, seed=4)
+            os.chmod(node.path(name), mode)
+            node.dyad("produce", node.path(name))
+        env = node.env(producer=False, consumer=False, DYAD_PATH_CONSUMER=cdir, DYAD_WAIT_TIMEOUT=10,
+                       DYAD_SERVICE_URI=node.uri)
+
+        def consume(name):
+            return subprocess.run(AS_NOBODY + [harness.DYAD, "consume", os.path.join(cdir, name)],
+                                  capture_output=True, text=True, env=env, timeout=60)
+        p = consume("secret.bin")
+        assert p.returncode != 0, p.stderr
+        assert "is not readable by uid 65534 (mode 0600)" in p.stderr, p.stderr
+        assert not os.path.exists(os.path.join(cdir, "secret.bin"))
+        p = consume("open.bin")
+        assert p.returncode == 0, p.stderr
+        assert harness.sha256(os.path.join(cdir, "open.bin")) == harness.sha256(node.path("open.bin"))
+        assert node.status()["counters"]["refused_unreadable"] >= 1
+        # The service's own uid (root here) is served as before.
+        node.dyad("consume", node.path("secret.bin"), check=False)
