@@ -49,8 +49,8 @@ class Session : public std::enable_shared_from_this<Session> {
         socklen_t len = sizeof ss;
         unix_ = ::getsockname(sock_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len) == 0 &&
                 ss.ss_family == AF_UNIX;
-        std::string host;
-        peer_.address = unix_ ? std::string("unix") : remote_address(&host);
+        peer_.address =
+            unix_ ? std::string("unix") : socket_endpoint(sock_.native_handle(), /*peer=*/true);
         Principal who = principal_of(sock_.native_handle());
         peer_.key = std::move(who.key);
         peer_.trusted = who.trusted;
@@ -187,28 +187,6 @@ class Session : public std::enable_shared_from_this<Session> {
     }
 
   private:
-    // "IP:PORT" of the peer ("[IPv6]:PORT"), "" when unknown; its IP in *host.
-    std::string remote_address(std::string* host) {
-        sockaddr_storage ss{};
-        socklen_t len = sizeof ss;
-        if (::getpeername(sock_.native_handle(), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
-            return "";
-        char buf[INET6_ADDRSTRLEN] = {0};
-        if (ss.ss_family == AF_INET) {
-            auto* in = reinterpret_cast<sockaddr_in*>(&ss);
-            ::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
-            *host = buf;
-            return std::string(buf) + ":" + std::to_string(ntohs(in->sin_port));
-        }
-        if (ss.ss_family == AF_INET6) {
-            auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
-            ::inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf);
-            *host = buf;
-            return "[" + std::string(buf) + "]:" + std::to_string(ntohs(in6->sin6_port));
-        }
-        return "";
-    }
-
     uint64_t id_ = 0;
     struct Out {
         std::array<uint8_t, kHeaderSize> hdr;
