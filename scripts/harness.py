@@ -298,7 +298,7 @@ class NetnsUnavailable(OSError):
 # a letter per network of that process, so that leftovers of a killed run are
 # recognized (their pid is gone) and never confused with another live run's.
 # Interface names stay within IFNAMSIZ (15 characters).
-_NS_RE = re.compile(r"^dyadh-(\d+)-[a-z]-(?:n\d+|etcd)$")
+_NS_RE = re.compile(r"^dyadh-(\d+)-[a-z]-(?:n\d+|node\d+|etcd)$")
 _LINK_RE = re.compile(r"^dyh[bv](\d+)[a-z]\d*$")
 _live = set()  # every Cluster, NetnsNetwork, own-root Etcd not cleaned up yet (atexit cleans them)
 _letters = iter(())

@@ -12,6 +12,9 @@ import slurm_cluster
 
 DYAD = harness.DYAD
 WRAPPER = slurm_cluster.WRAPPER
+# pydyad (through libdyad's C API) from the source tree, on the build's library.
+PY = (f"env PYTHONPATH={os.path.join(harness.ROOT, 'python')} "
+      f"DYAD_LIBRARY={os.path.join(harness.BUILD, 'lib', 'libdyad.so')} /usr/bin/python3")
 
 
 def same(a, b):
@@ -37,10 +40,20 @@ def test_sbatch_dyad_consumer_first_producer_elsewhere(slurm, shared):
     """A consumer step starts first on node2 and waits; the producer step on
     node1 writes with an unmodified cp under the LD_PRELOAD wrapper and
     publishes another file with `dyad produce`; both arrive byte-identical
-    (cat under the wrapper, `dyad consume`). At the end nothing is left."""
+    (cat under the wrapper, `dyad consume`); a third goes through pydyad
+    (libdyad's C API) both ways. At the end nothing is left."""
     src = os.path.join(shared, "src.bin")
     harness.write_file(src, 3 << 20, seed=7)
     out = os.path.join(shared, "out.txt")
+    pyd = os.path.join(shared, "pyd.py")  # pydyad, libdyad's C API, both ways
+    with open(pyd, "w") as f:
+        f.write("import os, sys, pydyad\n"
+                "d = pydyad.Dyad()\n"
+                "d.init_env()\n"
+                "if sys.argv[1] == 'produce':\n"
+                "    d.produce(os.environ['DYAD_PATH_PRODUCER'] + '/run/c.bin')\n"
+                "else:\n"
+                "    d.consume(os.environ['DYAD_PATH_CONSUMER'] + '/run/c.bin')\n")
     script = os.path.join(shared, "job.sh")
     with open(script, "w") as f:
         f.write(f"""#!/bin/bash
@@ -50,9 +63,11 @@ set -e
 echo "batch: $DYAD_SERVICE_URI $DYAD_PATH_PRODUCER $DYAD_PATH_CONSUMER $DYAD_AUTH_KEY_FILE $DYAD_KVS_NAMESPACE"
 srun --overlap -N1 -n1 -w node2 bash -c 'LD_PRELOAD={WRAPPER} cat $DYAD_PATH_CONSUMER/run/a.bin > {shared}/a.copy' &
 srun --overlap -N1 -n1 -w node2 {DYAD} consume --timeout 60 $DYAD_PATH_CONSUMER/run/b.bin &
+srun --overlap -N1 -n1 -w node2 bash -c '{PY} {pyd} consume && cp $DYAD_PATH_CONSUMER/run/c.bin {shared}/c.copy' &
 srun --overlap -N1 -n1 -w node1 bash -c 'mkdir -p $DYAD_PATH_PRODUCER/run &&
   LD_PRELOAD={WRAPPER} cp {src} $DYAD_PATH_PRODUCER/run/a.bin &&
   cp {src} $DYAD_PATH_PRODUCER/run/b.bin && {DYAD} produce $DYAD_PATH_PRODUCER/run/b.bin &&
+  cp {src} $DYAD_PATH_PRODUCER/run/c.bin && {PY} {pyd} produce &&
   stat -c "key %a %U" $DYAD_AUTH_KEY_FILE && stat -c "dir %a %U" $(dirname $DYAD_AUTH_KEY_FILE)'
 wait
 srun --overlap -N1 -n1 -w node2 cp $DYAD_PATH_CONSUMER/run/b.bin {shared}/b.copy
@@ -67,6 +82,7 @@ echo done
     assert "fetched 3.0 MiB" in text, text
     assert same(src, os.path.join(shared, "a.copy")), info(slurm, job, out)
     assert same(src, os.path.join(shared, "b.copy")), info(slurm, job, out)
+    assert same(src, os.path.join(shared, "c.copy")), info(slurm, job, out)  # pydyad, the C API
     assert slurm.leftovers(job) == [], info(slurm, job, out)
 
 
