@@ -15,6 +15,7 @@ namespaces, unmounts and removes everything, whatever state a test left.
 """
 import atexit
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -52,6 +53,12 @@ def unavailable_reason():
 
 def _run(args, check=True, **kw):
     return subprocess.run(args, check=check, capture_output=True, text=True, **kw)
+
+
+def _under_tmp(paths):
+    """Those of `paths` (resolved) that lie under /tmp, none inside another."""
+    found = sorted({os.path.realpath(p) for p in paths if os.path.realpath(p).startswith("/tmp/")})
+    return [p for p in found if not any(p != q and p.startswith(q + "/") for q in found)]
 
 
 class SlurmCluster:
@@ -95,8 +102,16 @@ class SlurmCluster:
             os.chmod(tmp, 0o1777)
             ns_file = os.path.join(self.mnt, n)
             open(ns_file, "w").close()
+            # A checkout under /tmp (a CI clone) would vanish behind the
+            # node's own /tmp, and with it dyadd, the plugin and this
+            # cluster's files: it is bound into the node's /tmp at its path.
+            keep = ""
+            for path in _under_tmp([harness.ROOT, harness.BUILD]):
+                inner = os.path.join(tmp, os.path.relpath(path, "/tmp"))
+                os.makedirs(inner, exist_ok=True)
+                keep += f"mount --bind {shlex.quote(path)} {shlex.quote(inner)} && "
             _run(["unshare", f"--mount={ns_file}", "--propagation", "private", "sh", "-c",
-                  f"mount --bind {hosts} /etc/hosts && mount --bind {tmp} /tmp && "
+                  f"mount --bind {hosts} /etc/hosts && {keep}mount --rbind {tmp} /tmp && "
                   "mount -t tmpfs -o size=64m,mode=1777 dyad-test-shm /dev/shm"])
             self.node_mounts.append(ns_file)
         self._munge()
