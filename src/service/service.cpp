@@ -153,8 +153,18 @@ std::string live_holder(const std::string& id, const std::string& value,
     return "";
 }
 
-Status refuse_duplicate_id(const std::string& id, const std::string& holder,
-                           const std::string& store) {
+// One live dyadd per service id: `held` (the registry's entry for `id`, if
+// any) must not name a dyadd that still answers as `id`; one nobody answers
+// for is stale and may be replaced.
+Status refuse_if_live(const std::string& id, const Result<kvs::Entry>& held,
+                      std::shared_ptr<const auth::Key> key, const std::string& store) {
+    if (!held) return Status::ok();
+    rpc::Credentials me;
+    me.key = std::move(key);
+    me.role = "service";
+    me.service_id = id;
+    std::string holder = live_holder(id, held->value, me);
+    if (holder.empty()) return Status::ok();
     return Status(DYAD_RC_BADMANAGEDPATH,
                   "service id '" + id + "' is already registered in the metadata store (" + store +
                       ") by " + holder +
@@ -384,14 +394,9 @@ Status Service::start() {
         ext_ = opts_.external_store;
         ext_pool_ = std::make_unique<asio::thread_pool>(4);
         kvs::serve(*server_, *ext_, *ext_pool_);
-        if (auto held = ext_->get(kServicesNamespace, id_, Deadline::after(10))) {
-            rpc::Credentials me;
-            me.key = key_;
-            me.role = "service";
-            me.service_id = id_;
-            std::string who = live_holder(id_, held->value, me);
-            if (!who.empty()) return refuse_duplicate_id(id_, who, ext_->describe());
-        }
+        Status unique = refuse_if_live(id_, ext_->get(kServicesNamespace, id_, Deadline::after(10)),
+                                       key_, ext_->describe());
+        if (!unique) return unique;
         auto e = ext_->register_service(id_, reg.dump(-1, ' ', false, kBadUtf8Replaced),
                                         Deadline::after(30));
         if (!e)
@@ -426,14 +431,9 @@ Status Service::start() {
             [this](const std::function<bool()>& stopping) { return rejoin(stopping); });
         // One live dyadd per service id: a registration whose dyadd still
         // answers as this id is refused; one nobody answers for is stale.
-        if (auto held = remote_->get(kServicesNamespace, id_, Deadline::after(10))) {
-            rpc::Credentials probe;
-            probe.key = key_;
-            probe.role = "service";
-            probe.service_id = id_;
-            std::string who = live_holder(id_, held->value, probe);
-            if (!who.empty()) return refuse_duplicate_id(id_, who, opts_.kvs_uri);
-        }
+        Status unique = refuse_if_live(
+            id_, remote_->get(kServicesNamespace, id_, Deadline::after(10)), key_, opts_.kvs_uri);
+        if (!unique) return unique;
         auto v = remote_->put(kServicesNamespace, id_, reg.dump(-1, ' ', false, kBadUtf8Replaced),
                               Deadline::after(10));
         if (!v)
