@@ -218,6 +218,14 @@ class Node:
     def path(self, rel):
         return os.path.join(self.dir, rel)
 
+    def produce_text(self, rel, text):
+        """Writes `text` to `rel` beneath this node's directory and publishes it."""
+        path = self.path(rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        self.dyad("produce", path)
+
     def status(self):
         return json.loads(self.dyad("--json", "service", "status").stdout)
 

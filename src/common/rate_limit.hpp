@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // A log rate limit for warnings a peer can trigger: at most `max` lines
 // every `window`, then one line saying how many were left out. Thread-safe.
-// (The service's loop has its own for connection-level warnings:
-// rpc::Server::peer_warning_allowed.)
+// rpc::Server::peer_warning_allowed uses one for connection-level warnings.
 #pragma once
 
 #include <chrono>

@@ -234,27 +234,6 @@ void Server::accept_unix() {
     });
 }
 
-bool Server::peer_warning_allowed() {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - warn_window_start_ >= kPeerWarnWindow) {
-        if (warnings_left_out_ > 0)
-            DYAD_WARN("rpc",
-                      "%llu more warnings about peers were left out of the log (at most %u "
-                      "every %lld s; dyad service status counts every case)",
-                      static_cast<unsigned long long>(warnings_left_out_), kPeerWarnings,
-                      static_cast<long long>(kPeerWarnWindow.count()));
-        warn_window_start_ = now;
-        warnings_in_window_ = 0;
-        warnings_left_out_ = 0;
-    }
-    if (warnings_in_window_ < kPeerWarnings) {
-        ++warnings_in_window_;
-        return true;
-    }
-    ++warnings_left_out_;
-    return false;
-}
-
 void Server::start_session(asio::generic::stream_protocol::socket sock) {
     if (sessions_.size() >= max_sessions_) {
         ++connections_refused_;

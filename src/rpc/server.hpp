@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/auth.hpp"
+#include "common/rate_limit.hpp"
 #include "common/status.hpp"
 #include "wire.hpp"
 
@@ -210,12 +211,10 @@ class Server {
     uint64_t auth_refused() const { return auth_refused_; }
     void count_auth_refused() { ++auth_refused_; }
     // Warnings caused by peers (refusals, bad frames) are logged at most
-    // kPeerWarnings per kPeerWarnWindow (loop only): a flood of bad peers
+    // 20 every 10 s (log::RateLimit): a flood of bad peers
     // cannot flood the log. The next one logged after a window says how
     // many were left out; every case stays counted in the status.
-    bool peer_warning_allowed();
-    static constexpr unsigned kPeerWarnings = 20;
-    static constexpr std::chrono::seconds kPeerWarnWindow{10};
+    bool peer_warning_allowed() { return peer_warnings_.allow(); }
     // Sees every request from now on (null: none). Requests keep the
     // observer they started with.
     void set_observer(std::shared_ptr<RequestObserver> o) { observer_ = std::move(o); }
@@ -294,9 +293,7 @@ class Server {
     nlohmann::json hello_info_;
     AuthPolicy auth_;
     uint64_t auth_refused_ = 0;
-    std::chrono::steady_clock::time_point warn_window_start_{};
-    unsigned warnings_in_window_ = 0;
-    uint64_t warnings_left_out_ = 0;
+    log::RateLimit peer_warnings_{"rpc", "about peers; dyad service status counts every case"};
     uint64_t connections_refused_ = 0;
     std::chrono::milliseconds idle_timeout_{120000};
     uint64_t idle_closed_ = 0;

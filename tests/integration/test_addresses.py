@@ -34,9 +34,7 @@ def ucluster():
 
 
 def produce(node, name, text):
-    with open(node.path(name), "w") as f:
-        f.write(text)
-    node.dyad("produce", node.path(name))
+    node.produce_text(name, text)
 
 
 def legit_consume(prod, cons, name, mode):

@@ -15,10 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def produce(node, name, text):
-    path = node.path(name)
-    with open(path, "w") as f:
-        f.write(text)
-    node.dyad("produce", path)
+    node.produce_text(name, text)
 
 
 def start_relay(cluster, mode, target, service_id):

@@ -40,11 +40,7 @@ def shared_dir():
 
 
 def produce(node, name, text):
-    path = node.path(name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-    node.dyad("produce", path)
+    node.produce_text(name, text)
 
 
 def victim_file(cluster, name="victim", text="precious\n"):

@@ -19,11 +19,7 @@ from rawwire import END, ERROR, HELLO, HDR, MAGIC, RESPONSE, VERSION, Raw
 
 
 def produce(node, name, text):
-    path = node.path(name)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-    node.dyad("produce", path)
+    node.produce_text(name, text)
 
 
 def assert_legit_consume(prod, cons, name="legit.txt", text="legit bytes"):
