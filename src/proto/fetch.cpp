@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "proto/fetch.hpp"
+
+#include <cerrno>
+
+#include "common/json_text.hpp"
+#include "proto/fields.hpp"
+
+namespace dyad::proto {
+namespace {
+// A field of the protocol's lenient kind: of another type, it is absent.
+std::optional<std::string> loose_str(const nlohmann::json& j, const char* name) {
+    if (!j.is_object()) return std::nullopt;
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+}
+std::optional<uint64_t> loose_u64(const nlohmann::json& j, const char* name) {
+    if (!j.is_object()) return std::nullopt;
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+    if (it->is_number_unsigned()) return it->get<uint64_t>();
+    auto v = it->get<int64_t>();
+    if (v < 0) return std::nullopt;
+    return static_cast<uint64_t>(v);
+}
+}  // namespace
+
+std::string FetchRequest::transport_of(const nlohmann::json& args) {
+    return loose_str(args, "transport").value_or("");
+}
+
+Result<FetchRequest> FetchRequest::parse(const nlohmann::json& args) {
+    FetchRequest r;
+    auto up = loose_str(args, "upath");
+    if (!up) return Status(DYAD_RC_BADUNPACK, "fetch request without 'upath'", EINVAL);
+    r.upath = std::move(*up);
+    r.transport = transport_of(args);
+    r.generation = loose_u64(args, "generation").value_or(0);
+    r.ns = loose_str(args, "ns");
+    r.key = loose_str(args, "key");
+    return r;
+}
+
+void FetchRequest::build_into(nlohmann::json& args) const {
+    args["upath"] = upath;
+    if (!transport.empty()) args["transport"] = transport;
+    args["generation"] = generation;
+    if (ns) args["ns"] = *ns;
+    if (key) args["key"] = *key;
+}
+
+nlohmann::json FetchRequest::build() const {
+    nlohmann::json a = nlohmann::json::object();
+    build_into(a);
+    return a;
+}
+
+Result<FetchEnd> FetchEnd::parse(const nlohmann::json& meta, const std::string& upath) {
+    auto size = loose_u64(meta, "size");
+    auto hex = loose_str(meta, "xxh3");
+    if (!size || !hex)
+        return Status(DYAD_RC_BADRPC,
+                      "the end of the fetch of '" + upath + "' lacks its size or checksum: " +
+                          meta.dump(-1, ' ', false, kBadUtf8Replaced),
+                      EPROTO);
+    return FetchEnd{*size, std::move(*hex)};
+}
+
+nlohmann::json FetchEnd::build() const { return {{"size", size}, {"xxh3", xxh3}}; }
+
+nlohmann::json FetchStart::build(nlohmann::json extra) const {
+    if (!extra.is_object()) extra = nlohmann::json::object();
+    extra["size"] = size;
+    extra["transport"] = transport;
+    return extra;
+}
+
+Result<FetchStart> FetchStart::parse(const nlohmann::json& meta) {
+    Fields f(meta, "the first answer of a fetch");
+    FetchStart s;
+    s.size = f.u64("size");
+    s.transport = f.opt_str("transport").value_or("");
+    return finish(f, std::move(s));
+}
+
+Result<FetchManyRequest> FetchManyRequest::parse(const nlohmann::json& args) {
+    auto fs = args.is_object() ? args.find("files") : args.end();
+    if (!args.is_object() || fs == args.end() || !fs->is_array() || fs->empty() ||
+        fs->size() > kFetchManyFiles)
+        return Status(DYAD_RC_BADUNPACK,
+                      "fetch_many request without 'files' (1 to " +
+                          std::to_string(kFetchManyFiles) + " of them)",
+                      EINVAL);
+    FetchManyRequest r;
+    r.transport = FetchRequest::transport_of(args);
+    r.raw_answer = loose_str(args, "answer").value_or("") == "raw";
+    r.files.resize(fs->size());
+    for (size_t i = 0; i < fs->size(); ++i) {
+        const auto& e = (*fs)[i];
+        auto& f = r.files[i];
+        f.upath = loose_str(e, "upath");
+        f.generation = loose_u64(e, "generation").value_or(0);
+        f.ns = loose_str(e, "ns");
+        f.key = loose_str(e, "key");
+    }
+    return r;
+}
+
+nlohmann::json FetchManyRequest::build() const {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& f : files) {
+        nlohmann::json e = nlohmann::json::object();
+        if (f.upath) e["upath"] = *f.upath;
+        e["generation"] = f.generation;
+        if (f.ns) e["ns"] = *f.ns;
+        if (f.key) e["key"] = *f.key;
+        list.push_back(std::move(e));
+    }
+    nlohmann::json a = {{"files", std::move(list)}};
+    if (!transport.empty()) a["transport"] = transport;
+    if (raw_answer) a["answer"] = "raw";
+    return a;
+}
+
+FetchRequest FetchManyRequest::one(size_t i) const {
+    FetchRequest r;
+    const auto& f = files.at(i);
+    r.upath = f.upath.value_or("");
+    r.transport = transport;
+    r.generation = f.generation;
+    r.ns = f.ns;
+    r.key = f.key;
+    return r;
+}
+
+FetchManyItem FetchManyItem::served(uint64_t index, uint64_t size, std::string xxh3) {
+    FetchManyItem it;
+    it.index = index;
+    it.size = size;
+    it.xxh3 = std::move(xxh3);
+    return it;
+}
+
+FetchManyItem FetchManyItem::refusal(uint64_t index, const Status& st) {
+    FetchManyItem it;
+    it.index = index;
+    it.refused = true;
+    it.rc = static_cast<int>(st.rc());
+    it.err = st.err() ? st.err() : EIO;
+    it.msg = st.message();
+    return it;
+}
+
+nlohmann::json FetchManyItem::build() const {
+    if (refused) return {{"i", index}, {"rc", rc}, {"errno", err}, {"msg", msg}};
+    return {{"i", index}, {"size", size}, {"xxh3", xxh3}};
+}
+
+Result<FetchManyItem> FetchManyItem::parse(const nlohmann::json& meta) {
+    Fields f(meta, "an answer of dyad.fetch_many");
+    FetchManyItem it;
+    it.index = f.u64("i");
+    if (f.ok() && f.has("rc")) {
+        it.refused = true;
+        it.rc = static_cast<int>(f.i64("rc"));
+        it.err = static_cast<int>(f.opt_i64("errno").value_or(0));
+        it.msg = f.opt_str("msg", kMaxText).value_or("");
+    } else if (f.ok()) {
+        it.size = f.u64("size");
+        it.xxh3 = f.str("xxh3");
+    }
+    return finish(f, std::move(it));
+}
+
+nlohmann::json FetchManyEnd::build() const {
+    nlohmann::json e = {{"files", files}};
+    if (raw) e["format"] = "raw";
+    return e;
+}
+
+}  // namespace dyad::proto

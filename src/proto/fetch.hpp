@@ -1,0 +1,105 @@
+// SPDX-License-Identifier: Apache-2.0
+// The messages of dyad.fetch and dyad.fetch_many (docs/wire-protocol.md,
+// section 7): the consumer's request, the END trailer and the per-file
+// answers of fetch_many. A receiver's own fields (UCX, MARGO) travel in the
+// request beside these; the transports read and write them (src/dtl).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.hpp"
+
+namespace dyad::proto {
+
+// dyad.fetch's arguments.
+struct FetchRequest {
+    std::string upath;       // as the consumer names it (the service normalizes it)
+    std::string transport;   // "": not given (the service's universal backend)
+    uint64_t generation = 0; // of the consumer's record; 0: not checked
+    // Where the record is: used only by a service that restarted since it published.
+    std::optional<std::string> ns, key;
+
+    // The transport a request asks for ("" when absent or not a string);
+    // read before the rest, so an unknown transport is the error a peer sees first.
+    static std::string transport_of(const nlohmann::json& args);
+    // EINVAL / BADUNPACK "fetch request without 'upath'" when upath is
+    // missing or not a string; ns, key and generation of another type are
+    // taken as absent (the protocol's rule).
+    static Result<FetchRequest> parse(const nlohmann::json& args);
+    // Into `args` (which may already hold the receiver's fields).
+    void build_into(nlohmann::json& args) const;
+    nlohmann::json build() const;
+};
+
+// The END of a fetch: the size sent and the XXH3-64 of the bytes, in hex
+// ("" for an in-kernel copy, LOCAL).
+struct FetchEnd {
+    uint64_t size = 0;
+    std::string xxh3;
+    // BADRPC / EPROTO "the end of the fetch of 'UPATH' lacks its size or
+    // checksum: ..." when either is missing.
+    static Result<FetchEnd> parse(const nlohmann::json& meta, const std::string& upath);
+    nlohmann::json build() const;
+};
+
+// The first answer of a fetch: the size to expect and the transport that
+// sends it (a transport may add its own fields, given in `extra`).
+struct FetchStart {
+    uint64_t size = 0;
+    std::string transport;
+    nlohmann::json build(nlohmann::json extra = nlohmann::json::object()) const;
+    // size alone is required (the receiver checks the rest it needs).
+    static Result<FetchStart> parse(const nlohmann::json& meta);
+};
+
+// Most files one dyad.fetch_many may name.
+inline constexpr size_t kFetchManyFiles = 64;
+
+// dyad.fetch_many's arguments.
+struct FetchManyRequest {
+    struct File {
+        std::optional<std::string> upath;  // absent: this entry is refused alone
+        uint64_t generation = 0;
+        std::optional<std::string> ns, key;
+    };
+    std::string transport;
+    std::vector<File> files;
+    bool raw_answer = false;  // "answer": "raw" (compact answers)
+
+    // EINVAL / BADUNPACK "fetch_many request without 'files' (1 to 64 of
+    // them)" when files is missing, not an array, empty or too long.
+    static Result<FetchManyRequest> parse(const nlohmann::json& args);
+    nlohmann::json build() const;
+    // One entry as a FetchRequest (for the served-file checks).
+    FetchRequest one(size_t i) const;
+};
+
+// One answer frame of fetch_many (JSON form): a file served (size, xxh3)
+// or refused (rc, errno, msg).
+struct FetchManyItem {
+    uint64_t index = 0;
+    bool refused = false;
+    uint64_t size = 0;
+    std::string xxh3;
+    int rc = 0, err = 0;
+    std::string msg;
+    static FetchManyItem served(uint64_t index, uint64_t size, std::string xxh3);
+    static FetchManyItem refusal(uint64_t index, const Status& st);
+    nlohmann::json build() const;
+    // The index is required; an item with "rc" is a refusal.
+    static Result<FetchManyItem> parse(const nlohmann::json& meta);
+};
+
+// The END of fetch_many.
+struct FetchManyEnd {
+    uint64_t files = 0;
+    bool raw = false;
+    nlohmann::json build() const;
+};
+
+}  // namespace dyad::proto

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// dyad.publish (docs/wire-protocol.md, section 7): a producer asks its
+// node's dyadd to publish a file.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.hpp"
+
+namespace dyad::proto {
+
+struct PublishRequest {
+    std::string upath;              // relative to the producer directory
+    std::optional<std::string> ns;  // absent: the service's namespace
+    uint64_t key_depth = 3;
+    uint64_t key_bins = 1024;
+    uint64_t replaces = 0;  // the version of another owner's record this takes over
+
+    // EINVAL / BADUNPACK "publish request without 'upath'"; numbers absent
+    // or not unsigned integers take their defaults (the protocol's rule);
+    // the ranges (depth 0..64, bins 1..2^30) are checked by check().
+    static Result<PublishRequest> parse(const nlohmann::json& args);
+    Status check() const;
+    nlohmann::json build() const;
+};
+
+// The answer: the record's version (its generation), its key, the record.
+struct PublishAnswer {
+    uint64_t version = 0;
+    std::string key;
+    nlohmann::json record;
+    nlohmann::json build() const;
+    static Result<PublishAnswer> parse(const nlohmann::json& meta);
+};
+
+}  // namespace dyad::proto

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+// The fetch and publish messages: build and parse agree, and a peer's bad
+// fields give the protocol's errors.
+#include <gtest/gtest.h>
+
+#include "proto/fetch.hpp"
+#include "proto/publish.hpp"
+
+using namespace dyad::proto;
+using nlohmann::json;
+
+TEST(ProtoFetch, RequestRoundTripsAndKeepsReceiverFields) {
+    FetchRequest r;
+    r.upath = "a/b";
+    r.transport = "UCX";
+    r.generation = 7;
+    r.ns = "dyad";
+    r.key = "k";
+    json a = {{"ucx_tag", 3}};
+    r.build_into(a);
+    EXPECT_EQ(a["ucx_tag"], 3);
+    auto p = FetchRequest::parse(a);
+    ASSERT_TRUE(p.is_ok());
+    EXPECT_EQ(p->upath, "a/b");
+    EXPECT_EQ(p->transport, "UCX");
+    EXPECT_EQ(p->generation, 7u);
+    EXPECT_EQ(p->ns.value_or(""), "dyad");
+}
+
+TEST(ProtoFetch, RequestWithoutUpathAndLooseFields) {
+    json a = {{"transport", 5}, {"generation", -1}};
+    auto p = FetchRequest::parse(a);
+    ASSERT_FALSE(p.is_ok());
+    EXPECT_EQ(p.status().message(), "fetch request without 'upath'");
+    EXPECT_EQ(p.status().rc(), DYAD_RC_BADUNPACK);
+    EXPECT_EQ(FetchRequest::transport_of(a), "");
+    a["upath"] = "x";
+    p = FetchRequest::parse(a);
+    ASSERT_TRUE(p.is_ok());
+    EXPECT_EQ(p->generation, 0u);  // a negative generation is not checked
+}
+
+TEST(ProtoFetch, EndNeedsSizeAndChecksum) {
+    auto e = FetchEnd::parse(FetchEnd{5, "ab"}.build(), "f");
+    ASSERT_TRUE(e.is_ok());
+    EXPECT_EQ(e->size, 5u);
+    json bad = {{"size", 5}};
+    auto b = FetchEnd::parse(bad, "f");
+    ASSERT_FALSE(b.is_ok());
+    EXPECT_EQ(b.status().rc(), DYAD_RC_BADRPC);
+    EXPECT_NE(b.status().message().find("the end of the fetch of 'f' lacks"), std::string::npos);
+}
+
+TEST(ProtoFetch, FetchManyBoundsAndItems) {
+    json none = {{"files", json::array()}};
+    EXPECT_FALSE(FetchManyRequest::parse(none).is_ok());
+    FetchManyRequest r;
+    r.transport = "FLUX_RPC";
+    r.raw_answer = true;
+    r.files.resize(2);
+    r.files[0].upath = "a";
+    r.files[1].generation = 4;  // no upath: refused alone
+    auto p = FetchManyRequest::parse(r.build());
+    ASSERT_TRUE(p.is_ok());
+    EXPECT_TRUE(p->raw_answer);
+    EXPECT_EQ(p->files[0].upath.value_or(""), "a");
+    EXPECT_FALSE(p->files[1].upath.has_value());
+    json many = {{"files", json::array()}};
+    for (size_t i = 0; i <= kFetchManyFiles; ++i) many["files"].push_back({{"upath", "x"}});
+    EXPECT_FALSE(FetchManyRequest::parse(many).is_ok());
+
+    auto s = FetchManyItem::parse(FetchManyItem::served(1, 9, "ff").build());
+    ASSERT_TRUE(s.is_ok());
+    EXPECT_FALSE(s->refused);
+    EXPECT_EQ(s->size, 9u);
+    auto f = FetchManyItem::parse(
+        FetchManyItem::refusal(2, dyad::Status(DYAD_RC_BADFIO, "busy", EBUSY)).build());
+    ASSERT_TRUE(f.is_ok());
+    EXPECT_TRUE(f->refused);
+    EXPECT_EQ(f->err, EBUSY);
+    json noindex = {{"size", 1}};
+    EXPECT_FALSE(FetchManyItem::parse(noindex).is_ok());
+}
+
+TEST(ProtoPublish, DefaultsAndRanges) {
+    json a = {{"upath", "f"}, {"key_depth", "x"}, {"key_bins", 0}};
+    auto p = PublishRequest::parse(a);
+    ASSERT_TRUE(p.is_ok());
+    EXPECT_EQ(p->key_depth, 3u);  // not an integer: the default
+    EXPECT_EQ(p->key_bins, 0u);
+    EXPECT_FALSE(p->check().is_ok());
+    json none = json::object();
+    EXPECT_EQ(PublishRequest::parse(none).status().message(), "publish request without 'upath'");
+    PublishAnswer ans{12, "k", {{"path", "f"}}};
+    auto back = PublishAnswer::parse(ans.build());
+    ASSERT_TRUE(back.is_ok());
+    EXPECT_EQ(back->version, 12u);
+}
