@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: Apache-2.0
+// The per-node halves of `dyad job`: node-up starts this node's dyadd (and
+// waits until it accepts connections), node-down stops it and removes what
+// it left.
+#include "job/support.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/deadline.hpp"
+#include "common/fd.hpp"
+#include "job/hostlist.hpp"
+
+extern char** environ;
+
+namespace dyad::job::detail {
+namespace {
+namespace fs = std::filesystem;
+using clock = std::chrono::steady_clock;
+}  // namespace
+
+// ---- node-up ------------------------------------------------------------
+
+Result<std::string> resolve(const std::string& host) {
+    struct addrinfo hints = {};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    struct addrinfo* res = nullptr;
+    int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (rc != 0) {
+        hints.ai_family = AF_UNSPEC;
+        rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    }
+    if (rc != 0 || !res)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot resolve node name '" + host + "': " + ::gai_strerror(rc),
+                      EHOSTUNREACH);
+    char buf[INET6_ADDRSTRLEN] = {};
+    std::string out;
+    if (res->ai_family == AF_INET) {
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf,
+                    sizeof buf);
+        out = buf;
+    } else {
+        ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(res->ai_addr)->sin6_addr, buf,
+                    sizeof buf);
+        out = std::string("[") + buf + "]";
+    }
+    ::freeaddrinfo(res);
+    return out;
+}
+
+bool can_connect(const std::string& addr, unsigned port) {
+    std::string host = addr;
+    int family = AF_INET;
+    if (!host.empty() && host.front() == '[') {
+        host = host.substr(1, host.size() - 2);
+        family = AF_INET6;
+    }
+    UniqueFd s(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!s.valid()) return false;
+    if (family == AF_INET) {
+        sockaddr_in a = {};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+        return ::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    }
+    sockaddr_in6 a = {};
+    a.sin6_family = AF_INET6;
+    a.sin6_port = htons(static_cast<uint16_t>(port));
+    ::inet_pton(AF_INET6, host.c_str(), &a.sin6_addr);
+    return ::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+}
+
+// The job directory: created 0700 (or taken over from a crashed run of the
+// same job), owned by us, with no access for anyone else.
+Status make_job_dir(const std::string& dir) {
+    if (dir.empty() || dir.front() != '/')
+        return Status(DYAD_RC_BAD_CLI_PARSE, "--dir '" + dir + "' is not an absolute path", EINVAL);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+        return Status(DYAD_RC_SYSFAIL, "cannot create " + dir, errno);
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0) return Status(DYAD_RC_SYSFAIL, "cannot stat " + dir, errno);
+    if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid())
+        return Status(DYAD_RC_SYSFAIL, dir + " exists and is not a directory of this user", EEXIST);
+    if ((st.st_mode & 07777) != 0700 && ::chmod(dir.c_str(), 0700) != 0)
+        return Status(DYAD_RC_SYSFAIL, "cannot make " + dir + " mode 0700", errno);
+    std::string data = dir + "/" + kDataName, state = dir + "/state";
+    for (const auto& d : {data, state})
+        if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST)
+            return Status(DYAD_RC_SYSFAIL, "cannot create " + d, errno);
+    return Status::ok();
+}
+
+// The key, as 64 (or more) hex digits on standard input; never an argument.
+Status write_key_from_stdin(const std::string& path) {
+    std::string text;
+    char buf[256];
+    while (text.size() < 4096) {
+        ssize_t n = ::read(0, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        text.append(buf, static_cast<size_t>(n));
+        if (text.find('\n') != std::string::npos) break;
+    }
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    bool hex = text.size() >= 64;
+    for (char c : text) hex = hex && std::isxdigit(static_cast<unsigned char>(c));
+    if (!hex)
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      "no job key on standard input (64 hex digits expected; `dyad job start` and "
+                      "the SPANK plugin write it there)",
+                      EINVAL);
+    ::unlink(path.c_str());  // a crashed run's
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd.valid()) return Status(DYAD_RC_SYSFAIL, "cannot create " + path, errno);
+    text += "\n";
+    if (::fchmod(fd.get(), 0600) != 0 ||
+        ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+        return Status(DYAD_RC_SYSFAIL, "cannot write " + path, errno);
+    return Status::ok();
+}
+
+pid_t read_pid(const std::string& dir) {
+    std::ifstream in(dir + "/" + kPidName);
+    long pid = 0;
+    if (!(in >> pid) || pid <= 1) return -1;
+    return static_cast<pid_t>(pid);
+}
+
+// Process `pid` is this job's dyadd (not a recycled pid): its command line
+// names the job directory's socket.
+bool is_job_dyadd(pid_t pid, const std::string& dir) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return cmd.find(dir + "/" + kSocketName) != std::string::npos;
+}
+
+volatile sig_atomic_t g_child = -1;
+
+int node_up_checked(const Options& o, const std::string& where);
+
+int node_up(const Options& o) {
+    g_cmd = "dyad job node-up";
+    if (o.node.empty() || o.dir.empty() || o.job_id.empty() || !o.port)
+        return fail(
+            "--node, --dir, --job-id and --port are required (`dyad job start` gives them)");
+    const std::string where = o.node + " (" + o.dir + ")";
+    Options opt = o;
+    if (opt.first.empty() && !opt.nodes.empty()) {  // the SPANK plugin gives the job's hostlist
+        auto all = expand_hostlist(opt.nodes);
+        if (!all) return fail(where + ": " + all.status().message());
+        auto at = std::find(all->begin(), all->end(), opt.node);
+        if (at == all->end()) return fail(where + ": " + opt.node + " is not in " + opt.nodes);
+        opt.first = all->front();
+        opt.rank = static_cast<unsigned>(at - all->begin());
+    }
+    return node_up_checked(opt, where);
+}
+
+int node_up_checked(const Options& o, const std::string& where) {
+    ::umask(077);
+    if (pid_t old = read_pid(o.dir); old > 0 && ::kill(old, 0) == 0 && is_job_dyadd(old, o.dir))
+        return fail(where + ": a dyadd of this job runs already (pid " + std::to_string(old) + ")");
+    if (Status s = make_job_dir(o.dir); !s) return fail(where + ": " + s.message());
+    const std::string key = o.dir + "/" + kKeyName, log = o.dir + "/" + kLogName;
+    if (Status s = write_key_from_stdin(key); !s) return fail(where + ": " + s.message());
+    auto cleanup = [&] {  // a failed start leaves the log only
+        ::unlink(key.c_str());
+        std::error_code ec;
+        fs::remove_all(o.dir + "/" + kDataName, ec);
+        fs::remove_all(o.dir + "/state", ec);
+        ::unlink((o.dir + "/" + kSocketName).c_str());
+    };
+    auto addr = resolve(o.node);
+    if (!addr) return cleanup(), fail(where + ": " + addr.status().message());
+    const Deadline deadline = Deadline::after(o.timeout);
+
+    std::vector<std::string> argv = {
+        o.dyadd.empty() ? default_dyadd() : o.dyadd,
+        "--node",
+        o.node,
+        "--rank",
+        std::to_string(o.rank),
+        "--listen",
+        addr.value() + ":" + std::to_string(o.port),
+        "--socket",
+        o.dir + "/" + kSocketName,
+        "--auth-key",
+        key,
+        "--namespace",
+        o.kvs_namespace.empty() ? "dyad-job-" + o.job_id : o.kvs_namespace,
+        "--state-dir",
+        o.dir + "/state"};
+    if (!o.kvs.empty()) {
+        argv.insert(argv.end(), {"--kvs", o.kvs});
+    } else if (!o.first.empty() && o.first != o.node) {
+        // The first node's dyadd hosts the store: wait until it listens.
+        auto first = resolve(o.first);
+        if (!first) return cleanup(), fail(where + ": " + first.status().message());
+        while (!can_connect(first.value(), o.port)) {
+            if (deadline.expired())
+                return cleanup(), fail(where + ": the store on the first node " + o.first + " (" +
+                                       first.value() + ":" + std::to_string(o.port) +
+                                       ") did not answer within " + std::to_string(int(o.timeout)) +
+                                       " s; see that node's " + log);
+            ::usleep(10000);  // a remote port: nothing to block on but a retry
+        }
+        argv.insert(argv.end(), {"--kvs", "tcp://" + first.value() + ":" + std::to_string(o.port)});
+    }
+    argv.insert(argv.end(), o.dyadd_args.begin(), o.dyadd_args.end());
+    argv.push_back(o.dir + "/" + kDataName);
+
+    UniqueFd logfd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (!logfd.valid())
+        return cleanup(), fail(where + ": cannot create " + log + ": " + std::strerror(errno));
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = ::fork();
+    if (pid < 0) return cleanup(), fail(where + ": fork: " + std::strerror(errno));
+    if (pid == 0) {
+        if (o.detach) ::setsid();
+        int devnull = ::open("/dev/null", O_RDONLY);
+        ::dup2(devnull, 0);
+        ::dup2(logfd.get(), 1);
+        ::dup2(logfd.get(), 2);
+        // The job's settings are its arguments, not the caller's DYAD_* variables.
+        for (const char* v : {"DYAD_AUTH_KEY_FILE", "DYAD_KVS_NAMESPACE", "DYAD_NODE_ID",
+                              "DYAD_NODE_RANK", "DYAD_PATH_PRODUCER", "DYAD_SERVICE_URI"})
+            ::unsetenv(v);
+        ::execv(args[0], args.data());
+        std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+        ::_exit(127);
+    }
+    g_child = pid;
+    UniqueFd pfd(pidfd_open(pid));
+    // Ready: its TCP port accepts connections (dyadd listens once it has
+    // registered in the store); exited: the log says why.
+    bool ready = false;
+    while (!ready) {
+        struct pollfd p = {pfd.get(), POLLIN, 0};
+        int r = pfd.valid() ? ::poll(&p, 1, 10) : (::usleep(10000), 0);
+        int status = 0;
+        if (r > 0 || ::waitpid(pid, &status, WNOHANG) == pid) {
+            if (r > 0) ::waitpid(pid, &status, 0);
+            std::string how = WIFEXITED(status)
+                                  ? "exited with " + std::to_string(WEXITSTATUS(status))
+                                  : "was killed by signal " + std::to_string(WTERMSIG(status));
+            cleanup();
+            return fail(where + ": dyadd " + how + " during its start; last lines of " + log +
+                        ":\n" + last_lines(log));
+        }
+        ready = can_connect(addr.value(), o.port);
+        if (!ready && deadline.expired()) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+            cleanup();
+            return fail(where + ": dyadd was not ready within " + std::to_string(int(o.timeout)) +
+                        " s; last lines of " + log + ":\n" + last_lines(log));
+        }
+    }
+    {
+        std::ofstream pf(o.dir + "/" + kPidName);
+        pf << pid << "\n";
+    }
+    std::printf("ready %s %s:%u pid %d\n", o.node.c_str(), addr.value().c_str(), o.port, pid);
+    std::fflush(stdout);
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::close(devnull);
+    if (o.detach) return 0;
+    // Stay its parent: the launcher's process (an srun step) lives as long
+    // as the service; a signal to us goes on to it.
+    struct sigaction sa = {};
+    sa.sa_handler = [](int sig) {
+        if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+    };
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// ---- node-down ----------------------------------------------------------
+
+// Files of /dev/shm that dyadd `pid` made (libfabric's shm regions are named
+// "PID:..."; a SIGKILLed dyadd could not remove them) and that we own.
+void remove_shm_of(pid_t pid) {
+    std::error_code ec;
+    const std::string p = std::to_string(pid);
+    for (const auto& e : fs::directory_iterator("/dev/shm", ec)) {
+        std::string name = e.path().filename().string();
+        bool ours = name.rfind(p + ":", 0) == 0 || name.rfind(p + "_", 0) == 0 ||
+                    name.find("_" + p + "_") != std::string::npos ||
+                    name.find("-" + p + "-") != std::string::npos;
+        struct stat st;
+        if (ours && ::lstat(e.path().c_str(), &st) == 0 && st.st_uid == ::getuid())
+            ::unlink(e.path().c_str());
+    }
+}
+
+int node_down(const Options& o) {
+    g_cmd = "dyad job node-down";
+    if (o.dir.empty() || o.dir.front() != '/') return fail("--dir must be an absolute path");
+    struct stat st;
+    if (::lstat(o.dir.c_str(), &st) != 0) return 0;  // nothing here (stopped already)
+    if (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid())
+        return fail(o.dir + " is not a directory of this user: left alone");
+    int rc = 0;
+    pid_t pid = read_pid(o.dir);
+    if (pid > 0 && ::kill(pid, 0) == 0 && is_job_dyadd(pid, o.dir)) {
+        ::kill(pid, SIGTERM);
+        if (!wait_gone(pid, Deadline::after(o.timeout < 10 ? o.timeout : 10))) {
+            ::kill(pid, SIGKILL);
+            if (!wait_gone(pid, Deadline::after(5))) {
+                rc = fail(o.dir + ": dyadd (pid " + std::to_string(pid) + ") does not end");
+            }
+        }
+    }
+    if (pid > 0) remove_shm_of(pid);
+    ::unlink((o.dir + "/" + kKeyName).c_str());
+    std::error_code ec;
+    if (o.keep || o.keep_log) {
+        for (const auto& e : fs::directory_iterator(o.dir, ec)) {
+            std::string n = e.path().filename().string();
+            if (o.keep ? n == kSocketName || n == kPidName : n != kLogName)
+                fs::remove_all(e.path(), ec);
+        }
+    } else {
+        fs::remove_all(o.dir, ec);
+        if (ec) rc = fail("cannot remove " + o.dir + ": " + ec.message());
+    }
+    return rc;
+}
+
+}  // namespace dyad::job::detail
