@@ -11,11 +11,13 @@ inherited from its parent, so a :class:`Dyad` used in a child process drops
 the inherited context and initialises a new one with the same settings (see
 :meth:`Dyad._check_fork`).
 """
+import ast
 import ctypes
 import ctypes.util
 import enum
 import os
 import platform
+import re
 import sys
 import sysconfig
 import threading
@@ -90,10 +92,24 @@ class DyadError(RuntimeError):
     ``rc`` is the integer code, ``rc_name`` its name (``DYAD_RC_NOTFOUND``...),
     ``message`` the explanation from ``dyad_last_error()``, ``call`` the C
     function, ``path`` the file concerned (or None).
+
+    It survives pickling and being re-raised from one string, as PyTorch's
+    DataLoader does with an error of a worker (``type(e)(text)``): the
+    string is then the whole text (the worker's traceback included), and
+    ``rc``, ``call`` and ``path`` are recovered from it where it names them.
     """
 
-    def __init__(self, rc, message="", call=None, path=None):
-        self.rc = int(rc)
+    _TEXT = re.compile(r"DyadError: (?P<call>\w+)(?:\((?P<path>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\))? "
+                       r"failed: (?P<name>DYAD_RC_\w+(?:\(-?\d+\))?) \((?P<rc>-?\d+)\)")
+
+    def __init__(self, rc=None, message="", call=None, path=None):
+        if isinstance(rc, str) and not message and call is None and path is None:
+            try:
+                rc = int(rc)
+            except ValueError:
+                self._from_text(rc)
+                return
+        self.rc = int(rc) if rc is not None else -1
         self.rc_name = rc_name(self.rc)
         self.message = message or ""
         self.call = call
@@ -106,8 +122,30 @@ class DyadError(RuntimeError):
             text += f": {self.message}"
         super().__init__(text)
 
+    def _from_text(self, text):
+        """Built from one string (a re-raise): keep it whole, learn what it names."""
+        m = self._TEXT.search(text)
+        self.rc = int(m.group("rc")) if m else -1
+        self.rc_name = rc_name(self.rc)
+        self.call = m.group("call") if m else None
+        self.path = None
+        if m and m.group("path"):
+            try:
+                self.path = ast.literal_eval(m.group("path"))
+            except (ValueError, SyntaxError):
+                self.path = m.group("path")[1:-1]
+        self.message = text
+        super().__init__(text)
+
     def __reduce__(self):  # picklable, e.g. across DataLoader workers
-        return (DyadError, (self.rc, self.message, self.call, self.path))
+        return (_rebuild_dyad_error, (self.rc, self.message, self.call, self.path, str(self)))
+
+
+def _rebuild_dyad_error(rc, message, call, path, text):
+    e = DyadError(rc, message, call, path)
+    if str(e) != text:  # built from one string: keep that string
+        e = DyadError(text)
+    return e
 
 
 class DyadLibraryError(OSError):

@@ -234,3 +234,29 @@ def test_spawned_workers(cluster, tmp_path):
     assert len(out["pids"]) == 2 and out["me"] not in out["pids"]
     assert out["own_ctx"] is True
     assert prod.status()["counters"]["served"] == 6
+
+
+def test_worker_error_reaches_the_parent_whole(cluster):
+    """A DyadError in a DataLoader worker is re-raised by torch from one
+    string (type(e)(text)): the parent gets a DyadError that names the
+    file and DYAD's explanation, not a ValueError from int(text)."""
+    cons = cluster[1]
+    p = run_py(cons, defs=DEFS, check=False, code="""
+        ds = DyadDataset(["samples/never-produced.npy"])
+        try:
+            for _ in DataLoader(ds, batch_size=1, num_workers=2):
+                pass
+            print(json.dumps({"raised": None}))
+        except Exception as e:
+            import pickle
+            again = pickle.loads(pickle.dumps(e))
+            print(json.dumps({"raised": type(e).__name__, "text": str(e), "rc": getattr(e, "rc", None),
+                              "path": getattr(e, "path", None), "again": str(again) == str(e)}))
+    """, DYAD_WAIT_TIMEOUT=1)
+    out = last_json(p.stdout)
+    assert out["raised"] == "DyadError", p.stdout + p.stderr
+    assert "never-produced.npy" in out["text"]
+    assert "DataLoader worker" in out["text"]
+    assert out["rc"] is not None and out["rc"] < 0
+    assert out["path"] and out["path"].endswith("never-produced.npy")
+    assert out["again"] is True
