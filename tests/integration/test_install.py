@@ -499,3 +499,34 @@ def test_nothing_installed_names_the_source_or_build_tree(prefix):
             assert entry.startswith("$ORIGIN"), (path, entry)
             resolved = os.path.realpath(entry.replace("$ORIGIN", os.path.dirname(path)))
             assert resolved == real_libdir or not os.path.exists(resolved), (path, entry)
+
+
+def sections(path):
+    out = subprocess.run(["readelf", "-S", "-W", path], capture_output=True, text=True, check=True).stdout
+    return set(re.findall(r"\]\s+(\.\S+)", out))
+
+
+def test_installed_binaries_ship_without_debug_information(prefix):
+    """Programs and libraries are installed stripped of their debug
+    information, which lies beside them in .debug/NAME.debug, named by the
+    file's .gnu_debuglink (where gdb looks); the split halves are small
+    and complete."""
+    prefix, bindir, libdir = prefix
+    files = [os.path.join(bindir, "dyadd"), os.path.join(bindir, "dyad"),
+             os.path.realpath(os.path.join(libdir, "libdyad.so")),
+             os.path.join(libdir, "libdyad_wrapper.so")]
+    if os.path.exists(os.path.join(libdir, "libdyad_ofi.so")):
+        files.append(os.path.join(libdir, "libdyad_ofi.so"))
+    for path in files:
+        have = sections(path)
+        assert ".debug_info" not in have, f"{path} still carries its debug information"
+        assert ".symtab" in have, f"{path} lost its symbol table (backtraces need it)"
+        assert ".gnu_debuglink" in have, path
+        link = subprocess.run(["readelf", "--string-dump=.gnu_debuglink", path], capture_output=True,
+                              check=True).stdout.decode(errors="replace")
+        name = os.path.basename(path) + ".debug"
+        assert name in link, (path, link)
+        debug = os.path.join(os.path.dirname(path), ".debug", name)
+        assert os.path.exists(debug), debug
+        assert ".debug_info" in sections(debug), debug
+    assert os.path.getsize(os.path.realpath(os.path.join(libdir, "libdyad.so"))) < 16 << 20
