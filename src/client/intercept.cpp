@@ -56,6 +56,27 @@ int oflag_of_fmode(const char* mode) {
     }
 }
 
+namespace {
+bool six_alnum(const char* s, size_t n) {
+    if (n != 6) return false;
+    for (size_t i = 0; i < n; ++i)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9')))
+            return false;
+    return true;
+}
+}  // namespace
+
+bool is_tool_temporary(const char* base) {
+    if (!base) return false;
+    const size_t n = std::strlen(base);
+    // sed -i: "sed" and six letters or digits (mkostemp's suffix).
+    if (n == 9 && std::strncmp(base, "sed", 3) == 0 && six_alnum(base + 3, 6)) return true;
+    // rsync: "." NAME "." and six letters or digits, NAME not empty.
+    if (n >= 9 && base[0] == '.' && base[n - 7] == '.' && six_alnum(base + n - 6, 6)) return true;
+    return false;
+}
+
 InterceptPolicy::InterceptPolicy(const Client& c) {
     if (!c.producer_dir().empty()) {
         prod_ = lexical_absolute(c.producer_dir().given());

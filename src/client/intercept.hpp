@@ -43,6 +43,13 @@ class InterceptPolicy {
     std::string prod_, prod_canon_, cons_, cons_canon_;
 };
 
+// Whether the file name `base` (no directory) is a tool's temporary that is
+// renamed into place once written: rsync's ".NAME.XXXXXX" and sed -i's
+// "sedXXXXXX" (X: a letter or digit). The wrapper does not publish those at
+// close; the rename publishes the real name (docs/user-guide.md, "The
+// wrapper and everyday tools").
+bool is_tool_temporary(const char* base);
+
 // errno for a failed consume: ETIMEDOUT, ENOENT, ECONNREFUSED, EIO, ...
 int errno_for(const Status& s);
 

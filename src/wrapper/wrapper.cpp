@@ -10,6 +10,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <memory>
@@ -42,6 +43,9 @@ using dup_fn = int (*)(int);
 using dup2_fn = int (*)(int, int);
 using dup3_fn = int (*)(int, int, int);
 using fcntl_fn = int (*)(int, int, ...);
+using rename_fn = int (*)(const char*, const char*);
+using renameat_fn = int (*)(int, const char*, int, const char*);
+using renameat2_fn = int (*)(int, const char*, int, const char*, unsigned);
 
 template <typename F>
 F resolve(F& slot, const char* name) {
@@ -80,6 +84,9 @@ REAL(dup2_fn, dup2)
 REAL(dup3_fn, dup3)
 REAL(fcntl_fn, fcntl)
 REAL(fcntl_fn, fcntl64)
+REAL(rename_fn, rename)
+REAL(renameat_fn, renameat)
+REAL(renameat2_fn, renameat2)
 
 // ---- state ----
 __attribute__((tls_model("initial-exec"))) thread_local bool t_busy = false;
@@ -138,7 +145,12 @@ void release(WriteEntry* e) {
     if (e->owner == getpid()) {
         if (State* st = g_state.load(std::memory_order_acquire)) {
             int saved = errno;
-            publish(st, e->path);
+            const char* slash = std::strrchr(e->path.c_str(), '/');
+            if (dyad::client::is_tool_temporary(slash ? slash + 1 : e->path.c_str()))
+                DYAD_DEBUG("wrapper", "'%s' looks like a tool's temporary: published when renamed",
+                           e->path.c_str());
+            else
+                publish(st, e->path);
             errno = saved;
         }
     }
@@ -246,6 +258,56 @@ int do_close(int fd) {
     return rc;
 }
 
+// After a successful rename of `from` to `to` (both absolute): a file still
+// open for writing under the old name is published under the new one when
+// it is closed; a closed file renamed into (or inside) the producer
+// directory is published now under its new name (mv, rsync, sed -i).
+void after_rename(State* st, const char* from, const char* to) {
+    bool open_for_writing = false;
+    if (st->policy->under_producer(from)) {  // only such files have entries
+        std::lock_guard<std::mutex> lk(g_table_mu);
+        for (int fd = 0; fd < kMaxFd; ++fd) {
+            WriteEntry* e = g_fds[fd].load(std::memory_order_acquire);
+            if (e && e->path == from) {
+                e->path = to;
+                open_for_writing = true;
+            }
+        }
+    }
+    if (open_for_writing || !st->policy->under_producer(to)) return;
+    struct stat sb;
+    if (::lstat(to, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
+    const char* slash = std::strrchr(to, '/');
+    if (dyad::client::is_tool_temporary(slash ? slash + 1 : to)) return;
+    int saved = errno;
+    publish(st, to);
+    errno = saved;
+}
+
+template <typename Call>
+int do_rename(int fromfd, const char* from, int tofd, const char* to, Call call) {
+    State* st = active();
+    if (!st) return call();
+    char from_abs[PATH_MAX], to_abs[PATH_MAX];
+    const bool known = InterceptPolicy::absolute(fromfd, from, from_abs, PATH_MAX) &&
+                       InterceptPolicy::absolute(tofd, to, to_abs, PATH_MAX);
+    int rc = call();
+    if (rc == 0 && known) after_rename(st, from_abs, to_abs);
+    return rc;
+}
+
+// Warns once per process tree (the environment carries it to children)
+// that the wrapper is loaded with no managed directory: it does nothing.
+void warn_inert() {
+    // A marker between processes, not a setting (so not in the config module).
+    if (std::getenv("DYAD_WRAPPER_WARNED")) return;
+    std::fprintf(stderr,
+                 "dyad: libdyad_wrapper.so is loaded but neither DYAD_PATH_PRODUCER nor "
+                 "DYAD_PATH_CONSUMER is set: this program's files are neither published nor "
+                 "consumed (set them, or remove the wrapper from LD_PRELOAD)\n");
+    setenv("DYAD_WRAPPER_WARNED", "1", 1);
+}
+
 void after_fork_child() {
     if (State* st = g_state.load()) st->client->reset_after_fork();
 }
@@ -258,7 +320,7 @@ __attribute__((constructor)) void wrapper_init() {
         return;
     }
     dyad::log::set_level(cfg->log_level);
-    if (cfg->prod_path.empty() && cfg->cons_path.empty()) return;  // inert
+    if (cfg->prod_path.empty() && cfg->cons_path.empty()) return warn_inert();
     auto c = dyad::client::Client::create(cfg.value());
     if (!c) {
         std::fprintf(stderr, "dyad: wrapper disabled: %s\n", c.status().to_string().c_str());
@@ -422,6 +484,24 @@ __attribute__((visibility("default"))) int fcntl64(int fd, int cmd, ...) {
     void* arg = va_arg(ap, void*);
     va_end(ap);
     return do_fcntl(orig_fcntl64(), fd, cmd, arg);
+}
+
+__attribute__((visibility("default"))) int rename(const char* from, const char* to) {
+    return do_rename(AT_FDCWD, from, AT_FDCWD, to, [&] { return orig_rename()(from, to); });
+}
+__attribute__((visibility("default"))) int renameat(int fromfd, const char* from, int tofd,
+                                                    const char* to) {
+    return do_rename(fromfd, from, tofd, to,
+                     [&] { return orig_renameat()(fromfd, from, tofd, to); });
+}
+__attribute__((visibility("default"))) int renameat2(int fromfd, const char* from, int tofd,
+                                                     const char* to, unsigned flags) {
+    auto real = orig_renameat2();
+    if (!real) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return do_rename(fromfd, from, tofd, to, [&] { return real(fromfd, from, tofd, to, flags); });
 }
 
 }  // extern "C"

@@ -236,3 +236,78 @@ def test_dyad_internal_files_are_not_consumed(mcluster):
     p = subprocess.run(["cat", cons.path(".dyad/locks/" + locks[0])], env=wenv(cons, DYAD_WAIT_TIMEOUT=5),
                        capture_output=True, timeout=30)
     assert p.returncode == 0 and time.monotonic() - t0 < 2
+
+
+def penv(node, **extra):
+    """A producer's environment alone (no consumer directory), as a job's
+    producer step has it."""
+    return node.env(consumer=False, **{**PRELOAD, **extra})
+
+
+def listed(node, prefix):
+    """{path: generation} of the records under prefix."""
+    out = node.dyad("--json", "ls", prefix).stdout
+    return {json.loads(l)["path"]: json.loads(l)["generation"] for l in out.splitlines() if l.strip()}
+
+
+def consume_bytes(node, rel, timeout=15):
+    p = subprocess.run(["cat", node.path(rel)], env=wenv(node, DYAD_WAIT_TIMEOUT=timeout),
+                       capture_output=True, timeout=timeout + 60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def test_rsync_publishes_the_real_name_not_its_temporary(mcluster, tmp_path):
+    """rsync writes '.NAME.XXXXXX' and renames it into place: the real name
+    is published, the temporary never is."""
+    prod, cons = mcluster[0], mcluster[1]
+    src = tmp_path / "r.bin"
+    harness.write_file(str(src), (1 << 20) + 5, seed=31)
+    os.makedirs(prod.path("tools"), exist_ok=True)
+    run(["rsync", str(src), prod.path("tools/r.bin")], penv(prod))
+    assert consume_bytes(cons, "tools/r.bin") == src.read_bytes()
+    names = listed(prod, "tools/")
+    assert "tools/r.bin" in names, names
+    assert not [n for n in names if n.startswith("tools/.r.bin.")], names
+
+
+def test_mv_into_the_producer_directory_publishes(mcluster):
+    """A rename (mv within one file system) into the producer directory
+    publishes the new name."""
+    prod, cons = mcluster[0], mcluster[1]
+    outside = os.path.normpath(os.path.join(os.path.dirname(prod.dir), "outside-mv.bin"))
+    harness.write_file(outside, 4096 + 3, seed=32)
+    want = open(outside, "rb").read()
+    os.makedirs(prod.path("tools"), exist_ok=True)
+    assert os.stat(outside).st_dev == os.stat(prod.dir).st_dev  # a rename, not a copy
+    run(["mv", outside, prod.path("tools/moved.bin")], penv(prod))
+    assert consume_bytes(cons, "tools/moved.bin") == want
+    # and a rename inside the directory publishes the new name too
+    run(["mv", prod.path("tools/moved.bin"), prod.path("tools/moved-again.bin")], penv(prod))
+    assert consume_bytes(cons, "tools/moved-again.bin") == want
+
+
+def test_sed_in_place_publishes_the_new_contents(mcluster):
+    """sed -i writes 'sedXXXXXX' and renames it onto the file: the file is
+    published again (a new generation), its temporary never."""
+    prod = mcluster[0]
+    os.makedirs(prod.path("tools"), exist_ok=True)
+    run(["sh", "-c", f"printf 'alpha\\n' > {prod.path('tools/s.txt')}"], penv(prod))
+    before = listed(prod, "tools/s.txt")["tools/s.txt"]
+    run(["sed", "-i", "s/alpha/omega/", prod.path("tools/s.txt")], penv(prod))
+    after = listed(prod, "tools/")
+    assert after["tools/s.txt"] != before, after
+    assert not [n for n in after if os.path.basename(n).startswith("sed")], after
+    rec = json.loads(prod.dyad("--json", "stat", prod.path("tools/s.txt")).stdout)
+    assert rec["size"] == len("omega\n")
+
+
+def test_an_inert_wrapper_says_so_once(tmp_path):
+    """Loaded with no managed directory, the wrapper warns once per process
+    tree that it does nothing (it used to be silent)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DYAD_")}
+    env.update(PRELOAD)
+    p = subprocess.run(["sh", "-c", f"cp /etc/hostname {tmp_path}/a; cp {tmp_path}/a {tmp_path}/b"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0
+    assert p.stderr.count("neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set") == 1, p.stderr
