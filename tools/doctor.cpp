@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dyad doctor`: checks in one go what a new user most often gets wrong
+// (the settings, the managed directories, the key, the service URI, the
+// producer directory the service serves, its metadata store, the chosen
+// transport) and says what to fix. Read-only: it creates and publishes
+// nothing.
+#include "doctor.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "client/client.hpp"
+#include "common/auth.hpp"
+#include "common/config.hpp"
+#include "common/json_text.hpp"
+#include "common/settings.hpp"
+
+namespace dyad::tools {
+namespace {
+
+enum class Verdict { ok, note, warn, fail };
+
+const char* word(Verdict v) {
+    switch (v) {
+        case Verdict::ok:
+            return "ok";
+        case Verdict::note:
+            return "note";
+        case Verdict::warn:
+            return "warn";
+        default:
+            return "FAIL";
+    }
+}
+
+struct Check {
+    std::string name;
+    Verdict verdict = Verdict::ok;
+    std::string detail;
+    std::string fix;  // what to do ("" when nothing)
+};
+
+class Report {
+  public:
+    void add(std::string name, Verdict v, std::string detail, std::string fix = "") {
+        checks_.push_back({std::move(name), v, std::move(detail), std::move(fix)});
+    }
+    bool failed() const {
+        for (const auto& c : checks_)
+            if (c.verdict == Verdict::fail) return true;
+        return false;
+    }
+    void print(bool json) const {
+        if (json) {
+            nlohmann::json list = nlohmann::json::array();
+            for (const auto& c : checks_)
+                list.push_back({{"check", c.name},
+                                {"verdict", word(c.verdict)},
+                                {"detail", c.detail},
+                                {"fix", c.fix}});
+            std::cout << nlohmann::json({{"ok", !failed()}, {"checks", list}})
+                             .dump(2, ' ', false, kBadUtf8Replaced)
+                      << "\n";
+            return;
+        }
+        for (const auto& c : checks_) {
+            std::printf("%-5s %-18s %s\n", word(c.verdict), c.name.c_str(), c.detail.c_str());
+            if (!c.fix.empty()) std::printf("      %-18s fix: %s\n", "", c.fix.c_str());
+        }
+        std::printf("%s\n", failed() ? "Something above needs fixing (FAIL)."
+                                     : "Nothing blocks DYAD here.");
+    }
+
+  private:
+    std::vector<Check> checks_;
+};
+
+std::string canonical(const std::string& p) {
+    std::error_code ec;
+    auto c = std::filesystem::canonical(p, ec);
+    return ec ? p : c.string();
+}
+
+// One managed directory: set, a directory, writable by this user.
+void check_dir(Report& r, const char* var, const std::string& path, const char* role) {
+    const std::string name = std::string(role) + " directory";
+    if (path.empty()) {
+        r.add(name, Verdict::note, std::string(var) + " is not set: this process " +
+                                       (std::string(role) == "producer" ? "publishes" : "consumes") +
+                                       " nothing through DYAD");
+        return;
+    }
+    struct stat sb;
+    if (::stat(path.c_str(), &sb) != 0) {
+        r.add(name, Verdict::fail, path + " (" + var + ") does not exist",
+              "create it (mkdir -p " + path + ") or point " + var + " at node-local storage");
+        return;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        r.add(name, Verdict::fail, path + " (" + var + ") is not a directory",
+              "point " + std::string(var) + " at a directory");
+        return;
+    }
+    if (::access(path.c_str(), W_OK | X_OK) != 0) {
+        r.add(name, Verdict::fail, path + " (" + var + ") is not writable by this user",
+              "use a directory of yours, or fix its permissions");
+        return;
+    }
+    r.add(name, Verdict::ok, path);
+}
+
+void check_dirs(Report& r, const Config& cfg) {
+    check_dir(r, "DYAD_PATH_PRODUCER", cfg.prod_path, "producer");
+    check_dir(r, "DYAD_PATH_CONSUMER", cfg.cons_path, "consumer");
+    if (cfg.prod_path.empty() && cfg.cons_path.empty()) {
+        r.add("directories", Verdict::fail, "neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set",
+              "set DYAD_PATH_PRODUCER where files are written, DYAD_PATH_CONSUMER where they are read");
+        return;
+    }
+    if (cfg.prod_path.empty() || cfg.cons_path.empty()) return;
+    const std::string p = canonical(cfg.prod_path), c = canonical(cfg.cons_path);
+    if (p == c)
+        r.add("directories", Verdict::note,
+              "producer and consumer directories are the same (" + p +
+                  "): reading a file not yet there waits for it to be produced, also in a "
+                  "producer's own tools (rsync, sed -i)",
+              "give producer steps DYAD_PATH_PRODUCER alone if their tools read what they write");
+    else if (c.rfind(p + "/", 0) == 0 || p.rfind(c + "/", 0) == 0)
+        r.add("directories", Verdict::warn,
+              "one managed directory is inside the other (" + p + ", " + c +
+                  "): files there are both produced and consumed",
+              "use two separate directories, or the same one for both");
+}
+
+void check_key(Report& r) {
+    const std::string path = settings::text("DYAD_AUTH_KEY_FILE");
+    if (path.empty()) {
+        r.add("key", Verdict::note,
+              "DYAD_AUTH_KEY_FILE is not set: only a service without a key (loopback and Unix "
+              "sockets) will talk to this process");
+        return;
+    }
+    auto k = auth::Key::load(path);
+    if (!k) {
+        r.add("key", Verdict::fail, "DYAD_AUTH_KEY_FILE: " + k.status().message(),
+              "point DYAD_AUTH_KEY_FILE at the job's key file (dyad keygen makes one; mode 0600)");
+        return;
+    }
+    r.add("key", Verdict::ok, path);
+}
+
+std::vector<std::string> transport_names(const nlohmann::json& status) {
+    std::vector<std::string> out;
+    auto it = status.find("transports");
+    if (it == status.end() || !it->is_array()) return out;
+    for (const auto& t : *it) {
+        if (t.is_string()) out.push_back(t.get<std::string>());
+        else if (t.is_object() && t.contains("name") && t["name"].is_string())
+            out.push_back(t["name"].get<std::string>());
+    }
+    return out;
+}
+
+void check_service(Report& r, client::Client& c, const Config& cfg) {
+    auto svc = c.service();
+    if (!svc) {
+        r.add("service", Verdict::fail, cfg.service_uri + ": " + svc.status().message(),
+              "start this node's dyadd (dyadd --producer-dir DIR), or set DYAD_SERVICE_URI to "
+              "its address (unix:PATH or tcp://HOST:PORT)");
+        return;
+    }
+    r.add("service", Verdict::ok,
+          cfg.service_uri + ": service " + svc->id + " on node " + svc->node + ", namespace " +
+              svc->ns);
+    if (!cfg.prod_path.empty() && !svc->producer_dir.empty() &&
+        canonical(cfg.prod_path) != canonical(svc->producer_dir))
+        r.add("producer dir", Verdict::fail,
+              "DYAD_PATH_PRODUCER is " + canonical(cfg.prod_path) + " but the service serves " +
+                  svc->producer_dir + ": what you produce cannot be published",
+              "set DYAD_PATH_PRODUCER=" + svc->producer_dir + ", or use the dyadd of that directory");
+    auto st = c.service_status();
+    if (!st) {
+        r.add("metadata store", Verdict::warn, "the service's status: " + st.status().message());
+        return;
+    }
+    const auto& ms = st->contains("metadata_store") ? (*st)["metadata_store"] : nlohmann::json();
+    if (ms.is_object()) {
+        bool reachable = ms.value("reachable", true);
+        std::string where = ms.value("backend", std::string("store")) + " at " +
+                            ms.value("endpoint", std::string("?"));
+        if (reachable)
+            r.add("metadata store", Verdict::ok, where);
+        else
+            r.add("metadata store", Verdict::fail,
+                  where + " does not answer: " + ms.value("error", std::string("no reason given")),
+                  "start the store (etcd, or the dyadd that hosts it: dyadd --kvs names it)");
+    }
+    auto names = transport_names(st.value());
+    std::string served;
+    for (const auto& n : names) served += (served.empty() ? "" : ", ") + n;
+    if (names.empty()) return;
+    if (cfg.dtl_mode == "AUTO") {
+        r.add("transport", Verdict::ok, "AUTO, among those the service serves: " + served);
+        return;
+    }
+    bool found = false;
+    for (const auto& n : names) found = found || n == cfg.dtl_mode;
+    if (cfg.dtl_mode == "STREAM")
+        for (const auto& n : names) found = found || n == "FLUX_RPC";
+    if (cfg.dtl_mode == "OFI")
+        for (const auto& n : names) found = found || n == "MARGO";
+    if (found)
+        r.add("transport", Verdict::ok, "DYAD_DTL_MODE=" + cfg.dtl_mode + " (served: " + served + ")");
+    else
+        r.add("transport", Verdict::warn,
+              "DYAD_DTL_MODE=" + cfg.dtl_mode + " is not among what this node's service serves (" +
+                  served + "); owners on other nodes may differ",
+              "unset DYAD_DTL_MODE (AUTO), or start dyadd with that transport");
+}
+
+}  // namespace
+
+int doctor(bool json) {
+    Report r;
+    auto cfg = Config::from_env();
+    if (!cfg) {
+        r.add("settings", Verdict::fail, cfg.status().message(),
+              "correct the variable (dyad config lists every setting and its source)");
+        r.print(json);
+        return 1;
+    }
+    r.add("settings", Verdict::ok, "every DYAD_* variable parses");
+    check_dirs(r, cfg.value());
+    check_key(r);
+    auto c = client::Client::create(cfg.value());
+    if (!c)
+        r.add("client", Verdict::fail, c.status().message(), "see the message");
+    else
+        check_service(r, *c.value(), cfg.value());
+    r.print(json);
+    return r.failed() ? 1 : 0;
+}
+
+}  // namespace dyad::tools
