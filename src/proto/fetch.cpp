@@ -27,7 +27,11 @@ std::optional<uint64_t> loose_u64(const nlohmann::json& j, const char* name) {
 }  // namespace
 
 std::string FetchRequest::transport_of(const nlohmann::json& args) {
-    return loose_str(args, "transport").value_or("");
+    return transport_asked(args).value_or("");
+}
+
+std::optional<std::string> FetchRequest::transport_asked(const nlohmann::json& args) {
+    return loose_str(args, "transport");
 }
 
 Result<FetchRequest> FetchRequest::parse(const nlohmann::json& args) {
@@ -67,7 +71,9 @@ Result<FetchEnd> FetchEnd::parse(const nlohmann::json& meta, const std::string& 
     return FetchEnd{*size, std::move(*hex)};
 }
 
-nlohmann::json FetchEnd::build() const { return {{"size", size}, {"xxh3", xxh3}}; }
+nlohmann::json FetchEnd::build() const {
+    return {{"size", size}, {"xxh3", xxh3}};
+}
 
 nlohmann::json FetchStart::build(nlohmann::json extra) const {
     if (!extra.is_object()) extra = nlohmann::json::object();
@@ -132,6 +138,12 @@ FetchRequest FetchManyRequest::one(size_t i) const {
     r.ns = f.ns;
     r.key = f.key;
     return r;
+}
+
+Result<FetchRequest> FetchManyRequest::entry(size_t i) const {
+    if (!files.at(i).upath)
+        return Status(DYAD_RC_BADUNPACK, "fetch_many entry without 'upath'", EINVAL);
+    return one(i);
 }
 
 FetchManyItem FetchManyItem::served(uint64_t index, uint64_t size, std::string xxh3) {

@@ -18,15 +18,19 @@ namespace dyad::proto {
 
 // dyad.fetch's arguments.
 struct FetchRequest {
-    std::string upath;       // as the consumer names it (the service normalizes it)
-    std::string transport;   // "": not given (the service's universal backend)
-    uint64_t generation = 0; // of the consumer's record; 0: not checked
+    std::string upath;        // as the consumer names it (the service normalizes it)
+    std::string transport;    // "": not given (the service's universal backend)
+    uint64_t generation = 0;  // of the consumer's record; 0: not checked
     // Where the record is: used only by a service that restarted since it published.
     std::optional<std::string> ns, key;
 
     // The transport a request asks for ("" when absent or not a string);
     // read before the rest, so an unknown transport is the error a peer sees first.
     static std::string transport_of(const nlohmann::json& args);
+    // The same, telling absent (or not a string) from given: a service
+    // serves an absent one with its universal backend, and refuses a
+    // transport it does not serve, "" included.
+    static std::optional<std::string> transport_asked(const nlohmann::json& args);
     // EINVAL / BADUNPACK "fetch request without 'upath'" when upath is
     // missing or not a string; ns, key and generation of another type are
     // taken as absent (the protocol's rule).
@@ -77,6 +81,9 @@ struct FetchManyRequest {
     nlohmann::json build() const;
     // One entry as a FetchRequest (for the served-file checks).
     FetchRequest one(size_t i) const;
+    // The same, or EINVAL / BADUNPACK "fetch_many entry without 'upath'"
+    // for an entry without one (that file alone is refused).
+    Result<FetchRequest> entry(size_t i) const;
 };
 
 // One answer frame of fetch_many (JSON form): a file served (size, xxh3)

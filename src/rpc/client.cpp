@@ -197,8 +197,9 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
     auto fd = connect_fd(u.value(), deadline);
     if (!fd) return fd.status();
     std::unique_ptr<Connection> c(new Connection(std::move(fd.value()), uri));
-    // The hello exchange has a short deadline of its own (kHelloTimeout).
-    const double hello_s = std::min(kHelloTimeout, deadline.remaining());
+    // The hello exchange has a short deadline of its own (kHelloAnswerTimeout).
+    const double hello_s =
+        std::min(std::chrono::duration<double>(kHelloAnswerTimeout).count(), deadline.remaining());
     deadline = deadline.min(Deadline::after(hello_s));
     Header h;
     h.type = Type::hello;

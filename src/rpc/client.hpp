@@ -21,12 +21,6 @@
 
 namespace dyad::rpc {
 
-// Seconds a peer has to answer the hello once the TCP (or Unix) connection
-// is up. A dyadd answers in milliseconds; anything slower is not a DYAD
-// service (a silent listener, an HTTP server...) or one that is stopped, and
-// is reported as such well before the caller's own deadline.
-constexpr double kHelloTimeout = 2.5;
-
 struct Frame {
     Header header;
     nlohmann::json meta;  // null when meta_len == 0
@@ -49,7 +43,7 @@ class Connection {
   public:
     // Connects and exchanges HELLO frames (version check, authentication).
     // A peer that does not answer the hello like a DYAD service within
-    // kHelloTimeout (silence, bytes that are not a frame, a close) is
+    // kHelloAnswerTimeout (wire.hpp; silence, bytes that are not a frame, a close) is
     // DYAD_RC_CONNFAIL with errno EPROTO and a message saying so
     // (not_dyad() recognises it).
     // `expect`, when not empty, is the service id of the service the caller

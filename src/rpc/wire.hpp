@@ -3,6 +3,7 @@
 // little-endian header, then meta_len bytes of JSON, then data_len raw bytes.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,6 +26,18 @@ constexpr uint32_t kMaxData = 64u << 20;
 // ~300 bytes): a bare header never reserves more than this of a service's
 // memory for a peer it does not know.
 constexpr uint32_t kMaxHelloMeta = 4096;
+// The hello's deadlines, one for each side and for a different purpose:
+// - a client gives a service kHelloAnswerTimeout to answer its hello once
+//   the connection is up (Connection::connect). A dyadd answers in
+//   milliseconds; anything slower is not a DYAD service (a silent listener,
+//   an HTTP server...) or one that is stopped, and is reported as such well
+//   before the caller's own deadline.
+// - a service gives a peer kHelloAdmitTimeout from the accept to its
+//   admission (its hello and, with a key, its proof; the Session), then
+//   drops it: a connection that says nothing holds no slot for long, while
+//   a client on a loaded node still has ample time.
+constexpr std::chrono::milliseconds kHelloAnswerTimeout{2500};
+constexpr std::chrono::seconds kHelloAdmitTimeout{10};
 
 enum class Type : uint8_t {
     hello = 1,     // first frame each way: version check, identities

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The service's side of the fetch conversation over the rpc layer: what a
 // transport's sender sees of a `dyad.fetch` request (dtl::SendChannel).
-// The request's parsing, the END trailer and error answers stay in
-// Service::on_fetch.
+// The request's parsing, the END trailer and error answers stay with the
+// service (fetch.cpp).
 #pragma once
 
 #include <memory>

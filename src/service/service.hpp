@@ -32,9 +32,14 @@
 #include "peer_caps.hpp"
 #include "rpc/server.hpp"
 
+namespace dyad::proto {
+struct FetchRequest;
+}
+
 namespace dyad::service {
 
 using kvs::kServicesNamespace;
+class ServedFile;  // serve_file.hpp
 
 struct Options {
     std::string producer_dir;
@@ -159,10 +164,33 @@ class Service {
         }
     };
 
+    // ---- serving files (fetch.cpp, fetch_many.cpp, whole_file.cpp, serve_file.cpp) ----
+    struct PendingFetch;  // a dyad.fetch waiting for its file (fetch.cpp)
+    struct ManyFile;      // one file of a dyad.fetch_many (fetch_many.cpp)
     void on_fetch(std::shared_ptr<rpc::Request> r);
+    // The served transport a fetch asks for (canonical name; the universal
+    // backend when it names none), or why it is not served.
+    Result<std::string> transport_served(const nlohmann::json& args);
     // Many small files of this service in one request, over the stream
     // (fetch_many.cpp).
     void on_fetch_many(std::shared_ptr<rpc::Request> r);
+    // One of them (file thread): taken as a fetch takes it, but a file its
+    // producer holds is EBUSY, not waited for; read whole (read_whole),
+    // `front` bytes kept free before it.
+    struct Whole;
+    Result<Whole> read_small(const proto::FetchRequest& req, const rpc::Peer& who, uint64_t owner,
+                             uint64_t peer, size_t front);
+    // Their answers and END, on the loop.
+    void answer_many(const std::shared_ptr<rpc::Request>& r,
+                     const std::shared_ptr<std::vector<ManyFile>>& files,
+                     const std::string& transport, std::chrono::steady_clock::time_point t0,
+                     bool raw);
+    // The steps both requests share once the file is open (file thread,
+    // serve_file.hpp): ServedFile::take (lock without waiting, stat, a
+    // regular file), then check_served and readable_by. EAGAIN: its
+    // producer holds it. *snap: the file as it is now.
+    Status take_served(ServedFile& f, const proto::FetchRequest& req, const rpc::Peer& peer,
+                       Snapshot* snap);
     void on_publish(std::shared_ptr<rpc::Request> r);
     Result<nlohmann::json> publish(const std::string& upath, const std::string& ns, unsigned depth,
                                    unsigned bins, uint64_t replaces);
@@ -186,30 +214,26 @@ class Service {
                                const std::string& value, uint64_t replaces = 0);
     Result<kvs::Entry> store_get(const std::string& ns, const std::string& key);
     void on_status(std::shared_ptr<rpc::Request> r);
-    // Opens a regular file beneath the producer directory (errors say why not).
+    // Opens a regular file beneath the producer directory (errors say why
+    // not), for a publish or a re-join (serve_file.cpp).
     Result<UniqueFd> open_served_file(const std::string& upath);
-    // Its parts: the open alone (O_NONBLOCK, so that a FIFO does not hold
-    // the thread; any kind of file), and the check that `sb` is a regular
-    // file. dyad.fetch_many takes them apart to stat once, under the lock.
-    Result<UniqueFd> open_served(const std::string& upath);
-    static Status served_kind(const std::string& upath, const struct stat& sb);
-    void try_lock(std::shared_ptr<rpc::Request> r, std::string transport,
-                  std::shared_ptr<dtl::FetchJob> job, int attempt);
+    // Takes the file of a fetch (take_served), waiting while its producer
+    // holds it locked, then starts the transfer (file thread, fetch.cpp).
+    void try_lock(std::shared_ptr<PendingFetch> p, int attempt);
+    // The transfer's job, with the file taken from `p`.
+    std::shared_ptr<dtl::FetchJob> fetch_job(PendingFetch& p);
     // A small file over the stream: read, hashed and checked on this file
     // thread, then sent with its END in one go (whole_file.cpp). False: not
     // taken (too large, another transport, no memory now): start_send.
     bool send_whole(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
                     const std::shared_ptr<dtl::FetchJob>& job, const Snapshot& snap);
-    // A shared OFD lock on `fd`, not waiting for it (file thread): OK, or
-    // EAGAIN while a producer holds it, or the error that refuses the file.
-    // Filesystems without OFD locks are served without them (warned once).
-    Status try_shared_lock(int fd, const std::string& upath);
     // A small file (`n` bytes, at most dtl::kFetchManyFileMax) read whole
     // into a buffer of the budget (owner, peer), hashed, and checked still
     // as `snap` (file thread). EAGAIN: no memory now; ESTALE: it changed.
     // `front` bytes are kept free before the file's bytes in buf (the
     // header of a compact dyad.fetch_many answer).
     struct Whole {
+        uint64_t size = 0;  // of the file (buf may be larger)
         dtl::Buffer buf;
         uint64_t digest = 0;
         std::string xxh3;  // the digest in hex
@@ -276,7 +300,6 @@ class Service {
     std::string metrics_endpoint_;
     std::chrono::system_clock::time_point started_wall_;
     uint64_t rejected_ = 0;
-    std::atomic<bool> warned_no_locks_{false};
     std::chrono::steady_clock::time_point started_;
     std::optional<asio::signal_set> signals_;
 };

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The cheap path of a small file over the stream transport: one job on a
-// file thread opens (on_fetch), locks and checks (try_lock), then here reads
+// file thread opens (on_fetch), locks and checks (try_lock, fetch.cpp), then here reads
 // the whole file into one buffer of the memory budget, hashes it and checks
 // that it did not change; the loop then queues the answer (meta and bytes)
 // and the END together, which leave in one write. Two hand-offs in all,
@@ -16,6 +16,7 @@
 #include <chrono>
 
 #include "common/checksum.hpp"
+#include "proto/fetch.hpp"
 #include "service.hpp"
 
 namespace dyad::service {
@@ -28,6 +29,7 @@ Result<Service::Whole> Service::read_whole(int fd, const std::string& upath, siz
                                            const Snapshot& snap, uint64_t owner, uint64_t peer,
                                            size_t front) {
     Whole w;
+    w.size = n;
     if (n + front > 0) {
         // Whole pages, so that buffers of files of about one size are
         // reused from the budget's cache rather than mapped each time.
@@ -82,11 +84,11 @@ bool Service::send_whole(const std::shared_ptr<rpc::Request>& r, const std::stri
     asio::post(io_, [this, r, transport, job, buf, same, xxh, t0, n] {
         if (r->finished()) return;  // the consumer went away meanwhile
         if (same) {
-            nlohmann::json meta = {{"size", n}, {"transport", transport}};
             // A consumer that takes nothing for the send timeout loses its
             // connection, as in the chunk pipeline: the buffer comes back.
             auto watchdog = send_watchdog(r);
-            r->respond(std::move(meta), n > 0 ? asio::buffer(buf->data(), n) : asio::const_buffer(),
+            r->respond(proto::FetchStart{n, transport}.build(),
+                       n > 0 ? asio::buffer(buf->data(), n) : asio::const_buffer(),
                        [buf, watchdog](bool) { watchdog->cancel(); });
             per_transport_[transport].bytes_sent += n;
             total_.bytes_sent += n;

@@ -82,6 +82,50 @@ TEST(ProtoFetch, FetchManyBoundsAndItems) {
     EXPECT_FALSE(FetchManyItem::parse(noindex).is_ok());
 }
 
+TEST(ProtoFetch, TransportAskedTellsAbsentFromEmpty) {
+    EXPECT_FALSE(FetchRequest::transport_asked(json::object()).has_value());
+    EXPECT_FALSE(FetchRequest::transport_asked(json{{"transport", 3}}).has_value());
+    auto empty = FetchRequest::transport_asked(json{{"transport", ""}});
+    ASSERT_TRUE(empty.has_value());
+    EXPECT_EQ(*empty, "");  // given: refused by a service that does not serve it
+    EXPECT_EQ(FetchRequest::transport_asked(json{{"transport", "UCX"}}).value_or(""), "UCX");
+}
+
+TEST(ProtoFetch, FetchManyEntryWithoutUpathIsRefusedAlone) {
+    json a = {{"files", json::array({json{{"upath", "a"}, {"generation", 3}, {"ns", "n"}},
+                                     json{{"generation", 4}}, 7})}};
+    auto p = FetchManyRequest::parse(a);
+    ASSERT_TRUE(p.is_ok());
+    auto first = p->entry(0);
+    ASSERT_TRUE(first.is_ok());
+    EXPECT_EQ(first->upath, "a");
+    EXPECT_EQ(first->generation, 3u);
+    EXPECT_EQ(first->ns.value_or(""), "n");
+    EXPECT_FALSE(first->key.has_value());
+    for (size_t i : {1, 2}) {
+        auto e = p->entry(i);
+        ASSERT_FALSE(e.is_ok());
+        EXPECT_EQ(e.status().message(), "fetch_many entry without 'upath'");
+        EXPECT_EQ(e.status().rc(), DYAD_RC_BADUNPACK);
+        EXPECT_EQ(e.status().err(), EINVAL);
+    }
+}
+
+TEST(ProtoFetch, AnswersAsTheServiceSendsThem) {
+    json start = FetchStart{10, "FLUX_RPC"}.build();
+    EXPECT_EQ(start, (json{{"size", 10}, {"transport", "FLUX_RPC"}}));
+    EXPECT_EQ((FetchEnd{10, "ab"}.build()), (json{{"size", 10}, {"xxh3", "ab"}}));
+    EXPECT_EQ((FetchManyEnd{3, false}.build()), (json{{"files", 3}}));
+    EXPECT_EQ((FetchManyEnd{3, true}.build()), (json{{"files", 3}, {"format", "raw"}}));
+    // A refusal without an errno says EIO.
+    auto r = FetchManyItem::refusal(1, dyad::Status(DYAD_RC_BADFIO, "no", 0)).build();
+    EXPECT_EQ(
+        r,
+        (json{{"i", 1}, {"rc", static_cast<int>(DYAD_RC_BADFIO)}, {"errno", EIO}, {"msg", "no"}}));
+    EXPECT_EQ(FetchManyItem::served(2, 5, "ff").build(),
+              (json{{"i", 2}, {"size", 5}, {"xxh3", "ff"}}));
+}
+
 TEST(ProtoPublish, DefaultsAndRanges) {
     json a = {{"upath", "f"}, {"key_depth", "x"}, {"key_bins", 0}};
     auto p = PublishRequest::parse(a);

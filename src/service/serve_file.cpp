@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "serve_file.hpp"
+
+#include <fcntl.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.hpp"
+#include "common/paths.hpp"
+#include "proto/fetch.hpp"
+#include "service.hpp"
+
+namespace dyad::service {
+
+namespace {
+// A filesystem without OFD locks is said once per process.
+std::atomic<bool> g_warned_no_locks{false};
+}  // namespace
+
+Result<ServedFile> ServedFile::open(int dirfd, const std::string& dir, const std::string& up) {
+    // Not into .dyad/ through a symlink (`m -> .dyad`, then `m/x`).
+    auto fd = open_beneath_unreserved(dirfd, dir, up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    if (fd) return ServedFile(std::move(fd.value()), up);
+    const int e = fd.status().err();
+    if (e == ENOENT)
+        return Status(DYAD_RC_BADFIO, "no file '" + up + "' in producer directory " + dir, ENOENT);
+    if (e == EXDEV || e == ELOOP)
+        return Status(DYAD_RC_BADFIO,
+                      "'" + up + "' resolves outside producer directory " + dir + ": refused",
+                      EACCES);
+    if (fd.status().rc() == DYAD_RC_BADFIO) return fd.status();  // said why already (.dyad/)
+    if (e == EACCES || e == EPERM)
+        return Status(DYAD_RC_BADFIO, "service may not read '" + up + "' in " + dir, EACCES);
+    return fd.status();
+}
+
+Status ServedFile::try_shared_lock() {
+    struct flock fl = {};
+    fl.l_type = F_RDLCK;
+    fl.l_whence = SEEK_SET;
+    int lr;
+    while ((lr = ::fcntl(fd_.get(), F_OFD_SETLK, &fl)) != 0 && errno == EINTR) {
+    }
+    const int err = lr == 0 ? 0 : errno;
+    if (err == 0) return Status::ok();
+    if (err == EAGAIN || err == EACCES)
+        return Status(DYAD_RC_BADFIO, "'" + upath_ + "' is locked by its producer", EAGAIN);
+    if (err != ENOLCK && err != ENOSYS && err != EOPNOTSUPP && err != EINVAL)
+        return Status(DYAD_RC_BADFIO, "cannot take a shared lock on '" + upath_ + "'", err);
+    if (!g_warned_no_locks.exchange(true))
+        DYAD_WARN("dyadd",
+                  "the producer directory's filesystem has no OFD locks (%s): serving without them",
+                  std::strerror(err));
+    return Status::ok();
+}
+
+Status ServedFile::take() {
+    Status locked = try_shared_lock();
+    // What the file is comes first: a directory is refused as such, locked or not.
+    if (::fstat(fd_.get(), &sb_) != 0)
+        return Status(DYAD_RC_BADFIO, "stat of '" + upath_ + "' failed", errno);
+    if (Status kind = served_kind(upath_, sb_); !kind) return kind;
+    return locked;
+}
+
+void ServedFile::make_blocking() {
+    // Of the flags F_SETFL changes, the open set O_NONBLOCK alone: clearing
+    // all of them needs no F_GETFL first (one syscall per served file less).
+    ::fcntl(fd_.get(), F_SETFL, 0);
+}
+
+Status served_kind(const std::string& up, const struct stat& sb) {
+    if (S_ISDIR(sb.st_mode))
+        return Status(DYAD_RC_BADFIO, "'" + up + "' is a directory, not a file", EISDIR);
+    if (!S_ISREG(sb.st_mode))
+        return Status(DYAD_RC_BADFIO, "'" + up + "' is not a regular file", EINVAL);
+    return Status::ok();
+}
+
+// ---- the service's part: what it published, and who may read it ----
+
+Status Service::take_served(ServedFile& f, const proto::FetchRequest& req, const rpc::Peer& peer,
+                            Snapshot* snap) {
+    Status ok = f.take();
+    if (!ok) return ok;
+    ok = check_served(req.build(), f.stat(), f.upath(), snap);
+    if (ok) ok = readable_by(peer, f.stat(), f.upath());
+    if (ok.err() == ESTALE) refused_stale_++;
+    if (ok.err() == ENOENT) refused_unproduced_++;
+    return ok;
+}
+
+Result<UniqueFd> Service::open_served_file(const std::string& up) {
+    auto f = ServedFile::open(prod_fd_.get(), prod_dir_, up);
+    if (!f) return f.status();
+    struct stat sb;
+    if (::fstat(f->fd(), &sb) != 0)
+        return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
+    if (Status kind = served_kind(up, sb); !kind) return kind;
+    f->make_blocking();
+    return f->release();
+}
+
+}  // namespace dyad::service
