@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The hello: the service's handling of a peer's first frame lives inside
-// its Session (src/rpc/session.hpp) and needs a socket, so this target runs
+// its Session (src/rpc/session_hello.cpp) and needs a socket, so this target runs
 // the same checks on the same inputs: the meta JSON (parse_meta), the
 // claimed pid, role and service_id, the nonce (auth::valid_nonce) and the
 // proof (Key::verify against a fixed key); and, the other way, what a client
