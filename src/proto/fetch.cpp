@@ -2,7 +2,9 @@
 #include "proto/fetch.hpp"
 
 #include <cerrno>
+#include <charconv>
 
+#include "common/checksum.hpp"
 #include "common/json_text.hpp"
 #include "proto/fields.hpp"
 
@@ -66,6 +68,17 @@ Result<FetchEnd> FetchEnd::parse(const nlohmann::json& meta, const std::string& 
                       EPROTO);
     return FetchEnd{*size, std::move(*hex)};
 }
+
+std::optional<uint64_t> digest_of_hex(const std::string& hex) {
+    if (hex.empty() || hex.size() > 16) return std::nullopt;
+    uint64_t v = 0;
+    const char* last = hex.data() + hex.size();
+    auto r = std::from_chars(hex.data(), last, v, 16);
+    if (r.ec != std::errc() || r.ptr != last) return std::nullopt;
+    return v;
+}
+
+FetchEnd FetchEnd::of(uint64_t size, uint64_t digest) { return FetchEnd{size, Xxh3::to_hex(digest)}; }
 
 nlohmann::json FetchEnd::build() const { return {{"size", size}, {"xxh3", xxh3}}; }
 
