@@ -307,7 +307,7 @@ Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
     return lookup(path, should_wait, wait_deadline());
 }
 
-Result<Record> Client::lookup(const std::string& path, bool should_wait, Deadline deadline) {
+Result<std::string> Client::consumer_relative(const std::string& path) const {
     if (cons_.empty())
         return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)",
                       EINVAL);
@@ -318,6 +318,12 @@ Result<Record> Client::lookup(const std::string& path, bool should_wait, Deadlin
                           " (DYAD_PATH_CONSUMER): give a path under it",
                       EINVAL);
     if (Status r = reserved_check(up); !r) return r;
+    return std::move(up.value());
+}
+
+Result<Record> Client::lookup(const std::string& path, bool should_wait, Deadline deadline) {
+    auto up = consumer_relative(path);
+    if (!up) return up.status();
     return lookup_upath(up.value(), should_wait, deadline);
 }
 
@@ -432,16 +438,8 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
 
 Status Client::consume_once(const std::string& path, const Record& rec, ConsumeReport* report,
                             Deadline deadline) {
-    if (cons_.empty())
-        return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)",
-                      EINVAL);
-    auto up = consumer_upath(path);
-    if (!up)
-        return Status(DYAD_RC_UNTRACKED,
-                      "'" + path + "' is not inside the consumer directory " + cons_.path() +
-                          " (DYAD_PATH_CONSUMER): give a path under it",
-                      EINVAL);
-    if (Status r = reserved_check(up); !r) return r;
+    auto up = consumer_relative(path);
+    if (!up) return up.status();
     // A record is only ever the record of its own path (consume_w_metadata
     // with another file's record must not fetch that other file).
     if (rec.upath != up.value())

@@ -154,6 +154,10 @@ class Client {
     Client(Config cfg, FileSystem& fs, rpc::Credentials creds);
     // Idle connections the pool keeps per URI: at least the window.
     size_t idle_per_owner() const;
+    // The relative path of a consumer path: BADMANAGEDPATH without a
+    // consumer directory, UNTRACKED outside it, refused under the reserved
+    // directory.
+    Result<std::string> consumer_relative(const std::string& path) const;
     // get_metadata with its own deadline for the wait (an expired one:
     // one look, TIMEOUT if absent).
     Result<Record> lookup(const std::string& path, bool should_wait, Deadline deadline);
