@@ -6,15 +6,16 @@
 //    the calling thread while the workers fetch what the earlier batches
 //    found (the first batch is small, so that fetching starts early).
 // 2. A window of workers (a WorkQueue, work_queue.hpp) fetches the files
-//    whose record is known, in any order; each fetch is an ordinary
-//    consume (one lock, one staging
-//    file, checksum, atomic rename), so a file is still whole and checked.
+//    whose record is known, in any order, through the consume core
+//    (consume.cpp: one lock, one staging file, checksum, atomic rename), so
+//    a file is still whole and checked.
 //    Connections come from the client's pool: fetches from one owner reuse
 //    its idle connections instead of connecting per file. Small files that
 //    travel over the stream go several of one owner in one request
 //    (dyad.fetch_many, fetch_many.cpp).
 // 3. The files not produced yet: up to half the window waits for them one by
-//    one (wait-for-create, answered at the produce), while the calling
+//    one (the queue's idle work; wait-for-create, answered at the produce),
+//    while the calling
 //    thread looks the rest up in batches with a backoff, so that a file that
 //    appears is fetched without waiting for a worker to be free of a file
 //    that never comes. Every file waits until the same deadline
