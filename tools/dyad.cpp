@@ -333,17 +333,13 @@ int print_consumed(const std::string& f, dyad::Status s, const dyad::client::Con
 
 // What the command line said (the options of every subcommand).
 struct Cli {
-    bool json = false;
+    bool json = false, explain = false, progress_on = false, progress_off = false;
+    bool follow = false, markdown = false;
     std::vector<std::string> files;
     double timeout = -1;  // --timeout; negative: not given
-    bool explain = false;
-    bool progress_on = false, progress_off = false;
     unsigned window = 0;
-    std::string sync_prefix;
-    bool follow = false;
     uint64_t sync_count = 0;
-    std::string stat_file, ls_prefix, key_path, keygen_path, uri;
-    bool markdown = false;
+    std::string sync_prefix, stat_file, ls_prefix, key_path, keygen_path, uri;
 };
 
 // The subcommands, as parsed.
@@ -474,7 +470,6 @@ int parse(CLI::App& app, std::vector<char*>& args) {
 }
 
 // ---- the subcommands that need no client ----
-
 int run_keygen(const Cli& o) {
     dyad::Status s = dyad::auth::Key::generate(o.keygen_path);
     if (!s) return report(s, o.keygen_path);
@@ -529,7 +524,6 @@ int run_key(const Cli& o, const dyad::Config& cfg) {
 }
 
 // ---- the subcommands of a client ----
-
 int run_produce(dyad::client::Client& c, const Cli& o) {
     int rc = 0;
     for (size_t i = 0; i < o.files.size(); ++i) {
@@ -674,8 +668,7 @@ int run_ls(dyad::client::Client& c, const Cli& o) {
         return static_cast<bool>(std::cout);  // stdout closed (dyad ls | head): stop
     });
     std::cout.flush();
-    if (!s) return report(s);
-    return 0;
+    return s ? 0 : report(s);
 }
 
 // `dyad service status`: the counters of the service and of its peers.
@@ -755,14 +748,6 @@ int run_status(dyad::client::Client& c, const Cli& o) {
     return 0;
 }
 
-// The subcommands that need the configuration and a client, in the order
-// they are tried.
-using ClientCommand = int (*)(dyad::client::Client&, const Cli&);
-std::vector<std::pair<const CLI::App*, ClientCommand>> client_commands(const Commands& c) {
-    return {{c.produce, run_produce}, {c.consume, run_consume}, {c.sync, run_sync},
-            {c.stat, run_stat},       {c.ls, run_ls},           {c.status, run_status}};
-}
-
 // Runs the parsed subcommand; returns the exit code.
 int dispatch(const Commands& c, Cli& o, dyad::job::Options& job_options) {
     if (*c.job.job) return dyad::job::run(c.job, job_options);
@@ -778,7 +763,11 @@ int dispatch(const Commands& c, Cli& o, dyad::job::Options& job_options) {
     if (*c.key) return run_key(o, cfg.value());
     auto client = dyad::client::Client::create(cfg.value());
     if (!client) return report(client.status());
-    for (const auto& [app, run] : client_commands(c))
+    // The subcommands of a client.
+    const std::pair<const CLI::App*, int (*)(dyad::client::Client&, const Cli&)> table[] = {
+        {c.produce, run_produce}, {c.consume, run_consume}, {c.sync, run_sync},
+        {c.stat, run_stat},       {c.ls, run_ls},           {c.status, run_status}};
+    for (const auto& [app, run] : table)
         if (*app) return run(*client.value(), o);
     return 1;
 }
