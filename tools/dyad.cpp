@@ -331,20 +331,27 @@ int print_consumed(const std::string& f, dyad::Status s, const dyad::client::Con
     return 0;
 }
 
-}  // namespace
+// What the command line said (the options of every subcommand).
+struct Cli {
+    bool json = false, explain = false, progress_on = false, progress_off = false;
+    bool follow = false, markdown = false;
+    std::vector<std::string> files;
+    double timeout = -1;  // --timeout; negative: not given
+    unsigned window = 0;
+    uint64_t sync_count = 0;
+    std::string sync_prefix, stat_file, ls_prefix, key_path, keygen_path, uri;
+};
 
-int main(int argc, char** argv) {
-    std::signal(SIGPIPE, SIG_IGN);
-    CLI::App app{
-        "dyad: produce and consume files through DYAD, inspect the metadata and the services.\n"
-        "Configuration comes from DYAD_* environment variables (see 'dyad config')."};
-    app.footer(kExitCodes);
-    app.require_subcommand(1);
-    app.set_version_flag("--version", std::string("dyad ") + dyad_version(),
-                         "print the version and exit");
-    // --json is taken anywhere on the command line (before or after the
-    // subcommand); it is removed here and declared below for --help.
-    bool json = false;
+// The subcommands, as parsed.
+struct Commands {
+    CLI::App *produce, *consume, *sync, *stat, *ls, *config, *key, *keygen, *status;
+    dyad::job::Commands job;
+};
+
+// The arguments CLI11 parses: --json is taken anywhere on the command line
+// (before or after the subcommand) and removed here (it is declared on the
+// app for --help); `dyad start|stop` become `dyad job start|stop`.
+std::vector<char*> arguments(int argc, char** argv, bool* json) {
     std::vector<char*> args;
     for (int i = 0; i < argc; ++i) {
         if (i > 0 && std::strcmp(argv[i], "--") == 0) {
@@ -352,7 +359,7 @@ int main(int argc, char** argv) {
             break;
         }
         if (i > 0 && std::strcmp(argv[i], "--json") == 0) {
-            json = true;
+            *json = true;
             continue;
         }
         // `dyad start` / `dyad stop`: upstream DYAD's names of `dyad job start|stop`.
@@ -361,90 +368,87 @@ int main(int argc, char** argv) {
             args.push_back(const_cast<char*>("job"));
         args.push_back(argv[i]);
     }
-    bool json_flag = false;
-    app.add_flag("--json", json_flag, "machine-readable output (anywhere on the command line)");
+    return args;
+}
 
-    std::vector<std::string> files;
-    double timeout = -1;
-    auto* produce = app.add_subcommand("produce", "publish files of DYAD_PATH_PRODUCER");
-    produce->add_option("FILE", files, "files to publish")->required();
+// produce, consume, sync.
+void add_file_commands(CLI::App& app, Cli& o, Commands& c) {
+    c.produce = app.add_subcommand("produce", "publish files of DYAD_PATH_PRODUCER");
+    c.produce->add_option("FILE", o.files, "files to publish")->required();
     auto* consume =
         app.add_subcommand("consume", "wait for files and bring them into DYAD_PATH_CONSUMER");
-    consume->add_option("FILE", files, "consumer-side paths")->required();
-    bool explain = false;
-    consume->add_flag("--explain", explain,
+    c.consume = consume;
+    consume->add_option("FILE", o.files, "consumer-side paths")->required();
+    consume->add_flag("--explain", o.explain,
                       "say which transport moved each file and why (DYAD_DTL_MODE=AUTO: every "
                       "candidate with its estimate)");
-    consume->add_option("--timeout", timeout,
+    consume->add_option("--timeout", o.timeout,
                         "seconds to wait for each file to be produced (default DYAD_WAIT_TIMEOUT)");
-    bool progress_on = false, progress_off = false;
-    auto* pon = consume->add_flag("--progress", progress_on,
+    auto* pon = consume->add_flag("--progress", o.progress_on,
                                   "show the progress of each transfer on stderr (bytes, rate, "
                                   "ETA) even when stderr is not a terminal, and for small files");
     consume
-        ->add_flag("--no-progress", progress_off,
+        ->add_flag("--no-progress", o.progress_off,
                    "never show progress (default: shown on a terminal for files over 64 MiB or "
                    "transfers that take more than 1 s)")
         ->excludes(pon);
-    unsigned window = 0;
     consume
-        ->add_option("--window", window,
+        ->add_option("--window", o.window,
                      "files in flight when consuming several (default DYAD_CONSUME_WINDOW)")
         ->check(CLI::Range(1u, 1024u));
-    std::string sync_prefix;
-    bool follow = false;
-    uint64_t sync_count = 0;
     auto* sync = app.add_subcommand(
         "sync",
         "consume every file produced under a relative path prefix (with --follow: as they "
         "appear)");
-    sync->add_option("PREFIX", sync_prefix,
+    c.sync = sync;
+    sync->add_option("PREFIX", o.sync_prefix,
                      "path relative to the managed directory: 'data' takes data and what is "
                      "under it, '' or '.' everything, 'run1/x*' every path starting so")
         ->required();
-    sync->add_flag("--follow", follow,
+    sync->add_flag("--follow", o.follow,
                    "keep consuming new files (and new generations) until interrupted or --count");
-    sync->add_option("--count", sync_count, "with --follow: stop after N files consumed")
+    sync->add_option("--count", o.sync_count, "with --follow: stop after N files consumed")
         ->check(CLI::PositiveNumber);
-    sync->add_option("--window", window, "files in flight (default DYAD_CONSUME_WINDOW)")
+    sync->add_option("--window", o.window, "files in flight (default DYAD_CONSUME_WINDOW)")
         ->check(CLI::Range(1u, 1024u));
-    sync->add_option("--timeout", timeout,
+    sync->add_option("--timeout", o.timeout,
                      "seconds a listed file may take to be found in the store (default "
                      "DYAD_WAIT_TIMEOUT)");
-    std::string stat_file;
-    auto* stat = app.add_subcommand("stat", "show the metadata of a file");
-    stat->add_option("FILE", stat_file,
+}
+
+// stat, ls, config, key, keygen, service status.
+void add_info_commands(CLI::App& app, Cli& o, Commands& c) {
+    c.stat = app.add_subcommand("stat", "show the metadata of a file");
+    c.stat
+        ->add_option("FILE", o.stat_file,
                      "a path in the consumer directory, or in the producer directory")
         ->required();
-    std::string ls_prefix;
-    auto* ls = app.add_subcommand(
+    c.ls = app.add_subcommand(
         "ls", "list the files produced in the namespace, page by page as they arrive");
-    ls->add_option("PREFIX", ls_prefix,
-                   "only files whose relative path starts with PREFIX (e.g. 'run3/')");
-    auto* config = app.add_subcommand(
+    c.ls->add_option("PREFIX", o.ls_prefix,
+                     "only files whose relative path starts with PREFIX (e.g. 'run3/')");
+    c.config = app.add_subcommand(
         "config", "print every setting with its value and source, and the transports");
-    bool markdown = false;
-    config->add_flag("--markdown", markdown,
-                     "print the settings table of the user guide (generated from the table)");
-    std::string key_path;
-    auto* key = app.add_subcommand(
+    c.config->add_flag("--markdown", o.markdown,
+                       "print the settings table of the user guide (generated from the table)");
+    c.key = app.add_subcommand(
         "key", "print the metadata key of a path relative to a managed directory");
-    key->add_option("UPATH", key_path)->required();
-    std::string keygen_path;
-    auto* keygen = app.add_subcommand(
+    c.key->add_option("UPATH", o.key_path)->required();
+    c.keygen = app.add_subcommand(
         "keygen",
         "write a new job key (32 random bytes, mode 0600) for dyadd --auth-key and "
         "DYAD_AUTH_KEY_FILE");
-    keygen->add_option("FILE", keygen_path, "where to write it (never overwritten)")->required();
+    c.keygen->add_option("FILE", o.keygen_path, "where to write it (never overwritten)")
+        ->required();
     auto* service = app.add_subcommand("service", "ask a service about itself");
-    std::string uri;
-    auto* status =
-        service->add_subcommand("status", "identity, transports and counters of a service");
-    status->add_option("--uri", uri, "service to ask (default DYAD_SERVICE_URI)");
+    c.status = service->add_subcommand("status", "identity, transports and counters of a service");
+    c.status->add_option("--uri", o.uri, "service to ask (default DYAD_SERVICE_URI)");
     service->require_subcommand(1);
-    dyad::job::Options job_options;
-    const dyad::job::Commands job = dyad::job::add_commands(app, job_options);
+}
 
+// Parses the command line: -1 when parsed, else the exit code (--help: 0;
+// an error, said on stderr: 1).
+int parse(CLI::App& app, std::vector<char*>& args) {
     try {
         app.parse(static_cast<int>(args.size()), args.data());
     } catch (const CLI::ParseError& e) {
@@ -458,288 +462,337 @@ int main(int argc, char** argv) {
                      sub.c_str());
         return 1;
     }
-    json = json || json_flag;
     for (const CLI::App* a = &app; !a->get_subcommands().empty();) {
         a = a->get_subcommands().front();
         g_command += " " + a->get_name();
     }
+    return -1;
+}
 
-    if (*job.job) return dyad::job::run(job, job_options);
-    if (*keygen) {
-        dyad::Status s = dyad::auth::Key::generate(keygen_path);
-        if (!s) return report(s, keygen_path);
-        if (!json)
-            std::cout << "wrote a new key to " << keygen_path
-                      << " (mode 0600): give it to dyadd --auth-key and to clients as "
-                         "DYAD_AUTH_KEY_FILE\n";
-        return 0;
-    }
-    auto cfg = dyad::Config::from_env();
-    // `dyad config` lists the settings even when one is bad (to show where
-    // its value came from), then fails.
-    if (!cfg && !*config) return report(cfg.status());
-    if (cfg) {
-        if (timeout >= 0) cfg->wait_timeout = timeout;
-        dyad::log::set_level(cfg->log_level);
-        g_debug = cfg->log_level <= dyad::log::Level::debug;
-    }
+// ---- the subcommands that need no client ----
+int run_keygen(const Cli& o) {
+    dyad::Status s = dyad::auth::Key::generate(o.keygen_path);
+    if (!s) return report(s, o.keygen_path);
+    if (!o.json)
+        std::cout << "wrote a new key to " << o.keygen_path
+                  << " (mode 0600): give it to dyadd --auth-key and to clients as "
+                     "DYAD_AUTH_KEY_FILE\n";
+    return 0;
+}
 
-    if (*config && markdown) {
+// `dyad config` lists the settings even when one is bad (to show where its
+// value came from), then fails.
+int run_config(const Cli& o, const dyad::Result<dyad::Config>& cfg) {
+    if (o.markdown) {
         std::cout << dyad::settings::markdown();
         return 0;
     }
-    if (*config) {
-        nlohmann::json j = {{"config", cfg ? cfg->to_json() : nlohmann::json()},
-                            {"settings", dyad::settings::describe()}};
-        if (!cfg) j["error"] = cfg.status().message();
-        nlohmann::json t = nlohmann::json::array();
-        for (const auto& b : dyad::dtl::backends()) t.push_back(b.attributes().to_json());
-        j["transports_built"] = t;
-        if (json) {
-            std::cout << j.dump(2, ' ', false, kBadUtf8Replaced) << "\n";
-        } else {
-            // Like `ucx_info -c`: NAME=VALUE, then where the value came from.
-            for (const auto& s : j["settings"]) {
-                std::string line = s["name"].get<std::string>() + "=" +
-                                   (s["value"].is_null() ? "" : s["value"].get<std::string>());
-                std::cout << line << std::string(line.size() < 40 ? 40 - line.size() : 1, ' ')
-                          << "# " << s["source"].get<std::string>() << "\n";
-            }
-            std::cout << "transports built:";
-            for (auto& b : t) std::cout << " " << b["name"].get<std::string>();
-            std::cout << "\n";
-            for (auto& b : t) {
-                std::string info = b.value("info", std::string());
-                if (!info.empty())
-                    std::cout << "  " << b["name"].get<std::string>() << ": " << info << "\n";
-            }
+    nlohmann::json j = {{"config", cfg ? cfg->to_json() : nlohmann::json()},
+                        {"settings", dyad::settings::describe()}};
+    if (!cfg) j["error"] = cfg.status().message();
+    nlohmann::json t = nlohmann::json::array();
+    for (const auto& b : dyad::dtl::backends()) t.push_back(b.attributes().to_json());
+    j["transports_built"] = t;
+    if (o.json) {
+        std::cout << j.dump(2, ' ', false, kBadUtf8Replaced) << "\n";
+    } else {
+        // Like `ucx_info -c`: NAME=VALUE, then where the value came from.
+        for (const auto& s : j["settings"]) {
+            std::string line = s["name"].get<std::string>() + "=" +
+                               (s["value"].is_null() ? "" : s["value"].get<std::string>());
+            std::cout << line << std::string(line.size() < 40 ? 40 - line.size() : 1, ' ')
+                      << "# " << s["source"].get<std::string>() << "\n";
         }
-        std::cout.flush();
-        return cfg ? 0 : report(cfg.status());
+        std::cout << "transports built:";
+        for (auto& b : t) std::cout << " " << b["name"].get<std::string>();
+        std::cout << "\n";
+        for (auto& b : t) {
+            std::string info = b.value("info", std::string());
+            if (!info.empty())
+                std::cout << "  " << b["name"].get<std::string>() << ": " << info << "\n";
+        }
     }
-    if (*key) {
-        auto k = dyad::gen_path_key(key_path, cfg->key_depth, cfg->key_bins);
-        if (!k) return report(k.status(), key_path);
-        std::cout << k.value() << "\n";
+    std::cout.flush();
+    return cfg ? 0 : report(cfg.status());
+}
+
+int run_key(const Cli& o, const dyad::Config& cfg) {
+    auto k = dyad::gen_path_key(o.key_path, cfg.key_depth, cfg.key_bins);
+    if (!k) return report(k.status(), o.key_path);
+    std::cout << k.value() << "\n";
+    return 0;
+}
+
+// ---- the subcommands of a client ----
+int run_produce(dyad::client::Client& c, const Cli& o) {
+    int rc = 0;
+    for (size_t i = 0; i < o.files.size(); ++i) {
+        const auto& f = o.files[i];
+        dyad::Status s = c.produce(f);
+        if (!s) {
+            rc = report(s, f);
+            if (service_failure(c, s)) return not_attempted(o.files.size() - i - 1), rc;
+        } else if (o.json) {
+            std::cout << nlohmann::json{{"file", f}, {"action", "produced"}}.dump(
+                             -1, ' ', false, kBadUtf8Replaced)
+                      << "\n";
+        } else {
+            std::cout << "produced " << f << "\n";
+        }
+    }
+    return rc;
+}
+
+// One file: the progress of its transfer can be shown.
+int run_consume_one(dyad::client::Client& c, const Cli& o) {
+    Progress bar(o.progress_on    ? Progress::Mode::on
+                 : o.progress_off ? Progress::Mode::off
+                                  : Progress::Mode::automatic);
+    const auto& f = o.files[0];
+    dyad::client::ConsumeReport r;
+    if (bar.wanted()) {
+        bar.start(f);
+        r.progress = [&bar](const dyad::client::TransferProgress& p) { bar.update(p); };
+    }
+    dyad::Status s = c.consume(f, &r);
+    bar.finish(r.bytes, r.bytes, r.transfer_s, s.is_ok());
+    return print_consumed(f, s, r, o.json, o.explain, o.timeout >= 0);
+}
+
+// Several files: pipelined, printed as they finish, in the order given (each
+// line as soon as its file and those before it have finished).
+int run_consume(dyad::client::Client& c, const Cli& o) {
+    if (o.files.size() == 1) return run_consume_one(c, o);
+    // Nothing can be consumed if the node's service cannot be reached: say it once.
+    if (auto svc = c.service(); !svc) {
+        int rc = report(svc.status(), o.files[0]);
+        return not_attempted(o.files.size() - 1), rc;
+    }
+    int rc = 0;
+    std::vector<std::optional<std::pair<dyad::Status, dyad::client::ConsumeReport>>> ended(
+        o.files.size());
+    size_t next = 0;
+    auto print = [&](size_t i, const dyad::Status& s, const dyad::client::ConsumeReport& r) {
+        int code = print_consumed(o.files[i], s, r, o.json, o.explain, o.timeout >= 0);
+        if (code && !rc) rc = code;
+    };
+    dyad::client::ConsumeManyOptions m;
+    m.window = o.window;
+    g_flush_each_line = false;
+    m.done = [&](size_t i, const dyad::Status& s, const dyad::client::ConsumeReport& r) {
+        if (i == next) {  // the usual case: printed at once, nothing kept
+            print(i, s, r);
+            ++next;
+        } else {
+            ended[i].emplace(s, r);
+        }
+        for (; next < o.files.size() && ended[next]; ++next) {
+            print(next, ended[next]->first, ended[next]->second);
+            ended[next].reset();
+        }
+    };
+    c.consume_many(o.files, m);
+    return rc;
+}
+
+volatile std::sig_atomic_t g_stop = 0;
+
+int run_sync(dyad::client::Client& c, const Cli& o) {
+    std::signal(SIGINT, [](int) { g_stop = 1; });
+    std::signal(SIGTERM, [](int) { g_stop = 1; });
+    int rc = 0;
+    dyad::client::SyncOptions so;
+    so.prefix = o.sync_prefix;
+    so.follow = o.follow;
+    so.count = o.sync_count;
+    so.window = o.window;
+    so.stop = [] { return g_stop != 0; };
+    so.done = [&](const std::string& f, const dyad::Status& s,
+                  const dyad::client::ConsumeReport& r) {
+        int code = print_consumed(f, s, r, o.json, false, o.timeout >= 0);
+        if (code && !rc) rc = code;
+    };
+    uint64_t consumed = 0;
+    dyad::Status s = c.sync(so, &consumed);
+    if (!s && !rc) return report(s);
+    if (!o.json)
+        std::fprintf(stderr, "%s: %llu file%s consumed%s\n", g_command.c_str(),
+                     static_cast<unsigned long long>(consumed), consumed == 1 ? "" : "s",
+                     g_stop ? " (interrupted)" : "");
+    return rc;
+}
+
+int run_stat(dyad::client::Client& c, const Cli& o) {
+    auto r = c.stat(o.stat_file);
+    if (!r)
+        return report(r.status(), o.stat_file,
+                      r.status().rc() == DYAD_RC_NOTFOUND
+                          ? "'dyad ls' lists the files produced so far, 'dyad consume' "
+                            "waits for one"
+                          : "");
+    nlohmann::json j = r->to_json();
+    j["generation"] = r->generation;
+    j["owner_rank"] = r->owner_rank();
+    j["key"] = c.key_of(r->upath);
+    if (o.json) {
+        std::cout << j.dump(2, ' ', false, kBadUtf8Replaced) << "\n";
         return 0;
     }
+    for (auto& [k, v] : j.items()) {
+        if (k == "mode" && v.is_number_unsigned())
+            std::cout << "mode: " << octal_mode(v.get<uint64_t>()) << "\n";
+        else if (k == "mtime_ns" && v.is_number_integer())
+            std::cout << "mtime: " << iso_time(v.get<int64_t>()) << "\n";
+        else
+            std::cout << k << ": "
+                      << (v.is_string() ? v.get<std::string>()
+                                        : v.dump(-1, ' ', false, kBadUtf8Replaced))
+                      << "\n";
+    }
+    return 0;
+}
 
+// Streamed: a page is printed as it arrives, so memory stays flat however
+// many records there are. --json: one object per line.
+int run_ls(dyad::client::Client& c, const Cli& o) {
+    dyad::Status s = c.list(o.ls_prefix, [&](const dyad::client::Record& r) {
+        if (o.json) {
+            auto j = r.to_json();
+            j["generation"] = r.generation;
+            std::cout << j.dump(-1, ' ', false, kBadUtf8Replaced) << "\n";
+        } else {
+            std::cout << std::setw(12) << r.size << "  gen " << std::left << std::setw(4)
+                      << r.generation << " " << std::setw(16) << r.owner << std::right << " "
+                      << r.upath << "\n";
+        }
+        return static_cast<bool>(std::cout);  // stdout closed (dyad ls | head): stop
+    });
+    std::cout.flush();
+    return s ? 0 : report(s);
+}
+
+// `dyad service status`: the counters of the service and of its peers.
+void print_counters(nlohmann::json& j) {
+    auto& ctr = j["counters"];
+    std::printf("requests %llu, served %llu, errors %llu, bytes sent %llu\n",
+                ctr.value("requests", 0ull), ctr.value("served", 0ull), ctr.value("errors", 0ull),
+                ctr.value("bytes_sent", 0ull));
+    std::printf(
+        "authentication: %s; refused peers %llu, unproduced fetches refused %llu, "
+        "stale fetches refused %llu, published %llu\n",
+        j.value("auth", std::string("none")).c_str(), ctr.value("auth_refused", 0ull),
+        ctr.value("refused_unproduced", 0ull), ctr.value("refused_stale", 0ull),
+        ctr.value("published", 0ull));
+    if (j.contains("peers")) {
+        auto& pc = j["peers"];
+        std::printf(
+            "caps per peer: refused connections %llu (cap %llu), fetches %llu (cap %llu), "
+            "LOCAL %llu (cap %llu); memory %llu bytes a peer\n",
+            ctr.value("refused_peer_connections", 0ull),
+            pc.value("max_connections_per_peer", 0ull), ctr.value("refused_peer_fetches", 0ull),
+            pc.value("max_fetches_per_peer", 0ull), ctr.value("refused_peer_local", 0ull),
+            pc.value("max_local_per_peer", 0ull), pc.value("memory_per_peer", 0ull));
+    }
+    for (auto& [name, p] : ctr["per_transport"].items())
+        std::printf("  %-10s requests %llu served %llu errors %llu sent %llu received %llu\n",
+                    name.c_str(), p.value("requests", 0ull), p.value("served", 0ull),
+                    p.value("errors", 0ull), p.value("bytes_sent", 0ull),
+                    p.value("bytes_received", 0ull));
+}
+
+// `dyad service status`: the store it hosts and the metadata store it uses.
+void print_stores(nlohmann::json& j) {
+    if (j.contains("store") && j["store"].is_object())
+        std::printf("store: %llu keys, %llu waiting, epoch %llu\n", j["store"].value("keys", 0ull),
+                    j["store"].value("waiters", 0ull), j["store"].value("epoch", 0ull));
+    if (!j.contains("metadata_store")) return;
+    auto& m = j["metadata_store"];
+    bool up = m.value("reachable", false);
+    std::string backend = m.value("backend", ""), endpoint = m.value("endpoint", "");
+    if (backend != endpoint) backend += " at " + endpoint;
+    std::printf("metadata store: %s, %s%s%s\n", backend.c_str(), up ? "reachable" : "NOT reachable",
+                up ? "" : ": ", up ? "" : m.value("error", "").c_str());
+    if (m.value("backend", "") == "etcd")
+        std::printf(
+            "  watch stream %s: %llu keys watched, %llu consumers waiting, %llu "
+            "reconnects; lease %lld (TTL %.0f s)\n",
+            m.value("watch_stream_up", false) ? "up" : "DOWN", m.value("watched_keys", 0ull),
+            m.value("waiters", 0ull), m.value("watch_reconnects", 0ull), m.value("lease_id", 0ll),
+            m.value("lease_ttl", 0.0));
+    if (m.value("rejoined", 0ull) || m.value("republished", 0ull))
+        std::printf(
+            "  registered again %llu times after the store came back empty, "
+            "%llu records published again\n",
+            m.value("rejoined", 0ull), m.value("republished", 0ull));
+}
+
+int run_status(dyad::client::Client& c, const Cli& o) {
+    auto s = c.service_status(o.uri);
+    if (!s) return report(s.status());
+    if (o.json) {
+        std::cout << s->dump(2, ' ', false, kBadUtf8Replaced) << "\n";
+        return 0;
+    }
+    auto& j = s.value();
+    std::printf("service %s on node %s (pid %d), namespace %s\n",
+                j.value("service_id", "").c_str(), j.value("node", "").c_str(), j.value("pid", 0),
+                j.value("namespace", "").c_str());
+    std::printf("producer dir: %s\nmetadata: %s\nendpoints: %s\n",
+                j.value("producer_dir", "").c_str(), j.value("kvs", "").c_str(),
+                j["endpoints"].dump(-1, ' ', false, kBadUtf8Replaced).c_str());
+    std::printf("uptime: %.1f s, connections: %d\n", j.value("uptime_s", 0.0),
+                j.value("connections", 0));
+    print_counters(j);
+    print_stores(j);
+    if (j.contains("metrics")) std::printf("metrics: %s\n", j.value("metrics", "").c_str());
+    return 0;
+}
+
+// Runs the parsed subcommand; returns the exit code.
+int dispatch(const Commands& c, Cli& o, dyad::job::Options& job_options) {
+    if (*c.job.job) return dyad::job::run(c.job, job_options);
+    if (*c.keygen) return run_keygen(o);
+    auto cfg = dyad::Config::from_env();
+    if (!cfg && !*c.config) return report(cfg.status());
+    if (cfg) {
+        if (o.timeout >= 0) cfg->wait_timeout = o.timeout;
+        dyad::log::set_level(cfg->log_level);
+        g_debug = cfg->log_level <= dyad::log::Level::debug;
+    }
+    if (*c.config) return run_config(o, cfg);
+    if (*c.key) return run_key(o, cfg.value());
     auto client = dyad::client::Client::create(cfg.value());
     if (!client) return report(client.status());
-    auto& c = *client.value();
-
-    if (*produce) {
-        int rc = 0;
-        for (size_t i = 0; i < files.size(); ++i) {
-            const auto& f = files[i];
-            dyad::Status s = c.produce(f);
-            if (!s) {
-                rc = report(s, f);
-                if (service_failure(c, s)) return not_attempted(files.size() - i - 1), rc;
-            } else if (json) {
-                std::cout << nlohmann::json{{"file", f}, {"action", "produced"}}.dump(
-                                 -1, ' ', false, kBadUtf8Replaced)
-                          << "\n";
-            } else {
-                std::cout << "produced " << f << "\n";
-            }
-        }
-        return rc;
-    }
-    if (*consume && files.size() == 1) {
-        // One file: the progress of its transfer can be shown.
-        Progress bar(progress_on    ? Progress::Mode::on
-                     : progress_off ? Progress::Mode::off
-                                    : Progress::Mode::automatic);
-        const auto& f = files[0];
-        dyad::client::ConsumeReport r;
-        if (bar.wanted()) {
-            bar.start(f);
-            r.progress = [&bar](const dyad::client::TransferProgress& p) { bar.update(p); };
-        }
-        dyad::Status s = c.consume(f, &r);
-        bar.finish(r.bytes, r.bytes, r.transfer_s, s.is_ok());
-        return print_consumed(f, s, r, json, explain, timeout >= 0);
-    }
-    if (*consume) {
-        // Several files: pipelined, printed as they finish (any order).
-        // Nothing can be consumed if the node's service cannot be reached:
-        // say it once.
-        if (auto svc = c.service(); !svc) {
-            int rc = report(svc.status(), files[0]);
-            return not_attempted(files.size() - 1), rc;
-        }
-        // Printed in the order given, each line as soon as its file and
-        // those before it have finished.
-        int rc = 0;
-        std::vector<std::optional<std::pair<dyad::Status, dyad::client::ConsumeReport>>> ended(
-            files.size());
-        size_t next = 0;
-        dyad::client::ConsumeManyOptions o;
-        o.window = window;
-        g_flush_each_line = false;
-        o.done = [&](size_t i, const dyad::Status& s, const dyad::client::ConsumeReport& r) {
-            if (i == next) {  // the usual case: printed at once, nothing kept
-                int code = print_consumed(files[i], s, r, json, explain, timeout >= 0);
-                if (code && !rc) rc = code;
-                ++next;
-            } else {
-                ended[i].emplace(s, r);
-            }
-            for (; next < files.size() && ended[next]; ++next) {
-                int code = print_consumed(files[next], ended[next]->first, ended[next]->second,
-                                          json, explain, timeout >= 0);
-                if (code && !rc) rc = code;
-                ended[next].reset();
-            }
-        };
-        c.consume_many(files, o);
-        return rc;
-    }
-    if (*sync) {
-        static volatile std::sig_atomic_t stop = 0;
-        std::signal(SIGINT, [](int) { stop = 1; });
-        std::signal(SIGTERM, [](int) { stop = 1; });
-        int rc = 0;
-        dyad::client::SyncOptions o;
-        o.prefix = sync_prefix;
-        o.follow = follow;
-        o.count = sync_count;
-        o.window = window;
-        o.stop = [] { return stop != 0; };
-        o.done = [&](const std::string& f, const dyad::Status& s,
-                     const dyad::client::ConsumeReport& r) {
-            int code = print_consumed(f, s, r, json, false, timeout >= 0);
-            if (code && !rc) rc = code;
-        };
-        uint64_t consumed = 0;
-        dyad::Status s = c.sync(o, &consumed);
-        if (!s && !rc) return report(s);
-        if (!json)
-            std::fprintf(stderr, "%s: %llu file%s consumed%s\n", g_command.c_str(),
-                         static_cast<unsigned long long>(consumed), consumed == 1 ? "" : "s",
-                         stop ? " (interrupted)" : "");
-        return rc;
-    }
-    if (*stat) {
-        auto r = c.stat(stat_file);
-        if (!r)
-            return report(r.status(), stat_file,
-                          r.status().rc() == DYAD_RC_NOTFOUND
-                              ? "'dyad ls' lists the files produced so far, 'dyad consume' "
-                                "waits for one"
-                              : "");
-        nlohmann::json j = r->to_json();
-        j["generation"] = r->generation;
-        j["owner_rank"] = r->owner_rank();
-        j["key"] = c.key_of(r->upath);
-        if (json) {
-            std::cout << j.dump(2, ' ', false, kBadUtf8Replaced) << "\n";
-            return 0;
-        }
-        for (auto& [k, v] : j.items()) {
-            if (k == "mode" && v.is_number_unsigned())
-                std::cout << "mode: " << octal_mode(v.get<uint64_t>()) << "\n";
-            else if (k == "mtime_ns" && v.is_number_integer())
-                std::cout << "mtime: " << iso_time(v.get<int64_t>()) << "\n";
-            else
-                std::cout << k << ": "
-                          << (v.is_string() ? v.get<std::string>()
-                                            : v.dump(-1, ' ', false, kBadUtf8Replaced))
-                          << "\n";
-        }
-        return 0;
-    }
-    if (*ls) {
-        // Streamed: a page is printed as it arrives, so memory stays flat
-        // however many records there are. --json: one object per line.
-        bool out_ok = true;
-        dyad::Status s = c.list(ls_prefix, [&](const dyad::client::Record& r) {
-            if (json) {
-                auto j = r.to_json();
-                j["generation"] = r.generation;
-                std::cout << j.dump(-1, ' ', false, kBadUtf8Replaced) << "\n";
-            } else {
-                std::cout << std::setw(12) << r.size << "  gen " << std::left << std::setw(4)
-                          << r.generation << " " << std::setw(16) << r.owner << std::right << " "
-                          << r.upath << "\n";
-            }
-            out_ok = static_cast<bool>(std::cout);
-            return out_ok;  // stdout closed (dyad ls | head): stop
-        });
-        std::cout.flush();
-        if (!s) return report(s);
-        return 0;
-    }
-    if (*status) {
-        auto s = c.service_status(uri);
-        if (!s) return report(s.status());
-        if (json) {
-            std::cout << s->dump(2, ' ', false, kBadUtf8Replaced) << "\n";
-            return 0;
-        }
-        auto& j = s.value();
-        std::printf("service %s on node %s (pid %d), namespace %s\n",
-                    j.value("service_id", "").c_str(), j.value("node", "").c_str(),
-                    j.value("pid", 0), j.value("namespace", "").c_str());
-        std::printf("producer dir: %s\nmetadata: %s\nendpoints: %s\n",
-                    j.value("producer_dir", "").c_str(), j.value("kvs", "").c_str(),
-                    j["endpoints"].dump(-1, ' ', false, kBadUtf8Replaced).c_str());
-        std::printf("uptime: %.1f s, connections: %d\n", j.value("uptime_s", 0.0),
-                    j.value("connections", 0));
-        auto& ctr = j["counters"];
-        std::printf("requests %llu, served %llu, errors %llu, bytes sent %llu\n",
-                    ctr.value("requests", 0ull), ctr.value("served", 0ull),
-                    ctr.value("errors", 0ull), ctr.value("bytes_sent", 0ull));
-        std::printf(
-            "authentication: %s; refused peers %llu, unproduced fetches refused %llu, "
-            "stale fetches refused %llu, published %llu\n",
-            j.value("auth", std::string("none")).c_str(), ctr.value("auth_refused", 0ull),
-            ctr.value("refused_unproduced", 0ull), ctr.value("refused_stale", 0ull),
-            ctr.value("published", 0ull));
-        if (j.contains("peers")) {
-            auto& pc = j["peers"];
-            std::printf(
-                "caps per peer: refused connections %llu (cap %llu), fetches %llu (cap %llu), "
-                "LOCAL %llu (cap %llu); memory %llu bytes a peer\n",
-                ctr.value("refused_peer_connections", 0ull),
-                pc.value("max_connections_per_peer", 0ull), ctr.value("refused_peer_fetches", 0ull),
-                pc.value("max_fetches_per_peer", 0ull), ctr.value("refused_peer_local", 0ull),
-                pc.value("max_local_per_peer", 0ull), pc.value("memory_per_peer", 0ull));
-        }
-        for (auto& [name, p] : ctr["per_transport"].items())
-            std::printf("  %-10s requests %llu served %llu errors %llu sent %llu received %llu\n",
-                        name.c_str(), p.value("requests", 0ull), p.value("served", 0ull),
-                        p.value("errors", 0ull), p.value("bytes_sent", 0ull),
-                        p.value("bytes_received", 0ull));
-        if (j.contains("store") && j["store"].is_object())
-            std::printf("store: %llu keys, %llu waiting, epoch %llu\n",
-                        j["store"].value("keys", 0ull), j["store"].value("waiters", 0ull),
-                        j["store"].value("epoch", 0ull));
-        if (j.contains("metadata_store")) {
-            auto& m = j["metadata_store"];
-            bool up = m.value("reachable", false);
-            std::string backend = m.value("backend", ""), endpoint = m.value("endpoint", "");
-            if (backend != endpoint) backend += " at " + endpoint;
-            std::printf("metadata store: %s, %s%s%s\n", backend.c_str(),
-                        up ? "reachable" : "NOT reachable", up ? "" : ": ",
-                        up ? "" : m.value("error", "").c_str());
-            if (m.value("backend", "") == "etcd")
-                std::printf(
-                    "  watch stream %s: %llu keys watched, %llu consumers waiting, %llu "
-                    "reconnects; lease %lld (TTL %.0f s)\n",
-                    m.value("watch_stream_up", false) ? "up" : "DOWN",
-                    m.value("watched_keys", 0ull), m.value("waiters", 0ull),
-                    m.value("watch_reconnects", 0ull), m.value("lease_id", 0ll),
-                    m.value("lease_ttl", 0.0));
-            if (m.value("rejoined", 0ull) || m.value("republished", 0ull))
-                std::printf(
-                    "  registered again %llu times after the store came back empty, "
-                    "%llu records published again\n",
-                    m.value("rejoined", 0ull), m.value("republished", 0ull));
-        }
-        if (j.contains("metrics")) std::printf("metrics: %s\n", j.value("metrics", "").c_str());
-        return 0;
-    }
+    // The subcommands of a client.
+    const std::pair<const CLI::App*, int (*)(dyad::client::Client&, const Cli&)> table[] = {
+        {c.produce, run_produce}, {c.consume, run_consume}, {c.sync, run_sync},
+        {c.stat, run_stat},       {c.ls, run_ls},           {c.status, run_status}};
+    for (const auto& [app, run] : table)
+        if (*app) return run(*client.value(), o);
     return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::signal(SIGPIPE, SIG_IGN);
+    CLI::App app{
+        "dyad: produce and consume files through DYAD, inspect the metadata and the services.\n"
+        "Configuration comes from DYAD_* environment variables (see 'dyad config')."};
+    app.footer(kExitCodes);
+    app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("dyad ") + dyad_version(),
+                         "print the version and exit");
+    Cli o;
+    std::vector<char*> args = arguments(argc, argv, &o.json);
+    bool json_flag = false;
+    app.add_flag("--json", json_flag, "machine-readable output (anywhere on the command line)");
+    Commands c{};
+    add_file_commands(app, o, c);
+    add_info_commands(app, o, c);
+    dyad::job::Options job_options;
+    c.job = dyad::job::add_commands(app, job_options);
+    if (int rc = parse(app, args); rc >= 0) return rc;
+    o.json = o.json || json_flag;
+    return dispatch(c, o, job_options);
 }

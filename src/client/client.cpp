@@ -22,6 +22,7 @@
 #include "common/keygen.hpp"
 #include "common/log.hpp"
 #include "fetch_channel.hpp"
+#include "proto/publish.hpp"
 
 namespace dyad::client {
 namespace {
@@ -274,18 +275,19 @@ Status Client::produce(const std::string& path) {
     }
     // The service checks the file and writes the record as its owner:
     // clients never write the store (docs/security.md).
-    nlohmann::json args = {{"upath", up.value()},
-                           {"ns", ns(svc.value())},
-                           {"key_depth", cfg_.key_depth},
-                           {"key_bins", cfg_.key_bins}};
+    proto::PublishRequest req;
+    req.upath = up.value();
+    req.ns = ns(svc.value());
+    req.key_depth = cfg_.key_depth;
+    req.key_bins = cfg_.key_bins;
     // A file this node consumed and now publishes as its own (pydyad's r+):
     // it replaces, knowingly, the version it consumed; the store refuses it
     // if that version is no longer current (docs/security.md).
     if (auto from = installed_from(full); from && from->owner != svc->id)
-        args["replaces"] = from->generation;
+        req.replaces = from->generation;
     bool connect_failed = false;
-    auto v = pool_->call(cfg_.service_uri, "dyad.publish", args, Deadline::after(kControlTimeout),
-                         0, false, &connect_failed);
+    auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(),
+                         Deadline::after(kControlTimeout), 0, false, &connect_failed);
     if (!v && connect_failed)
         return Status(DYAD_RC_CONNFAIL, "cannot publish '" + full + "': " + v.status().to_string(),
                       v.status().err());
@@ -294,9 +296,10 @@ Status Client::produce(const std::string& path) {
         return Status(e.rc() == DYAD_RC_BADRPC ? DYAD_RC_BADCOMMIT : e.rc(),
                       "cannot publish '" + full + "': " + e.message(), e.err());
     }
+    auto answer = proto::PublishAnswer::parse(v.value());
     DYAD_DEBUG(kSub, "produced %s as %s (generation %llu)", up->c_str(),
-               v->value("key", std::string()).c_str(),
-               static_cast<unsigned long long>(v->value("version", 0ull)));
+               answer ? answer->key.c_str() : "",
+               static_cast<unsigned long long>(answer ? answer->version : 0));
     return Status::ok();
 }
 
@@ -304,7 +307,7 @@ Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
     return lookup(path, should_wait, wait_deadline());
 }
 
-Result<Record> Client::lookup(const std::string& path, bool should_wait, Deadline deadline) {
+Result<std::string> Client::consumer_relative(const std::string& path) const {
     if (cons_.empty())
         return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)",
                       EINVAL);
@@ -315,6 +318,12 @@ Result<Record> Client::lookup(const std::string& path, bool should_wait, Deadlin
                           " (DYAD_PATH_CONSUMER): give a path under it",
                       EINVAL);
     if (Status r = reserved_check(up); !r) return r;
+    return std::move(up.value());
+}
+
+Result<Record> Client::lookup(const std::string& path, bool should_wait, Deadline deadline) {
+    auto up = consumer_relative(path);
+    if (!up) return up.status();
     return lookup_upath(up.value(), should_wait, deadline);
 }
 
@@ -390,7 +399,7 @@ Status Client::consume(const std::string& path, ConsumeReport* report) {
 
 Status Client::consume_record(const std::string& path, Record rec, ConsumeReport* report,
                               Deadline deadline) {
-    Status s = consume_with(path, rec, report, deadline);
+    Status s = consume_once(path, rec, report, deadline);
     // ESTALE: the file is no longer the one the record describes.
     // - Produced again since the lookup: looked up again and fetched, a few
     //   times at most; a file that keeps being produced again is reported.
@@ -418,27 +427,19 @@ Status Client::consume_record(const std::string& path, Record rec, ConsumeReport
         }
         if (++again > 3) break;
         rec = std::move(fresh.value());
-        s = consume_with(path, rec, report, deadline);
+        s = consume_once(path, rec, report, deadline);
     }
     return s;
 }
 
 Status Client::consume_with(const std::string& path, const Record& rec, ConsumeReport* report) {
-    return consume_with(path, rec, report, wait_deadline());
+    return consume_record(path, rec, report, wait_deadline());
 }
 
-Status Client::consume_with(const std::string& path, const Record& rec, ConsumeReport* report,
+Status Client::consume_once(const std::string& path, const Record& rec, ConsumeReport* report,
                             Deadline deadline) {
-    if (cons_.empty())
-        return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)",
-                      EINVAL);
-    auto up = consumer_upath(path);
-    if (!up)
-        return Status(DYAD_RC_UNTRACKED,
-                      "'" + path + "' is not inside the consumer directory " + cons_.path() +
-                          " (DYAD_PATH_CONSUMER): give a path under it",
-                      EINVAL);
-    if (Status r = reserved_check(up); !r) return r;
+    auto up = consumer_relative(path);
+    if (!up) return up.status();
     // A record is only ever the record of its own path (consume_w_metadata
     // with another file's record must not fetch that other file).
     if (rec.upath != up.value())
@@ -451,36 +452,12 @@ Status Client::consume_with(const std::string& path, const Record& rec, ConsumeR
     auto t0 = std::chrono::steady_clock::now();
     ConsumeReport local;
     ConsumeReport* rep = report ? report : &local;
-
-    // Same node and same directory, or storage shared by all nodes
-    // (DYAD_SHARED_STORAGE): the file is already where it is wanted.
-    if (cfg_.shared_storage ||
-        (rec.node == svc->node && canonical_path(rec.producer_dir) == cons_.path())) {
-        rep->action = "in-place";
-        rep->transport = "none";
-        rep->transfer_s = since(t0);
-        return Status::ok();
+    if (!settled(up.value(), rec, svc.value(), rep)) {
+        Status s = under_lock(up.value(), rec, deadline, rep, [&](int lock_fd) {
+            return fetch(up.value(), rec, svc.value(), rep, lock_fd);
+        });
+        if (!s) return s;
     }
-
-    // A copy installed by DYAD carries a stamp naming its produce (set
-    // before the atomic rename): if it is this record's, nothing moves. No
-    // lock is needed to see a whole file.
-    auto done_present = [&] {
-        rep->action = "present";
-        rep->transport = "none";
-        rep->bytes = 0;
-        rep->transfer_s = since(t0);
-        return Status::ok();
-    };
-    if (cstore_.present(up.value(), rec)) return done_present();
-    // One consumer per file per node moves it; the others wait on the lock,
-    // then find it present.
-    // Until the call's deadline (and while a holder is seen moving the file).
-    auto lk = cstore_.lock(up.value(), deadline, cfg_.transfer_timeout);
-    if (!lk) return lk.status();
-    if (cstore_.present(up.value(), rec)) return done_present();
-    Status s = fetch(up.value(), rec, svc.value(), rep, lk.value().get());
-    if (!s) return s;
     rep->transfer_s = since(t0);
     return Status::ok();
 }
@@ -632,18 +609,23 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
     rep->transport = b.name;
     std::unique_lock<std::mutex> serial;
     if (std::mutex* m = serial_transport_lock(b.name)) serial = std::unique_lock<std::mutex>(*m);
-    auto staging = cstore_.stage(upath, lock_fd);
-    if (!staging) return staging.status();
-    FileSink& sink = staging.value()->sink();
-    if (rep->progress) {
-        auto t0 = std::chrono::steady_clock::now();
-        sink.on_progress(
-            [cb = rep->progress, t0, total = rec.size](uint64_t bytes) {
-                cb(TransferProgress{bytes, total, since(t0)});
-            },
-            rep->progress_interval_s);
-    }
+    return stage_commit(upath, rec, lock_fd, rep, [&](FileSink& sink) -> Result<nlohmann::json> {
+        if (rep->progress) {
+            auto t0 = std::chrono::steady_clock::now();
+            sink.on_progress(
+                [cb = rep->progress, t0, total = rec.size](uint64_t bytes) {
+                    cb(TransferProgress{bytes, total, since(t0)});
+                },
+                rep->progress_interval_s);
+        }
+        return receive_via(b, upath, rec, ep, nspace, sink, retry);
+    });
+}
 
+Result<nlohmann::json> Client::receive_via(const dtl::Backend& b, const std::string& upath,
+                                           const Record& rec, const std::string& ep,
+                                           const std::string& nspace, FileSink& sink,
+                                           bool* retry) {
     auto recv = b.make_receiver();
     if (!recv) {
         *retry = true;
@@ -672,12 +654,9 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
                       conn.status().err());
     }
     nlohmann::json args = recv.value()->describe();
-    args["upath"] = upath;
-    args["transport"] = b.name;
-    args["generation"] = rec.generation;
-    // Where the owner finds the record if it restarted since publishing.
-    args["ns"] = nspace;
-    args["key"] = key_of(upath);
+    proto::FetchRequest req = request_of(upath, rec, nspace);
+    req.transport = b.name;
+    req.build_into(args);
     RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
     Status opened = ch.open(args, Deadline::after(kControlTimeout));
     if (!opened) return opened.wrap("fetch of '" + upath + "' from " + ep);
@@ -696,11 +675,7 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
             e.err());
     }
     if (ch.ended()) pool_->put(std::move(conn.value()));
-    Status s = staging.value()->commit(trailer.value(), rec);
-    if (!s) return s;
-    rep->action = "fetched";
-    rep->bytes = sink.bytes();
-    return Status::ok();
+    return trailer;
 }
 
 Status Client::list(const std::string& prefix, const std::function<bool(const Record&)>& each) {

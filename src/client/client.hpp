@@ -20,6 +20,7 @@
 #include "common/status.hpp"
 #include "dtl/dtl.hpp"
 #include "kvs/store.hpp"
+#include "proto/fetch.hpp"
 #include "rpc/client.hpp"
 #include "record.hpp"
 #include "consumer_store.hpp"
@@ -112,11 +113,11 @@ class Client {
     Result<Record> get_metadata(const std::string& path, bool should_wait);
     // Waits for the file, then makes it appear whole in the consumer directory.
     Status consume(const std::string& path, ConsumeReport* report = nullptr);
+    // The same with its record known already (dyad_consume_w_metadata):
+    // refused if the record is not the path's; produced again meanwhile, it
+    // is looked up and fetched again, as consume does.
     Status consume_with(const std::string& path, const Record& rec,
                         ConsumeReport* report = nullptr);
-    // The same, waiting for the file's lock until `deadline`.
-    Status consume_with(const std::string& path, const Record& rec, ConsumeReport* report,
-                        Deadline deadline);
     // Consumes many files with several in flight (src/client/pipeline.cpp):
     // the ones produced already are found with batched lookups
     // (kvs.get_many) and fetched by a window of workers, the others waited
@@ -149,20 +150,56 @@ class Client {
     Status sync(const SyncOptions& options, uint64_t* consumed = nullptr);
 
   private:
+    friend class Pipeline;  // consume_many's (pipeline.cpp)
     Client(Config cfg, FileSystem& fs, rpc::Credentials creds);
     // Idle connections the pool keeps per URI: at least the window.
     size_t idle_per_owner() const;
+    // The relative path of a consumer path: BADMANAGEDPATH without a
+    // consumer directory, UNTRACKED outside it, refused under the reserved
+    // directory.
+    Result<std::string> consumer_relative(const std::string& path) const;
     // get_metadata with its own deadline for the wait (an expired one:
     // one look, TIMEOUT if absent).
     Result<Record> lookup(const std::string& path, bool should_wait, Deadline deadline);
     // The same for the relative path `upath`.
     Result<Record> lookup_upath(const std::string& upath, bool should_wait, Deadline deadline);
-    // consume_with, then, if the file was produced again meanwhile, again
+    // consume_once, then, if the file was produced again meanwhile, again
     // with its newest record (a few times at most); if it changed and is
     // not produced again yet, waits for that produce until `wait` (the
     // call's DYAD_WAIT_TIMEOUT deadline).
     Status consume_record(const std::string& path, Record rec, ConsumeReport* report,
                           Deadline wait);
+    // One attempt at consuming `path` with its record, waiting for the
+    // file's lock until `deadline`.
+    Status consume_once(const std::string& path, const Record& rec, ConsumeReport* report,
+                        Deadline deadline);
+
+    // ---- The consume core (consume.cpp): the steps every consume takes,
+    // one file alone or many in one dyad.fetch_many ----
+    // The in-place rule: same node and same directory, or storage shared by
+    // all nodes (DYAD_SHARED_STORAGE): the file is already where it is wanted.
+    bool in_place(const Record& rec, const ServiceInfo& svc) const;
+    // Nothing to move: in place, or a copy of this produce present (said in
+    // *rep: action, transport "none", no bytes). No lock is needed to see a
+    // whole file.
+    bool settled(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                 ConsumeReport* rep);
+    // Under the file's lock (waited for until `deadline`; one consumer per
+    // file per node moves it, the others wait, then find it present): done
+    // if present by then, else move(lock_fd).
+    using MoveFn = std::function<Status(int lock_fd)>;
+    Status under_lock(const std::string& upath, const Record& rec, Deadline deadline,
+                      ConsumeReport* rep, const MoveFn& move);
+    // Stages the file (beside its target, under lock_fd), lets `fill`
+    // write its bytes into the sink and give the END trailer, checks and
+    // commits it, and says "fetched" in *rep.
+    using FillFn = std::function<Result<nlohmann::json>(FileSink& sink)>;
+    Status stage_commit(const std::string& upath, const Record& rec, int lock_fd,
+                        ConsumeReport* rep, const FillFn& fill);
+    // What every fetch asks for a file: its path, its generation, where its
+    // record is.
+    proto::FetchRequest request_of(const std::string& upath, const Record& rec,
+                                   const std::string& nspace) const;
     Result<kvs::Store*> store();
     // The metadata store the node's service uses.
     std::string store_uri(const ServiceInfo& svc) const;
@@ -178,6 +215,10 @@ class Client {
     Status fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
                      const std::string& ep, const std::string& nspace, ConsumeReport* rep,
                      int lock_fd, bool* retry);
+    // fetch_via's transfer into the staged file's sink: the END trailer.
+    Result<nlohmann::json> receive_via(const dtl::Backend& b, const std::string& upath,
+                                       const Record& rec, const std::string& ep,
+                                       const std::string& nspace, FileSink& sink, bool* retry);
     // The owner's endpoint to fetch `rec` from: its Unix socket when on
     // this node, else its TCP address ("" if it lists neither).
     std::string owner_endpoint(const Record& rec, const ServiceInfo& svc) const;
@@ -195,6 +236,16 @@ class Client {
                                       const std::vector<Record>& records, const ServiceInfo& svc,
                                       const std::string& ep, const FinishFn& finish,
                                       std::chrono::steady_clock::time_point t0);
+    // The dyad.fetch_many request for the files `which`.
+    proto::FetchManyRequest batch_request(const std::vector<size_t>& which,
+                                          const std::vector<std::string>& upaths,
+                                          const std::vector<Record>& records,
+                                          const ServiceInfo& svc) const;
+    // One served file of a dyad.fetch_many, all its bytes here: installed
+    // whole without a lock where the file system allows, else under its
+    // lock, staged and committed as a lone fetch's.
+    Status install_answer(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                          const Sent& sent, const std::string& bytes, ConsumeReport* rep);
     std::atomic<bool> no_fetch_many_{false};  // an owner did not know dyad.fetch_many
     // AUTO: the transports to try for this file, best first.
     std::vector<const dtl::Backend*> plan(const Record& rec, const ServiceInfo& svc,

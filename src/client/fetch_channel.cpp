@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "fetch_channel.hpp"
 
-#include <charconv>
-
 #include <cerrno>
+
 #include "common/checksum.hpp"
 #include "common/json_text.hpp"
 
@@ -87,39 +86,29 @@ Status RpcFetchChannel::update(const nlohmann::json& meta) {
 
 Status verify_trailer(const nlohmann::json& trailer, const Received& got,
                       const std::string& upath) {
-    auto want = dtl::meta_u64(trailer, "size");
-    auto want_hash = dtl::meta_str(trailer, "xxh3");
-    if (!want || !want_hash)
-        return Status(DYAD_RC_BADRPC,
-                      "the end of the fetch of '" + upath + "' lacks its size or checksum: " +
-                          trailer.dump(-1, ' ', false, kBadUtf8Replaced),
-                      EPROTO);
+    auto want = proto::FetchEnd::parse(trailer, upath);
+    if (!want) return want.status();
     // In-kernel copies (LOCAL) never pass through this process: their size
     // is checked, and the owner held the file's lock while they ran.
-    if (got.bytes != *want || (!got.kernel_copied && got.xxh3 != *want_hash))
+    if (got.bytes != want->size || (!got.kernel_copied && got.xxh3 != want->xxh3))
         return Status(DYAD_RC_BADCHECKSUM,
                       "'" + upath + "' arrived corrupted: " + std::to_string(got.bytes) +
                           " bytes, xxh3 " + got.xxh3 + "; the service sent " +
-                          std::to_string(*want) + " bytes, xxh3 " + *want_hash,
+                          std::to_string(want->size) + " bytes, xxh3 " + want->xxh3,
                       EIO);
     return Status::ok();
 }
 
 Result<Sent> sent_of(const nlohmann::json& trailer, const std::string& upath) {
-    auto size = dtl::meta_u64(trailer, "size");
-    auto hex = dtl::meta_str(trailer, "xxh3");
-    Sent s;
-    const char* first = hex ? hex->data() : nullptr;
-    const char* last = hex ? hex->data() + hex->size() : nullptr;
-    auto parsed = hex ? std::from_chars(first, last, s.xxh3, 16) : std::from_chars_result{};
-    if (!size || !hex || hex->empty() || hex->size() > 16 || parsed.ec != std::errc() ||
-        parsed.ptr != last)
+    auto end = proto::FetchEnd::parse(trailer, upath);
+    if (!end) return end.status();
+    auto digest = end->digest();
+    if (!digest)
         return Status(DYAD_RC_BADRPC,
                       "the end of the fetch of '" + upath + "' lacks its size or checksum: " +
                           trailer.dump(-1, ' ', false, kBadUtf8Replaced),
                       EPROTO);
-    s.size = *size;
-    return s;
+    return Sent{end->size, *digest};
 }
 
 Status verify_sent(const Sent& sent, const void* p, size_t n, const std::string& upath) {

@@ -11,6 +11,7 @@
 
 #include "common/status.hpp"
 #include "dtl/channel.hpp"
+#include "proto/fetch.hpp"
 #include "rpc/client.hpp"
 
 namespace dyad::client {
@@ -55,14 +56,15 @@ struct Received {
 [[nodiscard]] Status verify_trailer(const nlohmann::json& trailer, const Received& got,
                                     const std::string& upath);
 
-// What the owner says it sent of a whole file: size and XXH3-64, from a
-// trailer's "size" and "xxh3" (hex), or from a compact dyad.fetch_many
-// header (as numbers).
+// What the owner says it sent of a whole file: size and XXH3-64, from an
+// END trailer (proto::FetchEnd, the checksum in hex), or from a compact
+// dyad.fetch_many header (as numbers).
 struct Sent {
     uint64_t size = 0;
     uint64_t xxh3 = 0;
 };
-// BADRPC (EPROTO) naming the file when the trailer lacks either.
+// BADRPC (EPROTO) naming the file when the trailer lacks either (or its
+// checksum is not 1 to 16 hex digits).
 [[nodiscard]] Result<Sent> sent_of(const nlohmann::json& trailer, const std::string& upath);
 // The file's n bytes at p against it: BADCHECKSUM naming the file if
 // they differ.

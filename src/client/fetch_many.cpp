@@ -23,15 +23,42 @@ double since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// One answer of a dyad.fetch_many, read up to the file's bytes.
+struct Answer {
+    uint64_t index = 0;         // among the files asked
+    std::optional<Sent> sent;   // none: refused here (fetched alone, which says why)
+    size_t bytes = 0;           // of the file, to read next
+};
+
+// A served file: compact (no meta; a header, then the bytes) or JSON
+// (proto::FetchManyItem, then the bytes). Nullopt: out of protocol.
+std::optional<Answer> read_answer(RpcFetchChannel& ch, const dtl::FetchChannel::Message& m) {
+    Answer a;
+    a.bytes = m.data_len;
+    if (m.meta.empty()) {  // compact: no meta (the channel gives {})
+        char hdr[dtl::kRawFileHeader];
+        if (a.bytes < sizeof hdr || !ch.read(hdr, sizeof hdr)) return std::nullopt;
+        const auto h = dtl::get_raw_file_header(hdr);
+        a.bytes -= sizeof hdr;
+        a.index = h.index;
+        a.sent = Sent{a.bytes, h.digest};
+        return a;
+    }
+    auto item = proto::FetchManyItem::parse(m.meta);
+    if (!item) return std::nullopt;
+    a.index = item->index;
+    if (!item->refused)
+        if (auto d = item->end().digest()) a.sent = Sent{item->size, *d};
+    return a;
+}
+
 }  // namespace
 
 std::optional<std::string> Client::batch_endpoint(const Record& rec, const ServiceInfo& svc) {
     if (no_fetch_many_.load(std::memory_order_relaxed) || cons_.empty() ||
         rec.size > dtl::kFetchManyFileMax)
         return std::nullopt;
-    if (cfg_.shared_storage ||
-        (rec.node == svc.node && canonical_path(rec.producer_dir) == cons_.path()))
-        return std::nullopt;  // in place: nothing moves
+    if (in_place(rec, svc)) return std::nullopt;  // nothing moves
     const dtl::Backend& stream = dtl::universal_backend();
     if (backend_) {
         if (backend_ != &stream) return std::nullopt;
@@ -45,19 +72,33 @@ std::optional<std::string> Client::batch_endpoint(const Record& rec, const Servi
     return ep;
 }
 
+proto::FetchManyRequest Client::batch_request(const std::vector<size_t>& which,
+                                              const std::vector<std::string>& upaths,
+                                              const std::vector<Record>& records,
+                                              const ServiceInfo& svc) const {
+    proto::FetchManyRequest req;
+    req.transport = dtl::universal_backend().name;
+    // Compact answers: served files come as a binary header and the bytes,
+    // no JSON meta (older owners ignore it and answer in JSON, still read).
+    req.raw_answer = true;
+    const std::string nspace = ns(svc);
+    for (size_t i : which) {
+        proto::FetchRequest one = request_of(upaths[i], records[i], nspace);
+        req.files.push_back({one.upath, one.generation, one.ns, one.key});
+    }
+    return req;
+}
+
 std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
                                           const std::vector<std::string>& upaths,
                                           const std::vector<Record>& records,
                                           const ServiceInfo& svc, const std::string& ep,
                                           const FinishFn& finish,
                                           std::chrono::steady_clock::time_point t0) {
-    const std::string& stream = dtl::universal_backend().name;
     std::vector<size_t> asked, left;
     for (size_t i : which) {
-        if (cstore_.present(upaths[i], records[i])) {
-            ConsumeReport rep;
-            rep.action = "present";
-            rep.transport = "none";
+        ConsumeReport rep;
+        if (settled(upaths[i], records[i], svc, &rep)) {
             rep.wait_s = since(t0);
             finish(i, Status::ok(), rep);
             continue;
@@ -71,17 +112,8 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
         if (records[i].owner != owner) owner.clear();
     auto conn = pool_->get(ep, Deadline::after(kControlTimeout), owner);
     if (!conn) return asked;  // alone, each says why
-    nlohmann::json files = nlohmann::json::array();
-    const std::string nspace = ns(svc);
-    for (size_t i : asked)
-        files.push_back({{"upath", upaths[i]},
-                         {"generation", records[i].generation},
-                         {"ns", nspace},
-                         {"key", key_of(upaths[i])}});
     RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
-    // "answer": "raw": served files come as a binary header and the bytes,
-    // no JSON meta (older owners ignore it and answer in JSON, still read).
-    Status opened = ch.open({{"transport", stream}, {"files", std::move(files)}, {"answer", "raw"}},
+    Status opened = ch.open(batch_request(asked, upaths, records, svc).build(),
                             Deadline::after(kControlTimeout), "dyad.fetch_many");
     if (!opened) return asked;
     std::vector<char> answered(asked.size(), 0);
@@ -97,39 +129,16 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
             break;
         }
         if (m->kind == dtl::FetchChannel::Kind::end) break;
-        // A served file: compact (no meta; a header, then the bytes) or
-        // JSON ({"i", "size", "xxh3"}, the bytes). Anything out of protocol:
-        // the rest alone.
-        std::optional<uint64_t> k;
-        Sent sent;
-        size_t n = m->data_len;
-        const bool compact = m->meta.empty();  // no meta (the channel gives {})
-        if (compact) {
-            char hdr[dtl::kRawFileHeader];
-            if (n < sizeof hdr || !ch.read(hdr, sizeof hdr)) break;
-            const auto h = dtl::get_raw_file_header(hdr);
-            k = h.index;
-            sent = {n - sizeof hdr, h.digest};
-            n -= sizeof hdr;
-        } else {
-            k = dtl::meta_u64(m->meta, "i");
-        }
-        if (!k || *k >= asked.size() || answered[*k]) break;
-        answered[*k] = 1;
-        const size_t i = asked[*k];
-        if (!compact && m->meta.contains("rc")) {  // refused here: fetched alone, which says why
+        auto a = read_answer(ch, m.value());
+        if (!a) break;  // out of protocol: the rest alone
+        if (a->index >= asked.size() || answered[a->index]) break;
+        answered[a->index] = 1;
+        const size_t i = asked[a->index];
+        if (!a->sent) {
             left.push_back(i);
             continue;
         }
-        if (!compact) {
-            auto s = sent_of(m->meta, upaths[i]);
-            if (!s) {
-                left.push_back(i);
-                continue;
-            }
-            sent = s.value();
-        }
-        bytes.resize(n);
+        bytes.resize(a->bytes);
         if (!ch.read(bytes.data(), bytes.size())) {
             left.push_back(i);
             break;
@@ -138,38 +147,7 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
         rep.wait_s = since(t0);
         rep.endpoint = ep;
         const auto t1 = std::chrono::steady_clock::now();
-        Status s = [&]() -> Status {
-            // Unnamed file, linked into place: no lock, nothing to clean up.
-            auto whole =
-                cstore_.install_whole(upaths[i], records[i], sent, bytes.data(), bytes.size());
-            if (!whole) return whole.status();
-            if (whole.value()) {
-                rep.action = "fetched";
-                rep.transport = stream;
-                rep.bytes = bytes.size();
-                if (!backend_) (void)plan(records[i], svc, &rep);  // AUTO's why (cached)
-                return Status::ok();
-            }
-            auto lk = cstore_.lock(upaths[i], wait_deadline(), cfg_.transfer_timeout);
-            if (!lk) return lk.status();
-            if (cstore_.present(upaths[i], records[i])) {
-                rep.action = "present";
-                rep.transport = "none";
-                return Status::ok();
-            }
-            auto staging = cstore_.stage(upaths[i], lk.value().get());
-            if (!staging) return staging.status();
-            Status w = staging.value()->sink().write(bytes.data(), bytes.size());
-            if (!w) return w;
-            const nlohmann::json trailer = {{"size", sent.size}, {"xxh3", Xxh3::to_hex(sent.xxh3)}};
-            Status c = staging.value()->commit(trailer, records[i]);
-            if (!c) return c;
-            rep.action = "fetched";
-            rep.transport = stream;
-            rep.bytes = bytes.size();
-            if (!backend_) (void)plan(records[i], svc, &rep);  // AUTO's why (cached)
-            return Status::ok();
-        }();
+        Status s = install_answer(upaths[i], records[i], svc, *a->sent, bytes, &rep);
         if (!s) {  // alone, with its retries and its own message
             DYAD_DEBUG("client", "%s from dyad.fetch_many: %s; fetched alone", upaths[i].c_str(),
                        s.to_string().c_str());
@@ -183,6 +161,32 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
     for (size_t k = 0; k < asked.size(); ++k)
         if (!answered[k]) left.push_back(asked[k]);
     return left;
+}
+
+Status Client::install_answer(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                              const Sent& sent, const std::string& bytes, ConsumeReport* rep) {
+    // Unnamed file, linked into place: no lock, nothing to clean up.
+    auto whole = cstore_.install_whole(upath, rec, sent, bytes.data(), bytes.size());
+    if (!whole) return whole.status();
+    Status s;
+    if (whole.value()) {
+        rep->action = "fetched";
+        rep->bytes = bytes.size();
+    } else {
+        s = under_lock(upath, rec, wait_deadline(), rep, [&](int lock_fd) {
+            return stage_commit(upath, rec, lock_fd, rep,
+                                [&](FileSink& sink) -> Result<nlohmann::json> {
+                                    Status w = sink.write(bytes.data(), bytes.size());
+                                    if (!w) return w;
+                                    return proto::FetchEnd::of(sent.size, sent.xxh3).build();
+                                });
+        });
+    }
+    if (s && rep->action == "fetched") {
+        rep->transport = dtl::universal_backend().name;
+        if (!backend_) (void)plan(rec, svc, rep);  // AUTO's why (cached)
+    }
+    return s;
 }
 
 }  // namespace dyad::client

@@ -2,7 +2,9 @@
 #include "proto/fetch.hpp"
 
 #include <cerrno>
+#include <charconv>
 
+#include "common/checksum.hpp"
 #include "common/json_text.hpp"
 #include "proto/fields.hpp"
 
@@ -71,9 +73,18 @@ Result<FetchEnd> FetchEnd::parse(const nlohmann::json& meta, const std::string& 
     return FetchEnd{*size, std::move(*hex)};
 }
 
-nlohmann::json FetchEnd::build() const {
-    return {{"size", size}, {"xxh3", xxh3}};
+std::optional<uint64_t> digest_of_hex(const std::string& hex) {
+    if (hex.empty() || hex.size() > 16) return std::nullopt;
+    uint64_t v = 0;
+    const char* last = hex.data() + hex.size();
+    auto r = std::from_chars(hex.data(), last, v, 16);
+    if (r.ec != std::errc() || r.ptr != last) return std::nullopt;
+    return v;
 }
+
+FetchEnd FetchEnd::of(uint64_t size, uint64_t digest) { return FetchEnd{size, Xxh3::to_hex(digest)}; }
+
+nlohmann::json FetchEnd::build() const { return {{"size", size}, {"xxh3", xxh3}}; }
 
 nlohmann::json FetchStart::build(nlohmann::json extra) const {
     if (!extra.is_object()) extra = nlohmann::json::object();

@@ -40,11 +40,20 @@ struct FetchRequest {
     nlohmann::json build() const;
 };
 
+// An XXH3-64 as the wire writes it (1 to 16 hex digits), as a number;
+// nullopt for anything else.
+std::optional<uint64_t> digest_of_hex(const std::string& hex);
+
 // The END of a fetch: the size sent and the XXH3-64 of the bytes, in hex
 // ("" for an in-kernel copy, LOCAL).
 struct FetchEnd {
     uint64_t size = 0;
     std::string xxh3;
+    // The checksum as a number (digest_of_hex).
+    std::optional<uint64_t> digest() const { return digest_of_hex(xxh3); }
+    // From a size and a checksum given as a number (16 hex digits, as
+    // Xxh3::to_hex writes them).
+    static FetchEnd of(uint64_t size, uint64_t digest);
     // BADRPC / EPROTO "the end of the fetch of 'UPATH' lacks its size or
     // checksum: ..." when either is missing.
     static Result<FetchEnd> parse(const nlohmann::json& meta, const std::string& upath);
@@ -97,6 +106,8 @@ struct FetchManyItem {
     std::string msg;
     static FetchManyItem served(uint64_t index, uint64_t size, std::string xxh3);
     static FetchManyItem refusal(uint64_t index, const Status& st);
+    // A served item's size and checksum, as a fetch's END says them.
+    FetchEnd end() const { return FetchEnd{size, xxh3}; }
     nlohmann::json build() const;
     // The index is required; an item with "rc" is a refusal.
     static Result<FetchManyItem> parse(const nlohmann::json& meta);

@@ -2,9 +2,14 @@
 """Files move from a producer to a waiting consumer across two services."""
 import json
 import os
+import subprocess
+import sys
+import textwrap
 import time
 
 import harness
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 digest = harness.sha256
 
@@ -251,3 +256,45 @@ def test_no_room_for_a_large_stream_file_is_a_clear_error(cluster):
         assert os.listdir(cons.path("tiny")) == [], os.listdir(cons.path("tiny"))
         cons.dyad("consume", cons.path("tiny/fits.bin"), env_extra=env, timeout=120)
         assert harness.sha256(cons.path("tiny/fits.bin")) == harness.sha256(prod.path("tiny/fits.bin"))
+
+
+def test_consume_w_metadata_fetches_again_a_file_produced_again_since_its_lookup(cluster):
+    """dyad_consume_w_metadata retries as dyad_consume does: a file produced
+    again between the lookup and the fetch (the owner refuses the old
+    generation, ESTALE) is looked up again and fetched at its new generation."""
+    prod, cons = cluster[0], cluster[1]
+    p = prod.path("again/w.txt")
+    os.makedirs(os.path.dirname(p), exist_ok=True)
+    with open(p, "w") as f:
+        f.write("first")
+    prod.dyad("produce", p)
+    code = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {os.path.join(ROOT, 'python')!r})
+        from pydyad import Dyad
+        d = Dyad(); d.init_env()
+        m = d.get_metadata({cons.path('again/w.txt')!r}, should_wait=True)
+        print("looked up", m.generation, flush=True)
+        sys.stdin.readline()
+        d.consume_w_metadata({cons.path('again/w.txt')!r}, m)
+        print("consumed", flush=True)
+    """)
+    env = cons.env(DYAD_LIBRARY=os.path.join(harness.BUILD, "lib", "libdyad.so"),
+                   DYAD_WAIT_TIMEOUT=30)
+    consumer = subprocess.Popen([sys.executable, "-c", code], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = consumer.stdout.readline()
+        assert line.startswith("looked up 1"), (line, consumer.stderr.read() if not line else "")
+        with open(p, "w") as f:
+            f.write("second, longer")
+        prod.dyad("produce", p)
+        out, err = consumer.communicate("go\n", timeout=60)
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+    assert consumer.returncode == 0, err
+    assert "consumed" in out
+    with open(cons.path("again/w.txt")) as f:
+        assert f.read() == "second, longer"

@@ -140,3 +140,59 @@ TEST(ProtoPublish, DefaultsAndRanges) {
     ASSERT_TRUE(back.is_ok());
     EXPECT_EQ(back->version, 12u);
 }
+
+TEST(ProtoFetch, EndDigestAsANumber) {
+    EXPECT_EQ(digest_of_hex("ff").value_or(0), 255u);
+    EXPECT_EQ(digest_of_hex("FFFFFFFFFFFFFFFF").value_or(0), UINT64_MAX);
+    EXPECT_FALSE(digest_of_hex("").has_value());
+    EXPECT_FALSE(digest_of_hex("12345678901234567").has_value());  // 17 digits
+    EXPECT_FALSE(digest_of_hex("12g").has_value());
+    EXPECT_FALSE(digest_of_hex("-1").has_value());
+    FetchEnd e = FetchEnd::of(3, 0xabc);
+    EXPECT_EQ(e.xxh3, "0000000000000abc");
+    EXPECT_EQ(e.digest().value_or(0), 0xabcu);
+    auto back = FetchEnd::parse(e.build(), "f");
+    ASSERT_TRUE(back.is_ok());
+    EXPECT_EQ(back->size, 3u);
+    EXPECT_EQ(back->xxh3, e.xxh3);
+    auto item = FetchManyItem::parse(FetchManyItem::served(0, 4, "ff").build());
+    ASSERT_TRUE(item.is_ok());
+    EXPECT_EQ(item->end().size, 4u);
+    EXPECT_EQ(item->end().digest().value_or(0), 255u);
+}
+
+TEST(ProtoFetch, RequestBuildsTheFieldsAConsumerSends) {
+    FetchRequest r;
+    r.upath = "d/f";
+    r.transport = "FLUX_RPC";
+    r.generation = 2;
+    r.ns = "n";
+    r.key = "k/d/f";
+    json a = r.build();
+    EXPECT_EQ(a, json({{"upath", "d/f"}, {"transport", "FLUX_RPC"}, {"generation", 2},
+                       {"ns", "n"}, {"key", "k/d/f"}}));
+    FetchManyRequest m;
+    m.transport = "FLUX_RPC";
+    m.raw_answer = true;
+    m.files.push_back({std::string("d/f"), 2, std::string("n"), std::string("k/d/f")});
+    EXPECT_EQ(m.build(), json({{"transport", "FLUX_RPC"},
+                               {"answer", "raw"},
+                               {"files", json::array({{{"upath", "d/f"},
+                                                       {"generation", 2},
+                                                       {"ns", "n"},
+                                                       {"key", "k/d/f"}}})}}));
+}
+
+TEST(ProtoPublish, RequestAsAProducerSendsIt) {
+    PublishRequest r;
+    r.upath = "f";
+    r.ns = "n";
+    r.key_depth = 2;
+    r.key_bins = 256;
+    EXPECT_EQ(r.build(), json({{"upath", "f"}, {"ns", "n"}, {"key_depth", 2}, {"key_bins", 256}}));
+    r.replaces = 4;
+    EXPECT_EQ(r.build()["replaces"], 4);
+    json partial = {{"version", 3}};
+    auto a = PublishAnswer::parse(partial);
+    EXPECT_FALSE(a.is_ok());  // no key
+}

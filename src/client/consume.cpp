@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// The consume core: the steps every consume takes, whether one file alone
+// (Client::consume_once, its bytes by any transport) or many small files of
+// one owner in one dyad.fetch_many (Client::consume_batch):
+//   settled      in place, or a copy of this produce present: nothing moves;
+//   under_lock   one consumer per file per node moves it: present once the
+//                lock is held, done; else it moves;
+//   stage_commit a temporary file beside the target, the bytes, the END
+//                trailer checked, renamed into place.
+// docs/design.md, "Consumer store", says why a file is installed so.
+#include <chrono>
+
+#include "client.hpp"
+
+namespace dyad::client {
+
+bool Client::in_place(const Record& rec, const ServiceInfo& svc) const {
+    return cfg_.shared_storage ||
+           (rec.node == svc.node && canonical_path(rec.producer_dir) == cons_.path());
+}
+
+bool Client::settled(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                     ConsumeReport* rep) {
+    if (in_place(rec, svc)) {
+        rep->action = "in-place";
+    } else if (cstore_.present(upath, rec)) {
+        rep->action = "present";
+        rep->bytes = 0;
+    } else {
+        return false;
+    }
+    rep->transport = "none";
+    return true;
+}
+
+Status Client::under_lock(const std::string& upath, const Record& rec, Deadline deadline,
+                          ConsumeReport* rep, const MoveFn& move) {
+    // Until the deadline (and while a holder is seen moving the file).
+    auto lk = cstore_.lock(upath, deadline, cfg_.transfer_timeout);
+    if (!lk) return lk.status();
+    if (cstore_.present(upath, rec)) {
+        rep->action = "present";
+        rep->transport = "none";
+        rep->bytes = 0;
+        return Status::ok();
+    }
+    return move(lk.value().get());
+}
+
+Status Client::stage_commit(const std::string& upath, const Record& rec, int lock_fd,
+                            ConsumeReport* rep, const FillFn& fill) {
+    auto staging = cstore_.stage(upath, lock_fd);
+    if (!staging) return staging.status();
+    FileSink& sink = staging.value()->sink();
+    auto trailer = fill(sink);
+    if (!trailer) return trailer.status();
+    Status s = staging.value()->commit(trailer.value(), rec);
+    if (!s) return s;
+    rep->action = "fetched";
+    rep->bytes = sink.bytes();
+    return Status::ok();
+}
+
+proto::FetchRequest Client::request_of(const std::string& upath, const Record& rec,
+                                       const std::string& nspace) const {
+    proto::FetchRequest r;
+    r.upath = upath;
+    r.generation = rec.generation;
+    // Where the owner finds the record if it restarted since publishing.
+    r.ns = nspace;
+    r.key = key_of(upath);
+    return r;
+}
+
+}  // namespace dyad::client
