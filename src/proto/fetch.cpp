@@ -9,42 +9,23 @@
 #include "proto/fields.hpp"
 
 namespace dyad::proto {
-namespace {
-// A field of the protocol's lenient kind: of another type, it is absent.
-std::optional<std::string> loose_str(const nlohmann::json& j, const char* name) {
-    if (!j.is_object()) return std::nullopt;
-    auto it = j.find(name);
-    if (it == j.end() || !it->is_string()) return std::nullopt;
-    return it->get<std::string>();
-}
-std::optional<uint64_t> loose_u64(const nlohmann::json& j, const char* name) {
-    if (!j.is_object()) return std::nullopt;
-    auto it = j.find(name);
-    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-    if (it->is_number_unsigned()) return it->get<uint64_t>();
-    auto v = it->get<int64_t>();
-    if (v < 0) return std::nullopt;
-    return static_cast<uint64_t>(v);
-}
-}  // namespace
-
 std::string FetchRequest::transport_of(const nlohmann::json& args) {
     return transport_asked(args).value_or("");
 }
 
 std::optional<std::string> FetchRequest::transport_asked(const nlohmann::json& args) {
-    return loose_str(args, "transport");
+    return lenient_str(args, "transport");
 }
 
 Result<FetchRequest> FetchRequest::parse(const nlohmann::json& args) {
     FetchRequest r;
-    auto up = loose_str(args, "upath");
+    auto up = lenient_str(args, "upath");
     if (!up) return Status(DYAD_RC_BADUNPACK, "fetch request without 'upath'", EINVAL);
     r.upath = std::move(*up);
     r.transport = transport_of(args);
-    r.generation = loose_u64(args, "generation").value_or(0);
-    r.ns = loose_str(args, "ns");
-    r.key = loose_str(args, "key");
+    r.generation = lenient_u64(args, "generation").value_or(0);
+    r.ns = lenient_str(args, "ns");
+    r.key = lenient_str(args, "key");
     return r;
 }
 
@@ -63,8 +44,8 @@ nlohmann::json FetchRequest::build() const {
 }
 
 Result<FetchEnd> FetchEnd::parse(const nlohmann::json& meta, const std::string& upath) {
-    auto size = loose_u64(meta, "size");
-    auto hex = loose_str(meta, "xxh3");
+    auto size = lenient_u64(meta, "size");
+    auto hex = lenient_str(meta, "xxh3");
     if (!size || !hex)
         return Status(DYAD_RC_BADRPC,
                       "the end of the fetch of '" + upath + "' lacks its size or checksum: " +
@@ -111,15 +92,15 @@ Result<FetchManyRequest> FetchManyRequest::parse(const nlohmann::json& args) {
                       EINVAL);
     FetchManyRequest r;
     r.transport = FetchRequest::transport_of(args);
-    r.raw_answer = loose_str(args, "answer").value_or("") == "raw";
+    r.raw_answer = lenient_str(args, "answer").value_or("") == "raw";
     r.files.resize(fs->size());
     for (size_t i = 0; i < fs->size(); ++i) {
         const auto& e = (*fs)[i];
         auto& f = r.files[i];
-        f.upath = loose_str(e, "upath");
-        f.generation = loose_u64(e, "generation").value_or(0);
-        f.ns = loose_str(e, "ns");
-        f.key = loose_str(e, "key");
+        f.upath = lenient_str(e, "upath");
+        f.generation = lenient_u64(e, "generation").value_or(0);
+        f.ns = lenient_str(e, "ns");
+        f.key = lenient_str(e, "key");
     }
     return r;
 }

@@ -178,4 +178,21 @@ const nlohmann::json* Fields::array(const char* name, bool required) {
     return v;
 }
 
+std::optional<std::string> lenient_str(const nlohmann::json& j, const char* name) {
+    if (!j.is_object()) return std::nullopt;
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_string()) return std::nullopt;
+    return it->get<std::string>();
+}
+
+std::optional<uint64_t> lenient_u64(const nlohmann::json& j, const char* name) {
+    if (!j.is_object()) return std::nullopt;
+    auto it = j.find(name);
+    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+    if (it->is_number_unsigned()) return it->get<uint64_t>();
+    auto v = it->get<int64_t>();
+    if (v < 0) return std::nullopt;
+    return static_cast<uint64_t>(v);
+}
+
 }  // namespace dyad::proto

@@ -65,6 +65,12 @@ class Fields {
     Status status_;
 };
 
+// A field of the protocol's lenient kind (docs/wire-protocol.md says which):
+// absent, or of another type (a negative number for an unsigned one), it
+// reads as absent, and the message's default applies.
+std::optional<std::string> lenient_str(const nlohmann::json& j, const char* name);
+std::optional<uint64_t> lenient_u64(const nlohmann::json& j, const char* name);
+
 // The parse of a whole message: the value, or the first field's error.
 template <typename T>
 Result<T> finish(const Fields& f, T value) {

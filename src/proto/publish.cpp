@@ -6,28 +6,15 @@
 #include "proto/fields.hpp"
 
 namespace dyad::proto {
-namespace {
-std::optional<uint64_t> loose_u64(const nlohmann::json& j, const char* name) {
-    auto it = j.find(name);
-    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-    if (it->is_number_unsigned()) return it->get<uint64_t>();
-    auto v = it->get<int64_t>();
-    if (v < 0) return std::nullopt;
-    return static_cast<uint64_t>(v);
-}
-}  // namespace
-
 Result<PublishRequest> PublishRequest::parse(const nlohmann::json& args) {
-    auto up = args.is_object() ? args.find("upath") : args.end();
-    if (!args.is_object() || up == args.end() || !up->is_string())
-        return Status(DYAD_RC_BADUNPACK, "publish request without 'upath'", EINVAL);
+    auto up = lenient_str(args, "upath");
+    if (!up) return Status(DYAD_RC_BADUNPACK, "publish request without 'upath'", EINVAL);
     PublishRequest r;
-    r.upath = up->get<std::string>();
-    auto ns = args.find("ns");
-    if (ns != args.end() && ns->is_string()) r.ns = ns->get<std::string>();
-    r.key_depth = loose_u64(args, "key_depth").value_or(3);
-    r.key_bins = loose_u64(args, "key_bins").value_or(1024);
-    r.replaces = loose_u64(args, "replaces").value_or(0);
+    r.upath = std::move(*up);
+    r.ns = lenient_str(args, "ns");
+    r.key_depth = lenient_u64(args, "key_depth").value_or(3);
+    r.key_bins = lenient_u64(args, "key_bins").value_or(1024);
+    r.replaces = lenient_u64(args, "replaces").value_or(0);
     return r;
 }
 

@@ -48,7 +48,10 @@ dyad_rc_t dyad_free_metadata(dyad_metadata_t** mdata);
  * directory. The file appears whole or not at all. */
 dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname);
 
-/* As dyad_consume, with metadata from dyad_get_metadata (no lookup). */
+/* As dyad_consume, with metadata from dyad_get_metadata (no lookup, except
+ * when the owner answers that the file was produced again since: then, as
+ * dyad_consume does, it is looked up again and fetched again, at most 3
+ * times). */
 dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname, const dyad_metadata_t* mdata);
 
 #ifdef __cplusplus
