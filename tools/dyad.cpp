@@ -25,6 +25,7 @@
 #include "common/config.hpp"
 #include "common/settings.hpp"
 #include "common/keygen.hpp"
+#include "doctor.hpp"
 #include "dtl/dtl.hpp"
 #include "common/json_text.hpp"
 #include "job/job.hpp"
@@ -344,7 +345,7 @@ struct Cli {
 
 // The subcommands, as parsed.
 struct Commands {
-    CLI::App *produce, *consume, *sync, *stat, *ls, *config, *key, *keygen, *status;
+    CLI::App *produce, *consume, *sync, *stat, *ls, *config, *key, *keygen, *status, *doctor;
     dyad::job::Commands job;
 };
 
@@ -440,6 +441,10 @@ void add_info_commands(CLI::App& app, Cli& o, Commands& c) {
         "DYAD_AUTH_KEY_FILE");
     c.keygen->add_option("FILE", o.keygen_path, "where to write it (never overwritten)")
         ->required();
+    c.doctor = app.add_subcommand(
+        "doctor",
+        "check the settings, directories, key, service, metadata store and transport of this "
+        "process's environment, and say what to fix (exit 1 if something must be)");
     auto* service = app.add_subcommand("service", "ask a service about itself");
     c.status = service->add_subcommand("status", "identity, transports and counters of a service");
     c.status->add_option("--uri", o.uri, "service to ask (default DYAD_SERVICE_URI)");
@@ -752,6 +757,7 @@ int run_status(dyad::client::Client& c, const Cli& o) {
 int dispatch(const Commands& c, Cli& o, dyad::job::Options& job_options) {
     if (*c.job.job) return dyad::job::run(c.job, job_options);
     if (*c.keygen) return run_keygen(o);
+    if (*c.doctor) return dyad::tools::doctor(o.json);
     auto cfg = dyad::Config::from_env();
     if (!cfg && !*c.config) return report(cfg.status());
     if (cfg) {

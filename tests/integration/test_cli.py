@@ -371,3 +371,35 @@ def test_dyadd_exit_codes(tmp_path):
         p = subprocess.run([harness.DYADD, "--listen", f"127.0.0.1:{s.getsockname()[1]}", str(tmp_path)],
                            capture_output=True, text=True, timeout=60)
     assert p.returncode == 4 and "cannot listen" in p.stderr, p.stderr
+
+
+def test_doctor_passes_a_good_environment_and_names_what_to_fix(nodes, tmp_path):
+    """dyad doctor: every check ok on a node set up right; a producer
+    directory the service does not serve, a bad setting, a missing key file
+    and an unreachable service each fail with the fix named."""
+    a = nodes[0]
+    p = a.dyad("doctor", check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "FAIL" not in p.stdout
+    assert re.search(r"^ok +service ", p.stdout, re.M), p.stdout
+    assert re.search(r"^ok +metadata store ", p.stdout, re.M), p.stdout
+    # the same directory for both: said, not failed
+    assert re.search(r"^note +directories +producer and consumer directories are the same", p.stdout, re.M)
+
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    p = a.dyad("--json", "doctor", check=False, env_extra={"DYAD_PATH_PRODUCER": str(other)})
+    assert p.returncode == 1
+    out = json.loads(p.stdout)
+    assert out["ok"] is False
+    bad = {c["check"]: c for c in out["checks"] if c["verdict"] == "FAIL"}
+    assert "producer dir" in bad and a.dir in bad["producer dir"]["fix"], out
+
+    p = a.dyad("doctor", check=False, env_extra={"DYAD_KEY_DEPTH": "lots"})
+    assert p.returncode == 1 and re.search(r"^FAIL +settings .*DYAD_KEY_DEPTH", p.stdout, re.M), p.stdout
+
+    p = a.dyad("doctor", check=False, env_extra={"DYAD_AUTH_KEY_FILE": str(tmp_path / "no-such.key")})
+    assert p.returncode == 1 and re.search(r"^FAIL +key ", p.stdout, re.M), p.stdout
+
+    p = a.dyad("doctor", check=False, env_extra={"DYAD_SERVICE_URI": "tcp://127.0.0.1:1"})
+    assert p.returncode == 1 and re.search(r"^FAIL +service ", p.stdout, re.M), p.stdout
