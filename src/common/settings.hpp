@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +59,20 @@ Value lookup(std::string_view name);
 // Seconds; nullopt when unset and the table has no default (e.g. "forever").
 [[nodiscard]] Result<std::optional<double>> seconds(std::string_view name);
 std::string text(std::string_view name);
+// A byte count within [min, max]; out of it, an error naming the setting
+// and `range` (how the limits read to a user, e.g. "[4M, 2G]").
+[[nodiscard]] Result<uint64_t> size(std::string_view name, uint64_t min, uint64_t max,
+                                    const char* range);
+// A word among `words` (or a synonym among `synonyms`), as set; anything
+// else is an error naming the setting and listing `words`. Unset: the
+// table's default.
+[[nodiscard]] Result<std::string> choice(std::string_view name,
+                                         std::initializer_list<std::string_view> words,
+                                         std::initializer_list<std::string_view> synonyms = {},
+                                         dyad_rc_t rc = DYAD_RC_NOCTX);
+// A variable of another library (UCX_TLS, FI_*): its value, or nullopt when
+// unset. Not a DYAD setting: no file, no default.
+std::optional<std::string> foreign(const char* name);
 
 // Records a program option (highest precedence) for this process.
 void set_option(std::string_view name, std::string value);

@@ -29,10 +29,6 @@
 
 namespace dyad::dtl {
 
-// DYAD_WRITE_BEHIND: on, off, or auto (on where this process may run on 4
-// CPUs or more); an error for any other value. Defined in stream.cpp.
-Result<bool> write_behind();
-
 class BackgroundWriter {
   public:
     explicit BackgroundWriter(Sink& sink) : sink_(sink) {
