@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The one table of DYAD's settings: every DYAD_* variable, its type, default,
 // meaning and the components that read it. This is the only code that reads
-// DYAD_* variables; everything else asks it for typed values.
+// the environment (DYAD_* variables, and other libraries' own through
+// foreign()); everything else asks it for typed values, checked here with
+// one rule: a value that does not parse is an error naming the variable and
+// where the value came from (booleans excepted: set means on, as in DYAD,
+// with a warning). Components get their values when they are made (the
+// client's Config, the transports' dtl/options.hpp, dyadd's options).
 //
 // Where a value comes from, in increasing precedence:
 //   default  the table's default

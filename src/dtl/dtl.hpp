@@ -144,8 +144,9 @@ class Sender {
     }
 };
 
-// One row of the table of backends (registry.cpp): the only place that
-// names a transport. A new transport is one folder and one row here.
+// One row of the table of backends (registry.cpp, which also holds the
+// transports' names: Kind, name_of). A new transport is one folder, one
+// name and one row there.
 struct Backend {
     std::string name;                  // DYAD_DTL_MODE value
     std::vector<std::string> aliases;  // other accepted names

@@ -242,7 +242,7 @@ class ReadMover : public ChunkMover {
         release(op);
         return st;
     }
-    Status acknowledge(const ReceiveWindow&, const ChunkSlot& s) override { return ch_.ack(s.seq); }
+    Status handed_over(const ReceiveWindow&, const ChunkSlot& s) override { return ch_.ack(s.seq); }
     Result<nlohmann::json> end(ReceiveWindow&) override { return ch_.end(kWhat); }
 
     void cancel(ChunkSlot& s) override {

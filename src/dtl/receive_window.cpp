@@ -11,7 +11,7 @@ Status ChunkMover::deliver(ChunkSlot& s, Sink& sink) {
     return sink.write(s.buf, s.got);
 }
 
-Status ChunkMover::acknowledge(const ReceiveWindow& w, const ChunkSlot& s) {
+Status ChunkMover::handed_over(const ReceiveWindow& w, const ChunkSlot& s) {
     (void)w;
     (void)s;
     return Status::ok();
@@ -118,7 +118,7 @@ Result<bool> ReceiveWindow::hand_over(ChunkMover& m, Sink& sink, BackgroundWrite
         ++next_out_;
         --moving_;
         progressed();
-        Status a = m.acknowledge(*this, *s);
+        Status a = m.handed_over(*this, *s);
         if (!a) return a;
         any = true;
     }

@@ -7,7 +7,7 @@
 //   - moves are started ahead into free slots, complete in any order, and
 //     are handed to the sink (or to a write-behind writer, which then holds
 //     the slot until its write is done) in file order;
-//   - each chunk handed over is acknowledged to the service;
+//   - each chunk handed over is acknowledged to the service (by the mover);
 //   - an inactivity deadline, restarted by every chunk handed over and by
 //     whatever the mover counts as progress;
 //   - on any failure, every move in flight is cancelled before returning.
@@ -74,8 +74,10 @@ class ChunkMover {
     [[nodiscard]] virtual Status wait(ReceiveWindow& w) = 0;
     // Hands a completed chunk to the sink (default: sink.write of s.buf).
     [[nodiscard]] virtual Status deliver(ChunkSlot& s, Sink& sink);
-    // Chunk `s` is handed over (w.received() counts it): tell the service.
-    [[nodiscard]] virtual Status acknowledge(const ReceiveWindow& w, const ChunkSlot& s);
+    // Chunk `s` is handed over (w.received() counts it; with a writer, its
+    // slot is held until written): acknowledge it to the service, and let go
+    // of what its move held.
+    [[nodiscard]] virtual Status handed_over(const ReceiveWindow& w, const ChunkSlot& s);
     // The END trailer, once every chunk is handed over (the channel's).
     [[nodiscard]] virtual Result<nlohmann::json> end(ReceiveWindow& w) = 0;
 

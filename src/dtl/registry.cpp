@@ -225,32 +225,22 @@ std::vector<std::string> aliases_of(Kind k) {
 const std::vector<Backend>& backends() {
     static const std::vector<Backend> table = [] {
         std::vector<Backend> t;
-        Backend stream = stream_backend();
-        stream.kind = Kind::stream;
-        stream.preference = 2;
-        stream.universal = true;
-        t.push_back(std::move(stream));
+        auto add = [&t](Backend b, Kind kind, int preference) -> Backend& {
+            b.kind = kind;
+            b.preference = preference;
+            t.push_back(std::move(b));
+            return t.back();
+        };
+        add(stream_backend(), Kind::stream, 2).universal = true;
 #ifdef DYAD_ENABLE_UCX
-        Backend ucx = ucx_backend();
-        ucx.kind = Kind::ucx;
-        ucx.preference = 1;
-        ucx.serialised_per_process = true;
-        t.push_back(std::move(ucx));
+        add(ucx_backend(), Kind::ucx, 1).serialised_per_process = true;
 #endif
 #ifdef DYAD_ENABLE_OFI
-        Backend ofi = ofi_backend();
-        ofi.kind = Kind::ofi;
-        ofi.preference = 3;
-        ofi.serialised_per_process = true;
-        t.push_back(std::move(ofi));
+        add(ofi_backend(), Kind::ofi, 3).serialised_per_process = true;
 #endif
-        Backend local = local_backend();
-        local.kind = Kind::local;
-        local.preference = 0;
         // The consumer reached the owner over TCP, where the open file
         // cannot be passed (local.cpp).
-        local.start_errnos = {EOPNOTSUPP};
-        t.push_back(std::move(local));
+        add(local_backend(), Kind::local, 0).start_errnos = {EOPNOTSUPP};
         return t;
     }();
     return table;

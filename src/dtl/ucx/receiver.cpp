@@ -136,6 +136,7 @@ class TagMover : public ChunkMover {
         : c_(c), ch_(ch), tag_(tag), ops_(slots) {}
 
     Result<bool> start(ReceiveWindow& w, ChunkSlot& s, bool) override {
+        free_request(s);  // (already free: handed over or cancelled)
         Op& op = ops_[s.index];
         op = Op();
         op.w = &w;
@@ -183,9 +184,11 @@ class TagMover : public ChunkMover {
         return Status::ok();
     }
 
-    Status deliver(ChunkSlot& s, Sink& sink) override {
+    // The chunk is with the sink or the writer: its request goes (no
+    // acknowledgement in tag mode).
+    Status handed_over(const ReceiveWindow&, const ChunkSlot& s) override {
         free_request(s);
-        return sink.write(s.buf, s.got);
+        return Status::ok();
     }
 
     Result<nlohmann::json> end(ReceiveWindow&) override {
@@ -217,7 +220,7 @@ class TagMover : public ChunkMover {
                                          : ucx_error(DYAD_RC_UCXCOMM_FAIL, "UCX receive", status),
                         info ? info->length : 0);
     }
-    void free_request(ChunkSlot& s) {
+    void free_request(const ChunkSlot& s) {
         Op& op = ops_[s.index];
         if (op.req) ucp_request_free(op.req);
         op.req = nullptr;
@@ -257,7 +260,7 @@ class PutMover : public ChunkMover {
         return notice(w);
     }
 
-    Status acknowledge(const ReceiveWindow& w, const ChunkSlot& s) override {
+    Status handed_over(const ReceiveWindow& w, const ChunkSlot& s) override {
         if (w.received() >= w.size()) return Status::ok();
         // `credit` too, for a service of the first release.
         return ch_.update({{"ack", s.seq}, {"credit", 1}});
@@ -271,8 +274,10 @@ class PutMover : public ChunkMover {
         return *trailer_;
     }
 
+    // Nothing of ours is in flight: the service's puts land or not.
     void cancel(ChunkSlot&) override {}
     void settle() override {}
+    int cancel_rounds() const override { return 0; }
 
   private:
     // One frame of the service: the notice of the oldest chunk, or the end.

@@ -80,7 +80,7 @@ class ScriptedMover : public ChunkMover {
         return Status::ok();
     }
 
-    Status acknowledge(const ReceiveWindow& w, const ChunkSlot& s) override {
+    Status handed_over(const ReceiveWindow& w, const ChunkSlot& s) override {
         acks.push_back(s.seq);
         EXPECT_EQ(w.received(), s.offset + s.len);
         return Status::ok();
