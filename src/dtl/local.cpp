@@ -119,7 +119,8 @@ class LocalSender : public Sender {
             job->ch->close();
         });
         job->ch->send_fd(
-            {{"size", job->size}, {"transport", name_of(Kind::local)}}, job->fd.get(), [finish](bool ok) {
+            {{"size", job->size}, {"transport", name_of(Kind::local)}}, job->fd.get(),
+            [finish](bool ok) {
                 if (!ok)
                     finish(Status(DYAD_RC_BADFETCH, "could not pass the open file to the consumer",
                                   ECONNRESET),
@@ -246,9 +247,7 @@ class LocalReceiver : public Receiver {
 }  // namespace
 
 Backend local_backend() {
-    return {name_of(Kind::local),
-            aliases_of(Kind::local),
-            local_attributes,
+    return {name_of(Kind::local), aliases_of(Kind::local), local_attributes,
             []() -> Result<std::unique_ptr<Receiver>> {
                 return std::unique_ptr<Receiver>(new LocalReceiver());
             },

@@ -11,8 +11,9 @@
 // A progress thread per manual-progress provider waits in fi_cq_sread.
 //
 // Consumer: one endpoint per process and protocol, service addresses in an AV
-// with LRU eviction. Reads land in a registered window of kDepth chunk slots
-// written out with write(2), or, with DYAD_OFI_PLACEMENT=1, in the
+// with LRU eviction. Reads run in the consumer's chunk window
+// (receive_window.hpp, shared with UCX) and land in a registered window of
+// kDepth chunk slots written out with write(2), or, with DYAD_OFI_PLACEMENT=1, in the
 // destination file itself (blocks reserved with fallocate, one mapping per
 // chunk, hashed in place: class Placement; slower here). Waits sleep on the CQ's fd
 // (fi_trywait + poll) within the inactivity deadline, and on the RPC socket

@@ -320,13 +320,12 @@ class ReadMover : public ChunkMover {
     }
 
     static void completed(ReadOp& op, int err) {
-        op.w->complete(*op.slot,
-                       err ? Status(DYAD_RC_BADFETCH,
-                                    std::string("fi_read from the service failed: ") +
-                                        fi_strerror(err),
-                                    EIO)
-                           : Status::ok(),
-                       op.slot->len);
+        op.w->complete(
+            *op.slot,
+            err ? Status(DYAD_RC_BADFETCH,
+                         std::string("fi_read from the service failed: ") + fi_strerror(err), EIO)
+                : Status::ok(),
+            op.slot->len);
     }
 
     // Reads completions without waiting (timeout_ms 0) or waits for one.

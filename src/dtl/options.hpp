@@ -31,7 +31,7 @@ struct StreamOptions {
 
 // The UCX consumer (one per process).
 struct UcxConsumerOptions {
-    std::string proto = "auto";  // DYAD_UCX_PROTO: auto, tag or put
+    std::string proto = "auto";   // DYAD_UCX_PROTO: auto, tag or put
     uint64_t window = 64u << 20;  // DYAD_UCX_WINDOW: the registered receive window
     WriteBehindOption write_behind;
     static Result<UcxConsumerOptions> from_settings();

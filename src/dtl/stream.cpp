@@ -148,9 +148,7 @@ nlohmann::json Attributes::to_json() const {
 }
 
 Backend stream_backend() {
-    return {name_of(Kind::stream),
-            aliases_of(Kind::stream),
-            stream_attributes,
+    return {name_of(Kind::stream), aliases_of(Kind::stream), stream_attributes,
             []() -> Result<std::unique_ptr<Receiver>> {
                 return std::unique_ptr<Receiver>(
                     new StreamReceiver(WriteBehindOption::from_settings()));

@@ -39,8 +39,10 @@ class UcxConsumer {
         if (st->inst) return st->inst;
         if (!st->failed.is_ok()) return st->failed;
         auto made = create();
-        if (!made) st->failed = made.status();
-        else st->inst = made.value();
+        if (!made)
+            st->failed = made.status();
+        else
+            st->inst = made.value();
         return made;
     }
 
@@ -89,8 +91,7 @@ class UcxConsumer {
         s = ucp_rkey_pack(w.value()->context(), mem, &rk, &rklen);
         if (s != UCS_OK) {
             ucp_mem_unmap(w.value()->context(), mem);
-            return ucx_error(DYAD_RC_UCXRKEY_PACK_FAILED, "ucp_rkey_pack of the receive window",
-                             s);
+            return ucx_error(DYAD_RC_UCXRKEY_PACK_FAILED, "ucp_rkey_pack of the receive window", s);
         }
         std::string rkey(static_cast<const char*>(rk), rklen);
         ucp_rkey_buffer_release(rk);
@@ -168,11 +169,11 @@ class TagMover : public ChunkMover {
         Status err;
         int got = wait_ucx_or_channel(c_, ch_, w.idle(), &err);
         if (got < 0)
-            return err.is_ok() ? Status(DYAD_RC_TIMEOUT,
-                                        "no UCX data for " + std::to_string(w.shape().idle_s) +
-                                            " s",
-                                        ETIMEDOUT)
-                               : err;
+            return err.is_ok()
+                       ? Status(DYAD_RC_TIMEOUT,
+                                "no UCX data for " + std::to_string(w.shape().idle_s) + " s",
+                                ETIMEDOUT)
+                       : err;
         if (got > 0) return Status::ok();
         // The service spoke: an error, or (rarely before the last chunk is
         // processed here) the end trailer.
@@ -250,11 +251,11 @@ class PutMover : public ChunkMover {
         Status err;
         int got = wait_ucx_or_channel(c_, ch_, w.idle(), &err);
         if (got < 0)
-            return err.is_ok() ? Status(DYAD_RC_TIMEOUT,
-                                        "no UCX put notice for " +
-                                            std::to_string(w.shape().idle_s) + " s",
-                                        ETIMEDOUT)
-                               : err;
+            return err.is_ok()
+                       ? Status(DYAD_RC_TIMEOUT,
+                                "no UCX put notice for " + std::to_string(w.shape().idle_s) + " s",
+                                ETIMEDOUT)
+                       : err;
         if (got > 0) return Status::ok();  // UCX events only
         w.progressed();
         return notice(w);
@@ -289,8 +290,8 @@ class PutMover : public ChunkMover {
         if (g->kind == FetchChannel::Kind::end) {
             if (w.received() != w.size())
                 return Status(DYAD_RC_BADFETCH,
-                              "UCX put fetch ended after " + std::to_string(w.received()) +
-                                  " of " + std::to_string(w.size()) + " bytes",
+                              "UCX put fetch ended after " + std::to_string(w.received()) + " of " +
+                                  std::to_string(w.size()) + " bytes",
                               EIO);
             trailer_ = g->meta;
             return Status::ok();

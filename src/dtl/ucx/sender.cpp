@@ -10,8 +10,9 @@
 //
 // Consumer: one process-wide UCP context and worker with the wakeup feature;
 // a bounded registered receive window (DYAD_UCX_WINDOW, default 64 MiB) cut
-// into chunk slots; receives are posted ahead into free slots and completed
-// in order. Waiting is event-driven: poll() on the worker's event fd and the
+// into chunk slots, run by the consumer's chunk window (receive_window.hpp,
+// shared with libfabric); receives are posted ahead into free slots and
+// completed in order. Waiting is event-driven: poll() on the worker's event fd and the
 // RPC socket together, with the inactivity deadline, so an error or the
 // service's death ends the wait at once.
 //
@@ -176,7 +177,10 @@ class UcxPutTransfer : public ChunkedTransfer {
     }
     bool inline_first_chunk() const override { return false; }
     nlohmann::json first_meta() const override {
-        return {{"size", job().size}, {"transport", name_of(Kind::ucx)}, {"chunk", kUcxChunk}, {"mode", "put"}};
+        return {{"size", job().size},
+                {"transport", name_of(Kind::ucx)},
+                {"chunk", kUcxChunk},
+                {"mode", "put"}};
     }
     // With the window mapped here, file reads land in it: no copy, no put.
     bool direct() const override { return here_ != nullptr; }
