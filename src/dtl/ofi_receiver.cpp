@@ -233,7 +233,12 @@ class ReadMover : public ChunkMover {
         return true;
     }
 
-    Status wait(ReceiveWindow& w) override { return wait_completion(w.idle()); }
+    // Any completion is progress (the oldest read may not be the one).
+    Status wait(ReceiveWindow& w) override {
+        Status st = wait_completion(w.idle());
+        if (st) w.progressed();
+        return st;
+    }
 
     Status deliver(ChunkSlot& s, Sink& sink) override {
         ReadOp& op = ops_[s.index];
