@@ -111,22 +111,25 @@ class UcxConsumer {
 };
 
 // What the tag and put movers share: the worker's wait, on its event fd
-// and the fetch channel together. Ready: the channel has something to read
-// (0), or only UCX events (1), or nothing within the deadline (-1).
-int wait_ucx_or_channel(UcxConsumer& c, FetchChannel& ch, const Deadline& idle, Status* err) {
+// and the fetch channel together, within the window's deadline. True: the
+// channel has something to read; false: UCX events only (or a wait to do
+// again); TIMEOUT ("no UCX <what> for N s") when nothing came in time.
+Result<bool> wait_ucx_or_channel(UcxConsumer& c, FetchChannel& ch, const ReceiveWindow& w,
+                                 const char* what) {
     ucs_status_t as = ucp_worker_arm(c.worker().get());
-    if (as == UCS_ERR_BUSY) return 1;
-    if (as != UCS_OK) {
-        *err = ucx_error(DYAD_RC_UCXWAIT_FAIL, "ucp_worker_arm", as);
-        return -1;
-    }
+    if (as == UCS_ERR_BUSY) return false;
+    if (as != UCS_OK) return ucx_error(DYAD_RC_UCXWAIT_FAIL, "ucp_worker_arm", as);
     struct pollfd pf[2] = {{ch.fd(), POLLIN, 0}, {c.worker().efd(), POLLIN, 0}};
     const bool ready = ch.buffered();
-    int n = ::poll(pf, 2, ready ? 0 : idle.poll_ms());
-    if (n < 0 && errno == EINTR) return 1;
+    int n = ::poll(pf, 2, ready ? 0 : w.idle().poll_ms());
+    if (n < 0 && errno == EINTR) return false;
     if (ready) pf[0].revents |= POLLIN;
-    if ((n == 0 && !ready) || idle.expired()) return -1;
-    return pf[0].revents ? 0 : 1;
+    if ((n == 0 && !ready) || w.idle().expired())
+        return Status(
+            DYAD_RC_TIMEOUT,
+            std::string("no UCX ") + what + " for " + std::to_string(w.shape().idle_s) + " s",
+            ETIMEDOUT);
+    return pf[0].revents != 0;
 }
 
 // Tag mode: a receive posted ahead into each slot, tagged with this fetch's
@@ -166,15 +169,9 @@ class TagMover : public ChunkMover {
             w.progressed();
             return Status::ok();
         }
-        Status err;
-        int got = wait_ucx_or_channel(c_, ch_, w.idle(), &err);
-        if (got < 0)
-            return err.is_ok()
-                       ? Status(DYAD_RC_TIMEOUT,
-                                "no UCX data for " + std::to_string(w.shape().idle_s) + " s",
-                                ETIMEDOUT)
-                       : err;
-        if (got > 0) return Status::ok();
+        auto spoke = wait_ucx_or_channel(c_, ch_, w, "data");
+        if (!spoke) return spoke.status();
+        if (!spoke.value()) return Status::ok();
         // The service spoke: an error, or (rarely before the last chunk is
         // processed here) the end trailer.
         auto g = ch_.next();
@@ -248,15 +245,9 @@ class PutMover : public ChunkMover {
         // Emulated put (forced over TCP) needs this worker's progress;
         // native put does not, and then this is one cheap call per chunk.
         c_.worker().progress();
-        Status err;
-        int got = wait_ucx_or_channel(c_, ch_, w.idle(), &err);
-        if (got < 0)
-            return err.is_ok()
-                       ? Status(DYAD_RC_TIMEOUT,
-                                "no UCX put notice for " + std::to_string(w.shape().idle_s) + " s",
-                                ETIMEDOUT)
-                       : err;
-        if (got > 0) return Status::ok();  // UCX events only
+        auto spoke = wait_ucx_or_channel(c_, ch_, w, "put notice");
+        if (!spoke) return spoke.status();
+        if (!spoke.value()) return Status::ok();  // UCX events only
         w.progressed();
         return notice(w);
     }
