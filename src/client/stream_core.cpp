@@ -4,7 +4,6 @@
 #include <dyad/stream/dyad_stream_core.hpp>
 
 #include <fcntl.h>
-#include <strings.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +18,8 @@
 #include <dyad/core/dyad_ctx.h>
 
 #include "common/log.hpp"
+#include "common/settings.hpp"
+#include "dtl/dtl.hpp"
 
 namespace dyad {
 
@@ -26,19 +27,11 @@ namespace {
 
 constexpr const char* kSub = "stream";
 
-// A DYAD boolean: unset or a "no" spelling is false, anything else true
-// (dyad_init_env refuses what is not a boolean).
-bool env_flag(const char* name) {
-    const char* v = std::getenv(name);
-    if (!v) return false;
-    for (const char* no : {"0", "false", "no", "off", "n"})
-        if (strcasecmp(v, no) == 0) return false;
-    return true;
-}
-
-std::string env_str(const char* name) {
-    const char* v = std::getenv(name);
-    return v ? std::string(v) : std::string();
+// A DYAD boolean from the settings table (environment, DYAD_CONFIG_FILE):
+// unset or a "no" spelling is false, anything else true.
+bool setting_flag(const char* name) {
+    auto b = settings::flag(name);
+    return b && b.value();
 }
 
 std::vector<std::string> components(const std::string& path) {
@@ -128,20 +121,6 @@ bool normalize_relative(const std::string& path, std::string* rel) {
     return true;
 }
 
-// The original DYAD's transport numbers (dyad_params::m_dtl_mode).
-const char* dtl_mode_name(int mode) {
-    switch (mode) {
-        case 0:
-            return "UCX";
-        case 1:
-            return "MARGO";
-        case 2:
-            return "FLUX_RPC";
-        default:
-            return nullptr;  // DYAD_DTL_MODE from the environment
-    }
-}
-
 const char* or_null(const std::string& s) {
     return s.empty() ? nullptr : s.c_str();
 }
@@ -151,7 +130,9 @@ dyad_rc_t init_with(const dyad_params& p) {
                      p.m_fsync_write, p.m_key_depth, p.m_key_bins, p.m_service_mux,
                      or_null(p.m_kvs_namespace), or_null(p.m_prod_managed_path),
                      or_null(p.m_cons_managed_path), p.m_relative_to_managed_path,
-                     dtl_mode_name(p.m_dtl_mode), DYAD_COMM_RECV, nullptr);
+                     // The original DYAD's transport number (dyad_params::m_dtl_mode), or
+                     // none: DYAD_DTL_MODE from the settings.
+                     dtl::name_of_dyad_mode(p.m_dtl_mode), DYAD_COMM_RECV, nullptr);
 }
 
 // A whole-file lock: an open file description lock, or a POSIX record lock
@@ -187,16 +168,16 @@ dyad_stream_core::dyad_stream_core()
 dyad_stream_core::~dyad_stream_core() = default;
 
 void dyad_stream_core::read_env() {
-    m_prod_path = env_str(DYAD_PATH_PRODUCER_ENV);
-    m_cons_path = env_str(DYAD_PATH_CONSUMER_ENV);
+    m_prod_path = settings::text(DYAD_PATH_PRODUCER_ENV);
+    m_cons_path = settings::text(DYAD_PATH_CONSUMER_ENV);
     m_is_prod = !m_prod_path.empty();
     m_is_cons = !m_cons_path.empty();
-    m_fsync_write = env_flag(DYAD_FSYNC_WRITE_ENV);
-    m_relative = env_flag(DYAD_PATH_RELATIVE_ENV);
+    m_fsync_write = setting_flag(DYAD_FSYNC_WRITE_ENV);
+    m_relative = setting_flag(DYAD_PATH_RELATIVE_ENV);
 }
 
 void dyad_stream_core::init(const bool reinit) {
-    const bool again = reinit || env_flag(DYAD_REINIT_ENV);
+    const bool again = reinit || setting_flag(DYAD_REINIT_ENV);
     if (m_initialized && !again) return;
     read_env();
     m_from_params = false;

@@ -279,6 +279,40 @@ std::string text(std::string_view name) {
     return lookup(name).text;
 }
 
+Result<uint64_t> size(std::string_view name, uint64_t min, uint64_t max, const char* range) {
+    auto v = size(name);
+    if (!v) return v;
+    if (v.value() < min || v.value() > max)
+        return bad(lookup(name), Status(DYAD_RC_NOCTX,
+                                        std::string(name) + "=" + std::to_string(v.value()) +
+                                            " is outside " + range,
+                                        EINVAL));
+    return v;
+}
+
+Result<std::string> choice(std::string_view name, std::initializer_list<std::string_view> words,
+                           std::initializer_list<std::string_view> synonyms, dyad_rc_t rc) {
+    Value v = lookup(name);
+    for (auto w : words)
+        if (v.text == w) return v.text;
+    for (auto w : synonyms)
+        if (v.text == w) return v.text;
+    std::string list;
+    size_t i = 0;
+    for (auto w : words) {
+        if (i > 0) list += i + 1 == words.size() ? " or " : ", ";
+        list += w;
+        ++i;
+    }
+    Status why(rc, std::string(name) + "='" + v.text + "': use " + list, EINVAL);
+    Status st = bad(v, why);
+    return Status(rc, st.message(), st.err());
+}
+
+std::optional<std::string> foreign(const char* name) {
+    return getenv_str(name);
+}
+
 void set_option(std::string_view name, std::string value) {
     std::lock_guard<std::mutex> lk(g_mu);
     g_options[std::string(name)] = std::move(value);

@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The one table of DYAD's settings: every DYAD_* variable, its type, default,
 // meaning and the components that read it. This is the only code that reads
-// DYAD_* variables; everything else asks it for typed values.
+// the environment (DYAD_* variables, and other libraries' own through
+// foreign()); everything else asks it for typed values, checked here with
+// one rule: a value that does not parse is an error naming the variable and
+// where the value came from (booleans excepted: set means on, as in DYAD,
+// with a warning). Components get their values when they are made (the
+// client's Config, the transports' dtl/options.hpp, dyadd's options).
 //
 // Where a value comes from, in increasing precedence:
 //   default  the table's default
@@ -11,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +64,20 @@ Value lookup(std::string_view name);
 // Seconds; nullopt when unset and the table has no default (e.g. "forever").
 [[nodiscard]] Result<std::optional<double>> seconds(std::string_view name);
 std::string text(std::string_view name);
+// A byte count within [min, max]; out of it, an error naming the setting
+// and `range` (how the limits read to a user, e.g. "[4M, 2G]").
+[[nodiscard]] Result<uint64_t> size(std::string_view name, uint64_t min, uint64_t max,
+                                    const char* range);
+// A word among `words` (or a synonym among `synonyms`), as set; anything
+// else is an error naming the setting and listing `words`. Unset: the
+// table's default.
+[[nodiscard]] Result<std::string> choice(std::string_view name,
+                                         std::initializer_list<std::string_view> words,
+                                         std::initializer_list<std::string_view> synonyms = {},
+                                         dyad_rc_t rc = DYAD_RC_NOCTX);
+// A variable of another library (UCX_TLS, FI_*): its value, or nullopt when
+// unset. Not a DYAD setting: no file, no default.
+std::optional<std::string> foreign(const char* name);
 
 // Records a program option (highest precedence) for this process.
 void set_option(std::string_view name, std::string value);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,17 @@
 namespace dyad::dtl {
 
 class MemoryBudget;
+
+// The transports this DYAD knows, built into this build or not. Their names
+// (DYAD_DTL_MODE values, the wire's transport field, transport records)
+// are spelled once, in the table of backends (registry.cpp); everything
+// else asks it.
+enum class Kind { stream, ucx, ofi, local };
+const char* name_of(Kind k);
+std::vector<std::string> aliases_of(Kind k);
+// The name of the original DYAD's transport number (dyad_dtl_mode_t:
+// DYAD_DTL_UCX, DYAD_DTL_MARGO, DYAD_DTL_FLUX_RPC), or null for any other.
+const char* name_of_dyad_mode(int mode);
 
 // What a backend tells the selector about itself.
 struct Attributes {
@@ -132,8 +144,9 @@ class Sender {
     }
 };
 
-// One row of the table of backends (registry.cpp): the only place that
-// names a transport. A new transport is one folder and one row here.
+// One row of the table of backends (registry.cpp, which also holds the
+// transports' names: Kind, name_of). A new transport is one folder, one
+// name and one row there.
 struct Backend {
     std::string name;                  // DYAD_DTL_MODE value
     std::vector<std::string> aliases;  // other accepted names
@@ -154,6 +167,13 @@ struct Backend {
     // Errors (errno) meaning "cannot work from here" when nothing has
     // arrived yet: the consumer then tries the next transport.
     std::vector<int> start_errnos;
+    // Which transport this row is (set by the table).
+    Kind kind = Kind::stream;
+    // The consumer receives one file at a time per process with this
+    // transport (Client's fetches take serial_receive_lock): concurrent UCX
+    // receives corrupted files (shm and tcp, put protocol) and concurrent
+    // MARGO receives grow the owner's buffer pool past its bound.
+    bool serialised_per_process = false;
 };
 
 // The backends compiled into this build.
@@ -162,6 +182,13 @@ const std::vector<Backend>& backends();
 Result<const Backend*> find_backend(const std::string& name);
 // The one every service serves (Backend::universal).
 const Backend& universal_backend();
+// Whether `name` (a name or alias, any case) is the transport of the
+// same node (LOCAL): it passes open files, which the service counts apart.
+bool is_local(const std::string& name);
+// The lock a consumer process holds around each receive over transport
+// `name` (Backend::serialised_per_process; one per such backend), or null
+// when receives over it may run in parallel.
+std::mutex* serial_receive_lock(const std::string& name);
 
 // dyad.fetch_many (docs/design.md, "Many small files in one request"): at
 // most this many files, each at most kFetchManyFileMax bytes, in one request

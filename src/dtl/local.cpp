@@ -43,7 +43,7 @@ constexpr const char* kSub = "local";
 
 Attributes local_attributes() {
     Attributes a;
-    a.name = "LOCAL";
+    a.name = name_of(Kind::local);
     // Two round trips (answer with the open file, then copied/end):
     // measured 1,000 files of 64 KiB at 780/s against the stream's 972/s
     // on the same node (when the consumer still opened a path), so small
@@ -62,7 +62,7 @@ class LocalSender : public Sender {
     const Attributes& attributes() const override { return attrs_; }
     std::vector<TransportRecord> records() const override {
         TransportRecord r;
-        r.name = "LOCAL";
+        r.name = name_of(Kind::local);
         r.reach = "node";
         r.latency_us = attrs_.latency_us;
         r.bandwidth_gbps = attrs_.bandwidth_gbps;
@@ -119,7 +119,8 @@ class LocalSender : public Sender {
             job->ch->close();
         });
         job->ch->send_fd(
-            {{"size", job->size}, {"transport", "LOCAL"}}, job->fd.get(), [finish](bool ok) {
+            {{"size", job->size}, {"transport", name_of(Kind::local)}}, job->fd.get(),
+            [finish](bool ok) {
                 if (!ok)
                     finish(Status(DYAD_RC_BADFETCH, "could not pass the open file to the consumer",
                                   ECONNRESET),
@@ -196,7 +197,7 @@ class LocalReceiver : public Receiver {
     nlohmann::json describe() override { return nlohmann::json::object(); }
 
     Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
-        auto f = ch.first("LOCAL");
+        auto f = ch.first(name_of(Kind::local));
         if (!f) return f.status();
         UniqueFd in = ch.take_fd();
         auto size = meta_u64(f->meta, "size");
@@ -233,7 +234,7 @@ class LocalReceiver : public Receiver {
                    how.c_str());
         s = ch.update({{"copied", *size}});
         if (!s) return s;
-        auto t = ch.end("LOCAL");
+        auto t = ch.end(name_of(Kind::local));
         if (!t) return t;
         t.value()["copy"] = how;
         return t;
@@ -246,9 +247,7 @@ class LocalReceiver : public Receiver {
 }  // namespace
 
 Backend local_backend() {
-    return {"LOCAL",
-            {},
-            local_attributes,
+    return {name_of(Kind::local), aliases_of(Kind::local), local_attributes,
             []() -> Result<std::unique_ptr<Receiver>> {
                 return std::unique_ptr<Receiver>(new LocalReceiver());
             },

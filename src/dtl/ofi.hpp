@@ -31,8 +31,6 @@ const std::vector<Protocol>& protocols();
 std::vector<std::string> available_protocols();
 // A known protocol that works here, or MARGO_BAD_PROTO naming the available ones.
 Result<const Protocol*> validate_protocol(const std::string& name);
-// DYAD_MARGO_PROTO or the default, ofi+tcp.
-std::string configured_protocol();
 std::string library_version();
 
 Status fi_error(dyad_rc_t rc, const std::string& what, long ret);

@@ -5,7 +5,6 @@
 #include <mutex>
 
 #include "common/config.hpp"
-#include "common/settings.hpp"
 #include "ofi.hpp"
 
 namespace dyad::dtl::ofi {
@@ -21,7 +20,7 @@ constexpr uint32_t kApi = FI_VERSION(1, 9);
 void set_provider_defaults() {
     static std::once_flag once;
     std::call_once(once, [] {
-        if (!::getenv("FI_OFI_RXM_BUFFER_SIZE")) ::setenv("FI_OFI_RXM_BUFFER_SIZE", "4096", 0);
+        ::setenv("FI_OFI_RXM_BUFFER_SIZE", "4096", /*overwrite=*/0);
     });
 }
 
@@ -118,10 +117,6 @@ Result<const Protocol*> validate_protocol(const std::string& name) {
                           info.status().message() + "); available: " + join(available_protocols()),
                       ENOTSUP);
     return found;
-}
-
-std::string configured_protocol() {
-    return settings::text("DYAD_MARGO_PROTO");
 }
 
 std::string library_version() {

@@ -10,6 +10,8 @@
 #include <iterator>
 #include <mutex>
 
+#include <dyad/common/dyad_dtl.h>
+
 #include "dtl.hpp"
 #ifdef DYAD_ENABLE_OFI
 #include "plugin.h"
@@ -148,13 +150,13 @@ Result<const Backend*> load_ofi() {
 
 Backend ofi_backend() {
     Backend b;
-    b.name = "MARGO";
-    b.aliases = {"OFI"};
+    b.name = name_of(Kind::ofi);
+    b.aliases = aliases_of(Kind::ofi);
     b.attributes = [] {
         auto l = load_ofi();
         if (l) return l.value()->attributes();
         Attributes a;
-        a.name = "MARGO";
+        a.name = name_of(Kind::ofi);
         a.info = l.status().message();
         return a;
     };
@@ -179,31 +181,66 @@ Backend ofi_backend() {
 }  // namespace
 #endif
 
+namespace {
+
+// The names of every transport DYAD knows, and the other names accepted.
+struct Names {
+    Kind kind;
+    const char* name;
+    std::vector<const char*> aliases;
+    int dyad_mode;  // the original DYAD's number (dyad_dtl_mode_t), or -1
+};
+const std::vector<Names>& names() {
+    static const std::vector<Names> n = {
+        {Kind::stream, "FLUX_RPC", {"STREAM"}, DYAD_DTL_FLUX_RPC},
+        {Kind::ucx, "UCX", {}, DYAD_DTL_UCX},
+        {Kind::ofi, "MARGO", {"OFI"}, DYAD_DTL_MARGO},
+        {Kind::local, "LOCAL", {}, -1},
+    };
+    return n;
+}
+
+}  // namespace
+
+const char* name_of(Kind k) {
+    for (const auto& n : names())
+        if (n.kind == k) return n.name;
+    return "?";
+}
+
+const char* name_of_dyad_mode(int mode) {
+    for (const auto& n : names())
+        if (n.dyad_mode == mode) return n.name;
+    return nullptr;
+}
+
+std::vector<std::string> aliases_of(Kind k) {
+    for (const auto& n : names())
+        if (n.kind == k) return {n.aliases.begin(), n.aliases.end()};
+    return {};
+}
+
 // Every transport of this build, in one explicit table: the factories come
 // from each transport's folder, the policy is here.
 const std::vector<Backend>& backends() {
     static const std::vector<Backend> table = [] {
         std::vector<Backend> t;
-        Backend stream = stream_backend();
-        stream.preference = 2;
-        stream.universal = true;
-        t.push_back(std::move(stream));
+        auto add = [&t](Backend b, Kind kind, int preference) -> Backend& {
+            b.kind = kind;
+            b.preference = preference;
+            t.push_back(std::move(b));
+            return t.back();
+        };
+        add(stream_backend(), Kind::stream, 2).universal = true;
 #ifdef DYAD_ENABLE_UCX
-        Backend ucx = ucx_backend();
-        ucx.preference = 1;
-        t.push_back(std::move(ucx));
+        add(ucx_backend(), Kind::ucx, 1).serialised_per_process = true;
 #endif
 #ifdef DYAD_ENABLE_OFI
-        Backend ofi = ofi_backend();
-        ofi.preference = 3;
-        t.push_back(std::move(ofi));
+        add(ofi_backend(), Kind::ofi, 3).serialised_per_process = true;
 #endif
-        Backend local = local_backend();
-        local.preference = 0;
         // The consumer reached the owner over TCP, where the open file
         // cannot be passed (local.cpp).
-        local.start_errnos = {EOPNOTSUPP};
-        t.push_back(std::move(local));
+        add(local_backend(), Kind::local, 0).start_errnos = {EOPNOTSUPP};
         return t;
     }();
     return table;
@@ -213,6 +250,18 @@ const Backend& universal_backend() {
     for (const auto& b : backends())
         if (b.universal) return b;
     return backends().front();
+}
+
+bool is_local(const std::string& name) {
+    auto b = find_backend(name);
+    return b && b.value()->kind == Kind::local;
+}
+
+std::mutex* serial_receive_lock(const std::string& name) {
+    static std::mutex locks[4];  // one per Kind
+    auto b = find_backend(name);
+    if (!b || !b.value()->serialised_per_process) return nullptr;
+    return &locks[static_cast<size_t>(b.value()->kind)];
 }
 
 int preference(const std::string& name) {

@@ -6,14 +6,13 @@
 #include <cerrno>
 #include <deque>
 #include <memory>
-#include <sched.h>
 #include <unistd.h>
 
 #include "common/checksum.hpp"
-#include "common/settings.hpp"
 #include "common/log.hpp"
 #include "chunked.hpp"
 #include "dtl.hpp"
+#include "options.hpp"
 #include "write_behind.hpp"
 
 namespace dyad::dtl {
@@ -21,7 +20,7 @@ namespace {
 
 Attributes stream_attributes() {
     Attributes a;
-    a.name = "FLUX_RPC";
+    a.name = name_of(Kind::stream);
     a.latency_us = 100;
     a.bandwidth_gbps = 1.2;
     a.rma_native = false;
@@ -49,7 +48,7 @@ class StreamTransfer : public ChunkedTransfer {
     bool file_send() const override { return sendfile_ && job().size > kStreamChunk; }
     bool inline_first_chunk() const override { return true; }
     nlohmann::json first_meta() const override {
-        return {{"size", job().size}, {"transport", "FLUX_RPC"}};
+        return {{"size", job().size}, {"transport", name_of(Kind::stream)}};
     }
 
   private:
@@ -58,10 +57,8 @@ class StreamTransfer : public ChunkedTransfer {
 
 class StreamSender : public Sender {
   public:
-    StreamSender() : attrs_(stream_attributes()) {
-        auto b = settings::flag("DYAD_STREAM_SENDFILE");
-        sendfile_ = b ? b.value() : false;
-    }
+    explicit StreamSender(const StreamOptions& o)
+        : attrs_(stream_attributes()), sendfile_(o.sendfile) {}
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json stats() const override {
         return {{"sendfile", sendfile_}, {"sendfile_transfers", by_sendfile_}};
@@ -86,7 +83,8 @@ constexpr uint64_t kWriteBehindFrom = kStreamDepth * kStreamChunk;
 
 class StreamReceiver : public Receiver {
   public:
-    StreamReceiver() : attrs_(stream_attributes()) {}
+    explicit StreamReceiver(WriteBehindOption write_behind)
+        : attrs_(stream_attributes()), write_behind_(std::move(write_behind)) {}
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json describe() override { return nlohmann::json::object(); }
 
@@ -107,7 +105,7 @@ class StreamReceiver : public Receiver {
             }
             if (m->kind == FetchChannel::Kind::answer &&
                 meta_u64(m->meta, "size").value_or(0) > kWriteBehindFrom) {
-                auto on = write_behind();
+                const auto& on = write_behind_.on;
                 if (!on) return on.status();
                 if (on.value()) behind = std::make_unique<WriteBehind>(sink);
             }
@@ -134,28 +132,11 @@ class StreamReceiver : public Receiver {
 
   private:
     Attributes attrs_;
+    WriteBehindOption write_behind_;
     std::vector<char> buf_;
 };
 
 }  // namespace
-
-// DYAD_WRITE_BEHIND (write_behind.hpp). The overlap needs a core to spare:
-// on 2 CPUs, with the sending service on one of them, 8 consumers at once
-// were 20-40% slower written behind (docs/design.md, "Receiving").
-Result<bool> write_behind() {
-    std::string v = settings::text("DYAD_WRITE_BEHIND");
-    if (v == "on" || v == "1") return true;
-    if (v == "off" || v == "0") return false;
-    if (v != "auto" && !v.empty())
-        return Status(DYAD_RC_NOCTX, "DYAD_WRITE_BEHIND='" + v + "': use auto, on or off", EINVAL);
-    static const bool spare = [] {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        if (sched_getaffinity(0, sizeof set, &set) != 0) return false;
-        return CPU_COUNT(&set) >= 4;
-    }();
-    return spare;
-}
 
 nlohmann::json Attributes::to_json() const {
     return {{"name", name},
@@ -167,14 +148,15 @@ nlohmann::json Attributes::to_json() const {
 }
 
 Backend stream_backend() {
-    return {"FLUX_RPC",
-            {"STREAM"},
-            stream_attributes,
+    return {name_of(Kind::stream), aliases_of(Kind::stream), stream_attributes,
             []() -> Result<std::unique_ptr<Receiver>> {
-                return std::unique_ptr<Receiver>(new StreamReceiver());
+                return std::unique_ptr<Receiver>(
+                    new StreamReceiver(WriteBehindOption::from_settings()));
             },
             [](asio::io_context&, const ServiceBind&) -> Result<std::unique_ptr<Sender>> {
-                return std::unique_ptr<Sender>(new StreamSender());
+                auto o = StreamOptions::from_settings();
+                if (!o) return o.status();
+                return std::unique_ptr<Sender>(new StreamSender(o.value()));
             }};
 }
 

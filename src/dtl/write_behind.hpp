@@ -5,8 +5,8 @@
 //
 // BackgroundWriter writes buffers its caller owns, in order, on its own
 // thread; each write has a number, and written() says how many are done, so
-// the caller knows when a buffer may be filled again (the UCX receiver hands
-// it the slots of its registered window). WriteBehind adds kSlots buffers of
+// the caller knows when a buffer may be filled again (the consumer's chunk
+// window, receive_window.hpp, hands it the UCX receiver's slots). WriteBehind adds kSlots buffers of
 // its own, each reused (no allocation per chunk in steady state), for the
 // stream receiver.
 //
@@ -28,10 +28,6 @@
 #include "dtl.hpp"
 
 namespace dyad::dtl {
-
-// DYAD_WRITE_BEHIND: on, off, or auto (on where this process may run on 4
-// CPUs or more); an error for any other value. Defined in stream.cpp.
-Result<bool> write_behind();
 
 class BackgroundWriter {
   public:

@@ -10,8 +10,9 @@
 //
 // Consumer: one process-wide UCP context and worker with the wakeup feature;
 // a bounded registered receive window (DYAD_UCX_WINDOW, default 64 MiB) cut
-// into chunk slots; receives are posted ahead into free slots and completed
-// in order. Waiting is event-driven: poll() on the worker's event fd and the
+// into chunk slots, run by the consumer's chunk window (receive_window.hpp,
+// shared with libfabric); receives are posted ahead into free slots and
+// completed in order. Waiting is event-driven: poll() on the worker's event fd and the
 // RPC socket together, with the inactivity deadline, so an error or the
 // service's death ends the wait at once.
 //
@@ -34,7 +35,6 @@
 #include "common/base64.hpp"
 #include "common/log.hpp"
 #include "common/rate_limit.hpp"
-#include "common/settings.hpp"
 #include "dtl/chunked.hpp"
 #include "dtl/peer_address.hpp"
 #include "ucx.hpp"
@@ -124,7 +124,7 @@ class UcxTransfer : public ChunkedTransfer {
                      std::function<void(bool)> done) override;
     bool inline_first_chunk() const override { return false; }
     nlohmann::json first_meta() const override {
-        return {{"size", job().size}, {"transport", "UCX"}, {"chunk", kUcxTagChunk}};
+        return {{"size", job().size}, {"transport", name_of(Kind::ucx)}, {"chunk", kUcxTagChunk}};
     }
 
   private:
@@ -177,7 +177,10 @@ class UcxPutTransfer : public ChunkedTransfer {
     }
     bool inline_first_chunk() const override { return false; }
     nlohmann::json first_meta() const override {
-        return {{"size", job().size}, {"transport", "UCX"}, {"chunk", kUcxChunk}, {"mode", "put"}};
+        return {{"size", job().size},
+                {"transport", name_of(Kind::ucx)},
+                {"chunk", kUcxChunk},
+                {"mode", "put"}};
     }
     // With the window mapped here, file reads land in it: no copy, no put.
     bool direct() const override { return here_ != nullptr; }
@@ -232,8 +235,13 @@ class UcxPutTransfer : public ChunkedTransfer {
 
 class UcxSender : public Sender {
   public:
-    static Result<std::unique_ptr<Sender>> create(asio::io_context& io, const ServiceBind& bind) {
-        auto w = Worker::create(/*service=*/true, &bind);
+    static Result<std::unique_ptr<Sender>> create(asio::io_context& io, const ServiceBind& bind,
+                                                  const UcxServiceOptions& o) {
+        WorkerOptions wo;
+        wo.service = true;
+        wo.bind = &bind;
+        wo.shared_memory = o.shared_memory;
+        auto w = Worker::create(wo);
         if (!w) return w.status();
         // Our own address: what a consumer's is compared with.
         auto own = parse_ucx_worker_address(w.value()->address());
@@ -242,12 +250,8 @@ class UcxSender : public Sender {
                           "this UCX packs worker addresses in a layout DYAD does not know (" +
                               own.status().message() + "); build DYAD against this UCX release",
                           ENOTSUP);
-        auto cap = settings::count("DYAD_UCX_EP_CACHE_SIZE", 1, 1u << 20);
-        if (!cap) return cap.status();
-        auto direct = settings::flag("DYAD_UCX_DIRECT");
-        if (!direct) return direct.status();
-        std::unique_ptr<UcxSender> s(new UcxSender(io, std::move(w.value()), cap.value()));
-        s->no_direct_ = !direct.value();
+        std::unique_ptr<UcxSender> s(new UcxSender(io, std::move(w.value()), o.ep_cache));
+        s->no_direct_ = !o.direct;
         s->own_ = std::move(own.value());
         // Our TCP is kept to the policy's interfaces; consumers' is not.
         if (!bind.host.empty()) add_ucx_tcp_layouts(&s->own_);
@@ -428,7 +432,7 @@ class UcxSender : public Sender {
         std::vector<TransportRecord> out;
         auto rec = [&](const char* reach, double lat, double bw, bool native, std::string lanes) {
             TransportRecord r;
-            r.name = "UCX";
+            r.name = name_of(Kind::ucx);
             r.reach = reach;
             r.latency_us = lat;
             r.bandwidth_gbps = bw;
@@ -728,8 +732,9 @@ UcxPutTransfer::~UcxPutTransfer() {
 
 }  // namespace
 
-Result<std::unique_ptr<Sender>> make_sender(asio::io_context& io, const ServiceBind& bind) {
-    return UcxSender::create(io, bind);
+Result<std::unique_ptr<Sender>> make_sender(asio::io_context& io, const ServiceBind& bind,
+                                            const UcxServiceOptions& o) {
+    return UcxSender::create(io, bind, o);
 }
 
 }  // namespace dyad::dtl::ucx

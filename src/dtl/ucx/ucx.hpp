@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "common/settings.hpp"
+#include "dtl/options.hpp"
 #include "dtl/dtl.hpp"
 #include "dtl/peer_address.hpp"
 
@@ -75,101 +75,23 @@ inline constexpr TcpTuning kTcpTuning[] = {
 // port). `env`: the user's UCX_NET_DEVICES, kept where the policy allows it.
 Result<std::string> ucx_service_net_devices(const ServiceBind& bind, const char* env);
 
+// How a worker is made.
+struct WorkerOptions {
+    // The worker that connects to consumers' addresses; UCX's unified mode
+    // stays off there, whatever UCX_UNIFIED_MODE says, since the address
+    // check (peer_address.hpp) knows the layout without it.
+    bool service = false;
+    // The service's listen policy (service workers only).
+    const ServiceBind* bind = nullptr;
+    // DYAD_UCX_SHARED_MEMORY (service workers): UCX's shared-memory
+    // transports toward consumers too.
+    bool shared_memory = false;
+};
+
 // A UCP context and one worker with an event fd.
 class Worker {
   public:
-    // `service`: the worker that connects to consumers' addresses; UCX's
-    // unified mode stays off there, whatever UCX_UNIFIED_MODE says, since
-    // the address check (peer_address.hpp) knows the layout without it.
-    // `bind`: the service's listen policy (service workers only).
-    static Result<std::unique_ptr<Worker>> create(bool service = false,
-                                                  const ServiceBind* bind = nullptr) {
-        std::unique_ptr<Worker> w(new Worker());
-        const char* env_tls = std::getenv("UCX_TLS");
-        std::string tls_used = env_tls ? env_tls : "";
-        ucp_config_t* cfg = nullptr;
-        ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
-        if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_read", s);
-        if (service) {
-            s = ucp_config_modify(cfg, "UNIFIED_MODE", "n");
-            if (s != UCS_OK) {
-                ucp_config_release(cfg);
-                return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_modify(UNIFIED_MODE=n)", s);
-            }
-            // No shared memory toward consumers (peer_address.hpp) unless
-            // the operator says every key holder may have it.
-            auto shm = settings::flag("DYAD_UCX_SHARED_MEMORY");
-            if (!shm) {
-                ucp_config_release(cfg);
-                return shm.status();
-            }
-            auto tls = shm.value() ? Result<std::string>(std::string(env_tls ? env_tls : "all"))
-                                   : ucx_service_tls(env_tls);
-            if (!tls) {
-                ucp_config_release(cfg);
-                return tls.status();
-            }
-            tls_used = tls.value();
-            s = ucp_config_modify(cfg, "TLS", tls->c_str());
-            if (s != UCS_OK) {
-                ucp_config_release(cfg);
-                return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_modify(TLS=" + tls.value() + ")",
-                                 s);
-            }
-            // Listeners where the service's policy says, nowhere else.
-            if (bind) {
-                auto devs = ucx_service_net_devices(*bind, std::getenv("UCX_NET_DEVICES"));
-                if (!devs) {
-                    ucp_config_release(cfg);
-                    return devs.status();
-                }
-                if (!devs->empty()) {
-                    s = ucp_config_modify(cfg, "NET_DEVICES", devs->c_str());
-                    if (s != UCS_OK) {
-                        ucp_config_release(cfg);
-                        return ucx_error(DYAD_RC_UCXINIT_FAIL,
-                                         "ucp_config_modify(NET_DEVICES=" + devs.value() + ")", s);
-                    }
-                    DYAD_INFO(kSub, "the service's UCX worker uses the network devices %s",
-                              devs->c_str());
-                }
-            }
-        }
-        // (UCX warns of settings no transport took: only where TCP may be used.)
-        for (const TcpTuning& t : kTcpTuning) {
-            if (!ucx_tls_may_use_tcp(tls_used)) break;
-            if (std::getenv(t.env)) continue;  // the user's word
-            s = ucp_config_modify(cfg, t.key, t.value);
-            if (s != UCS_OK) {
-                ucp_config_release(cfg);
-                return ucx_error(DYAD_RC_UCXINIT_FAIL,
-                                 "ucp_config_modify(" + std::string(t.key) + "=" + t.value + ")",
-                                 s);
-            }
-        }
-        ucp_params_t p;
-        std::memset(&p, 0, sizeof p);
-        p.field_mask = UCP_PARAM_FIELD_FEATURES;
-        p.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-        s = ucp_init(&p, cfg, &w->ctx_);
-        ucp_config_release(cfg);
-        if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_init", s);
-        ucp_worker_params_t wp;
-        std::memset(&wp, 0, sizeof wp);
-        wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-        wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-        s = ucp_worker_create(w->ctx_, &wp, &w->worker_);
-        if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_create", s);
-        s = ucp_worker_get_efd(w->worker_, &w->efd_);
-        if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_get_efd", s);
-        ucp_address_t* addr = nullptr;
-        size_t len = 0;
-        s = ucp_worker_get_address(w->worker_, &addr, &len);
-        if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_get_address", s);
-        w->address_.assign(reinterpret_cast<const char*>(addr), len);
-        ucp_worker_release_address(w->worker_, addr);
-        return w;
-    }
+    static Result<std::unique_ptr<Worker>> create(const WorkerOptions& o = {});
     ~Worker() {
         if (worker_) ucp_worker_destroy(worker_);
         if (ctx_) ucp_cleanup(ctx_);
@@ -193,9 +115,11 @@ class Worker {
     std::string address_;
 };
 
-// The two sides, for the table of backends (worker.cpp).
+// The two sides, for the table of backends (worker.cpp): each gets its
+// settings when made (options.hpp).
 Result<std::unique_ptr<Receiver>> make_receiver();
 Status warmup();
-Result<std::unique_ptr<Sender>> make_sender(asio::io_context& io, const ServiceBind& bind);
+Result<std::unique_ptr<Sender>> make_sender(asio::io_context& io, const ServiceBind& bind,
+                                            const UcxServiceOptions& o);
 
 }  // namespace dyad::dtl::ucx

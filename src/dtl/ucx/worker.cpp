@@ -13,6 +13,7 @@
 
 #include "common/config.hpp"
 #include "common/log.hpp"
+#include "common/settings.hpp"
 #include "ucx.hpp"
 
 namespace dyad::dtl {
@@ -20,16 +21,16 @@ namespace ucx {
 
 Attributes ucx_attributes() {
     Attributes a;
-    a.name = "UCX";
+    a.name = name_of(Kind::ucx);
     a.latency_us = 160;
     a.bandwidth_gbps = 1.0;
     a.rma_native = false;  // this backend moves bytes by tagged messages
     a.max_message = kUcxChunk;
     unsigned maj = 0, min = 0, rel = 0;
     ucp_get_version(&maj, &min, &rel);
-    const char* tls = std::getenv("UCX_TLS");  // UCX's own variable
+    auto tls = settings::foreign("UCX_TLS");  // UCX's own variable
     a.info = "UCX " + std::to_string(maj) + "." + std::to_string(min) + "." + std::to_string(rel) +
-             ", UCX_TLS=" + (tls ? tls : "all");
+             ", UCX_TLS=" + tls.value_or("all");
     return a;
 }
 
@@ -137,6 +138,90 @@ Result<std::string> ucx_service_net_devices(const ServiceBind& bind, const char*
     return join(found);
 }
 
+namespace {
+
+// One change to UCX's configuration, checked.
+Status modify(ucp_config_t* cfg, const char* key, const std::string& value) {
+    ucs_status_t s = ucp_config_modify(cfg, key, value.c_str());
+    if (s != UCS_OK)
+        return ucx_error(DYAD_RC_UCXINIT_FAIL,
+                         "ucp_config_modify(" + std::string(key) + "=" + value + ")", s);
+    return Status::ok();
+}
+
+// A service worker's configuration: no unified mode; no shared memory
+// toward consumers (peer_address.hpp) unless the operator says every key
+// holder may have it; listeners where the service's policy says, nowhere
+// else. Sets `tls_used` to the transports the worker may use.
+Status configure_service(ucp_config_t* cfg, const WorkerOptions& o, std::string* tls_used) {
+    Status st = modify(cfg, "UNIFIED_MODE", "n");
+    if (!st) return st;
+    auto env_tls = settings::foreign("UCX_TLS");
+    auto tls = o.shared_memory ? Result<std::string>(env_tls.value_or("all"))
+                               : ucx_service_tls(env_tls ? env_tls->c_str() : nullptr);
+    if (!tls) return tls.status();
+    *tls_used = tls.value();
+    st = modify(cfg, "TLS", tls.value());
+    if (!st || !o.bind) return st;
+    auto user = settings::foreign("UCX_NET_DEVICES");
+    auto devs = ucx_service_net_devices(*o.bind, user ? user->c_str() : nullptr);
+    if (!devs) return devs.status();
+    if (devs->empty()) return Status::ok();
+    st = modify(cfg, "NET_DEVICES", devs.value());
+    if (st) DYAD_INFO(kSub, "the service's UCX worker uses the network devices %s", devs->c_str());
+    return st;
+}
+
+// UCX's TCP tuning (kTcpTuning), where TCP may be used and the user did not
+// set the variable (UCX warns of settings no transport took).
+Status tune_tcp(ucp_config_t* cfg, const std::string& tls_used) {
+    if (!ucx_tls_may_use_tcp(tls_used)) return Status::ok();
+    for (const TcpTuning& t : kTcpTuning) {
+        if (settings::foreign(t.env)) continue;  // the user's word
+        Status st = modify(cfg, t.key, t.value);
+        if (!st) return st;
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Worker>> Worker::create(const WorkerOptions& o) {
+    std::unique_ptr<Worker> w(new Worker());
+    std::string tls_used = settings::foreign("UCX_TLS").value_or("");
+    ucp_config_t* cfg = nullptr;
+    ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
+    if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_config_read", s);
+    Status st = o.service ? configure_service(cfg, o, &tls_used) : Status::ok();
+    if (st) st = tune_tcp(cfg, tls_used);
+    if (!st) {
+        ucp_config_release(cfg);
+        return st;
+    }
+    ucp_params_t p;
+    std::memset(&p, 0, sizeof p);
+    p.field_mask = UCP_PARAM_FIELD_FEATURES;
+    p.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    s = ucp_init(&p, cfg, &w->ctx_);
+    ucp_config_release(cfg);
+    if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_init", s);
+    ucp_worker_params_t wp;
+    std::memset(&wp, 0, sizeof wp);
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    s = ucp_worker_create(w->ctx_, &wp, &w->worker_);
+    if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_create", s);
+    s = ucp_worker_get_efd(w->worker_, &w->efd_);
+    if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_get_efd", s);
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    s = ucp_worker_get_address(w->worker_, &addr, &len);
+    if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_get_address", s);
+    w->address_.assign(reinterpret_cast<const char*>(addr), len);
+    ucp_worker_release_address(w->worker_, addr);
+    return w;
+}
+
 std::string process_identity() {
     std::string start = "0";
     std::ifstream f("/proc/self/stat");
@@ -160,7 +245,16 @@ std::string process_identity() {
 }  // namespace ucx
 
 Backend ucx_backend() {
-    return {"UCX", {}, ucx::ucx_attributes, ucx::make_receiver, ucx::make_sender, ucx::warmup};
+    return {name_of(Kind::ucx),
+            aliases_of(Kind::ucx),
+            ucx::ucx_attributes,
+            ucx::make_receiver,
+            [](asio::io_context& io, const ServiceBind& bind) -> Result<std::unique_ptr<Sender>> {
+                auto o = UcxServiceOptions::from_settings();
+                if (!o) return o.status();
+                return ucx::make_sender(io, bind, o.value());
+            },
+            ucx::warmup};
 }
 
 }  // namespace dyad::dtl
