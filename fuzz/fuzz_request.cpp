@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Request payloads: a request frame's meta as a peer sends it, checked the
 // way the service's handlers check it before doing anything (dyad.fetch:
-// transport and upath; dyad.fetch_many: its files, parse_fetch_many; dyad.publish: upath, ns,
+// transport and upath; dyad.fetch_many: its files, proto::FetchManyRequest; dyad.publish: upath, ns,
 // key_depth, key_bins and the key they make; kvs.put: ns, key, value through check_put; kvs.get and
 // kvs.list: string arguments). The raw input is also taken as a upath.
 // Properties: no crash, no exception; a normalized upath is relative, has no
@@ -15,7 +15,8 @@
 #include "common/paths.hpp"
 #include "dtl/channel.hpp"
 #include "dtl/dtl.hpp"
-#include "dtl/fetch_many.hpp"
+#include "proto/fetch.hpp"
+#include "proto/publish.hpp"
 #include "fuzz_check.hpp"
 #include "kvs/store.hpp"
 #include "rpc/wire.hpp"
@@ -71,32 +72,31 @@ void fetch(const nlohmann::json& a) {
 }
 
 void fetch_many(const nlohmann::json& a) {
-    auto files = dtl::parse_fetch_many(a);
-    if (!files) return answerable(files.status());
-    FUZZ_CHECK(!files->empty() && files->size() <= dtl::kFetchManyFiles);
-    for (const auto& f : files.value()) {
-        if (!f.error.is_ok()) {
-            answerable(f.error);
-            FUZZ_CHECK(f.upath.empty());
+    auto req = proto::FetchManyRequest::parse(a);
+    if (!req) return answerable(req.status());
+    FUZZ_CHECK(!req->files.empty() && req->files.size() <= proto::kFetchManyFiles);
+    for (size_t i = 0; i < req->files.size(); ++i) {
+        auto one = req->entry(i);
+        if (!one) {
+            answerable(one.status());
+            FUZZ_CHECK(!req->files[i].upath.has_value());
             continue;
         }
-        check_upath(f.upath);
-        (void)dtl::meta_u64(f.args, "generation");
+        check_upath(one->upath);
     }
 }
 
 void publish(const nlohmann::json& a) {
-    auto raw = dtl::meta_str(a, "upath");
-    if (!raw) return;
-    check_upath(*raw);
-    auto up = normalize_upath(*raw);
+    auto req = proto::PublishRequest::parse(a);
+    if (!req) return answerable(req.status());
+    check_upath(req->upath);
+    auto up = normalize_upath(req->upath);
     if (!up) return;
-    std::string ns = dtl::meta_str(a, "ns").value_or("dyad");
+    std::string ns = req->ns.value_or("dyad");
     if (ns.empty() || ns == kvs::kServicesNamespace) return;
-    uint64_t depth = dtl::meta_u64(a, "key_depth").value_or(3);
-    uint64_t bins = dtl::meta_u64(a, "key_bins").value_or(1024);
-    if (depth > 64 || bins == 0 || bins > (1u << 30)) return;
-    auto key = gen_path_key(up.value(), static_cast<unsigned>(depth), static_cast<unsigned>(bins));
+    if (!req->check()) return answerable(req->check());
+    auto key = gen_path_key(up.value(), static_cast<unsigned>(req->key_depth),
+                            static_cast<unsigned>(req->key_bins));
     if (!key) answerable(key.status());
 }
 

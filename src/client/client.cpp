@@ -88,18 +88,6 @@ Status unreachable(const std::string& uri, const Status& e, const std::string& a
     return Status(DYAD_RC_CONNFAIL, "the DYAD service at " + uri + ": " + e.message(), e.err());
 }
 
-// Transports whose receivers must move one file at a time per process:
-// concurrent UCX receives corrupted files (shm and tcp, put protocol) and
-// concurrent MARGO receives grow the owner's buffer pool past its bound,
-// both found by running their conformance tests through the pipeline
-// (consume_many). Their fetches take this lock; the others run in parallel.
-std::mutex* serial_transport_lock(const std::string& name) {
-    static std::mutex ucx, margo;
-    if (name == "UCX") return &ucx;
-    if (name == "MARGO") return &margo;
-    return nullptr;
-}
-
 }  // namespace
 
 // ---- Client ----
@@ -608,7 +596,9 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
                          int lock_fd, bool* retry) {
     rep->transport = b.name;
     std::unique_lock<std::mutex> serial;
-    if (std::mutex* m = serial_transport_lock(b.name)) serial = std::unique_lock<std::mutex>(*m);
+    // Transports whose receivers move one file at a time per process
+    // (dtl::Backend::serialised_per_process; docs/design.md).
+    if (std::mutex* m = dtl::serial_receive_lock(b.name)) serial = std::unique_lock<std::mutex>(*m);
     return stage_commit(upath, rec, lock_fd, rep, [&](FileSink& sink) -> Result<nlohmann::json> {
         if (rep->progress) {
             auto t0 = std::chrono::steady_clock::now();

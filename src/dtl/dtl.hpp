@@ -25,6 +25,7 @@
 #include "common/fd.hpp"
 #include "common/fs.hpp"
 #include "common/status.hpp"
+#include "proto/fetch.hpp"
 #include "selector.hpp"
 
 namespace dyad::dtl {
@@ -193,7 +194,7 @@ std::mutex* serial_receive_lock(const std::string& name);
 // dyad.fetch_many (docs/design.md, "Many small files in one request"): at
 // most this many files, each at most kFetchManyFileMax bytes, in one request
 // over the stream transport.
-inline constexpr size_t kFetchManyFiles = 64;
+inline constexpr size_t kFetchManyFiles = proto::kFetchManyFiles;
 inline constexpr uint64_t kFetchManyFileMax = 256u << 10;
 // A DYAD_DTL_MODE value: AUTO or a backend's name (from an alias, any case).
 Result<std::string> canonical_mode(const std::string& value);

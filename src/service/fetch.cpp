@@ -72,7 +72,7 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
     per_transport_[p->transport].requests++;
     // One peer's fetches (and LOCAL descriptors) are capped: what it holds
     // is let go when the fetch's job is.
-    auto slot = caps_->take(r->peer().key, p->transport == "LOCAL", id_);
+    auto slot = caps_->take(r->peer().key, dtl::is_local(p->transport), id_);
     if (!slot) return fail(r, p->transport, slot.status());
     p->hold = slot.value();
 
