@@ -162,6 +162,12 @@ class EtcdStore final : public ServiceStore {
 
     Result<Entry> register_service(const std::string& id, const std::string& value,
                                    Deadline d) override {
+        auto e = registered(id, value, d);
+        if (!e) return Status(e.status()).wrap("cannot register in the metadata store (" + describe() + ")");
+        return e;
+    }
+
+    Result<Entry> registered(const std::string& id, const std::string& value, Deadline d) {
         auto j = nlohmann::json::parse(value, nullptr, false);
         if (!j.is_object())
             return Status(DYAD_RC_BADPACK, "registration of '" + id + "' is not a JSON object",
@@ -283,7 +289,7 @@ class EtcdStore final : public ServiceStore {
     // not sent yet, keyed by the page's last key, for the listing's next
     // page (at most kListCursors listings, each for kListCursorSeconds).
     Result<Page> list(const std::string& ns, const std::string& prefix, const std::string& after,
-                      size_t limit, Deadline d) override {
+                      uint64_t limit, Deadline d) override {
         const std::string base = ns_base(ns);
         const bool registry = ns == kServicesNamespace;
         const std::string cursor_key = base + '\0' + prefix + '\0' + after;
@@ -307,7 +313,7 @@ class EtcdStore final : public ServiceStore {
                 if (a > from) from = a;
             }
             auto r =
-                c_->range(from, end, static_cast<int64_t>(std::max(limit, kListChunk)), false, d);
+                c_->range(from, end, static_cast<int64_t>(std::max<uint64_t>(limit, kListChunk)), false, d);
             if (!r) return r.status();
             cur.more = r->more();
             for (const auto& kv : r->kvs()) {
@@ -351,6 +357,7 @@ class EtcdStore final : public ServiceStore {
     }
 
     std::string describe() const override { return "etcd at " + c_->where(); }
+    size_t max_key() const override { return o_.limits.max_key; }
 
   private:
     // Dense ranks in registration order; a service keeps its rank for the
