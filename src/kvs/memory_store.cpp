@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "registry.hpp"
 #include "store.hpp"
 #include "common/json_text.hpp"
 
@@ -228,30 +229,14 @@ Page MemoryStore::list_page(const std::string& ns, const std::string& prefix,
 }
 
 // The registry gives each service a dense rank in registration order, unless
-// the service brought its own (dyadd --rank, DYAD_NODE_RANK, the resource
-// manager's node rank). A service registering again keeps its rank.
+// the service brought its own. A service registering again keeps its rank.
 void MemoryStore::assign_rank(const std::string& key, std::string& value) const {
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    if (!j.is_object()) return;
-    auto r = j.find("rank");
-    if (r != j.end() && r->is_number_unsigned()) return;
-    int64_t highest = -1;
-    std::optional<uint64_t> mine;
-    if (auto reg = data_.find(kServicesNamespace); reg != data_.end()) {
-        for (const auto& [k, e] : reg->second) {
-            auto o = nlohmann::json::parse(e.value, nullptr, false);
-            auto rk = o.is_object() ? o.find("rank") : o.end();
-            if (rk == o.end() || !rk->is_number_unsigned()) continue;
-            uint64_t v = rk->get<uint64_t>();
-            if (k == key) mine = v;
-            highest = std::max<int64_t>(highest, static_cast<int64_t>(v));
-        }
-    }
-    uint64_t next = static_cast<uint64_t>(highest + 1);
-    if (!mine && next >= UINT32_MAX) return;  // no dense rank left: the service has none
-    j["rank"] = mine ? *mine : next;
-    j["rank_source"] = "store";
-    value = j.dump(-1, ' ', false, kBadUtf8Replaced);
+    auto ranked = registry::with_rank(key, value, [&]() -> Result<std::optional<uint64_t>> {
+        auto reg = data_.find(kServicesNamespace);
+        return reg == data_.end() ? std::optional<uint64_t>(0)
+                                  : registry::dense_rank(key, reg->second);
+    });
+    if (ranked) value = std::move(ranked.value());  // (a value that is no object stays as it is)
 }
 
 NamespaceUse MemoryStore::usage(const std::string& ns) const {

@@ -25,6 +25,8 @@
 #include "common/settings.hpp"
 #include "kvs/epoch.hpp"
 #include "kvs/record.hpp"
+#include "kvs/registry.hpp"
+#include "proto/identity.hpp"
 #include "rpc/client.hpp"
 #include "rpc/wire.hpp"
 #include "send_channel.hpp"
@@ -127,14 +129,11 @@ bool unix_socket_answers(const std::string& path) {
 // of its endpoints answers so within kHolderProbe seconds (a crash left it).
 std::string live_holder(const std::string& id, const std::string& value,
                         const rpc::Credentials& me) {
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    if (!j.is_object() || !j.contains("endpoints") || !j["endpoints"].is_array()) return "";
-    const bool same_host = j.contains("host_id") && j["host_id"].is_string() &&
-                           j["host_id"].get<std::string>() == dtl::host_id();
+    auto held = proto::Identity::parse(nlohmann::json::parse(value, nullptr, false));
+    if (!held) return "";
+    const bool same_host = held->host_id == dtl::host_id();
     Deadline until = Deadline::after(kHolderProbe);
-    for (const auto& e : j["endpoints"]) {
-        if (!e.is_string()) continue;
-        std::string ep = e.get<std::string>();
+    for (const auto& ep : held->endpoints) {
         if (ep.rfind("unix:", 0) == 0 && !same_host) continue;
         auto c = rpc::Connection::connect(ep, until, me);
         if (!c) continue;
@@ -434,10 +433,8 @@ Status Service::start_store() {
     if (!mine) return mine.status();
     store_->start();
     if (!rank_) {
-        auto j = nlohmann::json::parse(mine->value, nullptr, false);
-        auto r = j.is_object() ? j.find("rank") : j.end();
-        if (r != j.end() && r->is_number_unsigned() && r->get<uint64_t>() < UINT32_MAX) {
-            rank_ = r->get<uint32_t>();
+        if (auto given = kvs::registry::rank_of(mine->value)) {
+            rank_ = *given;
             rank_source_ = "store";
         }
     }
@@ -445,26 +442,22 @@ Status Service::start_store() {
 }
 
 nlohmann::json Service::identity() const {
-    nlohmann::json transports = nlohmann::json::array();
-    for (const auto& r : records_) transports.push_back(r.to_json());
-    nlohmann::json j = {
-        {"service_id", id_},
-        {"node", opts_.node},
-        {"host_id", dtl::host_id()},
-        {"namespace", opts_.ns},
-        {"producer_dir", prod_dir_},
-        {"kvs", !store_ || store_->serves_clients() ? std::string("local") : opts_.kvs_uri},
-        {"endpoints", endpoints_},
-        {"transports", transports},
-        {"default_mode", opts_.mode},
-        {"pid", ::getpid()},
-        {"auth", key_ ? auth::kScheme : "none"},
-        {"wire_version", rpc::kVersion}};
-    if (rank_) {
-        j["rank"] = *rank_;
-        j["rank_source"] = rank_source_;
-    }
-    return j;
+    proto::Identity me;
+    me.service_id = id_;
+    me.node = opts_.node;
+    me.host_id = dtl::host_id();
+    me.ns = opts_.ns;
+    me.producer_dir = prod_dir_;
+    me.kvs = !store_ || store_->serves_clients() ? std::string("local") : opts_.kvs_uri;
+    me.endpoints = endpoints_;
+    for (const auto& r : records_) me.transports.push_back(r.to_json());
+    me.default_mode = opts_.mode;
+    me.pid = ::getpid();
+    me.auth = key_ ? auth::kScheme : "none";
+    me.wire_version = rpc::kVersion;
+    me.rank = rank_;
+    me.rank_source = rank_source_;
+    return me.build();
 }
 
 void Service::catch_signals() {

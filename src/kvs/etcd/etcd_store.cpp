@@ -8,6 +8,7 @@
 #include "common/log.hpp"
 #include "etcd_client.hpp"
 #include "etcd_watch.hpp"
+#include "kvs/registry.hpp"
 #include "common/json_text.hpp"
 
 namespace dyad::kvs::etcd {
@@ -168,21 +169,16 @@ class EtcdStore final : public ServiceStore {
     }
 
     Result<Entry> registered(const std::string& id, const std::string& value, Deadline d) {
-        auto j = nlohmann::json::parse(value, nullptr, false);
-        if (!j.is_object())
-            return Status(DYAD_RC_BADPACK, "registration of '" + id + "' is not a JSON object",
-                          EINVAL);
-        auto rk = j.find("rank");
-        if (rk == j.end() || !rk->is_number_unsigned()) {
+        auto ranked = registry::with_rank(id, value, [&]() -> Result<std::optional<uint64_t>> {
             auto rank = assign_rank(id, d);
             if (!rank) return rank.status();
-            j["rank"] = rank.value();
-            j["rank_source"] = "store";
-        }
+            return std::optional<uint64_t>(rank.value());
+        });
+        if (!ranked) return ranked.status();
         {
             std::lock_guard<std::mutex> lk(lease_mu_);
             reg_id_ = id;
-            reg_value_ = j.dump(-1, ' ', false, kBadUtf8Replaced);
+            reg_value_ = std::move(ranked.value());
         }
         Status s = grant_and_put(d);
         if (!s) return s;
