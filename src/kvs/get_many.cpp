@@ -85,7 +85,7 @@ Result<std::vector<Lookup>> get_many(rpc::ConnectionPool& pool, const std::strin
         return Status(DYAD_RC_BADRPC,
                       "the metadata store at " + uri + " answered kvs.get_many " + why, EPROTO);
     };
-    auto answer = proto::kvs::GetManyAnswer::parse(r.value());
+    auto answer = proto::kvs::GetManyAnswer::parse(std::move(r.value()));
     if (!answer || (answer->raw && answer->count != keys.size()))
         return bad("in a form this DYAD does not read");
     if (answer->raw) {  // the compact answer
@@ -94,7 +94,7 @@ Result<std::vector<Lookup>> get_many(rpc::ConnectionPool& pool, const std::strin
         return got;
     }
     // An older service, which ignores "answer": the entries in the meta.
-    auto& entries = (*r)["entries"];  // its strings are moved out
+    auto& entries = answer->entries;  // its strings are moved out
     if (entries.size() != keys.size()) return bad("without one entry per key");
     std::vector<Lookup> out(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {

@@ -2,21 +2,13 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "proto/record.hpp"
 #include "registry.hpp"
 #include "store.hpp"
 #include "common/json_text.hpp"
 
 namespace dyad::kvs {
 namespace {
-
-// The path a file's record names (its "path", record.hpp), or "" for any
-// other value.
-std::string record_upath(const std::string& value) {
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    if (!j.is_object()) return "";
-    auto u = j.find("path");
-    return u != j.end() && u->is_string() ? u->get<std::string>() : "";
-}
 
 // `key` is DYAD's key of `upath` at some depth: hex bins, each followed by
 // a dot, then the path.
@@ -43,8 +35,8 @@ bool key_of_path(const std::string& key, const std::string& upath) {
 
 Result<bool> key_collision(const std::string& ns, const std::string& key, const std::string& had,
                            const std::string& value) {
-    std::string was = record_upath(had);
-    std::string now = record_upath(value);
+    std::string was = proto::record_path(had);
+    std::string now = proto::record_path(value);
     if (was == now || !key_of_path(key, was) || !key_of_path(key, now)) return false;
     if (now.size() < was.size()) return true;
     return Status(DYAD_RC_BADCOMMIT,
@@ -277,10 +269,7 @@ Status check_put(const std::string& writer, const std::string& ns, const std::st
                           EPERM);
         return Status::ok();
     }
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    auto owner = j.is_object() ? j.find("owner") : j.end();
-    if (!j.is_object() || owner == j.end() || !owner->is_string() ||
-        owner->get<std::string>() != writer)
+    if (proto::record_owner(value) != writer)
         return Status(DYAD_RC_NOAUTH,
                       "service '" + writer + "' may publish only records that name it as owner",
                       EPERM);

@@ -126,7 +126,7 @@ nlohmann::json GetManyArgs::build() const {
     return j;
 }
 
-Result<GetManyAnswer> GetManyAnswer::parse(const nlohmann::json& j) {
+Result<GetManyAnswer> GetManyAnswer::parse(nlohmann::json&& j) {
     Fields f(j, "kvs.get_many answer");
     GetManyAnswer a;
     auto format = f.opt_str("format");
@@ -134,10 +134,10 @@ Result<GetManyAnswer> GetManyAnswer::parse(const nlohmann::json& j) {
         if (*format != "raw") f.fail("format", "is not \"raw\"");
         a.raw = true;
         a.count = f.u64("count");
-    } else {
-        a.entries = f.array("entries");
+    } else if (f.array("entries")) {
+        a.entries = std::move(j["entries"]);
     }
-    return finish(f, a);
+    return finish(f, std::move(a));
 }
 
 nlohmann::json GetManyAnswer::build_raw(uint64_t count) {

@@ -93,9 +93,9 @@ struct GetManyArgs {
 // meta (an older service): per key [value, version], 0 absent, null later.
 struct GetManyAnswer {
     bool raw = false;
-    uint64_t count = 0;                 // raw: entries in the data
-    const nlohmann::json* entries = nullptr;  // not raw: the array, in the parsed JSON
-    static Result<GetManyAnswer> parse(const nlohmann::json& j);
+    uint64_t count = 0;      // raw: entries in the data
+    nlohmann::json entries;  // not raw: the array (moved out of the answer)
+    static Result<GetManyAnswer> parse(nlohmann::json&& j);
     static nlohmann::json build_raw(uint64_t count);
     static nlohmann::json build_entries(nlohmann::json entries);
 };

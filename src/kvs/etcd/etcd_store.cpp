@@ -9,6 +9,7 @@
 #include "etcd_client.hpp"
 #include "etcd_watch.hpp"
 #include "kvs/registry.hpp"
+#include "proto/record.hpp"
 #include "common/json_text.hpp"
 
 namespace dyad::kvs::etcd {
@@ -36,10 +37,7 @@ std::string unescape(const std::string& s) {
 }
 
 std::string owner_of(const std::string& value) {
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    if (!j.is_object()) return "";
-    auto o = j.find("owner");
-    return o != j.end() && o->is_string() ? o->get<std::string>() : std::string();
+    return proto::record_owner(value).value_or(std::string());
 }
 
 // "key's create (CREATE) or mod (MOD) revision equals rev".

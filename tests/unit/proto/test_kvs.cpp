@@ -50,15 +50,15 @@ TEST(KvsMessages, RoundTrip) {
     EXPECT_EQ(m->keys.size(), 2u);
     EXPECT_TRUE(m->raw);
     json raw = GetManyAnswer::build_raw(2);
-    auto mr = GetManyAnswer::parse(raw);
+    auto mr = GetManyAnswer::parse(std::move(raw));
     ASSERT_TRUE(mr.is_ok());
     EXPECT_TRUE(mr->raw);
     EXPECT_EQ(mr->count, 2u);
     json old = GetManyAnswer::build_entries(json::array({0, nullptr}));
-    auto mo = GetManyAnswer::parse(old);
+    auto mo = GetManyAnswer::parse(std::move(old));
     ASSERT_TRUE(mo.is_ok());
     EXPECT_FALSE(mo->raw);
-    EXPECT_EQ(mo->entries->size(), 2u);
+    EXPECT_EQ(mo->entries.size(), 2u);
 }
 
 TEST(KvsMessages, ParseRefusesWhatIsMalformed) {
