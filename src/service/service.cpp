@@ -195,7 +195,8 @@ Service::~Service() {
     file_pool_.stop();
     file_pool_.join();
     store_server_.reset();
-    // The store's own threads (etcd's watch, lease and sweeper) end here,
+    // The store's own threads (etcd's watch, lease and sweeper) end with its
+    // last reference (here, or the served topics' in server_'s handlers),
     // while the loop they answer requests through still exists.
     store_.reset();
     opts_.external_store.reset();
