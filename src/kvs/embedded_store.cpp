@@ -56,7 +56,7 @@ void EmbeddedStore::cancel(uint64_t id) {
 }
 
 Result<Page> EmbeddedStore::list(const std::string& ns, const std::string& prefix,
-                                  const std::string& after, uint64_t limit, Deadline) {
+                                 const std::string& after, uint64_t limit, Deadline) {
     std::lock_guard<std::mutex> lk(mu_);
     return store_->list_page(ns, prefix, after, limit);
 }

@@ -77,8 +77,8 @@ Result<std::vector<Lookup>> get_many(rpc::ConnectionPool& pool, const std::strin
     bool connect_failed = false;
     std::string data;
     proto::kvs::GetManyArgs args{ns, keys, true};
-    auto r = pool.call(uri, proto::kvs::kGetMany, args.build(), deadline, 0, true,
-                       &connect_failed, &data);
+    auto r = pool.call(uri, proto::kvs::kGetMany, args.build(), deadline, 0, true, &connect_failed,
+                       &data);
     if (!r && connect_failed) return Status(r.status()).wrap("metadata store");
     if (!r) return r.status();
     auto bad = [&uri](const std::string& why) {

@@ -15,7 +15,9 @@ RemoteStore::RemoteStore(std::string uri, std::string id, rpc::Credentials crede
       rpc_(uri_, std::make_shared<rpc::ConnectionPool>(std::move(credentials))),
       rejoin_(std::move(rejoin)) {}
 
-RemoteStore::~RemoteStore() { close(); }
+RemoteStore::~RemoteStore() {
+    close();
+}
 
 void RemoteStore::close() {
     {

@@ -53,8 +53,8 @@ Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Dead
     for (;;) {
         Deadline slice = d.min(Deadline::after(kWaitSlice));
         bool connect_failed = false;
-        auto r = call(wire::kGet, wire::GetArgs{ns, key, true}.build(), slice, kGrace,
-                      &connect_failed);
+        auto r =
+            call(wire::kGet, wire::GetArgs{ns, key, true}.build(), slice, kGrace, &connect_failed);
         if (r) {
             auto a = wire::EntryAnswer::parse(r.value());
             if (!a) return Status(a.status()).wrap("the metadata store at " + uri_);

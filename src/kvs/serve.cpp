@@ -63,7 +63,8 @@ struct StoreServer::Topics {
 namespace {
 std::shared_ptr<StoreServer::Topics> attach(rpc::Server& server,
                                             std::shared_ptr<ServiceStore> store) {
-    auto t = std::make_shared<StoreServer::Topics>(StoreServer::Topics{server, std::move(store), nullptr});
+    auto t = std::make_shared<StoreServer::Topics>(
+        StoreServer::Topics{server, std::move(store), nullptr});
     if (t->store->blocks()) t->pool = std::make_unique<asio::thread_pool>(4);
     using Req = std::shared_ptr<rpc::Request>;
     server.reads_args(wire::kPut, wire::PutArgs::names());
@@ -101,7 +102,8 @@ void StoreServer::Topics::on_put(const std::shared_ptr<rpc::Request>& r) {
     Status ok = check_put(writer, a->ns, a->key, a->value);
     if (!ok) return fail(r, ok);
     run([store = store, r, a = std::move(a.value()), writer = std::move(writer)] {
-        auto v = store->put(a.ns, a.key, a.value, writer, a.replaces, Deadline::after(kCallTimeout));
+        auto v =
+            store->put(a.ns, a.key, a.value, writer, a.replaces, Deadline::after(kCallTimeout));
         if (!v) return fail(r, v.status());
         r->end(wire::PutAnswer{v.value()}.build());
     });
@@ -123,7 +125,8 @@ void StoreServer::Topics::on_get(const std::shared_ptr<rpc::Request>& r) {
     if (a->wait) r->cap_deadline(server.max_wait());
     run([store = store, r, a = std::move(a.value())] {
         if (!a.wait)
-            return answer_entry(r, a.ns, a.key, store->get(a.ns, a.key, Deadline::after(kCallTimeout)));
+            return answer_entry(r, a.ns, a.key,
+                                store->get(a.ns, a.key, Deadline::after(kCallTimeout)));
         uint64_t id = store->wait(a.ns, a.key, Deadline::after(kWaitAnswer),
                                   [r, ns = a.ns, key = a.key](Result<Entry> e) {
                                       answer_entry(r, ns, key, std::move(e));
@@ -137,7 +140,8 @@ void StoreServer::Topics::on_list(const std::shared_ptr<rpc::Request>& r) {
     if (!a) return bad_args(r, a.status());
     run([store = store, r, a = std::move(a.value())] {
         PageBuilder built(a.limit);
-        auto page = store->list(a.ns, a.prefix, a.after, built.limit(), Deadline::after(kCallTimeout));
+        auto page =
+            store->list(a.ns, a.prefix, a.after, built.limit(), Deadline::after(kCallTimeout));
         if (!page) return fail(r, page.status());
         // The one paging rule, whatever the store's own.
         for (auto& [k, e] : page->entries)

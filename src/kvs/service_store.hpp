@@ -99,20 +99,19 @@ class ServiceStore {
 // restarted): registers again and publishes again; `stopping` says when to
 // give up; adds to `republished` the files put again. False: not all of it
 // (tried again later).
-using Rejoin =
-    std::function<bool(const std::function<bool()>& stopping, uint64_t& republished)>;
+using Rejoin = std::function<bool(const std::function<bool()>& stopping, uint64_t& republished)>;
 
 // What make_service_store() needs of the service.
 struct StoreSetup {
-    std::string uri;                          // --kvs: "" hosts the embedded store
-    std::shared_ptr<ServiceStore> external;   // made by dyadd's main (etcd://): used as is
+    std::string uri;                         // --kvs: "" hosts the embedded store
+    std::shared_ptr<ServiceStore> external;  // made by dyadd's main (etcd://): used as is
     // The embedded store.
     StoreLimits limits;
     std::string state_dir;  // where its epoch is kept
     std::string endpoint;   // the service's first endpoint, for status
     std::string ns;         // the service's default namespace, for status
     // The remote store.
-    std::string id;         // this service
+    std::string id;  // this service
     rpc::Credentials credentials;
     Rejoin rejoin;
 };

@@ -16,7 +16,6 @@
 #include <unordered_map>
 #include <vector>
 
-
 #include "common/deadline.hpp"
 #include "common/status.hpp"
 #include "rpc/client.hpp"
@@ -126,8 +125,8 @@ class RpcStore : public Store {
                            const std::string& after, uint64_t limit, Deadline d) override;
     // One kvs.get_many request (at most kGetManyMaxKeys keys); a service that
     // does not know it: DYAD_RC_BADRPC with errno ENOSYS.
-    Result<std::vector<Lookup>> get_many(const std::string& ns, const std::vector<std::string>& keys,
-                                         Deadline d) override;
+    Result<std::vector<Lookup>> get_many(const std::string& ns,
+                                         const std::vector<std::string>& keys, Deadline d) override;
     std::string describe() const override { return "embedded store at " + uri_; }
 
   private:

@@ -18,15 +18,15 @@ namespace dyad::proto {
 struct Identity {
     std::string service_id;
     std::string node;
-    std::string host_id;       // the machine (same host: Unix sockets reach it)
-    std::string ns;            // its default namespace ("namespace")
+    std::string host_id;  // the machine (same host: Unix sockets reach it)
+    std::string ns;       // its default namespace ("namespace")
     std::string producer_dir;
-    std::string kvs;           // where its clients find the store: "local" or a uri
+    std::string kvs;  // where its clients find the store: "local" or a uri
     std::vector<std::string> endpoints;
     nlohmann::json transports = nlohmann::json::array();  // dtl::TransportRecord, each
     std::string default_mode;
     int64_t pid = 0;
-    std::string auth;          // the authentication scheme, or "none"
+    std::string auth;  // the authentication scheme, or "none"
     uint64_t wire_version = 0;
     std::optional<uint32_t> rank;  // the node's rank (docs/user-guide.md, "Ranks")
     std::string rank_source;       // where the rank came from ("store": the registry gave it)

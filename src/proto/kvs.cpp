@@ -5,7 +5,9 @@
 
 namespace dyad::proto::kvs {
 
-std::vector<std::string> PutArgs::names() { return {"ns", "key", "value", "replaces"}; }
+std::vector<std::string> PutArgs::names() {
+    return {"ns", "key", "value", "replaces"};
+}
 
 Result<PutArgs> PutArgs::parse(const nlohmann::json& j) {
     Fields f(j, kPut);
@@ -30,9 +32,13 @@ Result<PutAnswer> PutAnswer::parse(const nlohmann::json& j) {
     return finish(f, a);
 }
 
-nlohmann::json PutAnswer::build() const { return {{"version", version}}; }
+nlohmann::json PutAnswer::build() const {
+    return {{"version", version}};
+}
 
-std::vector<std::string> GetArgs::names() { return {"ns", "key", "wait"}; }
+std::vector<std::string> GetArgs::names() {
+    return {"ns", "key", "wait"};
+}
 
 Result<GetArgs> GetArgs::parse(const nlohmann::json& j) {
     Fields f(j, kGet);
@@ -58,9 +64,13 @@ Result<EntryAnswer> EntryAnswer::parse(const nlohmann::json& j) {
     return finish(f, std::move(a));
 }
 
-nlohmann::json EntryAnswer::build() const { return {{"value", value}, {"version", version}}; }
+nlohmann::json EntryAnswer::build() const {
+    return {{"value", value}, {"version", version}};
+}
 
-std::vector<std::string> ListArgs::names() { return {"ns", "prefix", "after", "limit"}; }
+std::vector<std::string> ListArgs::names() {
+    return {"ns", "prefix", "after", "limit"};
+}
 
 Result<ListArgs> ListArgs::parse(const nlohmann::json& j) {
     Fields f(j, kList);
@@ -93,7 +103,8 @@ Result<ListAnswer> ListAnswer::parse(nlohmann::json&& j) {
         auto key = ef.opt_str("key", kMaxText);
         auto value = ef.opt_str("value", kMaxValue);
         if (!ef.ok() || !key || !value) continue;  // (one it cannot read is skipped)
-        a.entries.push_back({std::move(*key), std::move(*value), ef.opt_u64("version").value_or(0)});
+        a.entries.push_back(
+            {std::move(*key), std::move(*value), ef.opt_u64("version").value_or(0)});
     }
     return a;
 }
@@ -105,7 +116,9 @@ nlohmann::json ListAnswer::build() const {
     return {{"entries", std::move(arr)}, {"more", more}};
 }
 
-std::vector<std::string> GetManyArgs::names() { return {"ns", "keys", "answer"}; }
+std::vector<std::string> GetManyArgs::names() {
+    return {"ns", "keys", "answer"};
+}
 
 Result<GetManyArgs> GetManyArgs::parse(const nlohmann::json& j) {
     Fields f(j, kGetMany);

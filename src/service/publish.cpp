@@ -69,7 +69,6 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
     return nlohmann::json{{"version", v.value()}, {"key", key.value()}, {"record", rec.to_json()}};
 }
 
-
 Result<uint64_t> Service::store_put(const std::string& ns, const std::string& key,
                                     const std::string& value, uint64_t replaces) {
     ScopedTimer timed(store_calls_[0]);
@@ -122,8 +121,9 @@ bool Service::rejoin(const std::function<bool()>& stopping, uint64_t& republishe
             continue;
         }
         auto rec = record_of(up, sb);
-        auto put = store_->put(pub.ns, pub.key, rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced),
-                               id_, 0, Deadline::after(30));
+        auto put =
+            store_->put(pub.ns, pub.key, rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), id_,
+                        0, Deadline::after(30));
         if (!put) {
             ++failed;
             DYAD_WARN(kSub, "cannot publish '%s' again: %s", up.c_str(),

@@ -73,8 +73,8 @@ size_t PublishLedger::size() const {
     return by_upath_.size();
 }
 
-Status PublishLedger::check(const std::string& owner, const std::string& up,
-                            const struct stat& sb, const Wanted& want, const Recall& recall) {
+Status PublishLedger::check(const std::string& owner, const std::string& up, const struct stat& sb,
+                            const Wanted& want, const Recall& recall) {
     auto not_produced = [&](const std::string& why) {
         return Status(DYAD_RC_NOTFOUND,
                       "'" + up + "' has not been produced by service " + owner + why +

@@ -389,7 +389,8 @@ Status Service::start() {
               nlohmann::json(endpoints_).dump(-1, ' ', false, kBadUtf8Replaced).c_str(),
               opts_.kvs_uri.empty() ? "embedded" : opts_.kvs_uri.c_str());
     if (auto h = store_->hosted())
-        DYAD_INFO(kSub, "embedded metadata store: epoch %u (generations from %llu; %s/%s)", h->epoch,
+        DYAD_INFO(kSub, "embedded metadata store: epoch %u (generations from %llu; %s/%s)",
+                  h->epoch,
                   static_cast<unsigned long long>((static_cast<uint64_t>(h->epoch) << 32) | 1),
                   h->state_dir.c_str(), kvs::kEpochFile);
     return Status::ok();
@@ -429,8 +430,8 @@ Status Service::start_store() {
     // Registered with the rank given (--rank), or given one by the store.
     rank_ = opts_.rank;
     rank_source_ = opts_.rank ? opts_.rank_source : std::string();
-    auto mine = store_->register_service(
-        id_, identity().dump(-1, ' ', false, kBadUtf8Replaced), Deadline::after(30));
+    auto mine = store_->register_service(id_, identity().dump(-1, ' ', false, kBadUtf8Replaced),
+                                         Deadline::after(30));
     if (!mine) return mine.status();
     store_->start();
     if (!rank_) {

@@ -162,7 +162,9 @@ class EtcdStore final : public ServiceStore {
     Result<Entry> register_service(const std::string& id, const std::string& value,
                                    Deadline d) override {
         auto e = registered(id, value, d);
-        if (!e) return Status(e.status()).wrap("cannot register in the metadata store (" + describe() + ")");
+        if (!e)
+            return Status(e.status())
+                .wrap("cannot register in the metadata store (" + describe() + ")");
         return e;
     }
 
@@ -306,8 +308,8 @@ class EtcdStore final : public ServiceStore {
                 std::string a = base + (registry ? escape(after) : after) + std::string(1, '\0');
                 if (a > from) from = a;
             }
-            auto r =
-                c_->range(from, end, static_cast<int64_t>(std::max<uint64_t>(limit, kListChunk)), false, d);
+            auto r = c_->range(
+                from, end, static_cast<int64_t>(std::max<uint64_t>(limit, kListChunk)), false, d);
             if (!r) return r.status();
             cur.more = r->more();
             for (const auto& kv : r->kvs()) {

@@ -229,13 +229,11 @@ TEST(Registry, RanksInRegistrationOrderUnlessBrought) {
     // Not an object: kept as it is (the etcd store refuses it).
     EXPECT_TRUE(s.put(kvs::kServicesNamespace, "e", "[]", "e"));
     EXPECT_EQ(s.get(kvs::kServicesNamespace, "e")->value, "[]");
-    auto refused = kvs::registry::with_rank("e", "[]", [] {
-        return Result<std::optional<uint64_t>>(std::optional<uint64_t>(0));
-    });
+    auto refused = kvs::registry::with_rank(
+        "e", "[]", [] { return Result<std::optional<uint64_t>>(std::optional<uint64_t>(0)); });
     EXPECT_EQ(refused.status().rc(), DYAD_RC_BADPACK);
     // No rank left: the service goes without one.
-    std::map<std::string, kvs::Entry> full = {
-        {"x", kvs::Entry{R"({"rank":4294967294})", 1, "x"}}};
+    std::map<std::string, kvs::Entry> full = {{"x", kvs::Entry{R"({"rank":4294967294})", 1, "x"}}};
     EXPECT_FALSE(kvs::registry::dense_rank("y", full).has_value());
     EXPECT_EQ(kvs::registry::dense_rank("x", full), 4294967294u);
 }

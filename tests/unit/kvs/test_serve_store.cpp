@@ -24,7 +24,8 @@ struct StoreHolder {
 };
 class Loop : public StoreHolder, public test_support::ServerLoop {
   public:
-    Loop() : test_support::ServerLoop([this](rpc::Server& server) { kvs::serve(server, *store_); }) {}
+    Loop()
+        : test_support::ServerLoop([this](rpc::Server& server) { kvs::serve(server, *store_); }) {}
 };
 
 // Only services write the store, and only records they own.
@@ -122,8 +123,7 @@ namespace {
 class SlowStore final : public kvs::ServiceStore {
   public:
     explicit SlowStore(kvs::MemoryStore& m) : m_(m) {}
-    Result<kvs::Entry> register_service(const std::string&, const std::string&,
-                                        Deadline) override {
+    Result<kvs::Entry> register_service(const std::string&, const std::string&, Deadline) override {
         return Status(DYAD_RC_NOAUTH, "not here", EPERM);
     }
     Result<uint64_t> put(const std::string&, const std::string&, const std::string&,
@@ -142,11 +142,12 @@ class SlowStore final : public kvs::ServiceStore {
         return 0;
     }
     void cancel(uint64_t) override {}
-    Result<kvs::Page> list(const std::string& ns, const std::string& prefix,
-                           const std::string&, uint64_t, Deadline) override {
+    Result<kvs::Page> list(const std::string& ns, const std::string& prefix, const std::string&,
+                           uint64_t, Deadline) override {
         std::lock_guard<std::mutex> lk(mu_);
         kvs::Page p;
-        for (auto& e : m_.list(ns, prefix)) p.entries.push_back(e);  // all of them, whatever the limit
+        for (auto& e : m_.list(ns, prefix))
+            p.entries.push_back(e);  // all of them, whatever the limit
         return p;
     }
     nlohmann::json status() const override { return {{"backend", "slow"}}; }
@@ -240,8 +241,8 @@ TEST(Store, GetManyByDefaultAsksEachKey) {
     // A client store without kvs.get_many of its own.
     class OneByOne final : public kvs::Store {
       public:
-        Result<uint64_t> put(const std::string&, const std::string&, const std::string&,
-                             Deadline, uint64_t) override {
+        Result<uint64_t> put(const std::string&, const std::string&, const std::string&, Deadline,
+                             uint64_t) override {
             return uint64_t{0};
         }
         Result<kvs::Entry> get(const std::string&, const std::string& key, Deadline) override {
@@ -281,8 +282,8 @@ TEST(EmbeddedStore, WaitsAndTheirCancel) {
     uint64_t id = s.wait("ns", "k", Deadline::after(5), [&](Result<kvs::Entry> e) { got = e; });
     EXPECT_NE(id, 0u);
     EXPECT_FALSE(got.has_value());
-    ASSERT_TRUE(s.put("ns", "k", nlohmann::json{{"owner", "svc"}}.dump(), "svc", 0,
-                      Deadline::after(5)));
+    ASSERT_TRUE(
+        s.put("ns", "k", nlohmann::json{{"owner", "svc"}}.dump(), "svc", 0, Deadline::after(5)));
     ASSERT_TRUE(got.has_value());
     EXPECT_TRUE(got->is_ok());
     // Present: answered at once.
@@ -293,8 +294,8 @@ TEST(EmbeddedStore, WaitsAndTheirCancel) {
     got.reset();
     id = s.wait("ns", "j", Deadline::after(5), [&](Result<kvs::Entry> e) { got = e; });
     s.cancel(id);
-    ASSERT_TRUE(s.put("ns", "j", nlohmann::json{{"owner", "svc"}}.dump(), "svc", 0,
-                      Deadline::after(5)));
+    ASSERT_TRUE(
+        s.put("ns", "j", nlohmann::json{{"owner", "svc"}}.dump(), "svc", 0, Deadline::after(5)));
     EXPECT_FALSE(got.has_value());
     EXPECT_EQ(s.hosted()->waiters, 0u);
     EXPECT_EQ(s.get("ns", "x", Deadline::after(1)).status().rc(), DYAD_RC_NOTFOUND);

@@ -42,9 +42,8 @@ TEST(Identity, RanksAndWhatIsRefused) {
     EXPECT_FALSE(Identity::parse(json{{"service_id", "a"}}).is_ok());
     EXPECT_FALSE(
         Identity::parse(json{{"service_id", "a"}, {"endpoints", json::array({1})}}).is_ok());
-    EXPECT_FALSE(Identity::parse(json{{"service_id", "a"},
-                                      {"endpoints", json::array()},
-                                      {"rank", 4294967295u}})
+    EXPECT_FALSE(Identity::parse(
+                     json{{"service_id", "a"}, {"endpoints", json::array()}, {"rank", 4294967295u}})
                      .is_ok());
     EXPECT_TRUE(Identity::parse(json{{"service_id", "a"}, {"endpoints", json::array()}}).is_ok());
     json e = json::object();

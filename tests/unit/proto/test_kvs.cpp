@@ -66,12 +66,13 @@ TEST(KvsMessages, ParseRefusesWhatIsMalformed) {
     ASSERT_FALSE(missing.is_ok());
     EXPECT_EQ(missing.status().message(), "kvs.put: field 'value' is missing");
     EXPECT_FALSE(PutArgs::parse(json{{"ns", "n"}, {"key", "k"}, {"value", 1}}).is_ok());
-    EXPECT_FALSE(PutArgs::parse(json{{"ns", "n"}, {"key", "k"}, {"value", "v"}, {"replaces", -1}})
-                     .is_ok());
+    EXPECT_FALSE(
+        PutArgs::parse(json{{"ns", "n"}, {"key", "k"}, {"value", "v"}, {"replaces", -1}}).is_ok());
     EXPECT_FALSE(GetArgs::parse(json{{"ns", "n"}, {"key", "k"}, {"wait", 1}}).is_ok());
     EXPECT_FALSE(ListArgs::parse(json{{"ns", "n"}, {"prefix", 5}}).is_ok());
     EXPECT_FALSE(ListArgs::parse(json::array()).is_ok());
-    auto many = GetManyArgs::parse(json{{"ns", "n"}, {"keys", std::vector<std::string>(kMaxKeys + 1, "k")}});
+    auto many = GetManyArgs::parse(
+        json{{"ns", "n"}, {"keys", std::vector<std::string>(kMaxKeys + 1, "k")}});
     ASSERT_FALSE(many.is_ok());
     EXPECT_NE(many.status().message().find("at most 1024 keys"), std::string::npos);
     EXPECT_FALSE(GetManyArgs::parse(json{{"ns", "n"}, {"keys", json::array({"a", 3})}}).is_ok());
@@ -80,7 +81,8 @@ TEST(KvsMessages, ParseRefusesWhatIsMalformed) {
     EXPECT_FALSE(ListAnswer::parse(json{{"more", true}}).is_ok());
     EXPECT_FALSE(EntryAnswer::parse(json{{"value", "v"}}).is_ok());
     // An entry of a page it cannot read is left out, the rest kept.
-    auto la = ListAnswer::parse(json{{"entries", json::array({json{{"key", 1}}, json{{"key", "k"}, {"value", "v"}}})}});
+    auto la = ListAnswer::parse(
+        json{{"entries", json::array({json{{"key", 1}}, json{{"key", "k"}, {"value", "v"}}})}});
     ASSERT_TRUE(la.is_ok());
     EXPECT_EQ(la->entries.size(), 1u);
 }

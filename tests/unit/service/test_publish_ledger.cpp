@@ -9,8 +9,8 @@
 #include "service/publish_ledger.hpp"
 
 using namespace dyad;
-using service::PublishLedger;
 using service::Published;
+using service::PublishLedger;
 
 namespace {
 struct stat file(uint64_t ino, uint64_t size, int64_t mtime_s, int64_t ctime_s = 0) {
@@ -46,7 +46,8 @@ TEST(PublishLedger, ServesOnlyWhatWasPublishedUnchanged) {
     publish(l, "a", sb, 5);
     EXPECT_TRUE(l.check("svc", "a", sb, {}, nothing()).is_ok());
     // Changed since: size, mtime, or ctime alone (an mtime put back).
-    for (auto changed : {file(1, 11, 100), file(1, 10, 101), file(1, 10, 100, 200), file(2, 10, 100)}) {
+    for (auto changed :
+         {file(1, 11, 100), file(1, 10, 101), file(1, 10, 100, 200), file(2, 10, 100)}) {
         Status st = l.check("svc", "a", changed, {}, nothing());
         EXPECT_EQ(st.err(), ESTALE);
         EXPECT_NE(st.message().find("changed since it was published (generation 5)"),
