@@ -434,11 +434,9 @@ Status Service::start_store() {
                                          Deadline::after(30));
     if (!mine) return mine.status();
     store_->start();
-    if (!rank_) {
-        if (auto given = kvs::registry::rank_of(mine->value)) {
-            rank_ = *given;
-            rank_source_ = "store";
-        }
+    if (auto given = kvs::registry::rank_of(mine->value); !rank_ && given) {
+        rank_ = *given;
+        rank_source_ = "store";
     }
     return Status::ok();
 }
