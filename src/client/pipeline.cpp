@@ -83,7 +83,8 @@ class Pipeline {
     std::vector<std::string> keys_, upaths_;
     std::vector<Record> records_;
     std::optional<ServiceInfo> svc_;
-    std::string nspace_, uri_;
+    std::string nspace_;
+    kvs::Store* store_ = nullptr;  // the client's (it outlives the call)
     // Read by the workers, turned off by the calling thread's lookups.
     std::atomic<bool> batched_{false};
     std::mutex mu_;
@@ -113,9 +114,9 @@ std::vector<Status> Pipeline::run() {
     }
     svc_ = svc.value();
     nspace_ = c_.ns(*svc_);
-    uri_ = c_.store_uri(*svc_);
     auto st = c_.store();
-    batched_ = st && dynamic_cast<kvs::RpcStore*>(st.value()) != nullptr;
+    store_ = st ? st.value() : nullptr;
+    batched_ = store_ != nullptr;
 
     WorkQueue::Options o;
     o.workers = window();
@@ -185,8 +186,7 @@ void Pipeline::batch_lookup(const std::vector<size_t>& which, std::vector<size_t
         size_t end = std::min(which.size(), at + kBatch);
         std::vector<std::string> ks;
         for (size_t j = at; j < end; ++j) ks.push_back(keys_[which[j]]);
-        auto got =
-            kvs::get_many(*c_.pool_, uri_, nspace_, ks, Deadline::after(kLookupTimeout));
+        auto got = store_->get_many(nspace_, ks, Deadline::after(kLookupTimeout));
         if (!got) {
             // An older service (ENOSYS) or a store that is not a dyadd's:
             // every file is looked up on its own instead.

@@ -3,7 +3,7 @@
 
 #include <cerrno>
 
-#include "rpc/server.hpp"
+#include "proto/kvs.hpp"
 
 namespace dyad::kvs {
 
@@ -71,123 +71,63 @@ Result<std::vector<Lookup>> parse_raw_entries(const std::string& data, size_t co
     return out;
 }
 
-void serve_get_many(rpc::Server& server, MemoryStore& store) {
-    server.reads_args("kvs.get_many", {"ns", "keys", "answer"});
-    server.handle("kvs.get_many", [&store](std::shared_ptr<rpc::Request> r) {
-        const auto& a = r->args();
-        auto ns = a.find("ns");
-        auto keys = a.find("keys");
-        if (ns == a.end() || !ns->is_string())
-            return r->error(EINVAL, "missing string field 'ns'", DYAD_RC_BADUNPACK);
-        if (keys == a.end() || !keys->is_array())
-            return r->error(EINVAL, "missing array field 'keys'", DYAD_RC_BADUNPACK);
-        if (keys->size() > kGetManyMaxKeys)
-            return r->error(EINVAL,
-                            "kvs.get_many takes at most " + std::to_string(kGetManyMaxKeys) +
-                                " keys, not " + std::to_string(keys->size()),
-                            DYAD_RC_BADUNPACK);
-        for (const auto& k : *keys)
-            if (!k.is_string())
-                return r->error(EINVAL, "field 'keys' holds something that is not a string",
-                                DYAD_RC_BADUNPACK);
-        const std::string& nspace = ns->get_ref<const std::string&>();
-        auto format = a.find("answer");
-        const bool raw = format != a.end() && format->is_string() && *format == "raw";
-        // One entry per key, in order: [value, version] when found, 0 when
-        // absent, null when it did not fit in this answer (ask again); or,
-        // asked for "raw", the same in the end frame's data.
-        nlohmann::json out = nlohmann::json::array();
-        std::string data;
-        if (raw) {
-            size_t budget = kGetManyAnswerBudget;
-            Lookup l;
-            for (const auto& k : *keys) {
-                auto e = budget ? store.get(nspace, k.get_ref<const std::string&>())
-                                : std::optional<Entry>();
-                l.state = budget == 0 ? Lookup::State::later
-                          : e         ? Lookup::State::found
-                                      : Lookup::State::missing;
-                if (e && e->value.size() + 32 > budget) {
-                    budget = 0;
-                    l.state = Lookup::State::later;
-                }
-                if (l.state == Lookup::State::found) {
-                    budget -= e->value.size() + 32;
-                    l.entry = std::move(*e);
-                }
-                append_raw_entry(&data, l);
-            }
-            return r->end({{"format", "raw"}, {"count", keys->size()}}, std::move(data));
-        }
-        size_t budget = kGetManyAnswerBudget;
-        for (const auto& k : *keys) {
-            if (budget == 0) {
-                out.push_back(nullptr);
-                continue;
-            }
-            auto e = store.get(nspace, k.get_ref<const std::string&>());
-            if (!e) {
-                out.push_back(0);
-                continue;
-            }
-            if (e->value.size() + 32 > budget) {
-                budget = 0;
-                out.push_back(nullptr);
-                continue;
-            }
-            budget -= e->value.size() + 32;
-            out.push_back(nlohmann::json::array({e->value, e->version}));
-        }
-        r->end({{"entries", std::move(out)}});
-    });
-}
-
 Result<std::vector<Lookup>> get_many(rpc::ConnectionPool& pool, const std::string& uri,
                                      const std::string& ns, const std::vector<std::string>& keys,
                                      Deadline deadline) {
     bool connect_failed = false;
     std::string data;
-    auto r = pool.call(uri, "kvs.get_many", {{"ns", ns}, {"keys", keys}, {"answer", "raw"}},
-                       deadline, 0, true, &connect_failed, &data);
+    proto::kvs::GetManyArgs args{ns, keys, true};
+    auto r = pool.call(uri, proto::kvs::kGetMany, args.build(), deadline, 0, true, &connect_failed,
+                       &data);
     if (!r && connect_failed) return Status(r.status()).wrap("metadata store");
     if (!r) return r.status();
-    auto format = r->find("format");
-    if (format != r->end()) {  // the compact answer
-        auto count = r->find("count");
-        if (*format != "raw" || count == r->end() || *count != keys.size())
-            return Status(DYAD_RC_BADRPC,
-                          "the metadata store at " + uri +
-                              " answered kvs.get_many in a form this DYAD does not read",
-                          EPROTO);
+    auto bad = [&uri](const std::string& why) {
+        return Status(DYAD_RC_BADRPC,
+                      "the metadata store at " + uri + " answered kvs.get_many " + why, EPROTO);
+    };
+    auto answer = proto::kvs::GetManyAnswer::parse(std::move(r.value()));
+    if (!answer || (answer->raw && answer->count != keys.size()))
+        return bad("in a form this DYAD does not read");
+    if (answer->raw) {  // the compact answer
         auto got = parse_raw_entries(data, keys.size());
         if (!got) return Status(got.status()).wrap("the metadata store at " + uri);
         return got;
     }
     // An older service, which ignores "answer": the entries in the meta.
-    auto it = r->find("entries");
-    if (it == r->end() || !it->is_array() || it->size() != keys.size())
-        return Status(
-            DYAD_RC_BADRPC,
-            "the metadata store at " + uri + " answered kvs.get_many without one entry per key",
-            EPROTO);
+    auto& entries = answer->entries;  // its strings are moved out
+    if (entries.size() != keys.size()) return bad("without one entry per key");
     std::vector<Lookup> out(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
-        auto& e = (*it)[i];         // its string is moved out
+        auto& e = entries[i];
         if (e.is_null()) continue;  // later
         if (e.is_number()) {
             out[i].state = Lookup::State::missing;
             continue;
         }
         if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number_unsigned())
-            return Status(
-                DYAD_RC_BADRPC,
-                "the metadata store at " + uri + " answered kvs.get_many with a malformed entry",
-                EPROTO);
+            return bad("with a malformed entry");
         out[i].state = Lookup::State::found;
         out[i].entry.value = std::move(e[0].get_ref<std::string&>());
         out[i].entry.version = e[1].get<uint64_t>();
     }
     return out;
+}
+
+Result<std::vector<Lookup>> Store::get_many(const std::string& ns,
+                                            const std::vector<std::string>& keys, Deadline d) {
+    std::vector<Lookup> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+        auto e = get(ns, keys[i], d);
+        if (!e && e.status().rc() != DYAD_RC_NOTFOUND) return e.status();
+        out[i].state = e ? Lookup::State::found : Lookup::State::missing;
+        if (e) out[i].entry = std::move(e.value());
+    }
+    return out;
+}
+
+Result<std::vector<Lookup>> RpcStore::get_many(const std::string& ns,
+                                               const std::vector<std::string>& keys, Deadline d) {
+    return kvs::get_many(*pool_, uri_, ns, keys, d);
 }
 
 }  // namespace dyad::kvs

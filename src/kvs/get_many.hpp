@@ -10,21 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "proto/kvs.hpp"
 #include "store.hpp"
 
 namespace dyad::kvs {
 
 // Keys one request may carry (more: EINVAL / BADUNPACK).
-constexpr size_t kGetManyMaxKeys = 1024;
+constexpr size_t kGetManyMaxKeys = proto::kvs::kMaxKeys;
 // Bytes of values one answer carries at most; the keys past it are answered
 // "later" and asked for again.
 constexpr size_t kGetManyAnswerBudget = 512u << 10;
-
-// What one key turned out to be.
-struct Lookup {
-    enum class State { found, missing, later } state = State::later;
-    Entry entry;  // when found
-};
 
 // The compact answer (a request with "answer": "raw"; docs/wire-protocol.md,
 // section 7): the values travel as the end frame's data instead of JSON
@@ -35,9 +30,6 @@ struct Lookup {
 // parse_raw_entries reads `count` entries that must fill `data` exactly.
 void append_raw_entry(std::string* out, const Lookup& l);
 Result<std::vector<Lookup>> parse_raw_entries(const std::string& data, size_t count);
-
-// Serves kvs.get_many from `store` (called by serve()).
-void serve_get_many(rpc::Server& server, MemoryStore& store);
 
 // Asks the embedded store at `uri` for `keys` (at most kGetManyMaxKeys),
 // through `pool`. One Lookup per key, in order. A service that does not

@@ -2,22 +2,13 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "rpc/server.hpp"
+#include "proto/record.hpp"
+#include "registry.hpp"
 #include "store.hpp"
-#include "get_many.hpp"
 #include "common/json_text.hpp"
 
 namespace dyad::kvs {
 namespace {
-
-// The path a file's record names (its "path", record.hpp), or "" for any
-// other value.
-std::string record_upath(const std::string& value) {
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    if (!j.is_object()) return "";
-    auto u = j.find("path");
-    return u != j.end() && u->is_string() ? u->get<std::string>() : "";
-}
 
 // `key` is DYAD's key of `upath` at some depth: hex bins, each followed by
 // a dot, then the path.
@@ -44,8 +35,8 @@ bool key_of_path(const std::string& key, const std::string& upath) {
 
 Result<bool> key_collision(const std::string& ns, const std::string& key, const std::string& had,
                            const std::string& value) {
-    std::string was = record_upath(had);
-    std::string now = record_upath(value);
+    std::string was = proto::record_path(had);
+    std::string now = proto::record_path(value);
     if (was == now || !key_of_path(key, was) || !key_of_path(key, now)) return false;
     if (now.size() < was.size()) return true;
     return Status(DYAD_RC_BADCOMMIT,
@@ -217,50 +208,27 @@ std::vector<std::pair<std::string, Entry>> MemoryStore::list(const std::string& 
 
 Page MemoryStore::list_page(const std::string& ns, const std::string& prefix,
                             const std::string& after, uint64_t limit) const {
-    Page page;
-    if (limit == 0 || limit > kPageLimit) limit = kPageLimit;
+    PageBuilder page(limit);
     auto n = data_.find(ns);
-    if (n == data_.end()) return page;
+    if (n == data_.end()) return page.take();
     const auto& m = n->second;
     auto it = after < prefix ? m.lower_bound(prefix) : m.upper_bound(after);
-    uint64_t bytes = 0;
     for (; it != m.end(); ++it) {
-        if (it->first.compare(0, prefix.size(), prefix) != 0) return page;
-        if (page.entries.size() >= limit || (!page.entries.empty() && bytes >= kPageBytes)) {
-            page.more = true;
-            return page;
-        }
-        bytes += it->first.size() + it->second.value.size();
-        page.entries.emplace_back(it->first, it->second);
+        if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+        if (!page.add(it->first, it->second)) break;
     }
-    return page;
+    return page.take();
 }
 
 // The registry gives each service a dense rank in registration order, unless
-// the service brought its own (dyadd --rank, DYAD_NODE_RANK, the resource
-// manager's node rank). A service registering again keeps its rank.
+// the service brought its own. A service registering again keeps its rank.
 void MemoryStore::assign_rank(const std::string& key, std::string& value) const {
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    if (!j.is_object()) return;
-    auto r = j.find("rank");
-    if (r != j.end() && r->is_number_unsigned()) return;
-    int64_t highest = -1;
-    std::optional<uint64_t> mine;
-    if (auto reg = data_.find(kServicesNamespace); reg != data_.end()) {
-        for (const auto& [k, e] : reg->second) {
-            auto o = nlohmann::json::parse(e.value, nullptr, false);
-            auto rk = o.is_object() ? o.find("rank") : o.end();
-            if (rk == o.end() || !rk->is_number_unsigned()) continue;
-            uint64_t v = rk->get<uint64_t>();
-            if (k == key) mine = v;
-            highest = std::max<int64_t>(highest, static_cast<int64_t>(v));
-        }
-    }
-    uint64_t next = static_cast<uint64_t>(highest + 1);
-    if (!mine && next >= UINT32_MAX) return;  // no dense rank left: the service has none
-    j["rank"] = mine ? *mine : next;
-    j["rank_source"] = "store";
-    value = j.dump(-1, ' ', false, kBadUtf8Replaced);
+    auto ranked = registry::with_rank(key, value, [&]() -> Result<std::optional<uint64_t>> {
+        auto reg = data_.find(kServicesNamespace);
+        return reg == data_.end() ? std::optional<uint64_t>(0)
+                                  : registry::dense_rank(key, reg->second);
+    });
+    if (ranked) value = std::move(ranked.value());  // (a value that is no object stays as it is)
 }
 
 NamespaceUse MemoryStore::usage(const std::string& ns) const {
@@ -287,18 +255,6 @@ size_t MemoryStore::key_count() const {
     return n;
 }
 
-namespace {
-bool args_ok(const std::shared_ptr<rpc::Request>& r, std::initializer_list<const char*> names) {
-    for (const char* n : names) {
-        if (!r->args().contains(n) || !r->args()[n].is_string()) {
-            r->error(EINVAL, std::string("missing string field '") + n + "'", DYAD_RC_BADUNPACK);
-            return false;
-        }
-    }
-    return true;
-}
-}  // namespace
-
 Status check_put(const std::string& writer, const std::string& ns, const std::string& key,
                  const std::string& value) {
     if (writer.empty())
@@ -313,81 +269,11 @@ Status check_put(const std::string& writer, const std::string& ns, const std::st
                           EPERM);
         return Status::ok();
     }
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    auto owner = j.is_object() ? j.find("owner") : j.end();
-    if (!j.is_object() || owner == j.end() || !owner->is_string() ||
-        owner->get<std::string>() != writer)
+    if (proto::record_owner(value) != writer)
         return Status(DYAD_RC_NOAUTH,
                       "service '" + writer + "' may publish only records that name it as owner",
                       EPERM);
     return Status::ok();
-}
-
-void serve(rpc::Server& server, MemoryStore& store) {
-    server.reads_args("kvs.put", {"ns", "key", "value", "replaces"});
-    server.handle("kvs.put", [&store](std::shared_ptr<rpc::Request> r) {
-        if (!args_ok(r, {"ns", "key", "value"})) return;
-        const auto& a = r->args();
-        std::string writer = r->peer_service();
-        const std::string& ns = a["ns"].get_ref<const std::string&>();
-        const std::string& key = a["key"].get_ref<const std::string&>();
-        const std::string& value = a["value"].get_ref<const std::string&>();
-        Status ok = check_put(writer, ns, key, value);
-        if (!ok) return r->error(ok.err(), ok.message(), ok.rc());
-        uint64_t replaces = 0;
-        auto rp = a.find("replaces");
-        if (rp != a.end() && rp->is_number_unsigned()) replaces = rp->get<uint64_t>();
-        auto v = store.put(ns, key, value, writer, replaces);
-        if (!v) return r->error(v.status().err(), v.status().message(), v.status().rc());
-        r->end({{"version", v.value()}});
-    });
-    server.reads_args("kvs.get", {"ns", "key", "wait"});
-    server.handle("kvs.get", [&store, &server](std::shared_ptr<rpc::Request> r) {
-        if (!args_ok(r, {"ns", "key"})) return;
-        const auto& a = r->args();
-        std::string ns = a["ns"], key = a["key"];
-        // A record that can never be put is never waited for (nor held).
-        if (ns.size() > store.limits().max_key || key.size() > store.limits().max_key)
-            return r->error(EMSGSIZE,
-                            "metadata key too large (namespace " + std::to_string(ns.size()) +
-                                " bytes, key " + std::to_string(key.size()) + " bytes; at most " +
-                                std::to_string(store.limits().max_key) + ")",
-                            DYAD_RC_BADUNPACK);
-        if (auto e = store.get(ns, key)) {
-            r->end({{"value", e->value}, {"version", e->version}});
-            return;
-        }
-        if (!a.value("wait", false)) {
-            r->error(ENOENT, "key '" + key + "' not found in namespace '" + ns + "'",
-                     DYAD_RC_NOTFOUND);
-            return;
-        }
-        // Every wait ends: at its client's deadline, at most --max-wait
-        // (ETIMEDOUT; the client asks again).
-        r->cap_deadline(server.max_wait());
-        uint64_t id = store.watch_create(ns, key, [r](const Entry& e) {
-            r->end({{"value", e.value}, {"version", e.version}});
-        });
-        r->on_cancel([&store, id] { store.unwatch(id); });
-    });
-    // One page (docs/wire-protocol.md, "Listing in pages").
-    server.reads_args("kvs.list", {"ns", "prefix", "after", "limit"});
-    server.handle("kvs.list", [&store](std::shared_ptr<rpc::Request> r) {
-        if (!args_ok(r, {"ns"})) return;
-        const auto& a = r->args();
-        auto text = [&a](const char* name) {
-            auto f = a.find(name);
-            return f != a.end() && f->is_string() ? f->get<std::string>() : std::string();
-        };
-        auto lim = a.find("limit");
-        uint64_t limit = lim != a.end() && lim->is_number_unsigned() ? lim->get<uint64_t>() : 0;
-        auto page = store.list_page(a["ns"], text("prefix"), text("after"), limit);
-        nlohmann::json arr = nlohmann::json::array();
-        for (auto& [k, e] : page.entries)
-            arr.push_back({{"key", k}, {"value", e.value}, {"version", e.version}});
-        r->end({{"entries", std::move(arr)}, {"more", page.more}});
-    });
-    serve_get_many(server, store);
 }
 
 }  // namespace dyad::kvs

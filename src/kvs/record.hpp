@@ -1,46 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The metadata record of a produced file, as the store holds it. Only the
-// owner service writes it (docs/security.md).
+// The metadata record of a produced file: a wire shape (the value of a
+// metadata entry), defined in proto/record.hpp; named here too for the
+// store's users.
 #pragma once
 
-#include <cstdint>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include <nlohmann/json.hpp>
-
-#include "common/status.hpp"
+#include "proto/record.hpp"
 
 namespace dyad::kvs {
-
-// The metadata record of a produced file.
-struct Record {
-    std::string upath;
-    std::string owner;  // service id
-    std::string node;
-    std::string producer_dir;
-    std::vector<std::string> endpoints;
-    uint64_t size = 0;
-    int64_t mtime_ns = 0;
-    uint32_t mode = 0644;
-    uint64_t ino = 0;              // the producer's file (0: a record of the first release)
-    uint64_t generation = 0;       // the store's version of the key
-    std::optional<uint32_t> rank;  // the owner node's rank (docs/user-guide.md, "Ranks")
-    nlohmann::json to_json() const;
-    static Result<Record> from_json(const std::string& text, uint64_t generation);
-    uint32_t owner_rank() const;
-};
-
-// The two readings Record::from_json combines, for the tests and the fuzzer
-// that hold them to each other (the generation is left 0).
-namespace detail {
-// Only the text to_json().dump() writes (ASCII, no escapes, no whitespace,
-// integers of at most 64 bits); nullopt for anything else, right or wrong.
-std::optional<Record> read_canonical(std::string_view text);
-// Any JSON text, with the record format's rules and errors.
-Result<Record> read_any(const std::string& text);
-}  // namespace detail
-
+using proto::Record;
+namespace detail = proto::record_detail;
 }  // namespace dyad::kvs

@@ -3,9 +3,11 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "proto/kvs.hpp"
 #include "store.hpp"
 
 namespace dyad::kvs {
+namespace wire = proto::kvs;
 namespace {
 constexpr double kWaitSlice = 30.0;  // seconds per wait request; the loop re-arms
 constexpr double kGrace = 5.0;       // extra client-side time for the answer to travel
@@ -19,7 +21,7 @@ Result<nlohmann::json> RpcStore::call(const std::string& topic, nlohmann::json a
     // Reads may be sent again if a pooled connection turns out closed; a put
     // only if it certainly did not reach the store. wait() (connect_failed
     // given) sends again itself.
-    const bool idempotent = topic != "kvs.put" && !connect_failed;
+    const bool idempotent = topic != wire::kPut && !connect_failed;
     bool failed = false;
     auto r = pool_->call(uri_, topic, args, d, grace, idempotent, &failed);
     if (connect_failed) *connect_failed = failed;
@@ -29,17 +31,19 @@ Result<nlohmann::json> RpcStore::call(const std::string& topic, nlohmann::json a
 
 Result<uint64_t> RpcStore::put(const std::string& ns, const std::string& key,
                                const std::string& value, Deadline d, uint64_t replaces) {
-    nlohmann::json args = {{"ns", ns}, {"key", key}, {"value", value}};
-    if (replaces) args["replaces"] = replaces;
-    auto r = call("kvs.put", std::move(args), d, 0);
+    auto r = call(wire::kPut, wire::PutArgs{ns, key, value, replaces}.build(), d, 0);
     if (!r) return r.status();
-    return r->value("version", static_cast<uint64_t>(0));
+    auto a = wire::PutAnswer::parse(r.value());
+    if (!a) return Status(a.status()).wrap("the metadata store at " + uri_);
+    return a->version;
 }
 
 Result<Entry> RpcStore::get(const std::string& ns, const std::string& key, Deadline d) {
-    auto r = call("kvs.get", {{"ns", ns}, {"key", key}}, d, 0);
+    auto r = call(wire::kGet, wire::GetArgs{ns, key, false}.build(), d, 0);
     if (!r) return r.status();
-    return Entry{r->value("value", ""), r->value("version", static_cast<uint64_t>(0))};
+    auto a = wire::EntryAnswer::parse(r.value());
+    if (!a) return Status(a.status()).wrap("the metadata store at " + uri_);
+    return Entry{std::move(a->value), a->version};
 }
 
 Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Deadline d) {
@@ -49,9 +53,13 @@ Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Dead
     for (;;) {
         Deadline slice = d.min(Deadline::after(kWaitSlice));
         bool connect_failed = false;
-        auto r = call("kvs.get", {{"ns", ns}, {"key", key}, {"wait", true}}, slice, kGrace,
-                      &connect_failed);
-        if (r) return Entry{r->value("value", ""), r->value("version", static_cast<uint64_t>(0))};
+        auto r =
+            call(wire::kGet, wire::GetArgs{ns, key, true}.build(), slice, kGrace, &connect_failed);
+        if (r) {
+            auto a = wire::EntryAnswer::parse(r.value());
+            if (!a) return Status(a.status()).wrap("the metadata store at " + uri_);
+            return Entry{std::move(a->value), a->version};
+        }
         const Status& st = r.status();
         if (st.rc() == DYAD_RC_TIMEOUT && !d.expired()) {
             reached = true;
@@ -82,27 +90,15 @@ Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Dead
 
 Result<Page> RpcStore::list_page(const std::string& ns, const std::string& prefix,
                                  const std::string& after, uint64_t limit, Deadline d) {
-    nlohmann::json args = {{"ns", ns}, {"prefix", prefix}};
-    if (!after.empty()) args["after"] = after;
-    if (limit) args["limit"] = limit;
-    auto r = call("kvs.list", std::move(args), d, 0);
+    auto r = call(wire::kList, wire::ListArgs{ns, prefix, after, limit}.build(), d, 0);
     if (!r) return r.status();
+    auto a = wire::ListAnswer::parse(std::move(r.value()));
+    if (!a) return Status(a.status()).wrap("the metadata store at " + uri_);
     Page page;
-    auto entries = r->find("entries");
-    if (entries == r->end() || !entries->is_array())
-        return Status(DYAD_RC_BADRPC,
-                      "the metadata store at " + uri_ + " answered kvs.list without entries",
-                      EPROTO);
-    page.entries.reserve(entries->size());
-    for (auto& e : *entries) {
-        auto k = e.is_object() ? e.find("key") : e.end();
-        auto v = e.is_object() ? e.find("value") : e.end();
-        if (k == e.end() || v == e.end() || !k->is_string() || !v->is_string()) continue;
-        page.entries.emplace_back(std::move(k->get_ref<std::string&>()),
-                                  Entry{std::move(v->get_ref<std::string&>()),
-                                        e.value("version", static_cast<uint64_t>(0))});
-    }
-    page.more = r->value("more", false);
+    page.entries.reserve(a->entries.size());
+    for (auto& e : a->entries)
+        page.entries.emplace_back(std::move(e.key), Entry{std::move(e.value), e.version});
+    page.more = a->more;
     // A page that does not advance would be asked for again forever.
     if (page.more && (page.entries.empty() || page.entries.back().first <= after))
         return Status(DYAD_RC_BADRPC,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Metadata store interface (client side, blocking with deadlines) and the
-// embedded in-memory store a dyadd hosts. Keys live in namespaces; each put
+// Metadata store interface (client side, blocking with deadlines), the
+// embedded in-memory store a dyadd hosts, and the write rules every store
+// keeps. Keys live in namespaces; each put
 // bumps the key's version, which DYAD uses as the generation: the embedded
 // store's is (epoch << 32) | count, the epoch growing at every start of its
 // dyadd (kvs/epoch.hpp), so versions never repeat across restarts.
@@ -14,8 +15,6 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
-
-#include <asio/thread_pool.hpp>
 
 #include "common/deadline.hpp"
 #include "common/status.hpp"
@@ -46,8 +45,42 @@ struct Page {
 constexpr uint64_t kPageLimit = 1000;
 constexpr uint64_t kPageBytes = 256u << 10;
 
-// What a client uses. Implementations: RpcStore (the embedded store of a
-// dyadd, reached over RPC); an etcd store can implement the same.
+// The one paging rule: at most `limit` entries (clamped to 1..kPageLimit,
+// 0: kPageLimit) and, past the first, no more than kPageBytes of keys and
+// values.
+class PageBuilder {
+  public:
+    explicit PageBuilder(uint64_t limit)
+        : limit_(limit == 0 || limit > kPageLimit ? kPageLimit : limit) {}
+    uint64_t limit() const { return limit_; }
+    // False when the entry does not fit: the page is full (and says more).
+    bool add(std::string key, Entry e) {
+        const uint64_t n = key.size() + e.value.size();
+        if (page_.entries.size() >= limit_ || (!page_.entries.empty() && bytes_ + n > kPageBytes)) {
+            page_.more = true;
+            return false;
+        }
+        bytes_ += n;
+        page_.entries.emplace_back(std::move(key), std::move(e));
+        return true;
+    }
+    Page take() { return std::move(page_); }
+
+  private:
+    uint64_t limit_;
+    uint64_t bytes_ = 0;
+    Page page_;
+};
+
+// What one key of a lookup of many turned out to be (Store::get_many).
+struct Lookup {
+    enum class State { found, missing, later } state = State::later;
+    Entry entry;  // when found
+};
+
+// What a client uses. Implementation: RpcStore (the store of a dyadd,
+// reached over RPC). A service's own store is a ServiceStore
+// (service_store.hpp).
 class Store {
   public:
     virtual ~Store() = default;
@@ -68,6 +101,12 @@ class Store {
     // first), at most `limit` (0: the store's default; it may give fewer).
     virtual Result<Page> list_page(const std::string& ns, const std::string& prefix,
                                    const std::string& after, uint64_t limit, Deadline deadline) = 0;
+    // Many keys of one namespace without waiting: one Lookup per key, in
+    // order ("later": not answered this time, ask again). By default one
+    // get() per key.
+    virtual Result<std::vector<Lookup>> get_many(const std::string& ns,
+                                                 const std::vector<std::string>& keys,
+                                                 Deadline deadline);
     virtual std::string describe() const = 0;
 };
 
@@ -84,6 +123,10 @@ class RpcStore : public Store {
                                                             Deadline d) override;
     Result<Page> list_page(const std::string& ns, const std::string& prefix,
                            const std::string& after, uint64_t limit, Deadline d) override;
+    // One kvs.get_many request (at most kGetManyMaxKeys keys); a service that
+    // does not know it: DYAD_RC_BADRPC with errno ENOSYS.
+    Result<std::vector<Lookup>> get_many(const std::string& ns,
+                                         const std::vector<std::string>& keys, Deadline d) override;
     std::string describe() const override { return "embedded store at " + uri_; }
 
   private:
@@ -194,56 +237,11 @@ class MemoryStore {
     uint64_t next_watch_ = 1;
 };
 
-// A metadata store the service itself talks to and serves to its clients
-// (the etcd backend, built into dyadd only). Clients of such a service send
-// their kvs.get / kvs.list to it ("kvs": "local" in its hello), so one
-// service multiplexes the waits of all its consumers. Thread-safe.
-class ServiceStore {
-  public:
-    using Done = std::function<void(Result<Entry>)>;
-    virtual ~ServiceStore() = default;
-    // Registers the service `id` (value: its identity) and keeps the
-    // registration alive (re-registering after an outage) until destroyed.
-    // Returns the entry as registered (with the rank the store gave).
-    virtual Result<Entry> register_service(const std::string& id, const std::string& value,
-                                           Deadline d) = 0;
-    // The write rules of MemoryStore::put: `writer` owns what it created
-    // first; another writer's key only as a change of version `replaces`.
-    virtual Result<uint64_t> put(const std::string& ns, const std::string& key,
-                                 const std::string& value, const std::string& writer,
-                                 uint64_t replaces, Deadline d) = 0;
-    virtual Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) = 0;
-    // Wait-for-create: calls `done` once, with the entry as soon as the key
-    // exists (at once if it does), or TIMEOUT at `d`. Blocks for the lookup
-    // only. Returns an id for cancel(); after cancel() `done` is not called.
-    virtual uint64_t wait(const std::string& ns, const std::string& key, Deadline d, Done done) = 0;
-    virtual void cancel(uint64_t id) = 0;
-    // Keys of `ns` starting with `prefix`, after `after` (exclusive), at most
-    // `limit` of them.
-    virtual Result<Page> list(const std::string& ns, const std::string& prefix,
-                              const std::string& after, size_t limit, Deadline d) = 0;
-    // {backend, endpoint, reachable, error, counters...} for dyad service status.
-    virtual nlohmann::json status() const = 0;
-    virtual std::string describe() const = 0;
-};
-
 }  // namespace dyad::kvs
 
-namespace dyad::rpc {
-class Server;
-}
-
 namespace dyad::kvs {
-// Serves kvs.put / kvs.get (with wait-for-create) / kvs.list from `store`.
-// Only services write (docs/security.md): a put must come from a peer that
-// said it is a service (and proved the job's key where there is one), it
-// may register only its own id in the registry and only records that name
-// it as their owner.
-void serve(rpc::Server& server, MemoryStore& store);
-// Serves kvs.get / kvs.list from a ServiceStore, running its blocking calls
-// on `pool`; kvs.put is refused (services write through their own store).
-void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool);
-// The write rules of serve(), for a put by `writer` (a service id).
+// The write rules of a put by `writer` (a service id), the same in every
+// store (docs/security.md).
 // Keys of different DYAD_KEY_DEPTH can be equal for two paths: a file
 // literally named "17f.204.15b.data0.txt" (depth 0) has the key of
 // "data0.txt" at depth 3. Records name their paths, so a store sees such a
@@ -255,7 +253,21 @@ void serve(rpc::Server& server, ServiceStore& store, asio::thread_pool& pool);
 // when the one stored keeps it.
 Result<bool> key_collision(const std::string& ns, const std::string& key, const std::string& had,
                            const std::string& value);
-
+// Only services write (docs/security.md): a put must come from a peer that
+// said it is a service (and proved the job's key where there is one), it
+// may register only its own id in the registry and only records that name
+// it as their owner.
 Status check_put(const std::string& writer, const std::string& ns, const std::string& key,
                  const std::string& value);
+}  // namespace dyad::kvs
+
+namespace dyad::rpc {
+class Server;
+}
+
+namespace dyad::kvs {
+// Serves the store's topics (serve.hpp) from `store`, a MemoryStore the
+// caller owns and keeps for as long as the server lives (tests; dyadd
+// serves its ServiceStore through a kvs::StoreServer).
+void serve(rpc::Server& server, MemoryStore& store);
 }  // namespace dyad::kvs

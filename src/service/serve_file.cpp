@@ -85,7 +85,7 @@ Status Service::take_served(ServedFile& f, const proto::FetchRequest& req, const
                             Snapshot* snap) {
     Status ok = f.take();
     if (!ok) return ok;
-    ok = check_served(req.build(), f.stat(), f.upath(), snap);
+    ok = check_served(req, f.stat(), f.upath(), snap);
     if (ok) ok = readable_by(peer, f.stat(), f.upath());
     if (ok.err() == ESTALE) refused_stale_++;
     if (ok.err() == ENOENT) refused_unproduced_++;

@@ -25,10 +25,11 @@
 #include "common/settings.hpp"
 #include "kvs/epoch.hpp"
 #include "kvs/record.hpp"
+#include "kvs/registry.hpp"
+#include "proto/identity.hpp"
 #include "rpc/client.hpp"
 #include "rpc/wire.hpp"
 #include "send_channel.hpp"
-#include "store_watch.hpp"
 #include "common/json_text.hpp"
 
 namespace dyad::service {
@@ -50,8 +51,6 @@ std::string public_host(const std::string& host) {
     if (host == "0.0.0.0" || host == "::") return hostname();
     return host;
 }
-
-constexpr double kStoreTimeout = 30.0;  // a publish's or a lookup's store request
 
 // The lock of a producer directory: one dyadd serves it. flock, so a
 // process that dies (SIGKILL included) lets go of it at once.
@@ -130,14 +129,11 @@ bool unix_socket_answers(const std::string& path) {
 // of its endpoints answers so within kHolderProbe seconds (a crash left it).
 std::string live_holder(const std::string& id, const std::string& value,
                         const rpc::Credentials& me) {
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    if (!j.is_object() || !j.contains("endpoints") || !j["endpoints"].is_array()) return "";
-    const bool same_host = j.contains("host_id") && j["host_id"].is_string() &&
-                           j["host_id"].get<std::string>() == dtl::host_id();
+    auto held = proto::Identity::parse(nlohmann::json::parse(value, nullptr, false));
+    if (!held) return "";
+    const bool same_host = held->host_id == dtl::host_id();
     Deadline until = Deadline::after(kHolderProbe);
-    for (const auto& e : j["endpoints"]) {
-        if (!e.is_string()) continue;
-        std::string ep = e.get<std::string>();
+    for (const auto& ep : held->endpoints) {
         if (ep.rfind("unix:", 0) == 0 && !same_host) continue;
         auto c = rpc::Connection::connect(ep, until, me);
         if (!c) continue;
@@ -173,10 +169,6 @@ Status refuse_if_live(const std::string& id, const Result<kvs::Entry>& held,
                   EBUSY);
 }
 
-int64_t ns_of(const struct timespec& t) {
-    return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
-}
-
 }  // namespace
 
 bool is_loopback_host(const std::string& host) {
@@ -197,18 +189,16 @@ Service::Service(Options opts)
 }
 
 Service::~Service() {
-    // First: its threads (a rejoin) use the members declared after it.
-    store_watch_.reset();
+    // First: the store's threads that call back into the service (a rejoin).
+    if (store_) store_->close();
     stop();
     file_pool_.stop();
     file_pool_.join();
-    if (ext_pool_) {
-        ext_pool_->stop();
-        ext_pool_->join();
-    }
-    // Its watch, lease and sweeper threads end here, while the loop they
-    // answer requests through still exists.
-    ext_.reset();
+    store_server_.reset();
+    // The store's own threads (etcd's watch, lease and sweeper) end with its
+    // last reference (here, or the served topics' in server_'s handlers),
+    // while the loop they answer requests through still exists.
+    store_.reset();
     opts_.external_store.reset();
 }
 
@@ -383,77 +373,8 @@ Status Service::start() {
     server_->handle("dyad.publish",
                     [this](std::shared_ptr<rpc::Request> r) { on_publish(std::move(r)); });
 
-    // Metadata: host the store, or register in the one given by --kvs.
-    rank_ = opts_.rank;
-    rank_source_ = opts_.rank ? opts_.rank_source : std::string();
-    nlohmann::json reg = identity();
-    std::optional<kvs::Entry> mine;
-    if (opts_.external_store) {
-        // Our clients ask us (kvs "local" in the hello): one connection and
-        // one watch stream to the store serve every consumer of this node.
-        ext_ = opts_.external_store;
-        ext_pool_ = std::make_unique<asio::thread_pool>(4);
-        kvs::serve(*server_, *ext_, *ext_pool_);
-        Status unique = refuse_if_live(id_, ext_->get(kServicesNamespace, id_, Deadline::after(10)),
-                                       key_, ext_->describe());
-        if (!unique) return unique;
-        auto e = ext_->register_service(id_, reg.dump(-1, ' ', false, kBadUtf8Replaced),
-                                        Deadline::after(30));
-        if (!e)
-            return Status(e.status())
-                .wrap("cannot register in the metadata store (" + ext_->describe() + ")");
-        mine = std::move(e.value());
-    } else if (opts_.kvs_uri.empty()) {
-        kvs::StoreLimits limits;
-        limits.max_bytes = opts_.store_max;
-        limits.max_records_per_ns = opts_.store_max_records_per_ns;
-        limits.max_namespaces = opts_.store_max_namespaces;
-        limits.max_bytes_per_ns = opts_.store_max_bytes_per_ns;
-        // Generations never repeat across restarts: each run has an epoch.
-        state_dir_ = opts_.state_dir.empty() ? prod_dir_ + "/" + kReservedDir : opts_.state_dir;
-        auto epoch = kvs::next_epoch(state_dir_);
-        if (!epoch) return Status(epoch.status()).wrap("embedded metadata store");
-        store_ = std::make_unique<kvs::MemoryStore>(limits, epoch.value());
-        kvs::serve(*server_, *store_);
-        auto v =
-            store_->put(kServicesNamespace, id_, reg.dump(-1, ' ', false, kBadUtf8Replaced), id_);
-        if (!v) return v.status();
-        mine = store_->get(kServicesNamespace, id_);
-    } else {
-        rpc::Credentials me;
-        me.key = key_;
-        me.role = "service";
-        me.service_id = id_;
-        remote_ = std::make_unique<kvs::RpcStore>(
-            opts_.kvs_uri, std::make_shared<rpc::ConnectionPool>(std::move(me)));
-        store_watch_ = std::make_unique<StoreWatch>(
-            *remote_, id_, opts_.kvs_uri,
-            [this](const std::function<bool()>& stopping) { return rejoin(stopping); });
-        // One live dyadd per service id: a registration whose dyadd still
-        // answers as this id is refused; one nobody answers for is stale.
-        Status unique = refuse_if_live(
-            id_, remote_->get(kServicesNamespace, id_, Deadline::after(10)), key_, opts_.kvs_uri);
-        if (!unique) return unique;
-        auto v = remote_->put(kServicesNamespace, id_, reg.dump(-1, ' ', false, kBadUtf8Replaced),
-                              Deadline::after(10));
-        if (!v)
-            return Status(v.status())
-                .wrap("cannot register in the metadata store at " + opts_.kvs_uri +
-                      " (is the dyadd hosting it running?)");
-        store_watch_->answered();
-        store_watch_->start();
-        auto e = remote_->get(kServicesNamespace, id_, Deadline::after(10));
-        if (e) mine = std::move(e.value());
-    }
-    // Without a rank of its own, the service has the one the store gave it.
-    if (!rank_ && mine) {
-        auto j = nlohmann::json::parse(mine->value, nullptr, false);
-        auto r = j.is_object() ? j.find("rank") : j.end();
-        if (r != j.end() && r->is_number_unsigned() && r->get<uint64_t>() < UINT32_MAX) {
-            rank_ = r->get<uint32_t>();
-            rank_source_ = "store";
-        }
-    }
+    s = start_store();
+    if (!s) return s;
     if (!rank_)
         DYAD_WARN(kSub,
                   "this node has no rank (give --rank N): owner_rank of its files is a "
@@ -467,36 +388,76 @@ Status Service::start() {
               prod_dir_.c_str(),
               nlohmann::json(endpoints_).dump(-1, ' ', false, kBadUtf8Replaced).c_str(),
               opts_.kvs_uri.empty() ? "embedded" : opts_.kvs_uri.c_str());
-    if (store_)
-        DYAD_INFO(
-            kSub, "embedded metadata store: epoch %u (generations from %llu; %s/%s)",
-            store_->epoch(),
-            static_cast<unsigned long long>((static_cast<uint64_t>(store_->epoch()) << 32) | 1),
-            state_dir_.c_str(), kvs::kEpochFile);
+    if (auto h = store_->hosted())
+        DYAD_INFO(kSub, "embedded metadata store: epoch %u (generations from %llu; %s/%s)",
+                  h->epoch,
+                  static_cast<unsigned long long>((static_cast<uint64_t>(h->epoch) << 32) | 1),
+                  h->state_dir.c_str(), kvs::kEpochFile);
+    return Status::ok();
+}
+
+Status Service::start_store() {
+    kvs::StoreSetup setup;
+    setup.uri = opts_.kvs_uri;
+    setup.external = std::move(opts_.external_store);
+    setup.limits.max_bytes = opts_.store_max;
+    setup.limits.max_records_per_ns = opts_.store_max_records_per_ns;
+    setup.limits.max_namespaces = opts_.store_max_namespaces;
+    setup.limits.max_bytes_per_ns = opts_.store_max_bytes_per_ns;
+    setup.state_dir = opts_.state_dir.empty() ? prod_dir_ + "/" + kReservedDir : opts_.state_dir;
+    setup.endpoint = endpoints_.empty() ? std::string() : endpoints_.front();
+    setup.ns = opts_.ns;
+    setup.id = id_;
+    setup.credentials.key = key_;
+    setup.credentials.role = "service";
+    setup.credentials.service_id = id_;
+    setup.rejoin = [this](const std::function<bool()>& stopping, uint64_t& republished) {
+        return rejoin(stopping, republished);
+    };
+    auto made = kvs::make_service_store(std::move(setup));
+    if (!made) return made.status();
+    store_ = std::move(made.value());
+    // Our clients ask us (kvs "local" in the hello) unless they ask the
+    // store's host: with etcd, one connection and one watch stream to the
+    // store serve every consumer of this node.
+    if (store_->serves_clients())
+        store_server_ = std::make_unique<kvs::StoreServer>(*server_, store_);
+    // One live dyadd per service id: a registration whose dyadd still
+    // answers as this id is refused; one nobody answers for is stale.
+    Status unique = refuse_if_live(id_, store_->get(kServicesNamespace, id_, Deadline::after(10)),
+                                   key_, store_->describe());
+    if (!unique) return unique;
+    // Registered with the rank given (--rank), or given one by the store.
+    rank_ = opts_.rank;
+    rank_source_ = opts_.rank ? opts_.rank_source : std::string();
+    auto mine = store_->register_service(id_, identity().dump(-1, ' ', false, kBadUtf8Replaced),
+                                         Deadline::after(30));
+    if (!mine) return mine.status();
+    store_->start();
+    if (auto given = kvs::registry::rank_of(mine->value); !rank_ && given) {
+        rank_ = *given;
+        rank_source_ = "store";
+    }
     return Status::ok();
 }
 
 nlohmann::json Service::identity() const {
-    nlohmann::json transports = nlohmann::json::array();
-    for (const auto& r : records_) transports.push_back(r.to_json());
-    nlohmann::json j = {
-        {"service_id", id_},
-        {"node", opts_.node},
-        {"host_id", dtl::host_id()},
-        {"namespace", opts_.ns},
-        {"producer_dir", prod_dir_},
-        {"kvs", opts_.kvs_uri.empty() || ext_ ? std::string("local") : opts_.kvs_uri},
-        {"endpoints", endpoints_},
-        {"transports", transports},
-        {"default_mode", opts_.mode},
-        {"pid", ::getpid()},
-        {"auth", key_ ? auth::kScheme : "none"},
-        {"wire_version", rpc::kVersion}};
-    if (rank_) {
-        j["rank"] = *rank_;
-        j["rank_source"] = rank_source_;
-    }
-    return j;
+    proto::Identity me;
+    me.service_id = id_;
+    me.node = opts_.node;
+    me.host_id = dtl::host_id();
+    me.ns = opts_.ns;
+    me.producer_dir = prod_dir_;
+    me.kvs = !store_ || store_->serves_clients() ? std::string("local") : opts_.kvs_uri;
+    me.endpoints = endpoints_;
+    for (const auto& r : records_) me.transports.push_back(r.to_json());
+    me.default_mode = opts_.mode;
+    me.pid = ::getpid();
+    me.auth = key_ ? auth::kScheme : "none";
+    me.wire_version = rpc::kVersion;
+    me.rank = rank_;
+    me.rank_source = rank_source_;
+    return me.build();
 }
 
 void Service::catch_signals() {
@@ -535,25 +496,6 @@ void Service::stop() {
     });
 }
 
-namespace {
-// A file with more than one name can be a link to one outside the producer
-// directory: refused.
-Status one_name(const std::string& up, const struct stat& sb) {
-    if (sb.st_nlink <= 1) return Status::ok();
-    return Status(DYAD_RC_BADFIO,
-                  "'" + up + "' has " + std::to_string(sb.st_nlink) +
-                      " hard links: DYAD serves only files with one name (a link can reach a "
-                      "file outside the producer directory); copy it instead",
-                  EPERM);
-}
-}  // namespace
-
-Status Service::check_served(const nlohmann::json& a, int fd, const std::string& up,
-                             Snapshot* snap) {
-    struct stat sb;
-    if (::fstat(fd, &sb) != 0) return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
-    return check_served(a, sb, up, snap);
-}
 
 namespace {
 // Whether `uid` may read a file of this owner, group and mode by its mode
@@ -602,182 +544,16 @@ Status Service::readable_by(const rpc::Peer& peer, const struct stat& sb, const 
         EACCES);
 }
 
-Status Service::check_served(const nlohmann::json& a, const struct stat& sb, const std::string& up,
-                             Snapshot* snap) {
+Status Service::check_served(const proto::FetchRequest& req, const struct stat& sb,
+                             const std::string& up, Snapshot* snap) {
     if (Status one = one_name(up, sb); !one) return one;
-    auto not_produced = [&](const std::string& why) {
-        return Status(DYAD_RC_NOTFOUND,
-                      "'" + up + "' has not been produced by service " + id_ + why +
-                          ": only produced files are served",
-                      ENOENT);
-    };
-    Published pub;
-    bool known = false;
-    {
-        std::lock_guard<std::mutex> lk(pub_mu_);
-        auto it = published_.find(up);
-        if (it != published_.end()) {
-            pub = it->second;
-            known = true;
-        }
-    }
-    if (!known) {
-        // Published before this service restarted: the store has the record.
-        auto ns = dtl::meta_str(a, "ns");
-        auto key = dtl::meta_str(a, "key");
-        if (!ns || !key) return not_produced("");
-        auto e = store_get(*ns, *key);
-        if (!e) return not_produced(" (" + e.status().message() + ")");
-        auto rec = kvs::Record::from_json(e->value, e->version);
-        if (!rec || rec->owner != id_ || rec->upath != up) return not_produced("");
-        pub = {static_cast<uint64_t>(sb.st_dev),
-               rec->ino ? rec->ino : static_cast<uint64_t>(sb.st_ino),
-               rec->size,
-               rec->mtime_ns,
-               e->version,
-               0,
-               *ns,
-               *key};
-    }
-    auto gen = dtl::meta_u64(a, "generation");
-    if (gen && *gen != 0 && pub.generation != 0 && *gen != pub.generation)
-        return Status(DYAD_RC_BADFETCH,
-                      "'" + up + "' was produced again (generation " +
-                          std::to_string(pub.generation) +
-                          ") after the consumer looked it up (generation " + std::to_string(*gen) +
-                          "): look it up again",
-                      ESTALE);
+    PublishLedger::Wanted want{req.ns, req.key,
+                               req.generation ? std::optional<uint64_t>(req.generation)
+                                              : std::nullopt};
     *snap = Snapshot::of(sb);
-    // ctime too: a rewrite that puts the old mtime back still changes it.
-    if (static_cast<uint64_t>(sb.st_dev) != pub.dev || snap->ino != pub.ino ||
-        snap->size != pub.size || snap->mtime_ns != pub.mtime_ns ||
-        (pub.ctime_ns != 0 && snap->ctime_ns != pub.ctime_ns))
-        return Status(DYAD_RC_BADFETCH,
-                      "'" + up + "' changed since it was published (generation " +
-                          std::to_string(pub.generation) +
-                          "): nothing is served until it is produced again",
-                      ESTALE);
-    if (!known) {
-        std::lock_guard<std::mutex> lk(pub_mu_);
-        published_.emplace(up, pub);
-    }
-    return Status::ok();
-}
-
-void Service::on_publish(std::shared_ptr<rpc::Request> r) {
-    const auto& a = r->args();
-    auto raw = dtl::meta_str(a, "upath");
-    if (!raw) return r->error(EINVAL, "publish request without 'upath'", DYAD_RC_BADUNPACK);
-    auto up = normalize_upath(*raw);
-    if (!up) return r->error(up.status().err(), up.status().message(), up.status().rc());
-    std::string ns = dtl::meta_str(a, "ns").value_or(opts_.ns);
-    if (ns.empty() || ns == kServicesNamespace)
-        return r->error(EINVAL, "publish into namespace '" + ns + "' refused", DYAD_RC_BADUNPACK);
-    uint64_t depth = dtl::meta_u64(a, "key_depth").value_or(3);
-    uint64_t bins = dtl::meta_u64(a, "key_bins").value_or(1024);
-    if (depth > 64 || bins == 0 || bins > (1u << 30))
-        return r->error(EINVAL, "key_depth must be 0..64 and key_bins 1..2^30", DYAD_RC_BADUNPACK);
-    uint64_t replaces = dtl::meta_u64(a, "replaces").value_or(0);
-    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces] {
-        if (r->finished()) return;
-        auto res =
-            publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins), replaces);
-        asio::post(io_, [r, res] {
-            if (res) return r->end(res.value());
-            Status st = res.status();
-            r->error(st.err() ? st.err() : EIO, st.message(), st.rc());
-        });
+    return ledger_.check(id_, up, sb, want, [this](const std::string& ns, const std::string& key) {
+        return store_get(ns, key);
     });
-}
-
-Result<nlohmann::json> Service::publish(const std::string& up, const std::string& ns,
-                                        unsigned depth, unsigned bins, uint64_t replaces) {
-    auto fd = open_served_file(up);
-    if (!fd) return Status(fd.status()).wrap("cannot publish");
-    struct stat sb;
-    if (::fstat(fd->get(), &sb) != 0)
-        return Status(DYAD_RC_BADFIO, "cannot publish '" + up + "': stat failed", errno);
-    if (Status one = one_name(up, sb); !one) return one.wrap("cannot publish");
-    kvs::Record rec = record_of(up, sb);
-    auto key = gen_path_key(up, depth, bins);
-    if (!key) return key.status();
-    std::shared_lock<std::shared_mutex> gate(publish_gate_);
-    // Published before the store says so: a consumer woken by the put may
-    // ask for the file at once.
-    // (Generation 0 until the store answers: not checked meanwhile.)
-    Published pub{static_cast<uint64_t>(sb.st_dev),
-                  rec.ino,
-                  rec.size,
-                  rec.mtime_ns,
-                  0,
-                  ns_of(sb.st_ctim),
-                  ns,
-                  key.value()};
-    std::optional<Published> before;
-    {
-        std::lock_guard<std::mutex> lk(pub_mu_);
-        auto it = published_.find(up);
-        if (it != published_.end()) before = it->second;
-        published_[up] = pub;
-    }
-    auto v =
-        store_put(ns, key.value(), rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), replaces);
-    {
-        std::lock_guard<std::mutex> lk(pub_mu_);
-        if (v) {
-            pub.generation = v.value();
-            published_[up] = pub;
-        } else if (before) {
-            published_[up] = *before;
-        } else {
-            published_.erase(up);
-        }
-    }
-    if (!v) return Status(v.status()).wrap("cannot publish '" + up + "'");
-    published_count_++;
-    return nlohmann::json{{"version", v.value()}, {"key", key.value()}, {"record", rec.to_json()}};
-}
-
-Result<uint64_t> Service::store_put(const std::string& ns, const std::string& key,
-                                    const std::string& value, uint64_t replaces) {
-    ScopedTimer timed(store_calls_[0]);
-    if (ext_) return ext_->put(ns, key, value, id_, replaces, Deadline::after(kStoreTimeout));
-    if (remote_) {
-        auto v = remote_->put(ns, key, value, Deadline::after(kStoreTimeout), replaces);
-        if (v || v.status().rc() == DYAD_RC_NOTFOUND) store_watch_->answered();
-        return v;
-    }
-    auto p = std::make_shared<std::promise<Result<uint64_t>>>();
-    auto f = p->get_future();
-    asio::post(io_, [this, p, ns, key, value, replaces] {
-        p->set_value(store_->put(ns, key, value, id_, replaces));
-    });
-    if (f.wait_for(std::chrono::duration<double>(kStoreTimeout)) != std::future_status::ready)
-        return Status(DYAD_RC_TIMEOUT, "the service's loop did not take the publish in time",
-                      ETIMEDOUT);
-    return f.get();
-}
-
-Result<kvs::Entry> Service::store_get(const std::string& ns, const std::string& key) {
-    ScopedTimer timed(store_calls_[1]);
-    if (ext_) return ext_->get(ns, key, Deadline::after(kStoreTimeout));
-    if (remote_) {
-        auto e = remote_->get(ns, key, Deadline::after(kStoreTimeout));
-        if (e || e.status().rc() == DYAD_RC_NOTFOUND) store_watch_->answered();
-        return e;
-    }
-    auto p = std::make_shared<std::promise<Result<kvs::Entry>>>();
-    auto f = p->get_future();
-    asio::post(io_, [this, p, ns, key]() {
-        auto e = store_->get(ns, key);
-        if (e)
-            p->set_value(e.value());
-        else
-            p->set_value(Status(DYAD_RC_NOTFOUND, "no record", ENOENT));
-    });
-    if (f.wait_for(std::chrono::duration<double>(kStoreTimeout)) != std::future_status::ready)
-        return Status(DYAD_RC_TIMEOUT, "the service's loop did not answer in time", ETIMEDOUT);
-    return f.get();
 }
 
 }  // namespace dyad::service

@@ -27,9 +27,12 @@
 #include "dtl/budget.hpp"
 #include "dtl/dtl.hpp"
 #include "kvs/record.hpp"
-#include "kvs/store.hpp"
+#include "proto/fetch.hpp"
+#include "kvs/serve.hpp"
+#include "kvs/service_store.hpp"
 #include "metrics.hpp"
 #include "peer_caps.hpp"
+#include "publish_ledger.hpp"
 #include "rpc/server.hpp"
 
 namespace dyad::proto {
@@ -136,17 +139,7 @@ class Service {
         uint64_t bytes_received = 0;
         uint64_t in_flight = 0;  // transfers sending now
     };
-    class StoreWatch;  // whether a remote metadata store answers (service.cpp)
 
-    // What this service published of a file: a fetch serves the file only
-    // while it is still exactly this (docs/security.md).
-    struct Published {
-        uint64_t dev = 0, ino = 0, size = 0;
-        int64_t mtime_ns = 0;
-        uint64_t generation = 0;
-        int64_t ctime_ns = 0;  // 0: unknown (learnt from the store after a restart)
-        std::string ns, key;   // where the record is ("": learnt from the store)
-    };
     // The served file as the transfer started.
     struct Snapshot {
         uint64_t ino = 0, size = 0;
@@ -197,19 +190,21 @@ class Service {
     // The record publish() writes for the file `up` as `sb` says it is.
     kvs::Record record_of(const std::string& up, const struct stat& sb) const;
     // Registers again in the remote store and publishes again every file
-    // still as published (store_watch.cpp); false: not finished.
-    bool rejoin(const std::function<bool()>& stopping);
-    // Whether the file open as `fd` is `up` as this service published it
-    // (`a`: the fetch's fields, ns/key/generation): its snapshot if so.
-    Status check_served(const nlohmann::json& a, int fd, const std::string& up, Snapshot* snap);
+    // still as published, counting them in `republished`; false: not
+    // finished (the store's kvs::Rejoin).
+    bool rejoin(const std::function<bool()>& stopping, uint64_t& republished);
+    // Builds the metadata store (--kvs), serves it and registers in it.
+    Status start_store();
     // Without a key, a peer that is not this service's uid nor root is
     // served only a file its own uid could read (docs/security.md,
     // "Keyless peers read what their uid may read").
     Status readable_by(const rpc::Peer& peer, const struct stat& sb, const std::string& up);
-    // The same, for the file as `sb` (its fstat under the lock) says it is.
-    Status check_served(const nlohmann::json& a, const struct stat& sb, const std::string& up,
-                        Snapshot* snap);
-    // The metadata store from a file thread (the embedded one through the loop).
+    // Whether the file as `sb` (its fstat under the lock) says it is, is `up`
+    // as this service published it (`req`: the fetch's ns, key and
+    // generation): its snapshot if so.
+    Status check_served(const proto::FetchRequest& req, const struct stat& sb,
+                        const std::string& up, Snapshot* snap);
+    // The metadata store, timed (from a file thread).
     Result<uint64_t> store_put(const std::string& ns, const std::string& key,
                                const std::string& value, uint64_t replaces = 0);
     Result<kvs::Entry> store_get(const std::string& ns, const std::string& key);
@@ -275,18 +270,12 @@ class Service {
     // histograms, request log lines); requests keep a reference.
     std::shared_ptr<RequestMetrics> metrics_ = std::make_shared<RequestMetrics>();
     std::unique_ptr<rpc::Server> server_;
-    std::unique_ptr<kvs::MemoryStore> store_;
     std::shared_ptr<const auth::Key> key_;
-    std::shared_ptr<kvs::ServiceStore> ext_;       // --kvs etcd://: served to our clients
-    std::unique_ptr<asio::thread_pool> ext_pool_;  // its blocking calls for our clients
-    std::unique_ptr<kvs::RpcStore> remote_;        // --kvs: the store, as this service
-    std::unique_ptr<StoreWatch> store_watch_;      // with remote_; destroyed before it
-    std::mutex pub_mu_;
-    // Publishes share it; rejoin() takes it alone for each file it puts.
-    std::shared_mutex publish_gate_;
-    std::atomic<uint64_t> republished_{0};
-    std::string state_dir_;  // of the embedded store (its epoch file)
-    std::unordered_map<std::string, Published> published_;  // by upath
+    // The metadata store (embedded, another dyadd's, or etcd), and its
+    // topics served to this service's clients (unless they ask its host).
+    std::shared_ptr<kvs::ServiceStore> store_;
+    std::unique_ptr<kvs::StoreServer> store_server_;
+    PublishLedger ledger_;  // what this service published
     std::atomic<uint64_t> published_count_{0}, refused_unproduced_{0}, refused_stale_{0};
     std::atomic<uint64_t> refused_unreadable_{0};  // keyless peers refused a file (readable_by)
     std::vector<std::string> endpoints_;

@@ -6,7 +6,6 @@
 
 #include "common/settings.hpp"
 #include "service.hpp"
-#include "store_watch.hpp"
 
 namespace dyad::service {
 
@@ -72,24 +71,24 @@ nlohmann::json Service::status_json() const {
     if (budget_) j["memory"] = budget_->stats();
     j["uptime_s"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    if (store_)
-        j["store"] = {{"keys", store_->key_count()},
-                      {"waiters", store_->watcher_count()},
-                      {"bytes", store_->bytes() - store_->registry_bytes()},
-                      {"registry_bytes", store_->registry_bytes()},
-                      {"max_bytes", store_->limits().max_bytes},
-                      {"refused", store_->refused()},
-                      {"refused_too_large", store_->refusals().too_large},
-                      {"refused_store_full", store_->refusals().store_full},
-                      {"refused_namespace_records", store_->refusals().ns_records},
-                      {"refused_namespace_bytes", store_->refusals().ns_bytes},
-                      {"max_records_per_namespace", store_->limits().max_records_per_ns},
-                      {"namespaces", store_->namespace_count()},
-                      {"max_namespaces", store_->limits().max_namespaces},
-                      {"refused_namespaces", store_->refusals().namespaces},
-                      {"max_bytes_per_namespace", store_->ns_byte_quota(opts_.ns)},
-                      {"epoch", store_->epoch()},
-                      {"state_dir", state_dir_}};
+    if (auto h = store_ ? store_->hosted() : std::nullopt)
+        j["store"] = {{"keys", h->records},
+                      {"waiters", h->waiters},
+                      {"bytes", h->bytes - h->registry_bytes},
+                      {"registry_bytes", h->registry_bytes},
+                      {"max_bytes", h->limits.max_bytes},
+                      {"refused", h->refusals.total()},
+                      {"refused_too_large", h->refusals.too_large},
+                      {"refused_store_full", h->refusals.store_full},
+                      {"refused_namespace_records", h->refusals.ns_records},
+                      {"refused_namespace_bytes", h->refusals.ns_bytes},
+                      {"max_records_per_namespace", h->limits.max_records_per_ns},
+                      {"namespaces", h->namespaces},
+                      {"max_namespaces", h->limits.max_namespaces},
+                      {"refused_namespaces", h->refusals.namespaces},
+                      {"max_bytes_per_namespace", h->ns_byte_quota},
+                      {"epoch", h->epoch},
+                      {"state_dir", h->state_dir}};
     // The settings this service reads, with where each value came from.
     nlohmann::json mine = nlohmann::json::array();
     for (auto& s : settings::describe())
@@ -113,24 +112,12 @@ void Service::on_status(std::shared_ptr<rpc::Request> r) {
 }
 
 nlohmann::json Service::store_json(bool reachable, const std::string& why) const {
-    nlohmann::json j;
-    if (ext_) {
-        j = ext_->status();
-        reachable = j.value("reachable", false);
-        if (!reachable) j["error"] = j.value("error", why);
+    // A store that knows whether it is reachable says so (etcd); for the
+    // others health() found out.
+    nlohmann::json j = store_->status();
+    if (j.contains("reachable")) {
+        if (!j.value("reachable", false)) j["error"] = j.value("error", why);
         return j;
-    }
-    if (remote_) {
-        // Another dyadd's embedded store; rejoined: how often this service
-        // registered and published again after it came back empty.
-        j = store_watch_->view();
-        j["backend"] = "remote embedded";
-        j["endpoint"] = opts_.kvs_uri;
-        j["republished"] = republished_.load();
-    } else {
-        j["backend"] = "embedded";
-        j["endpoint"] = endpoints_.empty() ? std::string() : endpoints_.front();
-        j["epoch"] = store_->epoch();
     }
     j["reachable"] = reachable;
     if (!reachable) j["error"] = why;
@@ -141,8 +128,8 @@ void Service::health(std::function<void(bool, std::string)> done) {
     // Through the loop first: a service whose loop does not turn is not
     // healthy, and the caller's deadline says so.
     asio::post(io_, [this, done = std::move(done)]() mutable {
-        if (!store_watch_) return done(true, "");  // embedded: the loop answers it
-        store_watch_->check(std::move(done));
+        if (!store_) return done(true, "");
+        store_->check(std::move(done));
     });
 }
 
@@ -253,22 +240,22 @@ std::string Service::metrics_text() const {
                   m.value("peer_limited_total", uint64_t{0}));
     }
 
-    bool embedded = static_cast<bool>(store_);
+    auto hosted = store_ ? store_->hosted() : std::nullopt;
     t.gauge("dyad_store_embedded", "1 when this service hosts the metadata store, 0 with --kvs",
-            embedded ? 1 : 0);
-    if (store_) {
+            hosted ? 1 : 0);
+    if (hosted) {
         t.gauge("dyad_store_records", "records (keys) in the embedded metadata store",
-                static_cast<double>(store_->key_count()));
+                static_cast<double>(hosted->records));
         t.gauge("dyad_store_bytes", "bytes of keys and values in the embedded metadata store",
-                static_cast<double>(store_->bytes()));
+                static_cast<double>(hosted->bytes));
         t.gauge("dyad_store_max_bytes", "bytes the embedded metadata store may hold (--store-max)",
-                static_cast<double>(store_->limits().max_bytes));
+                static_cast<double>(hosted->limits.max_bytes));
         t.gauge("dyad_store_waiters", "requests waiting for a key to be put",
-                static_cast<double>(store_->watcher_count()));
+                static_cast<double>(hosted->waiters));
         t.counter("dyad_store_puts_refused_total",
                   "puts the embedded metadata store refused for a size limit (key, value, "
                   "--store-max)",
-                  store_->refused());
+                  hosted->refusals.total());
     }
     t.family("dyad_store_call_seconds", "histogram",
              "time this service's own metadata calls took (publish, fetch checks), embedded or "

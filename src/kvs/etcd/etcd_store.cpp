@@ -8,6 +8,8 @@
 #include "common/log.hpp"
 #include "etcd_client.hpp"
 #include "etcd_watch.hpp"
+#include "kvs/registry.hpp"
+#include "proto/record.hpp"
 #include "common/json_text.hpp"
 
 namespace dyad::kvs::etcd {
@@ -35,10 +37,7 @@ std::string unescape(const std::string& s) {
 }
 
 std::string owner_of(const std::string& value) {
-    auto j = nlohmann::json::parse(value, nullptr, false);
-    if (!j.is_object()) return "";
-    auto o = j.find("owner");
-    return o != j.end() && o->is_string() ? o->get<std::string>() : std::string();
+    return proto::record_owner(value).value_or(std::string());
 }
 
 // "key's create (CREATE) or mod (MOD) revision equals rev".
@@ -162,21 +161,24 @@ class EtcdStore final : public ServiceStore {
 
     Result<Entry> register_service(const std::string& id, const std::string& value,
                                    Deadline d) override {
-        auto j = nlohmann::json::parse(value, nullptr, false);
-        if (!j.is_object())
-            return Status(DYAD_RC_BADPACK, "registration of '" + id + "' is not a JSON object",
-                          EINVAL);
-        auto rk = j.find("rank");
-        if (rk == j.end() || !rk->is_number_unsigned()) {
+        auto e = registered(id, value, d);
+        if (!e)
+            return Status(e.status())
+                .wrap("cannot register in the metadata store (" + describe() + ")");
+        return e;
+    }
+
+    Result<Entry> registered(const std::string& id, const std::string& value, Deadline d) {
+        auto ranked = registry::with_rank(id, value, [&]() -> Result<std::optional<uint64_t>> {
             auto rank = assign_rank(id, d);
             if (!rank) return rank.status();
-            j["rank"] = rank.value();
-            j["rank_source"] = "store";
-        }
+            return std::optional<uint64_t>(rank.value());
+        });
+        if (!ranked) return ranked.status();
         {
             std::lock_guard<std::mutex> lk(lease_mu_);
             reg_id_ = id;
-            reg_value_ = j.dump(-1, ' ', false, kBadUtf8Replaced);
+            reg_value_ = std::move(ranked.value());
         }
         Status s = grant_and_put(d);
         if (!s) return s;
@@ -283,7 +285,7 @@ class EtcdStore final : public ServiceStore {
     // not sent yet, keyed by the page's last key, for the listing's next
     // page (at most kListCursors listings, each for kListCursorSeconds).
     Result<Page> list(const std::string& ns, const std::string& prefix, const std::string& after,
-                      size_t limit, Deadline d) override {
+                      uint64_t limit, Deadline d) override {
         const std::string base = ns_base(ns);
         const bool registry = ns == kServicesNamespace;
         const std::string cursor_key = base + '\0' + prefix + '\0' + after;
@@ -306,8 +308,8 @@ class EtcdStore final : public ServiceStore {
                 std::string a = base + (registry ? escape(after) : after) + std::string(1, '\0');
                 if (a > from) from = a;
             }
-            auto r =
-                c_->range(from, end, static_cast<int64_t>(std::max(limit, kListChunk)), false, d);
+            auto r = c_->range(
+                from, end, static_cast<int64_t>(std::max<uint64_t>(limit, kListChunk)), false, d);
             if (!r) return r.status();
             cur.more = r->more();
             for (const auto& kv : r->kvs()) {
@@ -351,6 +353,7 @@ class EtcdStore final : public ServiceStore {
     }
 
     std::string describe() const override { return "etcd at " + c_->where(); }
+    size_t max_key() const override { return o_.limits.max_key; }
 
   private:
     // Dense ranks in registration order; a service keeps its rank for the

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kvs/store.hpp"
+#include "kvs/service_store.hpp"
 
 namespace dyad::kvs::etcd {
 

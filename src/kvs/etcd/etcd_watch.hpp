@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "etcd_client.hpp"
-#include "kvs/store.hpp"
+#include "kvs/service_store.hpp"
 
 namespace dyad::kvs::etcd {
 

@@ -6,9 +6,9 @@
 // booleans as numbers).
 #include <gtest/gtest.h>
 
-#include "kvs/record.hpp"
+#include "proto/record.hpp"
 
-using dyad::kvs::Record;
+using dyad::proto::Record;
 
 namespace {
 
@@ -55,9 +55,9 @@ void equal(const Record& a, const Record& b) {
 // The one-pass reading of canonical text, where it reads, reads what the
 // SAX reading reads.
 void canonical_agrees(const std::string& text) {
-    auto fast = dyad::kvs::detail::read_canonical(text);
+    auto fast = dyad::proto::record_detail::read_canonical(text);
     if (!fast) return;
-    auto full = dyad::kvs::detail::read_any(text);
+    auto full = dyad::proto::record_detail::read_any(text);
     ASSERT_TRUE(full.is_ok()) << "read canonically but refused: " << full.status().message();
     equal(*fast, full.value());
 }
@@ -122,7 +122,7 @@ TEST(Record, WhatToJsonWritesIsReadInOnePass) {
     for (const Record& r : records) {
         const std::string text = r.to_json().dump();
         SCOPED_TRACE(text);
-        auto fast = dyad::kvs::detail::read_canonical(text);
+        auto fast = dyad::proto::record_detail::read_canonical(text);
         ASSERT_TRUE(fast.has_value());
         equal(*fast, r);
         canonical_agrees(text);
@@ -134,7 +134,7 @@ TEST(Record, WhatToJsonWritesIsReadInOnePass) {
     Record u = a;
     u.upath = "caf\xc3\xa9/\"q\".bin";
     const std::string text = u.to_json().dump();
-    EXPECT_FALSE(dyad::kvs::detail::read_canonical(text).has_value());
+    EXPECT_FALSE(dyad::proto::record_detail::read_canonical(text).has_value());
     auto r = Record::from_json(text, 4);
     ASSERT_TRUE(r.is_ok());
     EXPECT_EQ(r->upath, u.upath);

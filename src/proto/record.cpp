@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "record.hpp"
+#include "proto/record.hpp"
 
 #include <cstdlib>
 #include <iterator>
@@ -7,7 +7,7 @@
 
 #include "common/keygen.hpp"
 
-namespace dyad::kvs {
+namespace dyad::proto {
 
 nlohmann::json Record::to_json() const {
     nlohmann::json j = {{"path", upath},
@@ -376,7 +376,7 @@ class CanonicalReader {
 
 }  // namespace
 
-namespace detail {
+namespace record_detail {
 
 std::optional<Record> read_canonical(std::string_view text) {
     return CanonicalReader(text).read();
@@ -392,11 +392,11 @@ Result<Record> read_any(const std::string& text) {
     return r;
 }
 
-}  // namespace detail
+}  // namespace record_detail
 
 Result<Record> Record::from_json(const std::string& text, uint64_t generation) {
-    auto canonical = detail::read_canonical(text);
-    auto r = canonical ? Result<Record>(std::move(*canonical)) : detail::read_any(text);
+    auto canonical = record_detail::read_canonical(text);
+    auto r = canonical ? Result<Record>(std::move(*canonical)) : record_detail::read_any(text);
     if (r) r.value().generation = generation;
     return r;
 }
@@ -413,4 +413,19 @@ uint32_t Record::owner_rank() const {
     return static_cast<uint32_t>(h[0] & 0x7fffffff);
 }
 
-}  // namespace dyad::kvs
+std::string record_path(const std::string& value) {
+    auto j = nlohmann::json::parse(value, nullptr, false);
+    if (!j.is_object()) return "";
+    auto u = j.find(kNames[static_cast<size_t>(Field::path)]);
+    return u != j.end() && u->is_string() ? u->get<std::string>() : "";
+}
+
+std::optional<std::string> record_owner(const std::string& value) {
+    auto j = nlohmann::json::parse(value, nullptr, false);
+    if (!j.is_object()) return std::nullopt;
+    auto o = j.find(kNames[static_cast<size_t>(Field::owner)]);
+    if (o == j.end() || !o->is_string()) return std::nullopt;
+    return o->get<std::string>();
+}
+
+}  // namespace dyad::proto

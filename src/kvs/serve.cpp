@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "serve.hpp"
+
+#include <cerrno>
+
+#include <asio/post.hpp>
+
+#include "embedded_store.hpp"
+#include "get_many.hpp"
+#include "proto/kvs.hpp"
+#include "rpc/server.hpp"
+
+namespace dyad::kvs {
+namespace wire = proto::kvs;
+namespace {
+// A wait answers TIMEOUT after this long; the client's RpcStore::wait asks
+// again until its own deadline (it slices its waits at 30 s).
+constexpr double kWaitAnswer = 30.0;
+constexpr double kCallTimeout = 30.0;  // a lookup, a put or a page
+
+void fail(const std::shared_ptr<rpc::Request>& r, const Status& s) {
+    r->error(s.err() ? s.err() : EIO, s.message(), s.rc());
+}
+
+// Arguments the request cannot be served with (proto::Fields says which).
+void bad_args(const std::shared_ptr<rpc::Request>& r, const Status& s) {
+    r->error(EINVAL, s.message(), DYAD_RC_BADUNPACK);
+}
+
+// The answer to a lookup of a key the store does not have.
+void not_found(const std::shared_ptr<rpc::Request>& r, const std::string& ns,
+               const std::string& key) {
+    r->error(ENOENT, "key '" + key + "' not found in namespace '" + ns + "'", DYAD_RC_NOTFOUND);
+}
+
+void answer_entry(const std::shared_ptr<rpc::Request>& r, const std::string& ns,
+                  const std::string& key, Result<Entry> e) {
+    if (e) return r->end(wire::EntryAnswer{std::move(e->value), e->version}.build());
+    if (e.status().rc() == DYAD_RC_NOTFOUND) return not_found(r, ns, key);
+    fail(r, e.status());
+}
+}  // namespace
+
+struct StoreServer::Topics {
+    rpc::Server& server;
+    std::shared_ptr<ServiceStore> store;
+    std::unique_ptr<asio::thread_pool> pool;  // for a store whose calls block
+
+    // Runs fn where the store may be called: on the loop for a store that
+    // never blocks, on the pool otherwise.
+    void run(std::function<void()> fn) {
+        if (pool)
+            asio::post(*pool, std::move(fn));
+        else
+            fn();
+    }
+    void on_put(const std::shared_ptr<rpc::Request>& r);
+    void on_get(const std::shared_ptr<rpc::Request>& r);
+    void on_list(const std::shared_ptr<rpc::Request>& r);
+    void on_get_many(const std::shared_ptr<rpc::Request>& r);
+};
+
+namespace {
+std::shared_ptr<StoreServer::Topics> attach(rpc::Server& server,
+                                            std::shared_ptr<ServiceStore> store) {
+    auto t = std::make_shared<StoreServer::Topics>(
+        StoreServer::Topics{server, std::move(store), nullptr});
+    if (t->store->blocks()) t->pool = std::make_unique<asio::thread_pool>(4);
+    using Req = std::shared_ptr<rpc::Request>;
+    server.reads_args(wire::kPut, wire::PutArgs::names());
+    server.handle(wire::kPut, [t](Req r) { t->on_put(r); });
+    server.reads_args(wire::kGet, wire::GetArgs::names());
+    server.handle(wire::kGet, [t](Req r) { t->on_get(r); });
+    // One page (docs/wire-protocol.md, "Listing in pages").
+    server.reads_args(wire::kList, wire::ListArgs::names());
+    server.handle(wire::kList, [t](Req r) { t->on_list(r); });
+    server.reads_args(wire::kGetMany, wire::GetManyArgs::names());
+    server.handle(wire::kGetMany, [t](Req r) { t->on_get_many(r); });
+    return t;
+}
+}  // namespace
+
+StoreServer::StoreServer(rpc::Server& server, std::shared_ptr<ServiceStore> store)
+    : topics_(attach(server, std::move(store))) {}
+
+StoreServer::~StoreServer() {
+    if (topics_->pool) {
+        topics_->pool->stop();
+        topics_->pool->join();
+    }
+}
+
+void StoreServer::Topics::on_put(const std::shared_ptr<rpc::Request>& r) {
+    if (!store->takes_peer_puts())
+        return r->error(EPERM,
+                        "this service keeps its metadata in an external store: publish through it "
+                        "(dyad produce, dyad_produce)",
+                        DYAD_RC_NOAUTH);
+    auto a = wire::PutArgs::parse(r->args());
+    if (!a) return bad_args(r, a.status());
+    std::string writer = r->peer_service();
+    Status ok = check_put(writer, a->ns, a->key, a->value);
+    if (!ok) return fail(r, ok);
+    run([store = store, r, a = std::move(a.value()), writer = std::move(writer)] {
+        auto v =
+            store->put(a.ns, a.key, a.value, writer, a.replaces, Deadline::after(kCallTimeout));
+        if (!v) return fail(r, v.status());
+        r->end(wire::PutAnswer{v.value()}.build());
+    });
+}
+
+void StoreServer::Topics::on_get(const std::shared_ptr<rpc::Request>& r) {
+    auto a = wire::GetArgs::parse(r->args());
+    if (!a) return bad_args(r, a.status());
+    // A record that can never be put is never waited for (nor held).
+    const size_t most = store->max_key();
+    if (a->ns.size() > most || a->key.size() > most)
+        return r->error(EMSGSIZE,
+                        "metadata key too large (namespace " + std::to_string(a->ns.size()) +
+                            " bytes, key " + std::to_string(a->key.size()) + " bytes; at most " +
+                            std::to_string(most) + ")",
+                        DYAD_RC_BADUNPACK);
+    // Every wait ends: at its client's deadline, at most --max-wait
+    // (ETIMEDOUT; the client asks again).
+    if (a->wait) r->cap_deadline(server.max_wait());
+    run([store = store, r, a = std::move(a.value())] {
+        if (!a.wait)
+            return answer_entry(r, a.ns, a.key,
+                                store->get(a.ns, a.key, Deadline::after(kCallTimeout)));
+        uint64_t id = store->wait(a.ns, a.key, Deadline::after(kWaitAnswer),
+                                  [r, ns = a.ns, key = a.key](Result<Entry> e) {
+                                      answer_entry(r, ns, key, std::move(e));
+                                  });
+        if (id) r->on_cancel([store, id] { store->cancel(id); });
+    });
+}
+
+void StoreServer::Topics::on_list(const std::shared_ptr<rpc::Request>& r) {
+    auto a = wire::ListArgs::parse(r->args());
+    if (!a) return bad_args(r, a.status());
+    run([store = store, r, a = std::move(a.value())] {
+        PageBuilder built(a.limit);
+        auto page =
+            store->list(a.ns, a.prefix, a.after, built.limit(), Deadline::after(kCallTimeout));
+        if (!page) return fail(r, page.status());
+        // The one paging rule, whatever the store's own.
+        for (auto& [k, e] : page->entries)
+            if (!built.add(std::move(k), std::move(e))) break;
+        Page p = built.take();
+        wire::ListAnswer out;
+        out.more = p.more || page->more;
+        out.entries.reserve(p.entries.size());
+        for (auto& [k, e] : p.entries)
+            out.entries.push_back({std::move(k), std::move(e.value), e.version});
+        r->end(out.build());
+    });
+}
+
+void StoreServer::Topics::on_get_many(const std::shared_ptr<rpc::Request>& r) {
+    auto a = wire::GetManyArgs::parse(r->args());
+    if (!a) return bad_args(r, a.status());
+    run([store = store, r, a = std::move(a.value())] {
+        // Within kGetManyAnswerBudget bytes of values: the keys past it are
+        // "later" (asked for again).
+        std::vector<Lookup> found(a.keys.size());
+        size_t budget = kGetManyAnswerBudget;
+        for (size_t i = 0; i < a.keys.size() && budget; ++i) {
+            auto e = store->get(a.ns, a.keys[i], Deadline::after(kCallTimeout));
+            if (!e && e.status().rc() != DYAD_RC_NOTFOUND) return fail(r, e.status());
+            if (!e) {
+                found[i].state = Lookup::State::missing;
+                continue;
+            }
+            if (e->value.size() + 32 > budget) {
+                budget = 0;
+                break;
+            }
+            budget -= e->value.size() + 32;
+            found[i].state = Lookup::State::found;
+            found[i].entry = std::move(e.value());
+        }
+        // The compact answer: the entries in the end frame's data.
+        if (a.raw) {
+            std::string data;
+            for (const auto& l : found) append_raw_entry(&data, l);
+            return r->end(wire::GetManyAnswer::build_raw(found.size()), std::move(data));
+        }
+        // Per key: [value, version] when found, 0 when absent, null later.
+        nlohmann::json out = nlohmann::json::array();
+        for (auto& l : found) {
+            if (l.state == Lookup::State::found)
+                out.push_back(nlohmann::json::array({std::move(l.entry.value), l.entry.version}));
+            else if (l.state == Lookup::State::missing)
+                out.push_back(0);
+            else
+                out.push_back(nullptr);
+        }
+        r->end(wire::GetManyAnswer::build_entries(std::move(out)));
+    });
+}
+
+void serve(rpc::Server& server, MemoryStore& store) {
+    // The handlers hold what they need for as long as the server lives.
+    (void)attach(server, std::make_shared<EmbeddedStore>(store));
+}
+
+}  // namespace dyad::kvs

@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "proto/kvs.hpp"
+
+#include "proto/fields.hpp"
+
+namespace dyad::proto::kvs {
+
+std::vector<std::string> PutArgs::names() {
+    return {"ns", "key", "value", "replaces"};
+}
+
+Result<PutArgs> PutArgs::parse(const nlohmann::json& j) {
+    Fields f(j, kPut);
+    PutArgs a;
+    a.ns = f.str("ns", kMaxText);
+    a.key = f.str("key", kMaxText);
+    a.value = f.str("value", kMaxValue);
+    a.replaces = f.opt_u64("replaces").value_or(0);
+    return finish(f, std::move(a));
+}
+
+nlohmann::json PutArgs::build() const {
+    nlohmann::json j = {{"ns", ns}, {"key", key}, {"value", value}};
+    if (replaces) j["replaces"] = replaces;
+    return j;
+}
+
+Result<PutAnswer> PutAnswer::parse(const nlohmann::json& j) {
+    Fields f(j, "kvs.put answer");
+    PutAnswer a;
+    a.version = f.u64("version");
+    return finish(f, a);
+}
+
+nlohmann::json PutAnswer::build() const {
+    return {{"version", version}};
+}
+
+std::vector<std::string> GetArgs::names() {
+    return {"ns", "key", "wait"};
+}
+
+Result<GetArgs> GetArgs::parse(const nlohmann::json& j) {
+    Fields f(j, kGet);
+    GetArgs a;
+    // (Longer than any key the store takes: answered, never waited for.)
+    a.ns = f.str("ns", kMaxText);
+    a.key = f.str("key", kMaxText);
+    a.wait = f.opt_bool("wait").value_or(false);
+    return finish(f, std::move(a));
+}
+
+nlohmann::json GetArgs::build() const {
+    nlohmann::json j = {{"ns", ns}, {"key", key}};
+    if (wait) j["wait"] = true;
+    return j;
+}
+
+Result<EntryAnswer> EntryAnswer::parse(const nlohmann::json& j) {
+    Fields f(j, "kvs.get answer");
+    EntryAnswer a;
+    a.value = f.str("value", kMaxValue);
+    a.version = f.u64("version");
+    return finish(f, std::move(a));
+}
+
+nlohmann::json EntryAnswer::build() const {
+    return {{"value", value}, {"version", version}};
+}
+
+std::vector<std::string> ListArgs::names() {
+    return {"ns", "prefix", "after", "limit"};
+}
+
+Result<ListArgs> ListArgs::parse(const nlohmann::json& j) {
+    Fields f(j, kList);
+    ListArgs a;
+    a.ns = f.str("ns");
+    a.prefix = f.opt_str("prefix").value_or("");
+    a.after = f.opt_str("after").value_or("");
+    a.limit = f.opt_u64("limit").value_or(0);
+    return finish(f, std::move(a));
+}
+
+nlohmann::json ListArgs::build() const {
+    nlohmann::json j = {{"ns", ns}, {"prefix", prefix}};
+    if (!after.empty()) j["after"] = after;
+    if (limit) j["limit"] = limit;
+    return j;
+}
+
+Result<ListAnswer> ListAnswer::parse(nlohmann::json&& j) {
+    Fields f(j, "kvs.list answer");
+    (void)f.array("entries");
+    ListAnswer a;
+    a.more = f.opt_bool("more").value_or(false);
+    if (!f.ok()) return f.status();
+    auto& arr = j["entries"];
+    a.entries.reserve(arr.size());
+    // (Its strings are moved out: j is the caller's to let go.)
+    for (auto& e : arr) {
+        Fields ef(e, "kvs.list answer entry");
+        auto key = ef.opt_str("key", kMaxText);
+        auto value = ef.opt_str("value", kMaxValue);
+        if (!ef.ok() || !key || !value) continue;  // (one it cannot read is skipped)
+        a.entries.push_back(
+            {std::move(*key), std::move(*value), ef.opt_u64("version").value_or(0)});
+    }
+    return a;
+}
+
+nlohmann::json ListAnswer::build() const {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& e : entries)
+        arr.push_back({{"key", e.key}, {"value", e.value}, {"version", e.version}});
+    return {{"entries", std::move(arr)}, {"more", more}};
+}
+
+std::vector<std::string> GetManyArgs::names() {
+    return {"ns", "keys", "answer"};
+}
+
+Result<GetManyArgs> GetManyArgs::parse(const nlohmann::json& j) {
+    Fields f(j, kGetMany);
+    GetManyArgs a;
+    a.ns = f.str("ns");
+    const nlohmann::json* keys = f.array("keys");
+    if (keys && keys->size() > kMaxKeys)
+        f.fail("keys", "holds " + std::to_string(keys->size()) + " keys (at most " +
+                           std::to_string(kMaxKeys) + " keys per request)");
+    if (f.ok()) a.keys = f.strings("keys", kMaxKeys, kMaxText);
+    a.raw = f.opt_str("answer").value_or("") == "raw";
+    return finish(f, std::move(a));
+}
+
+nlohmann::json GetManyArgs::build() const {
+    nlohmann::json j = {{"ns", ns}, {"keys", keys}};
+    if (raw) j["answer"] = "raw";
+    return j;
+}
+
+Result<GetManyAnswer> GetManyAnswer::parse(nlohmann::json&& j) {
+    Fields f(j, "kvs.get_many answer");
+    GetManyAnswer a;
+    auto format = f.opt_str("format");
+    if (format) {
+        if (*format != "raw") f.fail("format", "is not \"raw\"");
+        a.raw = true;
+        a.count = f.u64("count");
+    } else if (f.array("entries")) {
+        a.entries = std::move(j["entries"]);
+    }
+    return finish(f, std::move(a));
+}
+
+nlohmann::json GetManyAnswer::build_raw(uint64_t count) {
+    return {{"format", "raw"}, {"count", count}};
+}
+
+nlohmann::json GetManyAnswer::build_entries(nlohmann::json entries) {
+    return {{"entries", std::move(entries)}};
+}
+
+}  // namespace dyad::proto::kvs

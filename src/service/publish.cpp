@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+// dyad.publish, the service's own calls to its metadata store, and the
+// re-join after a remote store lost the service: what this service
+// published is its PublishLedger (publish_ledger.hpp).
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "common/json_text.hpp"
+#include "common/keygen.hpp"
+#include "common/log.hpp"
+#include "common/paths.hpp"
+#include "kvs/record.hpp"
+#include "proto/publish.hpp"
+#include "service.hpp"
+
+namespace dyad::service {
+namespace {
+constexpr const char* kSub = "dyadd";
+constexpr double kStoreTimeout = 30.0;  // a publish's or a lookup's store request
+}  // namespace
+
+void Service::on_publish(std::shared_ptr<rpc::Request> r) {
+    auto req = proto::PublishRequest::parse(r->args());
+    if (!req) return r->error(EINVAL, req.status().message(), DYAD_RC_BADUNPACK);
+    auto up = normalize_upath(req->upath);
+    if (!up) return r->error(up.status().err(), up.status().message(), up.status().rc());
+    std::string ns = req->ns.value_or(opts_.ns);
+    if (ns.empty() || ns == kServicesNamespace)
+        return r->error(EINVAL, "publish into namespace '" + ns + "' refused", DYAD_RC_BADUNPACK);
+    if (Status ok = req->check(); !ok) return r->error(EINVAL, ok.message(), DYAD_RC_BADUNPACK);
+    const uint64_t depth = req->key_depth, bins = req->key_bins, replaces = req->replaces;
+    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces] {
+        if (r->finished()) return;
+        auto res =
+            publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins), replaces);
+        asio::post(io_, [r, res] {
+            if (res) return r->end(res.value());
+            Status st = res.status();
+            r->error(st.err() ? st.err() : EIO, st.message(), st.rc());
+        });
+    });
+}
+
+Result<nlohmann::json> Service::publish(const std::string& up, const std::string& ns,
+                                        unsigned depth, unsigned bins, uint64_t replaces) {
+    auto fd = open_served_file(up);
+    if (!fd) return Status(fd.status()).wrap("cannot publish");
+    struct stat sb;
+    if (::fstat(fd->get(), &sb) != 0)
+        return Status(DYAD_RC_BADFIO, "cannot publish '" + up + "': stat failed", errno);
+    if (Status one = one_name(up, sb); !one) return one.wrap("cannot publish");
+    kvs::Record rec = record_of(up, sb);
+    auto key = gen_path_key(up, depth, bins);
+    if (!key) return key.status();
+    auto gate = ledger_.publishing();
+    // Published before the store says so: a consumer woken by the put may
+    // ask for the file at once.
+    // (Generation 0 until the store answers: not checked meanwhile.)
+    Published pub = Published::of(sb, ns, key.value());
+    auto before = ledger_.begin(up, pub);
+    auto v =
+        store_put(ns, key.value(), rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), replaces);
+    ledger_.end(up, std::move(pub), v, before);
+    if (!v) return Status(v.status()).wrap("cannot publish '" + up + "'");
+    published_count_++;
+    return proto::PublishAnswer{v.value(), key.value(), rec.to_json()}.build();
+}
+
+Result<uint64_t> Service::store_put(const std::string& ns, const std::string& key,
+                                    const std::string& value, uint64_t replaces) {
+    ScopedTimer timed(store_calls_[0]);
+    return store_->put(ns, key, value, id_, replaces, Deadline::after(kStoreTimeout));
+}
+
+Result<kvs::Entry> Service::store_get(const std::string& ns, const std::string& key) {
+    ScopedTimer timed(store_calls_[1]);
+    return store_->get(ns, key, Deadline::after(kStoreTimeout));
+}
+
+kvs::Record Service::record_of(const std::string& up, const struct stat& sb) const {
+    kvs::Record rec;
+    rec.upath = up;
+    rec.owner = id_;
+    rec.node = opts_.node;
+    rec.producer_dir = prod_dir_;
+    rec.endpoints = endpoints_;
+    rec.size = static_cast<uint64_t>(sb.st_size);
+    rec.mtime_ns = static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
+    rec.mode = sb.st_mode & 07777;
+    rec.ino = static_cast<uint64_t>(sb.st_ino);
+    rec.rank = rank_;
+    return rec;
+}
+
+// ---- putting the service back into a store that lost it ----
+
+bool Service::rejoin(const std::function<bool()>& stopping, uint64_t& republished) {
+    auto v = store_->put(kServicesNamespace, id_, identity().dump(-1, ' ', false, kBadUtf8Replaced),
+                         id_, 0, Deadline::after(10));
+    if (!v) {
+        DYAD_WARN(kSub, "cannot register again in the metadata store at %s: %s (trying again)",
+                  opts_.kvs_uri.c_str(), v.status().to_string().c_str());
+        return false;
+    }
+    uint64_t again = 0, changed = 0, failed = 0;
+    for (const auto& [up, pub] : ledger_.to_republish()) {
+        if (stopping()) return true;
+        // One at a time with publishes: a publish of the same file while
+        // this one is in flight would otherwise be overtaken by it.
+        auto gate = ledger_.republishing();
+        if (!ledger_.current(up, pub.generation)) continue;
+        // Only a file still exactly as published (it would not be served
+        // otherwise): its record as publish() would write it now.
+        auto fd = open_served_file(up);
+        struct stat sb;
+        if (!fd || ::fstat(fd->get(), &sb) != 0 || !pub.unchanged(sb)) {
+            ++changed;
+            continue;
+        }
+        auto rec = record_of(up, sb);
+        auto put =
+            store_->put(pub.ns, pub.key, rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), id_,
+                        0, Deadline::after(30));
+        if (!put) {
+            ++failed;
+            DYAD_WARN(kSub, "cannot publish '%s' again: %s", up.c_str(),
+                      put.status().to_string().c_str());
+            if (put.status().rc() == DYAD_RC_CONNFAIL) return false;  // gone again
+            continue;
+        }
+        ledger_.republished(up, pub.generation, put.value());
+        ++again;
+        ++republished;
+    }
+    DYAD_INFO(kSub,
+              "registered again in the metadata store at %s; published again %llu files (%llu "
+              "changed since, not published; %llu failed)",
+              opts_.kvs_uri.c_str(), static_cast<unsigned long long>(again),
+              static_cast<unsigned long long>(changed), static_cast<unsigned long long>(failed));
+    return true;
+}
+
+}  // namespace dyad::service

@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "publish_ledger.hpp"
+
+#include <cerrno>
+
+#include "kvs/record.hpp"
+
+namespace dyad::service {
+namespace {
+int64_t ns_of(const struct timespec& t) {
+    return static_cast<int64_t>(t.tv_sec) * 1000000000LL + t.tv_nsec;
+}
+}  // namespace
+
+Status one_name(const std::string& up, const struct stat& sb) {
+    if (sb.st_nlink <= 1) return Status::ok();
+    return Status(DYAD_RC_BADFIO,
+                  "'" + up + "' has " + std::to_string(sb.st_nlink) +
+                      " hard links: DYAD serves only files with one name (a link can reach a "
+                      "file outside the producer directory); copy it instead",
+                  EPERM);
+}
+
+Published Published::of(const struct stat& sb, std::string ns, std::string key) {
+    Published p;
+    p.dev = static_cast<uint64_t>(sb.st_dev);
+    p.ino = static_cast<uint64_t>(sb.st_ino);
+    p.size = static_cast<uint64_t>(sb.st_size);
+    p.mtime_ns = ns_of(sb.st_mtim);
+    p.ctime_ns = ns_of(sb.st_ctim);
+    p.ns = std::move(ns);
+    p.key = std::move(key);
+    return p;
+}
+
+bool Published::unchanged(const struct stat& sb) const {
+    return static_cast<uint64_t>(sb.st_dev) == dev && static_cast<uint64_t>(sb.st_ino) == ino &&
+           static_cast<uint64_t>(sb.st_size) == size && ns_of(sb.st_mtim) == mtime_ns &&
+           (ctime_ns == 0 || ns_of(sb.st_ctim) == ctime_ns);
+}
+
+std::optional<Published> PublishLedger::begin(const std::string& up, const Published& pub) {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::optional<Published> before;
+    auto it = by_upath_.find(up);
+    if (it != by_upath_.end()) before = it->second;
+    by_upath_[up] = pub;
+    return before;
+}
+
+void PublishLedger::end(const std::string& up, Published pub, const Result<uint64_t>& version,
+                        const std::optional<Published>& before) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (version) {
+        pub.generation = version.value();
+        by_upath_[up] = std::move(pub);
+    } else if (before) {
+        by_upath_[up] = *before;
+    } else {
+        by_upath_.erase(up);
+    }
+}
+
+std::optional<Published> PublishLedger::find(const std::string& up) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_upath_.find(up);
+    if (it == by_upath_.end()) return std::nullopt;
+    return it->second;
+}
+
+size_t PublishLedger::size() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return by_upath_.size();
+}
+
+Status PublishLedger::check(const std::string& owner, const std::string& up, const struct stat& sb,
+                            const Wanted& want, const Recall& recall) {
+    auto not_produced = [&](const std::string& why) {
+        return Status(DYAD_RC_NOTFOUND,
+                      "'" + up + "' has not been produced by service " + owner + why +
+                          ": only produced files are served",
+                      ENOENT);
+    };
+    std::optional<Published> pub = find(up);
+    const bool known = pub.has_value();
+    if (!known) {
+        // Published before this service restarted: the store has the record.
+        if (!want.ns || !want.key) return not_produced("");
+        auto e = recall(*want.ns, *want.key);
+        if (!e) return not_produced(" (" + e.status().message() + ")");
+        auto rec = kvs::Record::from_json(e->value, e->version);
+        if (!rec || rec->owner != owner || rec->upath != up) return not_produced("");
+        pub = Published{static_cast<uint64_t>(sb.st_dev),
+                        rec->ino ? rec->ino : static_cast<uint64_t>(sb.st_ino),
+                        rec->size,
+                        rec->mtime_ns,
+                        e->version,
+                        0,
+                        *want.ns,
+                        *want.key};
+    }
+    if (want.generation && *want.generation != 0 && pub->generation != 0 &&
+        *want.generation != pub->generation)
+        return Status(DYAD_RC_BADFETCH,
+                      "'" + up + "' was produced again (generation " +
+                          std::to_string(pub->generation) +
+                          ") after the consumer looked it up (generation " +
+                          std::to_string(*want.generation) + "): look it up again",
+                      ESTALE);
+    if (!pub->unchanged(sb))
+        return Status(DYAD_RC_BADFETCH,
+                      "'" + up + "' changed since it was published (generation " +
+                          std::to_string(pub->generation) +
+                          "): nothing is served until it is produced again",
+                      ESTALE);
+    if (!known) {
+        std::lock_guard<std::mutex> lk(mu_);
+        by_upath_.emplace(up, std::move(*pub));
+    }
+    return Status::ok();
+}
+
+std::vector<std::pair<std::string, Published>> PublishLedger::to_republish() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<std::pair<std::string, Published>> all;
+    all.reserve(by_upath_.size());
+    for (const auto& [up, pub] : by_upath_)
+        if (pub.generation != 0 && !pub.key.empty()) all.emplace_back(up, pub);
+    return all;
+}
+
+bool PublishLedger::current(const std::string& up, uint64_t generation) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_upath_.find(up);
+    return it != by_upath_.end() && it->second.generation == generation;
+}
+
+void PublishLedger::republished(const std::string& up, uint64_t was, uint64_t now) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = by_upath_.find(up);
+    if (it != by_upath_.end() && it->second.generation == was) it->second.generation = now;
+}
+
+}  // namespace dyad::service

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+// What this service published (dyad.publish), by file: the served-file
+// check of every fetch (a service serves only files it published and that
+// are unchanged since, docs/security.md) and the list to publish again
+// after the service re-joins a store that lost it (docs/design.md, "A
+// restart of the store host"). Thread-safe.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/status.hpp"
+#include "kvs/store.hpp"
+
+namespace dyad::service {
+
+// A file as this service published it.
+struct Published {
+    uint64_t dev = 0, ino = 0, size = 0;
+    int64_t mtime_ns = 0;
+    uint64_t generation = 0;  // 0: the store has not answered yet
+    int64_t ctime_ns = 0;     // 0: unknown (learnt from the store after a restart)
+    std::string ns, key;      // where the record is ("": learnt from the store)
+
+    // The file as `sb` says it is now, published as (ns, key), generation 0.
+    static Published of(const struct stat& sb, std::string ns, std::string key);
+    // Whether the file as `sb` says it is now is still this one (ctime too,
+    // when known: a rewrite that puts the old mtime back still changes it).
+    bool unchanged(const struct stat& sb) const;
+};
+
+// A file with more than one name can be a link to one outside the producer
+// directory: refused (publish and fetch alike).
+Status one_name(const std::string& up, const struct stat& sb);
+
+class PublishLedger {
+  public:
+    // What a fetch names of the file it wants (its fields ns, key,
+    // generation; any may be absent).
+    struct Wanted {
+        std::optional<std::string> ns, key;
+        std::optional<uint64_t> generation;
+    };
+    // The store's entry for (ns, key), for a file published before this
+    // service restarted.
+    using Recall = std::function<Result<kvs::Entry>(const std::string& ns, const std::string& key)>;
+
+    // A publish holds this (shared) from its first note to its last; a
+    // re-publish holds it alone for each file it puts, so that neither
+    // overtakes the other's put of one file.
+    std::shared_lock<std::shared_mutex> publishing() {
+        return std::shared_lock<std::shared_mutex>(gate_);
+    }
+    std::unique_lock<std::shared_mutex> republishing() {
+        return std::unique_lock<std::shared_mutex>(gate_);
+    }
+
+    // Notes `up` as `pub` before the store has it (a consumer woken by the
+    // put may ask for the file at once); returns what was noted before.
+    std::optional<Published> begin(const std::string& up, const Published& pub);
+    // The store's answer to the publish begun as `pub`: its generation, or
+    // back to what was noted before it.
+    void end(const std::string& up, Published pub, const Result<uint64_t>& version,
+             const std::optional<Published>& before);
+
+    std::optional<Published> find(const std::string& up) const;
+    size_t size() const;
+
+    // Whether `up`, owned by service `owner`, may be served as `sb` says it
+    // is now: OK; NOTFOUND (ENOENT) when this service did not publish it
+    // (nor the store says it did: `recall`, whose answer is then noted);
+    // BADFETCH (ESTALE) when it was produced again since the consumer's
+    // lookup, or changed since it was published.
+    Status check(const std::string& owner, const std::string& up, const struct stat& sb,
+                 const Wanted& want, const Recall& recall);
+
+    // The files to publish again (their store answered: generation and key
+    // known), as noted now.
+    std::vector<std::pair<std::string, Published>> to_republish() const;
+    // Whether `up` is still noted with `generation` (not published again meanwhile).
+    bool current(const std::string& up, uint64_t generation) const;
+    // `up`, noted with generation `was`, was put again as `now`.
+    void republished(const std::string& up, uint64_t was, uint64_t now);
+
+  private:
+    mutable std::mutex mu_;
+    std::unordered_map<std::string, Published> by_upath_;
+    std::shared_mutex gate_;
+};
+
+}  // namespace dyad::service
