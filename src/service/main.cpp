@@ -53,14 +53,30 @@ int start_failure_code(const dyad::Status& s) {
     }
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
-    std::signal(SIGPIPE, SIG_IGN);
-    namespace settings = dyad::settings;
+// What the command line gives besides Options (texts parsed after it).
+struct Args {
     dyad::service::Options o;
-    // Settings (table defaults, DYAD_CONFIG_FILE, environment) are the
-    // defaults of the command line, which overrides them below.
+    std::vector<std::string> allow_uids;
+    std::string info_log, error_log, memory, metrics_listen, transports;
+    std::string store_max, store_ns_bytes, rank, memory_per_peer;
+    std::string request_bytes_per_peer, request_bytes;
+    double lease_ttl = 10;
+    // Where --metrics-listen binds (parsed from it).
+    std::string metrics_host;
+    uint16_t metrics_port = 0;
+};
+
+// "dyadd: MSG" on stderr; returns `code` (the exit code).
+int fail(int code, const std::string& msg) {
+    std::fprintf(stderr, "dyadd: %s\n", msg.c_str());
+    return code;
+}
+
+// Settings (table defaults, DYAD_CONFIG_FILE, environment) are the
+// defaults of the command line, which overrides them.
+void defaults_from_settings(dyad::service::Options& o) {
+    namespace settings = dyad::settings;
     o.producer_dir = settings::text("DYAD_PATH_PRODUCER");
     if (auto m = settings::lookup("DYAD_DTL_MODE"); m.source != settings::Source::defaults)
         o.mode = m.text;
@@ -68,14 +84,17 @@ int main(int argc, char** argv) {
     if (auto n = settings::text("DYAD_NODE_ID"); !n.empty()) o.node = n;
     o.figures = settings::text("DYAD_DTL_FIGURES");
     o.auth_key = settings::text("DYAD_AUTH_KEY_FILE");
-    std::vector<std::string> allow_uids;
-    std::string info_log, error_log, memory, metrics_listen;
+}
 
-    CLI::App app{
-        "dyadd: the DYAD service of one node. Serves the files of its producer directory to\n"
-        "consumers on any node and hosts the metadata store (unless --kvs is given)."};
-    app.set_version_flag("--version", std::string("dyadd ") + dyad_version(),
-                         "print the version and exit");
+// The service: directory, transports, listeners, logs.
+void add_service_options(CLI::App& app, Args& a) {
+    auto& o = a.o;
+    auto& info_log = a.info_log;
+    auto& error_log = a.error_log;
+    auto& metrics_listen = a.metrics_listen;
+    auto& lease_ttl = a.lease_ttl;
+    auto& transports = a.transports;
+    auto& memory = a.memory;
     app.add_option("producer_dir", o.producer_dir,
                    "producer-managed directory (default: $DYAD_PATH_PRODUCER)");
     app.add_flag("-d,--debug", o.debug, "debug logging");
@@ -101,7 +120,6 @@ int main(int argc, char** argv) {
                    "keep metadata in etcd (etcd://HOST:PORT[,HOST:PORT...], the members of one "
                    "etcd cluster), or use the store of the dyadd at tcp://HOST:PORT, instead of "
                    "hosting one");
-    double lease_ttl = 10;
     app.add_option("--lease-ttl", lease_ttl,
                    "with etcd: seconds this service's registration outlives it (its consumers "
                    "learn it is gone within that time)")
@@ -115,14 +133,20 @@ int main(int argc, char** argv) {
            "seconds a transfer may make no progress (consumer not reading) before it is abandoned")
         ->capture_default_str()
         ->check(CLI::PositiveNumber);
-    std::string transports;
     app.add_option("--transports", transports,
                    "serve only these transports, comma-separated (default: every one this build "
                    "has)");
     app.add_option("--memory", memory,
                    "memory for transfer buffers, all consumers together, e.g. 256M (default: "
                    "$DYAD_SERVICE_MEMORY or 256M)");
-    std::string store_max, store_ns_bytes, rank;
+}
+
+// The metadata store: rank, the embedded store's limits, its state.
+void add_store_options(CLI::App& app, Args& a) {
+    auto& o = a.o;
+    auto& rank = a.rank;
+    auto& store_max = a.store_max;
+    auto& store_ns_bytes = a.store_ns_bytes;
     app.add_option("--rank", rank,
                    "this node's rank: owner_rank of its files, ctx->rank of its clients "
                    "(default: $DYAD_NODE_RANK, else the resource manager's node rank "
@@ -148,6 +172,15 @@ int main(int argc, char** argv) {
                    "where the embedded store keeps its epoch file (store-epoch), so that "
                    "generations never repeat across restarts; keep it as long as consumers keep "
                    "copies (default: PRODUCER_DIR/.dyad)");
+}
+
+// What one peer may hold (docs/security.md), and the key.
+void add_cap_options(CLI::App& app, Args& a) {
+    auto& o = a.o;
+    auto& memory_per_peer = a.memory_per_peer;
+    auto& request_bytes_per_peer = a.request_bytes_per_peer;
+    auto& request_bytes = a.request_bytes;
+    auto& allow_uids = a.allow_uids;
     app.add_option("--idle-timeout", o.idle_timeout,
                    "seconds a connection may stay without a request in flight and without "
                    "traffic before the service closes it (0: never)")
@@ -165,12 +198,10 @@ int main(int argc, char** argv) {
                    "LOCAL fetches one peer may have holding an open file of the producer "
                    "directory; one more is refused with EBUSY (0: no cap)")
         ->capture_default_str();
-    std::string memory_per_peer;
     app.add_option("--memory-per-peer", memory_per_peer,
                    "transfer memory the consumers of one peer may hold together while others "
                    "wait, e.g. 64M (default: a quarter of --memory); also its share of the "
                    "MARGO pool");
-    std::string request_bytes_per_peer, request_bytes;
     app.add_option("--max-request-bytes-per-peer", request_bytes_per_peer,
                    "bytes of arguments the requests in progress of one peer may hold, e.g. 32M "
                    "(default 32M; 0: no cap); one more request is refused with ENOBUFS");
@@ -191,196 +222,176 @@ int main(int argc, char** argv) {
     app.add_option("--allow-uid", allow_uids,
                    "also admit this uid on the Unix socket (default: dyadd's own uid and root; "
                    "'any' admits every local user)");
-    app.footer(kExitCodes);
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        if (e.get_exit_code() == 0) return app.exit(e);  // --help
-        std::fprintf(stderr, "dyadd: %s (see 'dyadd --help')\n", e.what());
-        return kUsage;
-    }
+}
 
-    for (const auto& u : allow_uids) {
+// --allow-uid and --transports, from their texts: -1, or the exit code.
+int parse_lists(Args& a) {
+    for (const auto& u : a.allow_uids) {
         if (u == "any") {
-            o.allow_any_uid = true;
+            a.o.allow_any_uid = true;
             continue;
         }
         char* end = nullptr;
         unsigned long v = std::strtoul(u.c_str(), &end, 10);
-        if (u.empty() || *end != '\0' || v > 0xffffffffUL) {
-            std::fprintf(stderr, "dyadd: --allow-uid '%s' is not a uid or 'any'\n", u.c_str());
-            return kUsage;
-        }
-        o.allow_uids.push_back(static_cast<uint32_t>(v));
+        if (u.empty() || *end != '\0' || v > 0xffffffffUL)
+            return fail(kUsage, "--allow-uid '" + u + "' is not a uid or 'any'");
+        a.o.allow_uids.push_back(static_cast<uint32_t>(v));
     }
-    for (size_t pos = 0; pos < transports.size();) {
-        size_t comma = transports.find(',', pos);
-        if (comma == std::string::npos) comma = transports.size();
-        if (comma > pos) o.transports.push_back(transports.substr(pos, comma - pos));
+    const std::string& t = a.transports;
+    for (size_t pos = 0; pos < t.size();) {
+        size_t comma = t.find(',', pos);
+        if (comma == std::string::npos) comma = t.size();
+        if (comma > pos) a.o.transports.push_back(t.substr(pos, comma - pos));
         pos = comma + 1;
     }
-    // Options given on the command line are reported as such by
-    // `dyad service status`.
-    if (!memory.empty()) settings::set_option("DYAD_SERVICE_MEMORY", memory);
+    return -1;
+}
+
+// Options given on the command line become settings (so `dyad service
+// status` reports them as such), then every setting is checked; the SIZE
+// options are parsed. -1, or the exit code.
+int apply_settings(const CLI::App& app, Args& a) {
+    namespace settings = dyad::settings;
+    auto& o = a.o;
+    if (!a.memory.empty()) settings::set_option("DYAD_SERVICE_MEMORY", a.memory);
     if (app.count("--mode")) settings::set_option("DYAD_DTL_MODE", o.mode);
     if (app.count("--namespace")) settings::set_option("DYAD_KVS_NAMESPACE", o.ns);
     if (app.count("--node")) settings::set_option("DYAD_NODE_ID", o.node);
     if (app.count("producer_dir")) settings::set_option("DYAD_PATH_PRODUCER", o.producer_dir);
     if (app.count("--auth-key")) settings::set_option("DYAD_AUTH_KEY_FILE", o.auth_key);
-    if (app.count("--rank")) settings::set_option("DYAD_NODE_RANK", rank);
-    if (dyad::Status s = settings::check("dyadd"); !s) {
-        std::fprintf(stderr, "dyadd: %s\n", s.message().c_str());
-        return kUsage;
-    }
+    if (app.count("--rank")) settings::set_option("DYAD_NODE_RANK", a.rank);
+    if (dyad::Status s = settings::check("dyadd"); !s) return fail(kUsage, s.message());
     auto m = settings::size("DYAD_SERVICE_MEMORY");
-    if (!m) {
-        std::fprintf(stderr, "dyadd: %s\n", m.status().message().c_str());
-        return kUsage;
-    }
+    if (!m) return fail(kUsage, m.status().message());
     o.memory = m.value();
-    // A SIZE option, if given: false (after saying why) when it does not parse.
-    auto size_option = [](const char* name, const std::string& text, uint64_t* out) {
-        if (text.empty()) return true;
-        auto v = dyad::parse_size(name, text);
-        if (!v) {
-            std::fprintf(stderr, "dyadd: %s\n", v.status().message().c_str());
-            return false;
-        }
-        *out = v.value();
-        return true;
-    };
-    if (!size_option("--store-max", store_max, &o.store_max) ||
-        !size_option("--store-max-bytes-per-namespace", store_ns_bytes,
-                     &o.store_max_bytes_per_ns) ||
-        !size_option("--memory-per-peer", memory_per_peer, &o.memory_per_peer) ||
-        !size_option("--max-request-bytes-per-peer", request_bytes_per_peer,
-                     &o.max_request_bytes_per_peer) ||
-        !size_option("--max-request-bytes", request_bytes, &o.max_request_bytes))
-        return kUsage;
+    const std::pair<const char*, std::pair<const std::string*, uint64_t*>> sizes[] = {
+        {"--store-max", {&a.store_max, &o.store_max}},
+        {"--store-max-bytes-per-namespace", {&a.store_ns_bytes, &o.store_max_bytes_per_ns}},
+        {"--memory-per-peer", {&a.memory_per_peer, &o.memory_per_peer}},
+        {"--max-request-bytes-per-peer", {&a.request_bytes_per_peer, &o.max_request_bytes_per_peer}},
+        {"--max-request-bytes", {&a.request_bytes, &o.max_request_bytes}}};
+    for (const auto& [name, v] : sizes) {
+        if (v.first->empty()) continue;
+        auto n = dyad::parse_size(name, *v.first);
+        if (!n) return fail(kUsage, n.status().message());
+        *v.second = n.value();
+    }
+    return -1;
+}
+
+// This node's rank: --rank / DYAD_NODE_RANK, else the resource manager's
+// node rank, else none (the store assigns one). -1, or the exit code.
+int apply_rank(const CLI::App& app, dyad::service::Options& o) {
+    namespace settings = dyad::settings;
     if (settings::lookup("DYAD_NODE_RANK").set()) {
         auto r = settings::count("DYAD_NODE_RANK", 0, UINT32_MAX - 1);
-        if (!r) {
-            std::fprintf(stderr, "dyadd: %s\n", r.status().message().c_str());
-            return kUsage;
-        }
+        if (!r) return fail(kUsage, r.status().message());
         o.rank = r.value();
         o.rank_source = app.count("--rank") ? "--rank" : "DYAD_NODE_RANK";
-    } else {
-        // One dyadd per node, started by the resource manager: its node rank.
-        for (const char* var : {"SLURM_NODEID", "FLUX_TASK_RANK", "PMIX_RANK"}) {
-            const char* v = std::getenv(var);
-            if (!v || !*v) continue;
-            auto r = dyad::parse_uint(var, v, 0, UINT32_MAX - 1);
-            if (!r) {
-                std::fprintf(stderr, "dyadd: ignoring %s\n", r.status().message().c_str());
-                continue;
-            }
-            o.rank = r.value();
-            o.rank_source = var;
-            break;
-        }
+        return -1;
     }
+    // One dyadd per node, started by the resource manager: its node rank.
+    for (const char* var : {"SLURM_NODEID", "FLUX_TASK_RANK", "PMIX_RANK"}) {
+        auto v = settings::foreign(var);
+        if (!v || v->empty()) continue;
+        auto r = dyad::parse_uint(var, *v, 0, UINT32_MAX - 1);
+        if (!r) {
+            std::fprintf(stderr, "dyadd: ignoring %s\n", r.status().message().c_str());
+            continue;
+        }
+        o.rank = r.value();
+        o.rank_source = var;
+        break;
+    }
+    return -1;
+}
+
+// The log level and files. -1, or the exit code.
+int apply_logging(const Args& a) {
     auto lv = dyad::log_level(dyad::log::Level::info);
-    if (!lv) {
-        std::fprintf(stderr, "dyadd: %s\n", lv.status().message().c_str());
-        return kUsage;
-    }
-    auto lvl = lv.value();
-    if (o.debug) lvl = dyad::log::Level::debug;
-    dyad::log::set_level(lvl);
-    if (!info_log.empty() && !dyad::log::set_info_file(info_log)) {
-        std::fprintf(stderr, "dyadd: cannot open info log '%s'\n", info_log.c_str());
-        return kUsage;
-    }
-    if (!error_log.empty() && !dyad::log::set_error_file(error_log)) {
-        std::fprintf(stderr, "dyadd: cannot open error log '%s'\n", error_log.c_str());
-        return kUsage;
-    }
+    if (!lv) return fail(kUsage, lv.status().message());
+    dyad::log::set_level(a.o.debug ? dyad::log::Level::debug : lv.value());
+    if (!a.info_log.empty() && !dyad::log::set_info_file(a.info_log))
+        return fail(kUsage, "cannot open info log '" + a.info_log + "'");
+    if (!a.error_log.empty() && !dyad::log::set_error_file(a.error_log))
+        return fail(kUsage, "cannot open error log '" + a.error_log + "'");
+    return -1;
+}
 
-    // The metrics endpoint: bound now (a taken port fails before the service
-    // registers anywhere), served once the service runs.
-    std::unique_ptr<dyad::service::MetricsHttp> metrics;
-    std::string metrics_host;
-    uint16_t metrics_port = 0;
-    if (!metrics_listen.empty()) {
-        auto u = dyad::rpc::parse_uri("tcp://" + metrics_listen);
-        if (!u) {
-            std::fprintf(stderr, "dyadd: --metrics-listen '%s' is not HOST:PORT\n",
-                         metrics_listen.c_str());
-            return 2;
-        }
-        metrics_host = u->host;
-        metrics_port = u->port;
-        // Every listener of a keyless dyadd is on loopback (docs/security.md).
-        if (o.auth_key.empty() && !o.insecure && !dyad::service::is_loopback_host(metrics_host)) {
-            std::fprintf(stderr,
-                         "dyadd: --metrics-listen %s is reachable from other machines, and this "
-                         "dyadd has no key: without one it serves loopback only. Give "
-                         "--metrics-listen 127.0.0.1:PORT (a local agent can scrape it), give "
-                         "--auth-key FILE, or --insecure\n",
-                         metrics_listen.c_str());
-            return kUsage;
-        }
-    }
+// --metrics-listen, checked before anything starts. -1, or the exit code.
+int check_metrics_listen(Args& a) {
+    if (a.metrics_listen.empty()) return -1;
+    auto u = dyad::rpc::parse_uri("tcp://" + a.metrics_listen);
+    if (!u) return fail(2, "--metrics-listen '" + a.metrics_listen + "' is not HOST:PORT");
+    a.metrics_host = u->host;
+    a.metrics_port = u->port;
+    // Every listener of a keyless dyadd is on loopback (docs/security.md).
+    if (a.o.auth_key.empty() && !a.o.insecure && !dyad::service::is_loopback_host(a.metrics_host))
+        return fail(kUsage, "--metrics-listen " + a.metrics_listen +
+                                " is reachable from other machines, and this dyadd has no key: "
+                                "without one it serves loopback only. Give --metrics-listen "
+                                "127.0.0.1:PORT (a local agent can scrape it), give --auth-key "
+                                "FILE, or --insecure");
+    return -1;
+}
 
-    // SIGTERM/SIGINT wait (blocked, in every thread the service starts)
-    // until start-up is over: some transport libraries install handlers of
-    // their own while they initialise, which end the process with exit code 1.
-    // Ours go in last, then the signals are let through to this thread.
-    sigset_t term, old;
-    sigemptyset(&term);
-    sigaddset(&term, SIGINT);
-    sigaddset(&term, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &term, &old);
-    if (o.kvs_uri.rfind("etcd://", 0) == 0) {
-        auto eps = dyad::kvs::etcd::parse_uri(o.kvs_uri);
-        if (!eps) {
-            std::fprintf(stderr, "dyadd: --kvs: %s\n", eps.status().message().c_str());
-            return kUsage;
-        }
-        dyad::kvs::etcd::Options eo;
-        eo.endpoints = eps.value();
-        eo.lease_ttl = lease_ttl;
-        eo.limits.max_records_per_ns = o.store_max_records_per_ns;
-        auto st = dyad::kvs::etcd::connect(eo, 10);
-        if (!st) {
-            std::fprintf(stderr, "dyadd: %s\n", st.status().to_string().c_str());
-            return kNetwork;
-        }
-        o.external_store = st.value();
-    }
+// --kvs etcd://...: connects (dyadd alone links the etcd client). -1, or
+// the exit code.
+int connect_etcd(Args& a) {
+    auto& o = a.o;
+    if (o.kvs_uri.rfind("etcd://", 0) != 0) return -1;
+    auto eps = dyad::kvs::etcd::parse_uri(o.kvs_uri);
+    if (!eps) return fail(kUsage, "--kvs: " + eps.status().message());
+    dyad::kvs::etcd::Options eo;
+    eo.endpoints = eps.value();
+    eo.lease_ttl = a.lease_ttl;
+    eo.limits.max_records_per_ns = o.store_max_records_per_ns;
+    auto st = dyad::kvs::etcd::connect(eo, 10);
+    if (!st) return fail(kNetwork, st.status().to_string());
+    o.external_store = st.value();
+    return -1;
+}
+
+// The metrics endpoint: bound before the service starts (a taken port fails
+// before the service registers anywhere), served once it runs.
+dyad::Result<std::unique_ptr<dyad::service::MetricsHttp>> bind_metrics(
+    Args& a, dyad::service::Service& svc) {
+    auto metrics = std::make_unique<dyad::service::MetricsHttp>(dyad::service::MetricsSource{
+        [&svc](std::function<void(std::string)> done) { svc.metrics(std::move(done)); },
+        [&svc](std::function<void(bool, std::string)> done) { svc.health(std::move(done)); }});
+    auto ep = metrics->listen(a.metrics_host, a.metrics_port);
+    if (!ep) return ep.status();
+    // Unauthenticated, like any Prometheus endpoint: it shows counts and
+    // sizes, never a path, a file's bytes or a key (docs/security.md).
+    if (!dyad::service::is_loopback_host(a.metrics_host))
+        DYAD_WARN("dyadd",
+                  "metrics and health on %s are served without authentication to anyone who "
+                  "can reach that port (counters only: no paths, data or keys)",
+                  ep.value().c_str());
+    svc.set_metrics_endpoint("http://" + ep.value() + "/metrics");
+    a.metrics_listen = ep.value();
+    return metrics;
+}
+
+// Starts the service and runs it until SIGTERM/SIGINT; the exit code.
+// `old`: the signal mask to restore once start-up is over.
+int serve(Args& a, const sigset_t& old) {
     // The service holds the only reference to an external store: it ends
     // the store's threads before its own loop goes (a wait answered after
     // that would post to a destroyed loop).
-    dyad::service::Service svc(std::move(o));
-    if (!metrics_listen.empty()) {
-        metrics = std::make_unique<dyad::service::MetricsHttp>(dyad::service::MetricsSource{
-            [&svc](std::function<void(std::string)> done) { svc.metrics(std::move(done)); },
-            [&svc](std::function<void(bool, std::string)> done) { svc.health(std::move(done)); }});
-        auto ep = metrics->listen(metrics_host, metrics_port);
-        if (!ep) {
-            std::fprintf(stderr, "dyadd: %s\n", ep.status().message().c_str());
-            return 1;
-        }
-        // Unauthenticated, like any Prometheus endpoint: it shows counts and
-        // sizes, never a path, a file's bytes or a key (docs/security.md).
-        if (!dyad::service::is_loopback_host(metrics_host))
-            DYAD_WARN("dyadd",
-                      "metrics and health on %s are served without authentication to anyone who "
-                      "can reach that port (counters only: no paths, data or keys)",
-                      ep.value().c_str());
-        svc.set_metrics_endpoint("http://" + ep.value() + "/metrics");
-        metrics_listen = ep.value();
+    dyad::service::Service svc(std::move(a.o));
+    std::unique_ptr<dyad::service::MetricsHttp> metrics;
+    if (!a.metrics_listen.empty()) {
+        auto m = bind_metrics(a, svc);
+        if (!m) return fail(1, m.status().message());
+        metrics = std::move(m.value());
     }
     dyad::Status s = svc.start();
-    if (!s) {
-        std::fprintf(stderr, "dyadd: %s\n", s.to_string().c_str());
-        return start_failure_code(s);
-    }
+    if (!s) return fail(start_failure_code(s), s.to_string());
     if (metrics) {
         metrics->start();
         DYAD_INFO("dyadd", "metrics on http://%s/metrics, health on http://%s/healthz",
-                  metrics_listen.c_str(), metrics_listen.c_str());
+                  a.metrics_listen.c_str(), a.metrics_listen.c_str());
     }
     // Last: these replace what transport libraries installed while loading
     // (UCX's backtrace printer; the plugin loader already undid PSM's
@@ -392,4 +403,44 @@ int main(int argc, char** argv) {
     if (metrics) metrics->stop();
     DYAD_INFO("dyadd", "stopped");
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::signal(SIGPIPE, SIG_IGN);
+    Args a;
+    defaults_from_settings(a.o);
+    CLI::App app{
+        "dyadd: the DYAD service of one node. Serves the files of its producer directory to\n"
+        "consumers on any node and hosts the metadata store (unless --kvs is given)."};
+    app.set_version_flag("--version", std::string("dyadd ") + dyad_version(),
+                         "print the version and exit");
+    add_service_options(app, a);
+    add_store_options(app, a);
+    add_cap_options(app, a);
+    app.footer(kExitCodes);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help
+        std::fprintf(stderr, "dyadd: %s (see 'dyadd --help')\n", e.what());
+        return kUsage;
+    }
+    if (int rc = parse_lists(a); rc >= 0) return rc;
+    if (int rc = apply_settings(app, a); rc >= 0) return rc;
+    if (int rc = apply_rank(app, a.o); rc >= 0) return rc;
+    if (int rc = apply_logging(a); rc >= 0) return rc;
+    if (int rc = check_metrics_listen(a); rc >= 0) return rc;
+    // SIGTERM/SIGINT wait (blocked, in every thread the service starts)
+    // until start-up is over: some transport libraries install handlers of
+    // their own while they initialise, which end the process with exit code 1.
+    // Ours go in last, then the signals are let through to this thread.
+    sigset_t term, old;
+    sigemptyset(&term);
+    sigaddset(&term, SIGINT);
+    sigaddset(&term, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &term, &old);
+    if (int rc = connect_etcd(a); rc >= 0) return rc;
+    return serve(a, old);
 }

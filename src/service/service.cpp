@@ -202,9 +202,108 @@ Service::~Service() {
     opts_.external_store.reset();
 }
 
-Status Service::start() {
-    started_ = std::chrono::steady_clock::now();
-    started_wall_ = std::chrono::system_clock::now();
+namespace {
+
+// The transfer-memory budget of --memory and --memory-per-peer.
+Result<std::unique_ptr<dtl::MemoryBudget>> make_budget(const Options& o) {
+    if (o.memory < (16ull << 20))
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      "the service memory budget (--memory / DYAD_SERVICE_MEMORY) must be at least "
+                      "16M: one transfer needs up to 16 MiB",
+                      EINVAL);
+    auto budget = std::make_unique<dtl::MemoryBudget>(o.memory);
+    uint64_t per_peer = o.memory_per_peer ? o.memory_per_peer : o.memory / 4;
+    if (per_peer < (4ull << 20) || per_peer > o.memory)
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      "--memory-per-peer must be between 4M (one chunk) and --memory (" +
+                          std::to_string(o.memory) + " bytes)",
+                      EINVAL);
+    budget->set_per_peer(per_peer);
+    return budget;
+}
+
+// Where every listener binds, the transports' too: without a key, loopback
+// only (the --listen address, or 127.0.0.1 with only a Unix socket); with a
+// key, the --listen address (any, for a wildcard).
+Result<dtl::ServiceBind> bind_policy(const Options& o, bool keyed) {
+    std::string host;
+    uint16_t port = 0;
+    if (!o.listen.empty()) {
+        Status s = split_host_port(o.listen, &host, &port);
+        if (!s) return s;
+    }
+    if (host == "0.0.0.0" || host == "::") host.clear();
+    dtl::ServiceBind bind;
+    bind.loopback_only = !keyed && !o.insecure;
+    if (bind.loopback_only && host.empty()) host = "127.0.0.1";
+    bind.host = host;
+    return bind;
+}
+
+// Whether backend `b` is one of --transports (all when none is given).
+bool wanted(const Options& o, const dtl::Backend& b) {
+    return o.transports.empty() ||
+           std::any_of(o.transports.begin(), o.transports.end(), [&](const std::string& t) {
+               auto f = dtl::find_backend(t);
+               return f && f.value()->name == b.name;
+           });
+}
+
+// --socket: bound (not yet accepting), with the mode that says who may
+// connect. Its endpoint.
+Result<std::string> listen_unix_socket(rpc::Server& server, const Options& o) {
+    // A socket someone answers on is another dyadd's: never take it over
+    // (a stale one, left by a crash, is replaced).
+    if (unix_socket_answers(o.socket_path))
+        return Status(DYAD_RC_CONNFAIL,
+                      "--socket '" + o.socket_path +
+                          "' is in use: another dyadd answers on it. Stop that one first, or "
+                          "give this dyadd another --socket",
+                      EBUSY);
+    auto ep = server.listen_unix(o.socket_path);
+    if (!ep) return ep.status();
+    // Connecting needs write permission on the socket: its mode says who
+    // may try, as --allow-uid does (the hello checks SO_PEERCRED too).
+    // Only this user and root: 0600; other uids allowed: 0666.
+    const mode_t mode = o.allow_any_uid || !o.allow_uids.empty() ? 0666 : 0600;
+    // (Never through a symbolic link put in its place meanwhile.)
+    if (::fchmodat(AT_FDCWD, o.socket_path.c_str(), mode, AT_SYMLINK_NOFOLLOW) != 0)
+        return Status(DYAD_RC_CONNFAIL, "cannot set the mode of --socket '" + o.socket_path + "'",
+                      errno);
+    return ep;
+}
+
+// --listen: bound (not yet accepting). Without a key, only this machine may
+// talk to us (unless --insecure). Its endpoint as consumers reach it.
+Result<std::string> listen_tcp_port(rpc::Server& server, const Options& o, bool keyed) {
+    std::string host;
+    uint16_t port = 0;
+    Status s = split_host_port(o.listen, &host, &port);
+    if (!s) return s;
+    if (!keyed && !is_loopback_host(host)) {
+        if (!o.insecure)
+            return Status(DYAD_RC_NOAUTH,
+                          "--listen " + o.listen +
+                              " is reachable from other machines, and no key is set: give "
+                              "--auth-key FILE (create it once per job with `dyad keygen "
+                              "FILE`, and give the same file to every client as "
+                              "DYAD_AUTH_KEY_FILE), or listen on 127.0.0.1; --insecure "
+                              "serves anyone who can reach the port",
+                          EPERM);
+        DYAD_WARN(kSub,
+                  "INSECURE: listening on %s without a key (--insecure): anyone who can reach "
+                  "this port can read every produced file and rewrite the metadata",
+                  o.listen.c_str());
+    }
+    auto ep = server.listen_tcp(host, port);
+    if (!ep) return ep.status();
+    auto u = rpc::parse_uri(ep.value());
+    return "tcp://" + public_host(host) + ":" + std::to_string(u->port);
+}
+
+}  // namespace
+
+Status Service::open_producer_dir() {
     if (opts_.producer_dir.empty())
         return Status(
             DYAD_RC_BADMANAGEDPATH,
@@ -222,56 +321,16 @@ Status Service::start() {
     auto lock = lock_producer_dir(prod_dir_, id_);
     if (!lock) return lock.status();
     prod_lock_ = std::move(lock.value());
+    return Status::ok();
+}
 
-    if (opts_.memory < (16ull << 20))
-        return Status(DYAD_RC_BAD_CLI_PARSE,
-                      "the service memory budget (--memory / DYAD_SERVICE_MEMORY) must be at least "
-                      "16M: one transfer needs up to 16 MiB",
-                      EINVAL);
-    budget_ = std::make_unique<dtl::MemoryBudget>(opts_.memory);
-    uint64_t per_peer = opts_.memory_per_peer ? opts_.memory_per_peer : opts_.memory / 4;
-    if (per_peer < (4ull << 20) || per_peer > opts_.memory)
-        return Status(DYAD_RC_BAD_CLI_PARSE,
-                      "--memory-per-peer must be between 4M (one chunk) and --memory (" +
-                          std::to_string(opts_.memory) + " bytes)",
-                      EINVAL);
-    budget_->set_per_peer(per_peer);
-    caps_ = std::make_shared<PeerCaps>(
-        PeerCaps::Limits{opts_.max_fetches_per_peer, opts_.max_local_per_peer});
-    auto mode = dtl::canonical_mode(opts_.mode);
-    if (!mode) return mode.status();
-    if (!opts_.auth_key.empty()) {
-        auto k = auth::Key::load(opts_.auth_key);
-        if (!k) return Status(k.status()).wrap("--auth-key");
-        key_ = k.value();
-    }
-    // Where every listener binds, the transports' too: without a key,
-    // loopback only (the --listen address, or 127.0.0.1 with only a Unix
-    // socket); with a key, the --listen address (any, for a wildcard).
-    {
-        std::string host;
-        uint16_t port = 0;
-        if (!opts_.listen.empty()) {
-            s = split_host_port(opts_.listen, &host, &port);
-            if (!s) return s;
-        }
-        if (host == "0.0.0.0" || host == "::") host.clear();
-        bind_.loopback_only = !key_ && !opts_.insecure;
-        if (bind_.loopback_only && host.empty()) host = "127.0.0.1";
-        bind_.host = host;
-    }
+Status Service::start_senders(const std::string& mode) {
     for (const auto& t : opts_.transports) {
         auto b = dtl::find_backend(t);
         if (!b) return Status(b.status()).wrap("--transports");
     }
     for (const auto& b : dtl::backends()) {
-        if (!opts_.transports.empty() &&
-            std::none_of(opts_.transports.begin(), opts_.transports.end(),
-                         [&](const std::string& t) {
-                             auto f = dtl::find_backend(t);
-                             return f && f.value()->name == b.name;
-                         }))
-            continue;
+        if (!wanted(opts_, b)) continue;
         auto snd = b.make_sender(io_, bind_);
         if (!snd) {
             DYAD_WARN(kSub, "transport %s unavailable: %s", b.name.c_str(),
@@ -283,15 +342,16 @@ Status Service::start() {
         per_transport_[b.name];
         transfer_seconds_[b.name] = std::make_unique<Histogram>(kSlowBuckets);
     }
-    if (mode.value() != dtl::kAutoMode && !senders_.count(mode.value()))
+    if (mode != dtl::kAutoMode && !senders_.count(mode))
         return Status(DYAD_RC_BADDTLMODE,
-                      "--mode " + mode.value() + " is not served by this dyadd (see --transports)",
+                      "--mode " + mode + " is not served by this dyadd (see --transports)",
                       EINVAL);
     for (const auto& [name, snd] : senders_)
         for (auto& r : snd->records()) records_.push_back(std::move(r));
-    s = dtl::apply_figures(opts_.figures, &records_);
-    if (!s) return s;
+    return dtl::apply_figures(opts_.figures, &records_);
+}
 
+Status Service::start_server() {
     server_ = std::make_unique<rpc::Server>(io_, nlohmann::json::object());
     server_->set_auth({key_, opts_.allow_uids, opts_.allow_any_uid});
     server_->set_observer(metrics_);
@@ -301,61 +361,22 @@ Status Service::start() {
     server_->set_request_bytes(opts_.max_request_bytes_per_peer, opts_.max_request_bytes);
     server_->set_max_wait(std::chrono::milliseconds(static_cast<int64_t>(opts_.max_wait * 1000.0)));
     // Bound now, listening only once the service is registered and ready
-    // (start_accepting below): whoever can connect can be served. The Unix
-    // socket starts first: whoever sees the TCP port answer may use it too.
+    // (start_accepting): whoever can connect can be served. The Unix socket
+    // starts first: whoever sees the TCP port answer may use it too.
     server_->defer_accepting();
     if (!opts_.socket_path.empty()) {
-        // A socket someone answers on is another dyadd's: never take it over
-        // (a stale one, left by a crash, is replaced).
-        if (unix_socket_answers(opts_.socket_path))
-            return Status(DYAD_RC_CONNFAIL,
-                          "--socket '" + opts_.socket_path +
-                              "' is in use: another dyadd answers on it. Stop that one first, or "
-                              "give this dyadd another --socket",
-                          EBUSY);
-        auto ep = server_->listen_unix(opts_.socket_path);
+        auto ep = listen_unix_socket(*server_, opts_);
         if (!ep) return ep.status();
-        // Connecting needs write permission on the socket: its mode says who
-        // may try, as --allow-uid does (the hello checks SO_PEERCRED too).
-        // Only this user and root: 0600; other uids allowed: 0666.
-        const mode_t mode = opts_.allow_any_uid || !opts_.allow_uids.empty() ? 0666 : 0600;
-        // (Never through a symbolic link put in its place meanwhile.)
-        if (::fchmodat(AT_FDCWD, opts_.socket_path.c_str(), mode, AT_SYMLINK_NOFOLLOW) != 0)
-            return Status(DYAD_RC_CONNFAIL,
-                          "cannot set the mode of --socket '" + opts_.socket_path + "'", errno);
         endpoints_.push_back(ep.value());
     }
     if (!opts_.listen.empty()) {
-        std::string host;
-        uint16_t port = 0;
-        s = split_host_port(opts_.listen, &host, &port);
-        if (!s) return s;
-        // Secure by default: without a key, only this machine may talk to us.
-        if (!key_ && !is_loopback_host(host)) {
-            if (!opts_.insecure)
-                return Status(DYAD_RC_NOAUTH,
-                              "--listen " + opts_.listen +
-                                  " is reachable from other machines, and no key is set: give "
-                                  "--auth-key FILE (create it once per job with `dyad keygen "
-                                  "FILE`, and give the same file to every client as "
-                                  "DYAD_AUTH_KEY_FILE), or listen on 127.0.0.1; --insecure "
-                                  "serves anyone who can reach the port",
-                              EPERM);
-            DYAD_WARN(kSub,
-                      "INSECURE: listening on %s without a key (--insecure): anyone who can reach "
-                      "this port can read every produced file and rewrite the metadata",
-                      opts_.listen.c_str());
-        }
-        auto ep = server_->listen_tcp(host, port);
+        auto ep = listen_tcp_port(*server_, opts_, key_ != nullptr);
         if (!ep) return ep.status();
-        auto u = rpc::parse_uri(ep.value());
-        endpoints_.insert(endpoints_.begin(),  // the TCP endpoint leads
-                          "tcp://" + public_host(host) + ":" + std::to_string(u->port));
+        endpoints_.insert(endpoints_.begin(), ep.value());  // the TCP endpoint leads
     }
     if (endpoints_.empty())
         return Status(DYAD_RC_BAD_CLI_PARSE, "nothing to listen on: give --listen or --socket",
                       EINVAL);
-
     // Every transport is reached through the fetch RPC first (UCX and
     // libfabric exchange their own addresses on it), so a record's address
     // is the service's endpoints unless the transport gave one.
@@ -363,7 +384,6 @@ Status Service::start() {
     for (const auto& e : endpoints_) eps += (eps.empty() ? "" : " ") + e;
     for (auto& r : records_)
         if (r.address.empty()) r.address = eps;
-
     server_->handle("dyad.fetch",
                     [this](std::shared_ptr<rpc::Request> r) { on_fetch(std::move(r)); });
     server_->handle("dyad.fetch_many",
@@ -372,16 +392,37 @@ Status Service::start() {
                     [this](std::shared_ptr<rpc::Request> r) { on_status(std::move(r)); });
     server_->handle("dyad.publish",
                     [this](std::shared_ptr<rpc::Request> r) { on_publish(std::move(r)); });
+    return Status::ok();
+}
 
-    s = start_store();
-    if (!s) return s;
+Status Service::start() {
+    started_ = std::chrono::steady_clock::now();
+    started_wall_ = std::chrono::system_clock::now();
+    if (Status s = open_producer_dir(); !s) return s;
+    auto budget = make_budget(opts_);
+    if (!budget) return budget.status();
+    budget_ = std::move(budget.value());
+    caps_ = std::make_shared<PeerCaps>(
+        PeerCaps::Limits{opts_.max_fetches_per_peer, opts_.max_local_per_peer});
+    auto mode = dtl::canonical_mode(opts_.mode);
+    if (!mode) return mode.status();
+    if (!opts_.auth_key.empty()) {
+        auto k = auth::Key::load(opts_.auth_key);
+        if (!k) return Status(k.status()).wrap("--auth-key");
+        key_ = k.value();
+    }
+    auto bind = bind_policy(opts_, key_ != nullptr);
+    if (!bind) return bind.status();
+    bind_ = bind.value();
+    if (Status s = start_senders(mode.value()); !s) return s;
+    if (Status s = start_server(); !s) return s;
+    if (Status s = start_store(); !s) return s;
     if (!rank_)
         DYAD_WARN(kSub,
                   "this node has no rank (give --rank N): owner_rank of its files is a "
                   "hash of its node id");
     server_->set_hello_info(identity());
-    s = server_->start_accepting();
-    if (!s) return s;
+    if (Status s = server_->start_accepting(); !s) return s;
     DYAD_INFO(kSub, "service %s ready: rank %s, producer dir %s, endpoints %s, metadata %s",
               id_.c_str(),
               rank_ ? (std::to_string(*rank_) + " (" + rank_source_ + ")").c_str() : "none",

@@ -193,7 +193,12 @@ class Service {
     // still as published, counting them in `republished`; false: not
     // finished (the store's kvs::Rejoin).
     bool rejoin(const std::function<bool()>& stopping, uint64_t& republished);
-    // Builds the metadata store (--kvs), serves it and registers in it.
+    // The parts of start(), in order: the producer directory (and its
+    // lock), the transports' senders, the rpc server (listeners bound,
+    // handlers), the metadata store (--kvs: built, served, registered in).
+    Status open_producer_dir();
+    Status start_senders(const std::string& mode);
+    Status start_server();
     Status start_store();
     // Without a key, a peer that is not this service's uid nor root is
     // served only a file its own uid could read (docs/security.md,

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <string>
 
+#include <dyad/dyad_version.h>
+
 #include "common/settings.hpp"
 #include "service.hpp"
 
@@ -139,13 +141,98 @@ void Service::metrics(std::function<void(std::string)> done) {
 
 // Every metric, on the loop (docs/user-guide.md lists them). The counters are
 // the ones status_json() shows.
+namespace {
+
+// The connections and the caps per peer (docs/security.md).
+void render_connections(PromText& t, const rpc::Server* server, const PeerCaps* caps) {
+    t.counter("dyad_auth_refused_total",
+              "peers refused in their hello (no or wrong job key, uid not allowed)",
+              server ? server->auth_refused() : 0);
+    t.gauge("dyad_connections", "open connections of the DYAD port and socket",
+            static_cast<double>(server ? server->session_count() : 0));
+    t.counter("dyad_connections_refused_total",
+              "connections closed at once because the connection table was full (for "
+              "them: the last slots are kept for the service's own uid)",
+              server ? server->connections_refused() : 0);
+    t.counter("dyad_connections_idle_closed_total",
+              "connections closed because they stayed idle for --idle-timeout",
+              server ? server->idle_closed() : 0);
+    t.family("dyad_peer_refused_total", "counter",
+             "requests refused because their peer (host, or local process) was at a cap, by cap: "
+             "connections (--max-connections-per-peer), fetches (--max-fetches-per-peer), local "
+             "(--max-local-per-peer)");
+    t.sample("dyad_peer_refused_total", {{"cap", "connections"}},
+             server ? server->refused_peer_connections() : 0);
+    t.sample("dyad_peer_refused_total", {{"cap", "fetches"}}, caps ? caps->refused_fetches() : 0);
+    t.sample("dyad_peer_refused_total", {{"cap", "local"}}, caps ? caps->refused_local() : 0);
+    t.sample("dyad_peer_refused_total", {{"cap", "request_bytes"}},
+             server ? server->refused_request_bytes_peer() : 0);
+    t.counter("dyad_request_bytes_refused_total",
+              "requests refused because the requests in progress of all peers held "
+              "--max-request-bytes of arguments",
+              server ? server->refused_request_bytes_total() : 0);
+
+}
+
+// The transfer-memory budget.
+void render_memory(PromText& t, const dtl::MemoryBudget& budget) {
+    auto m = budget.stats();
+    t.gauge("dyad_memory_budget_bytes",
+            "size of the transfer buffer budget (--memory, DYAD_SERVICE_MEMORY)",
+            m.value("limit", 0.0));
+    t.gauge("dyad_memory_in_use_bytes", "transfer buffer memory held by transfers now",
+            m.value("in_use", 0.0));
+    t.gauge("dyad_memory_peak_bytes", "most transfer buffer memory held at once",
+            m.value("peak", 0.0));
+    t.gauge("dyad_memory_cached_bytes", "transfer buffers kept for reuse",
+            m.value("cached", 0.0));
+    t.gauge("dyad_memory_waiting_transfers", "transfers parked until memory is returned",
+            m.value("waiting", 0.0));
+    t.counter("dyad_memory_parked_total", "times a transfer was parked for memory",
+              m.value("parked_total", uint64_t{0}));
+    t.counter("dyad_memory_peer_limited_total",
+              "times a transfer found its peer holding its share of the budget "
+              "(--memory-per-peer)",
+              m.value("peer_limited_total", uint64_t{0}));
+}
+
+// The metadata store: the embedded one's figures, and this service's calls.
+void render_store(PromText& t, const std::optional<kvs::HostedFigures>& hosted,
+                  const Histogram (&calls)[2]) {
+    t.gauge("dyad_store_embedded", "1 when this service hosts the metadata store, 0 with --kvs",
+            hosted ? 1 : 0);
+    if (hosted) {
+        t.gauge("dyad_store_records", "records (keys) in the embedded metadata store",
+                static_cast<double>(hosted->records));
+        t.gauge("dyad_store_bytes", "bytes of keys and values in the embedded metadata store",
+                static_cast<double>(hosted->bytes));
+        t.gauge("dyad_store_max_bytes", "bytes the embedded metadata store may hold (--store-max)",
+                static_cast<double>(hosted->limits.max_bytes));
+        t.gauge("dyad_store_waiters", "requests waiting for a key to be put",
+                static_cast<double>(hosted->waiters));
+        t.counter("dyad_store_puts_refused_total",
+                  "puts the embedded metadata store refused for a size limit (key, value, "
+                  "--store-max)",
+                  hosted->refusals.total());
+    }
+    t.family("dyad_store_call_seconds", "histogram",
+             "time this service's own metadata calls took (publish, fetch checks), embedded or "
+             "remote, by operation");
+    t.histogram("dyad_store_call_seconds", {{"op", "put"}}, calls[0].data());
+    t.histogram("dyad_store_call_seconds", {{"op", "get"}}, calls[1].data());
+}
+
+}  // namespace
+
 std::string Service::metrics_text() const {
     PromText t;
     t.family("dyad_info", "gauge",
-             "this service: its id, node and authentication scheme (the value is 1)");
+             "this service: its id, node, version, authentication scheme and metadata store "
+             "(the value is 1)");
     t.sample("dyad_info",
              {{"service_id", id_},
               {"node", opts_.node},
+              {"version", dyad_version()},
               {"auth", key_ ? auth::kScheme : "none"},
               {"store", opts_.kvs_uri.empty() ? std::string("embedded") : opts_.kvs_uri}},
              uint64_t{1});
@@ -192,76 +279,9 @@ std::string Service::metrics_text() const {
     t.counter("dyad_published_total", "files this service published (dyad produce)",
               published_count_.load());
 
-    t.counter("dyad_auth_refused_total",
-              "peers refused in their hello (no or wrong job key, uid not allowed)",
-              server_ ? server_->auth_refused() : 0);
-    t.gauge("dyad_connections", "open connections of the DYAD port and socket",
-            static_cast<double>(server_ ? server_->session_count() : 0));
-    t.counter("dyad_connections_refused_total",
-              "connections closed at once because the connection table was full (for "
-              "them: the last slots are kept for the service's own uid)",
-              server_ ? server_->connections_refused() : 0);
-    t.counter("dyad_connections_idle_closed_total",
-              "connections closed because they stayed idle for --idle-timeout",
-              server_ ? server_->idle_closed() : 0);
-    t.family("dyad_peer_refused_total", "counter",
-             "requests refused because their peer (host, or local process) was at a cap, by cap: "
-             "connections (--max-connections-per-peer), fetches (--max-fetches-per-peer), local "
-             "(--max-local-per-peer)");
-    t.sample("dyad_peer_refused_total", {{"cap", "connections"}},
-             server_ ? server_->refused_peer_connections() : 0);
-    t.sample("dyad_peer_refused_total", {{"cap", "fetches"}}, caps_ ? caps_->refused_fetches() : 0);
-    t.sample("dyad_peer_refused_total", {{"cap", "local"}}, caps_ ? caps_->refused_local() : 0);
-    t.sample("dyad_peer_refused_total", {{"cap", "request_bytes"}},
-             server_ ? server_->refused_request_bytes_peer() : 0);
-    t.counter("dyad_request_bytes_refused_total",
-              "requests refused because the requests in progress of all peers held "
-              "--max-request-bytes of arguments",
-              server_ ? server_->refused_request_bytes_total() : 0);
-
-    if (budget_) {
-        auto m = budget_->stats();
-        t.gauge("dyad_memory_budget_bytes",
-                "size of the transfer buffer budget (--memory, DYAD_SERVICE_MEMORY)",
-                m.value("limit", 0.0));
-        t.gauge("dyad_memory_in_use_bytes", "transfer buffer memory held by transfers now",
-                m.value("in_use", 0.0));
-        t.gauge("dyad_memory_peak_bytes", "most transfer buffer memory held at once",
-                m.value("peak", 0.0));
-        t.gauge("dyad_memory_cached_bytes", "transfer buffers kept for reuse",
-                m.value("cached", 0.0));
-        t.gauge("dyad_memory_waiting_transfers", "transfers parked until memory is returned",
-                m.value("waiting", 0.0));
-        t.counter("dyad_memory_parked_total", "times a transfer was parked for memory",
-                  m.value("parked_total", uint64_t{0}));
-        t.counter("dyad_memory_peer_limited_total",
-                  "times a transfer found its peer holding its share of the budget "
-                  "(--memory-per-peer)",
-                  m.value("peer_limited_total", uint64_t{0}));
-    }
-
-    auto hosted = store_ ? store_->hosted() : std::nullopt;
-    t.gauge("dyad_store_embedded", "1 when this service hosts the metadata store, 0 with --kvs",
-            hosted ? 1 : 0);
-    if (hosted) {
-        t.gauge("dyad_store_records", "records (keys) in the embedded metadata store",
-                static_cast<double>(hosted->records));
-        t.gauge("dyad_store_bytes", "bytes of keys and values in the embedded metadata store",
-                static_cast<double>(hosted->bytes));
-        t.gauge("dyad_store_max_bytes", "bytes the embedded metadata store may hold (--store-max)",
-                static_cast<double>(hosted->limits.max_bytes));
-        t.gauge("dyad_store_waiters", "requests waiting for a key to be put",
-                static_cast<double>(hosted->waiters));
-        t.counter("dyad_store_puts_refused_total",
-                  "puts the embedded metadata store refused for a size limit (key, value, "
-                  "--store-max)",
-                  hosted->refusals.total());
-    }
-    t.family("dyad_store_call_seconds", "histogram",
-             "time this service's own metadata calls took (publish, fetch checks), embedded or "
-             "remote, by operation");
-    t.histogram("dyad_store_call_seconds", {{"op", "put"}}, store_calls_[0].data());
-    t.histogram("dyad_store_call_seconds", {{"op", "get"}}, store_calls_[1].data());
+    render_connections(t, server_.get(), caps_.get());
+    if (budget_) render_memory(t, *budget_);
+    render_store(t, store_ ? store_->hosted() : std::nullopt, store_calls_);
     return std::move(t.str());
 }
 

@@ -24,6 +24,7 @@
 #include "client/intercept.hpp"
 #include "common/config.hpp"
 #include "common/log.hpp"
+#include "common/settings.hpp"
 
 namespace {
 
@@ -299,13 +300,13 @@ int do_rename(int fromfd, const char* from, int tofd, const char* to, Call call)
 // Warns once per process tree (the environment carries it to children)
 // that the wrapper is loaded with no managed directory: it does nothing.
 void warn_inert() {
-    // A marker between processes, not a setting (so not in the config module).
-    if (std::getenv("DYAD_WRAPPER_WARNED")) return;
+    // A marker between processes, not a setting (so not a DYAD_* name).
+    if (dyad::settings::foreign("LIBDYAD_WRAPPER_WARNED")) return;
     std::fprintf(stderr,
                  "dyad: libdyad_wrapper.so is loaded but neither DYAD_PATH_PRODUCER nor "
                  "DYAD_PATH_CONSUMER is set: this program's files are neither published nor "
                  "consumed (set them, or remove the wrapper from LD_PRELOAD)\n");
-    setenv("DYAD_WRAPPER_WARNED", "1", 1);
+    setenv("LIBDYAD_WRAPPER_WARNED", "1", 1);
 }
 
 void after_fork_child() {

@@ -7,6 +7,7 @@ import math
 import os
 import re
 import socket
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -179,6 +180,8 @@ def test_transfer_is_counted_and_histograms_are_consistent(mcluster):
     labels = dict(info[1])
     assert v == 1 and labels["service_id"] == "node0" and labels["node"] == "node0", info
     assert labels["store"] == "embedded" and labels["auth"] != "none", info
+    version = subprocess.run([harness.DYADD, "--version"], capture_output=True, text=True).stdout.split()[-1]
+    assert labels["version"] == version, info
 
     buckets, total, count = histogram(fams, "dyad_transfer_seconds", transport="FLUX_RPC")
     assert count == 1 and total > 0

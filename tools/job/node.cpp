@@ -184,24 +184,11 @@ int node_up(const Options& o) {
     return node_up_checked(opt, where);
 }
 
-int node_up_checked(const Options& o, const std::string& where) {
-    ::umask(077);
-    if (pid_t old = read_pid(o.dir); old > 0 && ::kill(old, 0) == 0 && is_job_dyadd(old, o.dir))
-        return fail(where + ": a dyadd of this job runs already (pid " + std::to_string(old) + ")");
-    if (Status s = make_job_dir(o.dir); !s) return fail(where + ": " + s.message());
-    const std::string key = o.dir + "/" + kKeyName, log = o.dir + "/" + kLogName;
-    if (Status s = write_key_from_stdin(key); !s) return fail(where + ": " + s.message());
-    auto cleanup = [&] {  // a failed start leaves the log only
-        ::unlink(key.c_str());
-        std::error_code ec;
-        fs::remove_all(o.dir + "/" + kDataName, ec);
-        fs::remove_all(o.dir + "/state", ec);
-        ::unlink((o.dir + "/" + kSocketName).c_str());
-    };
-    auto addr = resolve(o.node);
-    if (!addr) return cleanup(), fail(where + ": " + addr.status().message());
-    const Deadline deadline = Deadline::after(o.timeout);
-
+// dyadd's command line for this node. Without --kvs, a node other than the
+// first waits until the first node's dyadd (the store) listens.
+Result<std::vector<std::string>> dyadd_argv(const Options& o, const std::string& addr,
+                                            const std::string& key, const Deadline& deadline,
+                                            const std::string& log) {
     std::vector<std::string> argv = {
         o.dyadd.empty() ? default_dyadd() : o.dyadd,
         "--node",
@@ -209,7 +196,7 @@ int node_up_checked(const Options& o, const std::string& where) {
         "--rank",
         std::to_string(o.rank),
         "--listen",
-        addr.value() + ":" + std::to_string(o.port),
+        addr + ":" + std::to_string(o.port),
         "--socket",
         o.dir + "/" + kSocketName,
         "--auth-key",
@@ -221,30 +208,36 @@ int node_up_checked(const Options& o, const std::string& where) {
     if (!o.kvs.empty()) {
         argv.insert(argv.end(), {"--kvs", o.kvs});
     } else if (!o.first.empty() && o.first != o.node) {
-        // The first node's dyadd hosts the store: wait until it listens.
         auto first = resolve(o.first);
-        if (!first) return cleanup(), fail(where + ": " + first.status().message());
+        if (!first) return first.status();
         while (!can_connect(first.value(), o.port)) {
             if (deadline.expired())
-                return cleanup(), fail(where + ": the store on the first node " + o.first + " (" +
-                                       first.value() + ":" + std::to_string(o.port) +
-                                       ") did not answer within " + std::to_string(int(o.timeout)) +
-                                       " s; see that node's " + log);
+                return Status(DYAD_RC_CONNFAIL,
+                              "the store on the first node " + o.first + " (" + first.value() +
+                                  ":" + std::to_string(o.port) + ") did not answer within " +
+                                  std::to_string(int(o.timeout)) + " s; see that node's " + log,
+                              ETIMEDOUT);
             ::usleep(10000);  // a remote port: nothing to block on but a retry
         }
         argv.insert(argv.end(), {"--kvs", "tcp://" + first.value() + ":" + std::to_string(o.port)});
     }
     argv.insert(argv.end(), o.dyadd_args.begin(), o.dyadd_args.end());
     argv.push_back(o.dir + "/" + kDataName);
+    return argv;
+}
 
+// Starts dyadd (its output to the log, in a session of its own with
+// --detach). Its pid.
+Result<pid_t> spawn_dyadd(const Options& o, const std::vector<std::string>& argv,
+                          const std::string& log) {
     UniqueFd logfd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (!logfd.valid())
-        return cleanup(), fail(where + ": cannot create " + log + ": " + std::strerror(errno));
+        return Status(DYAD_RC_SYSFAIL, "cannot create " + log + ": " + std::strerror(errno));
     std::vector<char*> args;
-    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     pid_t pid = ::fork();
-    if (pid < 0) return cleanup(), fail(where + ": fork: " + std::strerror(errno));
+    if (pid < 0) return Status(DYAD_RC_SYSFAIL, std::string("fork: ") + std::strerror(errno));
     if (pid == 0) {
         if (o.detach) ::setsid();
         int devnull = ::open("/dev/null", O_RDONLY);
@@ -259,12 +252,16 @@ int node_up_checked(const Options& o, const std::string& where) {
         std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
         ::_exit(127);
     }
-    g_child = pid;
+    return pid;
+}
+
+// Waits until dyadd `pid` is ready (its TCP port accepts connections: it
+// listens once it has registered in the store), or has exited (the log
+// says why), or the deadline (then it is killed).
+Status wait_ready(const Options& o, pid_t pid, const std::string& addr, const Deadline& deadline,
+                  const std::string& log) {
     UniqueFd pfd(pidfd_open(pid));
-    // Ready: its TCP port accepts connections (dyadd listens once it has
-    // registered in the store); exited: the log says why.
-    bool ready = false;
-    while (!ready) {
+    while (true) {
         struct pollfd p = {pfd.get(), POLLIN, 0};
         int r = pfd.valid() ? ::poll(&p, 1, 10) : (::usleep(10000), 0);
         int status = 0;
@@ -273,31 +270,24 @@ int node_up_checked(const Options& o, const std::string& where) {
             std::string how = WIFEXITED(status)
                                   ? "exited with " + std::to_string(WEXITSTATUS(status))
                                   : "was killed by signal " + std::to_string(WTERMSIG(status));
-            cleanup();
-            return fail(where + ": dyadd " + how + " during its start; last lines of " + log +
-                        ":\n" + last_lines(log));
+            return Status(DYAD_RC_SYSFAIL, "dyadd " + how + " during its start; last lines of " +
+                                               log + ":\n" + last_lines(log));
         }
-        ready = can_connect(addr.value(), o.port);
-        if (!ready && deadline.expired()) {
+        if (can_connect(addr, o.port)) return Status::ok();
+        if (deadline.expired()) {
             ::kill(pid, SIGKILL);
             ::waitpid(pid, nullptr, 0);
-            cleanup();
-            return fail(where + ": dyadd was not ready within " + std::to_string(int(o.timeout)) +
-                        " s; last lines of " + log + ":\n" + last_lines(log));
+            return Status(DYAD_RC_TIMEOUT,
+                          "dyadd was not ready within " + std::to_string(int(o.timeout)) +
+                              " s; last lines of " + log + ":\n" + last_lines(log),
+                          ETIMEDOUT);
         }
     }
-    {
-        std::ofstream pf(o.dir + "/" + kPidName);
-        pf << pid << "\n";
-    }
-    std::printf("ready %s %s:%u pid %d\n", o.node.c_str(), addr.value().c_str(), o.port, pid);
-    std::fflush(stdout);
-    int devnull = ::open("/dev/null", O_WRONLY);
-    ::dup2(devnull, 1);
-    ::close(devnull);
-    if (o.detach) return 0;
-    // Stay its parent: the launcher's process (an srun step) lives as long
-    // as the service; a signal to us goes on to it.
+}
+
+// Stays dyadd's parent (the launcher's process, an srun step, lives as long
+// as the service; a signal to us goes on to it). Its exit code.
+int stay_parent(pid_t pid) {
     struct sigaction sa = {};
     sa.sa_handler = [](int sig) {
         if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
@@ -307,6 +297,43 @@ int node_up_checked(const Options& o, const std::string& where) {
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int node_up_checked(const Options& o, const std::string& where) {
+    ::umask(077);
+    if (pid_t old = read_pid(o.dir); old > 0 && ::kill(old, 0) == 0 && is_job_dyadd(old, o.dir))
+        return fail(where + ": a dyadd of this job runs already (pid " + std::to_string(old) + ")");
+    if (Status s = make_job_dir(o.dir); !s) return fail(where + ": " + s.message());
+    const std::string key = o.dir + "/" + kKeyName, log = o.dir + "/" + kLogName;
+    if (Status s = write_key_from_stdin(key); !s) return fail(where + ": " + s.message());
+    auto failed = [&](const Status& s) {  // a failed start leaves the log only
+        ::unlink(key.c_str());
+        std::error_code ec;
+        fs::remove_all(o.dir + "/" + kDataName, ec);
+        fs::remove_all(o.dir + "/state", ec);
+        ::unlink((o.dir + "/" + kSocketName).c_str());
+        return fail(where + ": " + s.message());
+    };
+    auto addr = resolve(o.node);
+    if (!addr) return failed(addr.status());
+    const Deadline deadline = Deadline::after(o.timeout);
+    auto argv = dyadd_argv(o, addr.value(), key, deadline, log);
+    if (!argv) return failed(argv.status());
+    auto pid = spawn_dyadd(o, argv.value(), log);
+    if (!pid) return failed(pid.status());
+    g_child = pid.value();
+    if (Status s = wait_ready(o, pid.value(), addr.value(), deadline, log); !s) return failed(s);
+    {
+        std::ofstream pf(o.dir + "/" + kPidName);
+        pf << pid.value() << "\n";
+    }
+    std::printf("ready %s %s:%u pid %d\n", o.node.c_str(), addr.value().c_str(), o.port,
+                pid.value());
+    std::fflush(stdout);
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::close(devnull);
+    return o.detach ? 0 : stay_parent(pid.value());
 }
 
 // ---- node-down ----------------------------------------------------------
