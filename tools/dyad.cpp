@@ -650,7 +650,9 @@ int run_produce(dyad::client::Client& c, const Cli& o) {
     int rc = 0;
     std::vector<std::string> files;
     for (const auto& f : o.files) {
-        if (!is_directory(f)) {
+        // Not a directory under the producer directory (the directory
+        // itself, or outside it): the client says which.
+        if (!is_directory(f) || (!o.recursive && !c.producer_upath(f))) {
             files.push_back(f);
             continue;
         }
