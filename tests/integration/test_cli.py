@@ -241,9 +241,9 @@ def test_json_anywhere_on_the_command_line(nodes):
     assert "transports_built" in json.loads(cons.dyad("config", "--json").stdout)
     line = json.loads(cons.dyad("consume", cons.path("j.bin"), "--json").stdout)
     assert line["file"] == cons.path("j.bin") and line["bytes"] == 100
-    # After "--", "--json" is a file name.
-    p = cons.dyad("consume", "--", "--json", check=False)
-    assert p.returncode == 2 and "'--json' is not inside the consumer directory" in p.stderr, p.stderr
+    # After "--", "--json" is a file name (relative: taken from the consumer directory).
+    p = cons.dyad("consume", "--timeout", "0.2", "--", "--json", check=False)
+    assert p.returncode == 3 and "'--json' was not produced within 0.2 s" in p.stderr, p.stderr
 
 
 def test_stat_formats_mode_and_mtime(nodes):
@@ -570,6 +570,9 @@ def _on_a_terminal(cons, args, until, then=None, timeout=30):
             proc.kill()
         proc.wait(timeout=30)
     finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         os.close(master)
     return proc.returncode, out
 
