@@ -116,7 +116,9 @@ std::string advice(const dyad::Status& s) {
 }
 
 // The exit code of a failure, and the text that says it.
-int exit_code_of(const dyad::Status& s) { return dyad::rc_exit_code(s.rc()); }
+int exit_code_of(const dyad::Status& s) {
+    return dyad::rc_exit_code(s.rc());
+}
 
 // With --json: the failure as one object on stdout, beside the success
 // lines (same "file" field): {"error", "exit", "file", "ok": false, "rc"}.
@@ -529,12 +531,13 @@ void add_info_commands(CLI::App& app, Cli& o, Commands& c) {
     auto* service = app.add_subcommand("service", "ask a service about itself");
     c.status = service->add_subcommand("status", "identity, transports and counters of a service");
     c.status->add_option("--uri", o.uri, "service to ask (default DYAD_SERVICE_URI)");
-    c.status_wait = c.status
-        ->add_option("--wait", o.status_wait_text,
-                     "wait until the service answers (for job scripts), at most DURATION "
-                     "(seconds, or 90s, 10m, 1h; default 60 s); exit 4 if it did not")
-        ->expected(0, 1)
-        ->type_name("[DURATION]");
+    c.status_wait =
+        c.status
+            ->add_option("--wait", o.status_wait_text,
+                         "wait until the service answers (for job scripts), at most DURATION "
+                         "(seconds, or 90s, 10m, 1h; default 60 s); exit 4 if it did not")
+            ->expected(0, 1)
+            ->type_name("[DURATION]");
     service->require_subcommand(1);
 }
 
@@ -668,8 +671,8 @@ int run_produce(dyad::client::Client& c, const Cli& o) {
         auto under = files_under(f, &err);
         if (!err) rc = report(err, f);
         if (under.empty() && err)
-            std::fprintf(stderr, "%s %s: no regular file under it to publish\n",
-                         g_command.c_str(), f.c_str());
+            std::fprintf(stderr, "%s %s: no regular file under it to publish\n", g_command.c_str(),
+                         f.c_str());
         files.insert(files.end(), under.begin(), under.end());
     }
     for (size_t i = 0; i < files.size(); ++i) {
@@ -784,7 +787,7 @@ std::string resolve_relative(dyad::client::Client& c, const std::string& f, bool
     if (f.empty() || f[0] == '/') return f;
     if (c.consumer_upath(f)) return f;
     if (producer_too && c.producer_upath(f)) return f;
-    const auto& dir = !c.consumer_dir().empty()               ? c.consumer_dir()
+    const auto& dir = !c.consumer_dir().empty()                   ? c.consumer_dir()
                       : producer_too && !c.producer_dir().empty() ? c.producer_dir()
                                                                   : c.consumer_dir();
     if (dir.empty()) return f;
@@ -1013,8 +1016,6 @@ void print_stores(nlohmann::json& j) {
             "%llu records published again\n",
             m.value("rejoined", 0ull), m.value("republished", 0ull));
 }
-
-
 
 int run_status(dyad::client::Client& c, const Cli& o) {
     auto s = c.service_status(o.uri);
