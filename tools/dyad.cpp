@@ -1,7 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // dyad: command-line tool for DYAD (produce, consume, stat, ls, config,
 // keygen, service status).
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
 
 #include <cctype>
 #include <chrono>
@@ -21,6 +29,7 @@
 #include <dyad/dyad_version.h>
 
 #include "client/client.hpp"
+#include "client/intercept.hpp"
 #include "common/auth.hpp"
 #include "common/config.hpp"
 #include "common/settings.hpp"
@@ -48,6 +57,8 @@ constexpr const char* kExitCodes =
 // "dyad consume", "dyad service status": the prefix of every error line.
 std::string g_command = "dyad";
 bool g_debug = false;
+// --json: every error is also a JSON object on stdout (one line).
+bool g_json = false;
 
 std::string lower(std::string t) {
     for (auto& ch : t) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -85,6 +96,8 @@ bool errno_said(const dyad::Status& s) {
             return e == ESTALE;
         case DYAD_RC_BADCHECKSUM:
             return true;
+        case DYAD_RC_BADFIO:
+            return e == EBUSY;  // still open for writing: the message says so
         default:
             return false;
     }
@@ -94,6 +107,7 @@ bool errno_said(const dyad::Status& s) {
 std::string advice(const dyad::Status& s) {
     switch (s.rc()) {
         case DYAD_RC_NOCTX:
+            if (s.message().rfind("--", 0) == 0) return "";  // an option: its own message
             return "fix or unset it ('dyad config' shows every setting and where its value "
                    "comes from)";
         default:
@@ -101,18 +115,62 @@ std::string advice(const dyad::Status& s) {
     }
 }
 
+// The exit code of a failure, and the text that says it.
+int exit_code_of(const dyad::Status& s) {
+    return dyad::rc_exit_code(s.rc());
+}
+
+// With --json: the failure as one object on stdout, beside the success
+// lines (same "file" field): {"error", "exit", "file", "ok": false, "rc"}.
+void json_error(const dyad::Status& s, const std::string& file, const std::string& msg, int code) {
+    nlohmann::json j = {{"ok", false},
+                        {"error", msg},
+                        {"exit", code},
+                        {"rc", dyad::rc_name(s.rc())},
+                        {"command", g_command}};
+    if (!file.empty()) j["file"] = file;
+    std::cout << j.dump(-1, ' ', false, kBadUtf8Replaced) << "\n";
+    std::cout.flush();
+}
+
 // Prints "dyad SUBCOMMAND [FILE]: what happened[: errno text][: what to do]"
-// on stderr and returns the exit code of the failure.
-int report(const dyad::Status& s, const std::string& file = "", const std::string& extra = "") {
+// on stderr (and, with --json, the same as an object on stdout) and returns
+// the exit code of the failure. `code`: an exit code other than the
+// status's (a configuration error met while connecting: 1).
+int report(const dyad::Status& s, const std::string& file = "", const std::string& extra = "",
+           int code = -1) {
     std::string msg = s.message();
     if (!errno_said(s)) msg += std::string(": ") + std::strerror(s.err());
     std::string what = extra.empty() ? advice(s) : extra;
     if (!what.empty()) msg += ": " + what;
+    if (code < 0) code = exit_code_of(s);
+    if (g_json) json_error(s, file, msg, code);
     // The code's name is for whoever debugs the library, not the cause.
     if (g_debug) msg += std::string(" [") + dyad::rc_name(s.rc()) + "]";
     std::fprintf(stderr, "%s%s%s: %s\n", g_command.c_str(), file.empty() ? "" : " ", file.c_str(),
                  msg.c_str());
-    return dyad::rc_exit_code(s.rc());
+    return code;
+}
+
+// "30", "2.5", "90s", "10m", "1h": seconds. False if it is none of these.
+bool parse_duration(const std::string& text, double* seconds) {
+    if (text.empty()) return false;
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(text.c_str(), &end);
+    if (end == text.c_str() || errno != 0 || !(v >= 0)) return false;
+    std::string unit = lower(end);
+    double scale = 0;
+    if (unit.empty() || unit == "s" || unit == "sec")
+        scale = 1;
+    else if (unit == "m" || unit == "min")
+        scale = 60;
+    else if (unit == "h")
+        scale = 3600;
+    else
+        return false;
+    *seconds = v * scale;
+    return true;
 }
 
 std::string human_bytes(double b) {
@@ -265,16 +323,17 @@ void flush_lines() {
 int print_consumed(const std::string& f, dyad::Status s, const dyad::client::ConsumeReport& r,
                    bool json, bool explain, bool cli_timeout) {
     if (!s) {
-        if (s.rc() == DYAD_RC_TIMEOUT && cli_timeout) {
-            std::string m = s.message();
-            size_t at = m.find(" (DYAD_WAIT_TIMEOUT)");
-            if (at != std::string::npos) {
-                s = dyad::Status(s.rc(),
-                                 m.substr(0, at) +
-                                     " (--timeout): produce it first, or "
-                                     "wait longer (--timeout SECONDS)",
-                                 s.err());
-            }
+        // The limit came from --timeout: the message names it, not the
+        // variable that was overridden.
+        std::string m = s.message();
+        size_t at = m.find(" (DYAD_WAIT_TIMEOUT)");
+        if (cli_timeout && at != std::string::npos) {
+            if (s.rc() == DYAD_RC_TIMEOUT)
+                m = m.substr(0, at) +
+                    " (--timeout): produce it first, or wait longer (--timeout SECONDS)";
+            else
+                m.replace(at, std::strlen(" (DYAD_WAIT_TIMEOUT)"), " (--timeout)");
+            s = dyad::Status(s.rc(), m, s.err());
         }
         return report(s, f);
     }
@@ -305,6 +364,7 @@ int print_consumed(const std::string& f, dyad::Status s, const dyad::client::Con
         line += text(r.endpoint);
         line += ",\"file\":";
         line += text(f);
+        line += ",\"ok\":true";
         line += ",\"transfer_s\":";
         line += text(r.transfer_s);
         line += ",\"transport\":";
@@ -335,17 +395,20 @@ int print_consumed(const std::string& f, dyad::Status s, const dyad::client::Con
 // What the command line said (the options of every subcommand).
 struct Cli {
     bool json = false, explain = false, progress_on = false, progress_off = false;
-    bool follow = false, markdown = false;
+    bool follow = false, markdown = false, recursive = false;
     std::vector<std::string> files;
     double timeout = -1;  // --timeout; negative: not given
+    double status_wait = -1;  // service status --wait; negative: not given
     unsigned window = 0;
     uint64_t sync_count = 0;
+    std::string status_wait_text;  // service status --wait [DURATION]: "" if given alone
     std::string sync_prefix, stat_file, ls_prefix, key_path, keygen_path, uri;
 };
 
 // The subcommands, as parsed.
 struct Commands {
     CLI::App *produce, *consume, *sync, *stat, *ls, *config, *key, *keygen, *status, *doctor;
+    CLI::Option* status_wait = nullptr;
     dyad::job::Commands job;
 };
 
@@ -372,10 +435,29 @@ std::vector<char*> arguments(int argc, char** argv, bool* json) {
     return args;
 }
 
+// --timeout DURATION: seconds ("30", "2.5") or a number with a unit s, m or
+// h ("90s", "10m", "1h").
+void add_timeout_option(CLI::App* app, double& to, const std::string& help) {
+    app->add_option_function<std::string>(
+           "--timeout",
+           [&to](const std::string& v) {
+               if (!parse_duration(v, &to))
+                   throw CLI::ValidationError(
+                       "--timeout", "'" + v +
+                                        "' is not a duration: give seconds (30, 2.5) or a "
+                                        "number with a unit s, m or h (90s, 10m, 1h)");
+           },
+           help)
+        ->type_name("DURATION");
+}
+
 // produce, consume, sync.
 void add_file_commands(CLI::App& app, Cli& o, Commands& c) {
     c.produce = app.add_subcommand("produce", "publish files of DYAD_PATH_PRODUCER");
     c.produce->add_option("FILE", o.files, "files to publish")->required();
+    c.produce->add_flag("-r,--recursive", o.recursive,
+                        "a directory: publish every regular file under it (not DYAD's own .dyad/ "
+                        "nor the temporaries of rsync and sed -i)");
     auto* consume =
         app.add_subcommand("consume", "wait for files and bring them into DYAD_PATH_CONSUMER");
     c.consume = consume;
@@ -383,8 +465,9 @@ void add_file_commands(CLI::App& app, Cli& o, Commands& c) {
     consume->add_flag("--explain", o.explain,
                       "say which transport moved each file and why (DYAD_DTL_MODE=AUTO: every "
                       "candidate with its estimate)");
-    consume->add_option("--timeout", o.timeout,
-                        "seconds to wait for each file to be produced (default DYAD_WAIT_TIMEOUT)");
+    add_timeout_option(consume, o.timeout,
+                       "how long to wait for each file to be produced: seconds, or with a unit "
+                       "(90s, 10m, 1h) (default DYAD_WAIT_TIMEOUT)");
     auto* pon = consume->add_flag("--progress", o.progress_on,
                                   "show the progress of each transfer on stderr (bytes, rate, "
                                   "ETA) even when stderr is not a terminal, and for small files");
@@ -412,9 +495,9 @@ void add_file_commands(CLI::App& app, Cli& o, Commands& c) {
         ->check(CLI::PositiveNumber);
     sync->add_option("--window", o.window, "files in flight (default DYAD_CONSUME_WINDOW)")
         ->check(CLI::Range(1u, 1024u));
-    sync->add_option("--timeout", o.timeout,
-                     "seconds a listed file may take to be found in the store (default "
-                     "DYAD_WAIT_TIMEOUT)");
+    add_timeout_option(sync, o.timeout,
+                       "how long a listed file may take to be found in the store: seconds, or "
+                       "with a unit (90s, 10m, 1h) (default DYAD_WAIT_TIMEOUT)");
 }
 
 // stat, ls, config, key, keygen, service status.
@@ -448,6 +531,13 @@ void add_info_commands(CLI::App& app, Cli& o, Commands& c) {
     auto* service = app.add_subcommand("service", "ask a service about itself");
     c.status = service->add_subcommand("status", "identity, transports and counters of a service");
     c.status->add_option("--uri", o.uri, "service to ask (default DYAD_SERVICE_URI)");
+    c.status_wait =
+        c.status
+            ->add_option("--wait", o.status_wait_text,
+                         "wait until the service answers (for job scripts), at most DURATION "
+                         "(seconds, or 90s, 10m, 1h; default 60 s); exit 4 if it did not")
+            ->expected(0, 1)
+            ->type_name("[DURATION]");
     service->require_subcommand(1);
 }
 
@@ -529,16 +619,70 @@ int run_key(const Cli& o, const dyad::Config& cfg) {
 }
 
 // ---- the subcommands of a client ----
+
+// produce -r: the regular files under `dir`, sorted, without DYAD's own
+// directory (.dyad) and the temporaries of rsync and sed -i (published
+// under their real names when renamed). Symbolic links are not followed.
+std::vector<std::string> files_under(const std::string& dir, dyad::Status* err) {
+    namespace fs = std::filesystem;
+    std::vector<std::string> out;
+    std::error_code ec;
+    fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+        const auto& p = it->path();
+        const std::string name = p.filename().string();
+        if (it->is_directory(ec) && !it->is_symlink(ec)) {
+            if (name == dyad::kReservedDir) it.disable_recursion_pending();
+            continue;
+        }
+        if (it->is_symlink(ec) || !it->is_regular_file(ec)) continue;
+        if (dyad::client::is_tool_temporary(name.c_str())) continue;
+        out.push_back(p.string());
+    }
+    if (ec) *err = dyad::Status(DYAD_RC_BADFIO, "cannot list '" + dir + "'", ec.value());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+bool is_directory(const std::string& path) {
+    struct stat sb;
+    return ::stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 int run_produce(dyad::client::Client& c, const Cli& o) {
     int rc = 0;
-    for (size_t i = 0; i < o.files.size(); ++i) {
-        const auto& f = o.files[i];
+    std::vector<std::string> files;
+    for (const auto& f : o.files) {
+        // Not a directory under the producer directory (the directory
+        // itself, or outside it): the client says which.
+        if (!is_directory(f) || (!o.recursive && !c.producer_upath(f))) {
+            files.push_back(f);
+            continue;
+        }
+        if (!o.recursive) {
+            rc = report(dyad::Status(DYAD_RC_BADFIO,
+                                     "is a directory: 'dyad produce -r " + f +
+                                         "' publishes every file under it",
+                                     EISDIR),
+                        f);
+            continue;
+        }
+        dyad::Status err;
+        auto under = files_under(f, &err);
+        if (!err) rc = report(err, f);
+        if (under.empty() && err)
+            std::fprintf(stderr, "%s %s: no regular file under it to publish\n", g_command.c_str(),
+                         f.c_str());
+        files.insert(files.end(), under.begin(), under.end());
+    }
+    for (size_t i = 0; i < files.size(); ++i) {
+        const auto& f = files[i];
         dyad::Status s = c.produce(f);
         if (!s) {
             rc = report(s, f);
-            if (service_failure(c, s)) return not_attempted(o.files.size() - i - 1), rc;
+            if (service_failure(c, s)) return not_attempted(files.size() - i - 1), rc;
         } else if (o.json) {
-            std::cout << nlohmann::json{{"file", f}, {"action", "produced"}}.dump(
+            std::cout << nlohmann::json{{"file", f}, {"action", "produced"}, {"ok", true}}.dump(
                              -1, ' ', false, kBadUtf8Replaced)
                       << "\n";
         } else {
@@ -548,6 +692,108 @@ int run_produce(dyad::client::Client& c, const Cli& o) {
     return rc;
 }
 
+// ---- consume: what it is doing, on a terminal and on Ctrl-C ----
+
+// The line Ctrl-C prints (built before, written by the handler with
+// write(2)): two buffers, the handler reads the one last completed.
+char g_interrupt_text[2][1024];
+std::atomic<int> g_interrupt_at{-1};
+
+void set_interrupt_text(const std::string& line) {
+    int next = g_interrupt_at.load() == 0 ? 1 : 0;
+    std::snprintf(g_interrupt_text[next], sizeof g_interrupt_text[next], "%s\n", line.c_str());
+    g_interrupt_at.store(next);
+}
+
+extern "C" void on_interrupt(int sig) {
+    int at = g_interrupt_at.load();
+    if (at >= 0) {
+        const char* t = g_interrupt_text[at];
+        ssize_t n = ::write(STDERR_FILENO, t, std::strlen(t));
+        (void)n;
+    }
+    ::_exit(128 + sig);
+}
+
+// After ~1 s without a result, on a terminal: "waiting for X to be
+// produced..." (the default is to wait forever, so say so). Once per file
+// waited for.
+class WaitingLine {
+  public:
+    explicit WaitingLine(bool enabled) : enabled_(enabled) {
+        if (enabled_) thread_ = std::thread([this] { run(); });
+    }
+    ~WaitingLine() {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    }
+    // What is awaited now ("" : nothing, its bytes are arriving).
+    void now(const std::string& line) {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (line != line_) since_ = std::chrono::steady_clock::now();
+        line_ = line;
+    }
+
+  private:
+    void run() {
+        std::unique_lock<std::mutex> lk(mu_);
+        std::string shown;
+        while (!stop_) {
+            cv_.wait_for(lk, std::chrono::milliseconds(200));
+            if (stop_ || line_.empty() || line_ == shown) continue;
+            if (std::chrono::steady_clock::now() - since_ < std::chrono::seconds(1)) continue;
+            std::fprintf(stderr, "%s\n", line_.c_str());
+            std::fflush(stderr);
+            shown = line_;
+        }
+    }
+    bool enabled_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    std::string line_;
+    std::chrono::steady_clock::time_point since_ = std::chrono::steady_clock::now();
+    std::thread thread_;
+};
+
+std::string waiting_text(const std::string& f, const Cli& o) {
+    return g_command + ": waiting for " + f + " to be produced (Ctrl-C to stop" +
+           (o.timeout >= 0 ? "" : "; --timeout S to give up") + ")...";
+}
+
+// A path that does not exist with *, ? or [ in it: a shell pattern that
+// matched nothing is passed on as it is, and would be waited for by that
+// name.
+void warn_unmatched_glob(const std::string& f) {
+    if (f.find_first_of("*?[") == std::string::npos) return;
+    struct stat sb;
+    if (::lstat(f.c_str(), &sb) == 0) return;
+    std::fprintf(stderr,
+                 "%s: warning: '%s' does not exist and contains *, ? or [: if it was a shell "
+                 "pattern, it matched nothing and DYAD waits for a file of exactly this name "
+                 "('dyad ls' lists the files produced)\n",
+                 g_command.c_str(), f.c_str());
+}
+
+// The names `dyad ls` prints are relative to the managed directory: a
+// relative path that is not under the consumer directory when taken from
+// the current directory is taken from the consumer directory (from the
+// producer directory for `dyad stat` on a node with only that).
+std::string resolve_relative(dyad::client::Client& c, const std::string& f, bool producer_too) {
+    if (f.empty() || f[0] == '/') return f;
+    if (c.consumer_upath(f)) return f;
+    if (producer_too && c.producer_upath(f)) return f;
+    const auto& dir = !c.consumer_dir().empty()                   ? c.consumer_dir()
+                      : producer_too && !c.producer_dir().empty() ? c.producer_dir()
+                                                                  : c.consumer_dir();
+    if (dir.empty()) return f;
+    return dir.join(f);
+}
+
 // One file: the progress of its transfer can be shown.
 int run_consume_one(dyad::client::Client& c, const Cli& o) {
     Progress bar(o.progress_on    ? Progress::Mode::on
@@ -555,19 +801,46 @@ int run_consume_one(dyad::client::Client& c, const Cli& o) {
                                   : Progress::Mode::automatic);
     const auto& f = o.files[0];
     dyad::client::ConsumeReport r;
-    if (bar.wanted()) {
-        bar.start(f);
-        r.progress = [&bar](const dyad::client::TransferProgress& p) { bar.update(p); };
-    }
+    WaitingLine waiting(::isatty(STDERR_FILENO) == 1);
+    waiting.now(waiting_text(f, o));
+    set_interrupt_text(g_command + ": interrupted while waiting for " + f +
+                       " to be produced: nothing was installed");
+    bool wanted = bar.wanted();
+    if (wanted) bar.start(f);
+    bool arriving = false;
+    r.progress = [&](const dyad::client::TransferProgress& p) {
+        if (!arriving) {
+            arriving = true;
+            waiting.now("");
+            set_interrupt_text(g_command + ": interrupted while fetching " + f +
+                               ": nothing was installed (its partial copy is removed by the next "
+                               "consume of it)");
+        }
+        if (wanted) bar.update(p);
+    };
     dyad::Status s = c.consume(f, &r);
+    waiting.now("");
     bar.finish(r.bytes, r.bytes, r.transfer_s, s.is_ok());
     return print_consumed(f, s, r, o.json, o.explain, o.timeout >= 0);
 }
 
 // Several files: pipelined, printed as they finish, in the order given (each
 // line as soon as its file and those before it have finished).
-int run_consume(dyad::client::Client& c, const Cli& o) {
+int run_consume_many(dyad::client::Client& c, const Cli& o);
+
+int run_consume(dyad::client::Client& c, const Cli& given) {
+    Cli o = given;
+    for (auto& f : o.files) {
+        warn_unmatched_glob(f);
+        f = resolve_relative(c, f, false);
+    }
+    std::signal(SIGINT, on_interrupt);
+    std::signal(SIGTERM, on_interrupt);
     if (o.files.size() == 1) return run_consume_one(c, o);
+    return run_consume_many(c, o);
+}
+
+int run_consume_many(dyad::client::Client& c, const Cli& o) {
     // Nothing can be consumed if the node's service cannot be reached: say it once.
     if (auto svc = c.service(); !svc) {
         int rc = report(svc.status(), o.files[0]);
@@ -584,6 +857,18 @@ int run_consume(dyad::client::Client& c, const Cli& o) {
     dyad::client::ConsumeManyOptions m;
     m.window = o.window;
     g_flush_each_line = false;
+    WaitingLine waiting(::isatty(STDERR_FILENO) == 1);
+    const size_t total = o.files.size();
+    auto now_at = [&](size_t done) {
+        if (done >= total) return waiting.now("");
+        waiting.now(g_command + ": waiting for " + o.files[done] + " (" + std::to_string(done) +
+                    " of " + std::to_string(total) + " files consumed; Ctrl-C to stop)...");
+        set_interrupt_text(g_command + ": interrupted after " + std::to_string(done) + " of " +
+                           std::to_string(total) +
+                           " files: the others were not installed (a partial copy is removed "
+                           "by the next consume of its file)");
+    };
+    now_at(0);
     m.done = [&](size_t i, const dyad::Status& s, const dyad::client::ConsumeReport& r) {
         if (i == next) {  // the usual case: printed at once, nothing kept
             print(i, s, r);
@@ -595,6 +880,7 @@ int run_consume(dyad::client::Client& c, const Cli& o) {
             print(next, ended[next]->first, ended[next]->second);
             ended[next].reset();
         }
+        now_at(next);
     };
     c.consume_many(o.files, m);
     return rc;
@@ -628,7 +914,7 @@ int run_sync(dyad::client::Client& c, const Cli& o) {
 }
 
 int run_stat(dyad::client::Client& c, const Cli& o) {
-    auto r = c.stat(o.stat_file);
+    auto r = c.stat(resolve_relative(c, o.stat_file, true));
     if (!r)
         return report(r.status(), o.stat_file,
                       r.status().rc() == DYAD_RC_NOTFOUND
@@ -733,6 +1019,20 @@ void print_stores(nlohmann::json& j) {
 
 int run_status(dyad::client::Client& c, const Cli& o) {
     auto s = c.service_status(o.uri);
+    if (o.status_wait >= 0) {
+        // --wait: ask again until it answers (a job script's "is it up yet").
+        const auto end = std::chrono::steady_clock::now() +
+                         std::chrono::duration<double>(o.status_wait < 0 ? 60 : o.status_wait);
+        while (!s && s.status().rc() == DYAD_RC_CONNFAIL &&
+               std::chrono::steady_clock::now() < end) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            s = c.service_status(o.uri);
+        }
+        if (!s && s.status().rc() == DYAD_RC_CONNFAIL)
+            return report(s.status(), "",
+                          "it did not answer within " +
+                              human_seconds(o.status_wait < 0 ? 60 : o.status_wait) + " (--wait)");
+    }
     if (!s) return report(s.status());
     if (o.json) {
         std::cout << s->dump(2, ' ', false, kBadUtf8Replaced) << "\n";
@@ -758,6 +1058,7 @@ int dispatch(const Commands& c, Cli& o, dyad::job::Options& job_options) {
     if (*c.job.job) return dyad::job::run(c.job, job_options);
     if (*c.keygen) return run_keygen(o);
     if (*c.doctor) return dyad::tools::doctor(o.json);
+    g_json = o.json;
     auto cfg = dyad::Config::from_env();
     if (!cfg && !*c.config) return report(cfg.status());
     if (cfg) {
@@ -765,10 +1066,25 @@ int dispatch(const Commands& c, Cli& o, dyad::job::Options& job_options) {
         dyad::log::set_level(cfg->log_level);
         g_debug = cfg->log_level <= dyad::log::Level::debug;
     }
-    if (*c.config) return run_config(o, cfg);
+    if (c.status_wait->count()) {
+        o.status_wait = 60;
+        if (!o.status_wait_text.empty() && !parse_duration(o.status_wait_text, &o.status_wait)) {
+            std::fprintf(stderr,
+                         "%s: --wait: '%s' is not a duration: give seconds (30, 2.5) or a "
+                         "number with a unit s, m or h (90s, 10m, 1h)\n",
+                         g_command.c_str(), o.status_wait_text.c_str());
+            return 1;
+        }
+    }
+    if (*c.config) {
+        g_json = false;  // its document says the error
+        return run_config(o, cfg);
+    }
     if (*c.key) return run_key(o, cfg.value());
     auto client = dyad::client::Client::create(cfg.value());
-    if (!client) return report(client.status());
+    // Every reason a client cannot be made is this process's configuration
+    // (a transport, a key file that cannot be read): exit 1.
+    if (!client) return report(client.status(), "", "", 1);
     // The subcommands of a client.
     const std::pair<const CLI::App*, int (*)(dyad::client::Client&, const Cli&)> table[] = {
         {c.produce, run_produce}, {c.consume, run_consume}, {c.sync, run_sync},

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstddef>
@@ -355,6 +356,23 @@ std::optional<std::string> read_cstring(const char* p, size_t max) {
     return std::nullopt;
 }
 
+// A path outside the managed directory: nothing to do and DYAD_RC_OK, as
+// upstream DYAD (programs rely on it), but said: a warning the first time
+// in the process for each direction, a debug line for the others.
+void note_unmanaged(std::atomic<bool>& warned, const char* call, const char* fname,
+                    const dyad::ManagedDir& dir, const char* var) {
+    if (!warned.exchange(true))
+        DYAD_WARN("client",
+                  "%s('%s'): not under %s (%s): ignored, nothing done (DYAD_RC_OK); every path "
+                  "outside it is ignored so (said once; DYAD_LOG_LEVEL=debug shows each)",
+                  call, fname, dir.path().c_str(), var);
+    else
+        DYAD_DEBUG("client", "%s('%s'): not under %s (%s): ignored", call, fname,
+                   dir.path().c_str(), var);
+}
+std::atomic<bool> g_warned_unmanaged_produce{false};
+std::atomic<bool> g_warned_unmanaged_consume{false};
+
 }  // namespace
 
 extern "C" {
@@ -495,7 +513,11 @@ dyad_rc_t dyad_produce(dyad_ctx_t* ctx, const char* fname) {
         if (c->producer_dir().empty())
             return fail(dyad::Status(DYAD_RC_BADMANAGEDPATH,
                                      "dyad_produce: no producer directory (DYAD_PATH_PRODUCER)"));
-        if (!c->producer_upath(fname)) return ok();  // unmanaged: nothing to do, as in DYAD
+        if (!c->producer_upath(fname)) {  // unmanaged: nothing to do, as in DYAD
+            note_unmanaged(g_warned_unmanaged_produce, "dyad_produce", fname, c->producer_dir(),
+                           "DYAD_PATH_PRODUCER");
+            return ok();
+        }
         dyad::Status s = c->produce(fname);
         if (!s) return fail(s);
         learn_rank(c);
@@ -567,7 +589,11 @@ dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname) {
         if (c->consumer_dir().empty())
             return fail(dyad::Status(DYAD_RC_BADMANAGEDPATH,
                                      "dyad_consume: no consumer directory (DYAD_PATH_CONSUMER)"));
-        if (!c->consumer_upath(fname)) return ok();  // unmanaged: nothing to do, as in DYAD
+        if (!c->consumer_upath(fname)) {  // unmanaged: nothing to do, as in DYAD
+            note_unmanaged(g_warned_unmanaged_consume, "dyad_consume", fname, c->consumer_dir(),
+                           "DYAD_PATH_CONSUMER");
+            return ok();
+        }
         dyad::Status s = c->consume(fname);
         if (!s) return fail(s);
         learn_rank(c);

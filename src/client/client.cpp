@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <csignal>
 #include <future>
 #include <mutex>
 #include <set>
@@ -73,8 +74,13 @@ std::string cause_of(const Status& e) {
 Status unreachable(const std::string& uri, const Status& e, const std::string& advice) {
     // Refused with the service's reason (no key, too many connections of
     // this peer): that reason is what to say.
-    if (e.rc() == DYAD_RC_NOAUTH || e.err() == EUSERS)
+    if (e.rc() == DYAD_RC_NOAUTH || e.err() == EUSERS) {
+        // Its message names the service already ("service at URI ..."):
+        // said once, as the DYAD service.
+        const std::string& m = e.message();
+        if (m.rfind("service at " + uri, 0) == 0) return Status(e.rc(), "DYAD " + m, e.err());
         return Status(e).wrap("DYAD service at " + uri);
+    }
     if (rpc::Connection::not_dyad(e))
         return Status(DYAD_RC_CONNFAIL,
                       e.message() + ": " + advice +
@@ -86,6 +92,32 @@ Status unreachable(const std::string& uri, const Status& e, const std::string& a
             "cannot reach the DYAD service at " + uri + " (" + cause_of(e) + "): " + advice,
             e.err());
     return Status(DYAD_RC_CONNFAIL, "the DYAD service at " + uri + ": " + e.message(), e.err());
+}
+
+// A service address that cannot be one (another scheme, no port, a port out
+// of range): a configuration error that says what an address looks like.
+// `what`: where it came from ("DYAD_SERVICE_URI", "--uri").
+Status check_service_uri(const std::string& uri, const std::string& what) {
+    auto u = rpc::parse_uri(uri);
+    std::string why;
+    if (!u) {
+        // "bad service URI 'X': WHY (use ...)": WHY.
+        const std::string& m = u.status().message();
+        size_t at = m.find("': ");
+        size_t end = m.rfind(" (use ");
+        why = at != std::string::npos && end != std::string::npos && end > at + 3
+                  ? m.substr(at + 3, end - at - 3)
+                  : m;
+    } else if (!u->is_unix && u->port == 0) {
+        why = "port 0";
+    } else {
+        return Status::ok();
+    }
+    return Status(DYAD_RC_NOCTX,
+                  what + " '" + uri + "' is not a DYAD service address (" + why +
+                      "): it must be unix:PATH (the service's --socket) or tcp://HOST:PORT (its "
+                      "--listen, port 1-65535)",
+                  EINVAL);
 }
 
 }  // namespace
@@ -151,6 +183,45 @@ Status reserved_check(const std::optional<std::string>& up) {
     auto n = normalize_upath(*up);
     return n ? Status::ok() : n.status();
 }
+// Refuses a file that another process still has open for writing: its
+// record would describe a size and checksum the file no longer has once the
+// writer goes on. A read lease is refused (EAGAIN) while any descriptor of
+// the file is open for writing (or mapped shared and writable), and is
+// released at once. Where leases cannot be taken (a file system without
+// them: EINVAL; leases disabled: ENOLCK; a file this user does not own:
+// EACCES) the check is skipped, said at debug level.
+Status refuse_if_being_written(const std::string& full) {
+    UniqueFd fd(::open(full.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (!fd.valid()) return Status::ok();  // the service's checks say why
+    struct stat sb;
+    if (::fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode)) return Status::ok();
+    // A writer opening the file in the instant the lease is held breaks it,
+    // and the kernel signals the lease holder (SIGIO by default, which
+    // would end this process): SIGURG's default action is to ignore it.
+    if (::fcntl(fd.get(), F_SETSIG, SIGURG) != 0) {
+        DYAD_DEBUG(kSub, "'%s': cannot tell whether it is open for writing (F_SETSIG: %s)",
+                   full.c_str(), std::strerror(errno));
+        return Status::ok();
+    }
+    if (::fcntl(fd.get(), F_SETLEASE, F_RDLCK) == 0) {
+        ::fcntl(fd.get(), F_SETLEASE, F_UNLCK);
+        return Status::ok();
+    }
+    int e = errno;
+    if (e == EAGAIN || e == EBUSY)
+        return Status(DYAD_RC_BADFIO,
+                      "cannot produce '" + full +
+                          "': another process still has it open for writing; publish it once "
+                          "the writer has closed it (its record would describe a file that is "
+                          "still changing)",
+                      EBUSY);
+    DYAD_DEBUG(kSub,
+               "'%s': cannot tell whether another process has it open for writing (read lease: "
+               "%s): published without that check",
+               full.c_str(), std::strerror(e));
+    return Status::ok();
+}
+
 }  // namespace
 
 Deadline Client::wait_deadline() const {
@@ -176,6 +247,7 @@ void Client::reset_after_fork() {
 Result<ServiceInfo> Client::service() {
     std::lock_guard<std::mutex> lk(mu_);
     if (svc_) return *svc_;
+    if (Status u = check_service_uri(cfg_.service_uri, "DYAD_SERVICE_URI"); !u) return u;
     auto c = rpc::Connection::connect(cfg_.service_uri, Deadline::after(kControlTimeout), creds_);
     if (!c)
         return unreachable(cfg_.service_uri, c.status(),
@@ -242,6 +314,12 @@ Status Client::produce(const std::string& path) {
             "cannot produce '" + path + "': no producer directory (set DYAD_PATH_PRODUCER)",
             EINVAL);
     auto up = producer_upath(path);
+    if (!up && canonical_path(path) == prod_.path())
+        return Status(DYAD_RC_UNTRACKED,
+                      "'" + path + "' is the producer directory itself (DYAD_PATH_PRODUCER): " +
+                          "produce the files in it ('dyad produce -r " + path +
+                          "' publishes every one)",
+                      EINVAL);
     if (!up)
         return Status(DYAD_RC_UNTRACKED,
                       "'" + path + "' is not inside the producer directory " + prod_.path() +
@@ -257,6 +335,7 @@ Status Client::produce(const std::string& path) {
                           svc->producer_dir + "): use the same directory for both",
                       EINVAL);
     std::string full = prod_.join(up.value());
+    if (Status w = refuse_if_being_written(full); !w) return w;
     if (cfg_.fsync_write) {
         UniqueFd fd(::open(full.c_str(), O_RDONLY | O_CLOEXEC));
         if (fd.valid()) ::fsync(fd.get());
@@ -300,6 +379,11 @@ Result<std::string> Client::consumer_relative(const std::string& path) const {
         return Status(DYAD_RC_BADMANAGEDPATH, "no consumer directory (set DYAD_PATH_CONSUMER)",
                       EINVAL);
     auto up = consumer_upath(path);
+    if (!up && canonical_path(path) == cons_.path())
+        return Status(DYAD_RC_UNTRACKED,
+                      "'" + path + "' is the consumer directory itself (DYAD_PATH_CONSUMER): " +
+                          "give a file in it",
+                      EINVAL);
     if (!up)
         return Status(DYAD_RC_UNTRACKED,
                       "'" + path + "' is not inside the consumer directory " + cons_.path() +
@@ -710,6 +794,8 @@ Result<std::vector<Record>> Client::list() {
 
 Result<nlohmann::json> Client::service_status(const std::string& uri) {
     std::string u = uri.empty() ? cfg_.service_uri : uri;
+    if (Status bad = check_service_uri(u, uri.empty() ? "DYAD_SERVICE_URI" : "--uri"); !bad)
+        return bad;
     bool connect_failed = false;
     auto r = pool_->call(u, "dyad.status", nlohmann::json::object(),
                          Deadline::after(kControlTimeout), 0, true, &connect_failed);

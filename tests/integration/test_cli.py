@@ -11,6 +11,7 @@ import select
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -240,9 +241,9 @@ def test_json_anywhere_on_the_command_line(nodes):
     assert "transports_built" in json.loads(cons.dyad("config", "--json").stdout)
     line = json.loads(cons.dyad("consume", cons.path("j.bin"), "--json").stdout)
     assert line["file"] == cons.path("j.bin") and line["bytes"] == 100
-    # After "--", "--json" is a file name.
-    p = cons.dyad("consume", "--", "--json", check=False)
-    assert p.returncode == 2 and "'--json' is not inside the consumer directory" in p.stderr, p.stderr
+    # After "--", "--json" is a file name (relative: taken from the consumer directory).
+    p = cons.dyad("consume", "--timeout", "0.2", "--", "--json", check=False)
+    assert p.returncode == 3 and "'--json' was not produced within 0.2 s" in p.stderr, p.stderr
 
 
 def test_stat_formats_mode_and_mtime(nodes):
@@ -403,3 +404,206 @@ def test_doctor_passes_a_good_environment_and_names_what_to_fix(nodes, tmp_path)
 
     p = a.dyad("doctor", check=False, env_extra={"DYAD_SERVICE_URI": "tcp://127.0.0.1:1"})
     assert p.returncode == 1 and re.search(r"^FAIL +service ", p.stdout, re.M), p.stdout
+
+
+# ---- issue 34: everyday use without surprises ----
+
+def test_produce_refuses_a_file_still_open_for_writing(nodes):
+    prod, cons = nodes[0], nodes[1]
+    path = prod.path("growing.log")
+    writer = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys\nf = open(sys.argv[1], 'w')\nf.write('first line\\n')\nf.flush()\n"
+         "print('open', flush=True)\nsys.stdin.read()\nf.write('last line\\n')\nf.close()\n", path],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "open\n"
+        p = prod.dyad("produce", path, check=False)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith(f"dyad produce {path}: ") and "still has it open for writing" in p.stderr
+        assert "once the writer has closed it" in p.stderr and "resource busy" not in p.stderr, p.stderr
+        p = prod.dyad("produce", "--json", path, check=False)
+        line = json.loads(p.stdout)
+        assert p.returncode == 2 and line["ok"] is False and line["exit"] == 2 and line["file"] == path
+        assert line["rc"] == "DYAD_RC_BADFIO" and "open for writing" in line["error"]
+        assert cons.dyad("stat", cons.path("growing.log"), check=False).returncode == 2  # nothing published
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=30)
+    prod.dyad("produce", path)
+    cons.dyad("consume", cons.path("growing.log"))
+    with open(cons.path("growing.log")) as f:
+        assert f.read() == "first line\nlast line\n"
+
+
+def test_changed_file_timeout_names_the_option_given(nodes):
+    prod, cons = nodes[0], nodes[1]
+    path = prod.path("changed.txt")
+    with open(path, "w") as f:
+        f.write("v1")
+    prod.dyad("produce", path)
+    with open(path, "a") as f:
+        f.write(" and more")
+    p = cons.dyad("consume", "--timeout", "0.5", cons.path("changed.txt"), check=False)
+    assert p.returncode != 0
+    assert "not produced again within 0.5 s (--timeout)" in p.stderr, p.stderr
+    assert "DYAD_WAIT_TIMEOUT" not in p.stderr, p.stderr
+    prod.dyad("produce", path)
+
+
+def test_json_errors_are_json(nodes):
+    cons = nodes[1]
+    f = cons.path("never-json.bin")
+    p = cons.dyad("consume", "--json", "--timeout", "0.2", f, check=False)
+    assert p.returncode == 3
+    line = json.loads(p.stdout)
+    assert line == {"ok": False, "file": f, "exit": 3, "rc": "DYAD_RC_TIMEOUT", "error": line["error"],
+                    "command": "dyad consume"}
+    assert "was not produced within 0.2 s (--timeout)" in line["error"]
+    assert "was not produced" in p.stderr  # the text stays on stderr
+    # Several files: one line per file, failed or not.
+    harness.write_file(nodes[0].path("ok-json.bin"), 10)
+    nodes[0].dyad("produce", nodes[0].path("ok-json.bin"))
+    p = cons.dyad("consume", "--json", "--timeout", "0.2", cons.path("ok-json.bin"), f, check=False)
+    lines = [json.loads(x) for x in p.stdout.splitlines()]
+    assert [x["ok"] for x in lines] == [True, False] and lines[1]["exit"] == 3, lines
+    p = cons.dyad("stat", "--json", f, check=False)
+    j = json.loads(p.stdout)
+    assert p.returncode == 2 and j["ok"] is False and j["rc"] == "DYAD_RC_NOTFOUND" and j["exit"] == 2
+    p = cons.dyad("produce", "--json", "/etc/hostname", check=False)
+    j = json.loads(p.stdout)
+    assert p.returncode == 2 and j["ok"] is False and "not inside the producer directory" in j["error"]
+
+
+def test_service_uri_and_key_file_words(nodes, tmp_path):
+    cons = nodes[1]
+    for uri, why in (("http://localhost:80", "unknown scheme"), ("tcp://127.0.0.1:70000", "bad port"),
+                     ("tcp://127.0.0.1:0", "port 0")):
+        p = cons.dyad("ls", check=False, env_extra={"DYAD_SERVICE_URI": uri})
+        assert p.returncode == 1, p.stderr
+        assert f"DYAD_SERVICE_URI '{uri}' is not a DYAD service address ({why})" in p.stderr, p.stderr
+        assert "unix:PATH" in p.stderr and "tcp://HOST:PORT" in p.stderr and "port 1-65535" in p.stderr
+        assert "invalid argument" not in p.stderr
+    p = cons.dyad("service", "status", "--uri", "https://x:1", check=False)
+    assert p.returncode == 1 and "--uri 'https://x:1' is not a DYAD service address" in p.stderr, p.stderr
+    # A key file that is not there: a configuration error.
+    p = cons.dyad("ls", check=False, env_extra={"DYAD_AUTH_KEY_FILE": str(tmp_path / "no.key")})
+    assert p.returncode == 1 and "cannot open key file" in p.stderr, p.stderr
+    # Another job's key: the service is named once.
+    other = tmp_path / "other.key"
+    cons.dyad("keygen", str(other))
+    p = cons.dyad("ls", check=False, env_extra={"DYAD_AUTH_KEY_FILE": str(other)})
+    assert p.returncode == 4, p.stderr
+    assert p.stderr.count("service at ") == 1, p.stderr
+
+
+def test_timeout_takes_units(nodes):
+    prod, cons = nodes[0], nodes[1]
+    harness.write_file(prod.path("units.bin"), 10)
+    prod.dyad("produce", prod.path("units.bin"))
+    for t in ("1m", "90s", "0.5h", "30"):
+        cons.dyad("consume", "--timeout", t, cons.path("units.bin"))
+    p = cons.dyad("consume", "--timeout", "1x", cons.path("units.bin"), check=False)
+    assert p.returncode == 1 and "'1x' is not a duration" in p.stderr and "(90s, 10m, 1h)" in p.stderr
+
+
+def test_produce_directory_itself_and_recursive(nodes):
+    prod, cons = nodes[0], nodes[1]
+    p = prod.dyad("produce", prod.dir, check=False)
+    assert p.returncode == 2 and "is the producer directory itself" in p.stderr, p.stderr
+    assert "not inside" not in p.stderr and "dyad produce -r" in p.stderr
+    tree = prod.path("tree")
+    os.makedirs(os.path.join(tree, "sub"))
+    for rel in ("a.txt", "sub/b.txt", ".b.txt.Ab12Cd", "sub/sedAb12Cd"):
+        with open(os.path.join(tree, rel), "w") as f:
+            f.write(rel)
+    p = prod.dyad("produce", tree, check=False)
+    assert p.returncode == 2 and "is a directory" in p.stderr and f"dyad produce -r {tree}" in p.stderr, p.stderr
+    p = prod.dyad("produce", "-r", tree)
+    assert p.stdout.splitlines() == [f"produced {tree}/a.txt", f"produced {tree}/sub/b.txt"], p.stdout
+    names = cons.dyad("ls", "tree/").stdout
+    assert "tree/a.txt" in names and "tree/sub/b.txt" in names and "Ab12Cd" not in names, names
+
+
+def test_relative_names_of_ls_and_unmatched_globs(nodes, tmp_path):
+    prod, cons = nodes[0], nodes[1]
+    prod.produce_text("rel/x3.txt", "x3")
+    env = cons.env()
+    p = subprocess.run([harness.DYAD, "consume", "rel/x3.txt"], cwd=str(tmp_path), env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith(cons.path("rel/x3.txt") + ": "), p.stderr
+    p = subprocess.run([harness.DYAD, "stat", "rel/x3.txt"], cwd=str(tmp_path), env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and "path: rel/x3.txt\n" in p.stdout, p.stdout + p.stderr
+    p = cons.dyad("consume", "--timeout", "0.2", cons.path("rel/*.csv"), check=False)
+    assert p.returncode == 3
+    assert "does not exist and contains *, ? or [" in p.stderr and "matched nothing" in p.stderr, p.stderr
+
+
+def _on_a_terminal(cons, args, until, then=None, timeout=30):
+    """Runs dyad with stderr on a pty; reads it until `until` appears, then
+    sends signal `then` (if any); returns (returncode, stderr bytes)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([harness.DYAD, *args], env=cons.env(), stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    out = b""
+    sent = False
+    try:
+        end = time.time() + timeout
+        while time.time() < end:
+            if not sent and until in out:
+                if then is None:
+                    break
+                proc.send_signal(then)
+                sent = True
+            r, _, _ = select.select([master], [], [], 0.5)
+            if not r:
+                continue
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        if then is None:
+            proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return proc.returncode, out
+
+
+def test_waiting_line_and_ctrl_c_on_a_terminal(nodes):
+    cons = nodes[1]
+    f = cons.path("awaited.bin")
+    rc, out = _on_a_terminal(cons, ["consume", f], b"to be produced", signal.SIGINT)
+    text = out.decode()
+    assert f"dyad consume: waiting for {f} to be produced (Ctrl-C to stop; --timeout S to give up)..." in text, text
+    assert f"dyad consume: interrupted while waiting for {f} to be produced: nothing was installed" in text, text
+    assert rc == 128 + signal.SIGINT
+    assert not os.path.exists(f)
+    # Not on a terminal: no waiting line.
+    p = cons.dyad("consume", "--timeout", "1.5", f, check=False)
+    assert p.returncode == 3 and "waiting for" not in p.stderr
+
+
+def test_service_status_wait():
+    c = harness.Cluster(nodes=1)
+    try:
+        n = c[0]
+        assert n.dyad("service", "status", "--wait").returncode == 0
+        n.stop()
+        p = n.dyad("service", "status", "--wait", "0.5", check=False)
+        assert p.returncode == 4 and "did not answer within <1 s (--wait)" in p.stderr, p.stderr
+        waiter = n.dyad_async("service", "status", "--wait", "1m")
+        time.sleep(0.5)
+        assert waiter.poll() is None
+        n.start()
+        out, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 0 and "service " in out, err
+    finally:
+        c.cleanup()

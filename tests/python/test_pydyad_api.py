@@ -243,3 +243,23 @@ def test_return_codes_match_the_one_list_in_the_c_header():
     listed = {name: int(value) for name, value in re.findall(r"X\((DYAD_RC_\w+), (-?\d+),", header)}
     assert len(listed) > 30
     assert {rc.name: rc.value for rc in DyadRC} == listed
+
+
+def test_unmanaged_paths_are_ignored_but_said_once(cluster):
+    """Outside the managed directory produce and consume do nothing and
+    return OK (as upstream DYAD), with a warning the first time and debug
+    lines after."""
+    n = cluster[0]
+    code = EXPECT_ERROR + ("d = Dyad(); d.init_env()\n"
+                           "res = [outcome(lambda: d.produce('/etc/hostname')), outcome(lambda: d.produce('/etc/passwd')),"
+                           " outcome(lambda: d.consume('/etc/hostname')), outcome(lambda: d.consume('/etc/passwd'))]\n"
+                           "print(json.dumps(res))\n")
+    p = run_py(n, code)
+    assert [r["rc"] for r in last_json(p.stdout)] == [0, 0, 0, 0]
+    lines = [x for x in p.stderr.splitlines() if "ignored" in x]
+    assert len(lines) == 2, p.stderr
+    assert "dyad_produce('/etc/hostname'): not under " + n.dir + " (DYAD_PATH_PRODUCER): ignored" in lines[0]
+    assert "dyad_consume('/etc/hostname'): not under " + n.dir + " (DYAD_PATH_CONSUMER): ignored" in lines[1]
+    assert "/etc/passwd" not in p.stderr
+    p = run_py(n, code, DYAD_LOG_LEVEL="debug")
+    assert "dyad_produce('/etc/passwd'): not under" in p.stderr and "dyad_consume('/etc/passwd'): not under" in p.stderr
