@@ -35,6 +35,7 @@
 #include "common/fd.hpp"
 #include "common/log.hpp"
 #include "dtl.hpp"
+#include "proto/transfer.hpp"
 
 namespace dyad::dtl {
 namespace {
@@ -100,10 +101,9 @@ class LocalSender : public Sender {
             d(std::move(s), bytes, "");
         };
         job->ch->on_update([finish, job](const nlohmann::json& m) {
-            auto c = meta_u64(m, "copied");
-            if (!c)
-                return finish(Status(DYAD_RC_BADRPC, "LOCAL update without 'copied'", EPROTO), 0);
-            finish(Status::ok(), *c);
+            auto c = proto::LocalCopied::parse(m);
+            if (!c) return finish(c.status(), 0);
+            finish(Status::ok(), c->copied);
         });
         job->ch->on_cancel(
             [finish] { finish(Status(DYAD_RC_BADFETCH, "consumer went away", ECONNRESET), 0); });
@@ -119,7 +119,7 @@ class LocalSender : public Sender {
             job->ch->close();
         });
         job->ch->send_fd(
-            {{"size", job->size}, {"transport", name_of(Kind::local)}}, job->fd.get(),
+            proto::FetchStart{job->size, name_of(Kind::local)}.build(), job->fd.get(),
             [finish](bool ok) {
                 if (!ok)
                     finish(Status(DYAD_RC_BADFETCH, "could not pass the open file to the consumer",
@@ -200,7 +200,7 @@ class LocalReceiver : public Receiver {
         auto f = ch.first(name_of(Kind::local));
         if (!f) return f.status();
         UniqueFd in = ch.take_fd();
-        auto size = meta_u64(f->meta, "size");
+        auto size = proto::start_size(f->meta);
         if (!size || f->data_len != 0)
             return Status(DYAD_RC_BADRPC, "LOCAL answer without the file's size", EPROTO);
         if (!in.valid())
@@ -232,7 +232,7 @@ class LocalReceiver : public Receiver {
         if (!s) return s;
         DYAD_DEBUG(kSub, "copied %llu bytes by %s", static_cast<unsigned long long>(*size),
                    how.c_str());
-        s = ch.update({{"copied", *size}});
+        s = ch.update(proto::LocalCopied{*size}.build());
         if (!s) return s;
         auto t = ch.end(name_of(Kind::local));
         if (!t) return t;
