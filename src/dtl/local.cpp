@@ -2,7 +2,7 @@
 // LOCAL: the consumer is on the producer's node but uses another directory.
 // Nothing crosses a network: the owner service opens the file beneath its
 // producer directory and holds its shared lock, as for any fetch, and hands
-// the consumer that open file itself: its answer {"size", "transport"} carries
+// the consumer that open file itself: its first answer (proto::FetchStart) carries
 // the descriptor as SCM_RIGHTS over the service's Unix socket. No path or
 // file identity is disclosed, and the consumer opens nothing by name (so it
 // needs no access to the producer's directory, and a forged answer cannot
@@ -64,7 +64,7 @@ class LocalSender : public Sender {
     std::vector<TransportRecord> records() const override {
         TransportRecord r;
         r.name = name_of(Kind::local);
-        r.reach = "node";
+        r.reach = proto::kReachNode;
         r.latency_us = attrs_.latency_us;
         r.bandwidth_gbps = attrs_.bandwidth_gbps;
         r.detail = "kernel copy";

@@ -2,6 +2,7 @@
 #include "proto/transfer.hpp"
 
 #include <cerrno>
+#include <exception>
 
 #include "common/json_text.hpp"
 #include "proto/fields.hpp"
@@ -170,6 +171,41 @@ std::optional<uint64_t> ChunkAck::seq_of(const nlohmann::json& update) {
 
 nlohmann::json ChunkAck::build() const {
     return {{"ack", seq}};
+}
+
+// ---- The AUTO selector's records ----
+
+Result<TransportRecord> TransportRecord::parse(const nlohmann::json& j) {
+    if (!lenient_str(j, "name"))
+        return Status(DYAD_RC_BADMETADATA, "transport record without a name", EPROTO);
+    TransportRecord r;
+    try {
+        r.name = j.at("name").get<std::string>();
+        r.reach = j.value("reach", std::string(kReachNetwork));
+        r.latency_us = j.value("latency_us", 0.0);
+        r.bandwidth_gbps = j.value("bandwidth_gbps", 0.0);
+        r.rma_native = j.value("rma_native", false);
+        r.max_message = j.value("max_message", static_cast<uint64_t>(0));
+        r.address = j.value("address", std::string());
+        r.detail = j.value("detail", std::string());
+        r.source = j.value("source", std::string());
+    } catch (const std::exception& e) {
+        return Status(DYAD_RC_BADMETADATA, std::string("malformed transport record: ") + e.what(),
+                      EPROTO);
+    }
+    return r;
+}
+
+nlohmann::json TransportRecord::build() const {
+    return {{"name", name},
+            {"reach", reach},
+            {"latency_us", latency_us},
+            {"bandwidth_gbps", bandwidth_gbps},
+            {"rma_native", rma_native},
+            {"max_message", max_message},
+            {"address", address},
+            {"detail", detail},
+            {"source", source}};
 }
 
 // ---- LOCAL ----

@@ -131,6 +131,33 @@ struct ChunkAck {
     nlohmann::json build() const;
 };
 
+// ---- The AUTO selector's records ----
+
+// A record's reach.
+inline constexpr const char* kReachNode = "node";        // same DYAD node
+inline constexpr const char* kReachHost = "host";        // same machine (host_id)
+inline constexpr const char* kReachNetwork = "network";  // anywhere
+
+// One way of reaching a service's transport, as dyad.hello and dyad.status
+// list them (`transports`).
+struct TransportRecord {
+    std::string name;           // DYAD_DTL_MODE name: LOCAL, UCX, FLUX_RPC, MARGO
+    std::string reach;          // node (same DYAD node), host (same machine), network
+    double latency_us = 0;      // fixed cost per file (request, set-up, first byte)
+    double bandwidth_gbps = 0;  // streaming rate, GB/s
+    bool rma_native = false;    // one-sided transfers without software emulation
+    uint64_t max_message = 0;   // largest efficient single message
+    std::string address;        // how to reach it (endpoint, worker address, protocols)
+    std::string detail;         // what it runs on (UCX lanes, provider...)
+    std::string source;         // where the figures come from
+
+    // BADMETADATA / EPROTO "transport record without a name" unless name is
+    // a string; "malformed transport record: ..." for another field of the
+    // wrong type (absent ones keep their defaults, reach "network").
+    static Result<TransportRecord> parse(const nlohmann::json& j);
+    nlohmann::json build() const;
+};
+
 // ---- LOCAL ----
 
 // The consumer copied `copied` bytes: the service may end the fetch.

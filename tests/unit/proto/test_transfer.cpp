@@ -247,3 +247,36 @@ TEST(ProtoTransfer, StartSizeIsLenient) {
     EXPECT_FALSE(start_size(wire(R"({"size":-9})")));
     EXPECT_FALSE(start_size(wire(R"({})")));
 }
+
+// ---- The AUTO selector's records ----
+
+TEST(ProtoTransfer, TransportRecordRoundTripsAndRefusals) {
+    TransportRecord r;
+    r.name = "UCX";
+    r.reach = kReachHost;
+    r.latency_us = 20;
+    r.bandwidth_gbps = 10.5;
+    r.rma_native = true;
+    r.max_message = 1u << 20;
+    r.address = "a";
+    r.detail = "rc_mlx5";
+    r.source = "measured";
+    auto p = TransportRecord::parse(wire(r.build().dump().c_str()));
+    ASSERT_TRUE(p.is_ok());
+    EXPECT_EQ(p->build(), r.build());
+    EXPECT_EQ(r.build().size(), 9u);
+    auto d = TransportRecord::parse(wire(R"({"name":"FLUX_RPC"})"));
+    ASSERT_TRUE(d.is_ok());
+    EXPECT_EQ(d->reach, kReachNetwork);
+    EXPECT_EQ(d->bandwidth_gbps, 0.0);
+    for (const char* t : {R"({})", R"({"name":1})", R"([])"}) {
+        auto bad = TransportRecord::parse(wire(t));
+        ASSERT_FALSE(bad.is_ok()) << t;
+        expect_refused(bad.status(), DYAD_RC_BADMETADATA, EPROTO, "transport record without a name");
+    }
+    auto bad = TransportRecord::parse(wire(R"({"name":"UCX","latency_us":"fast"})"));
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().rc(), DYAD_RC_BADMETADATA);
+    EXPECT_EQ(bad.status().err(), EPROTO);
+    EXPECT_EQ(bad.status().message().rfind("malformed transport record: ", 0), 0u);
+}
