@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Request payloads: a request frame's meta as a peer sends it, checked the
 // way the service's handlers check it before doing anything (dyad.fetch:
-// transport and upath; dyad.fetch_many: its files, proto::FetchManyRequest; dyad.publish: upath, ns,
-// key_depth, key_bins and the key they make; kvs.put: ns, key, value through check_put; kvs.get and
+// transport, upath and the transports' own fields, proto/transfer.hpp, whose
+// requests survive build and parse; dyad.fetch_many: its files,
+// proto::FetchManyRequest; dyad.publish: upath, ns, key_depth, key_bins and
+// the key they make; kvs.put: ns, key, value through check_put; kvs.get and
 // kvs.list: string arguments). The raw input is also taken as a upath.
 // Properties: no crash, no exception; a normalized upath is relative, has no
 // "." / ".." / empty component, does not start with .dyad, and normalizes to

@@ -27,10 +27,10 @@ namespace dyad::proto {
 
 // The consumer's fields in a UCX dyad.fetch request.
 struct UcxRequest {
-    std::string worker;      // ucx_worker: the consumer's worker address, base64
-    uint64_t tag = 0;        // ucx_tag: the tag of tagged chunks
-    std::string consumer;    // ucx_consumer: "node/pid/start-time", for logs ("?": absent)
-    std::string proto;       // ucx_proto: auto | tag | put ("auto": absent)
+    std::string worker;    // ucx_worker: the consumer's worker address, base64
+    uint64_t tag = 0;      // ucx_tag: the tag of tagged chunks
+    std::string consumer;  // ucx_consumer: "node/pid/start-time", for logs ("?": absent)
+    std::string proto;     // ucx_proto: auto | tag | put ("auto": absent)
     // The receive window for put mode: all three given (address and size
     // unsigned, rkey a string), or none (an older consumer: tagged messages).
     struct Window {
@@ -52,8 +52,8 @@ struct UcxRequest {
 
 // The UCX part of the first answer: chunk size and mode.
 struct UcxStart {
-    FetchStart start;               // size, transport
-    std::optional<uint64_t> chunk;  // absent: the receiver's default
+    FetchStart start;                 // size, transport
+    std::optional<uint64_t> chunk;    // absent: the receiver's default
     std::optional<std::string> mode;  // "put" or "tag"; absent: tag (sent only for put)
     bool put() const { return mode.value_or("tag") == "put"; }
 

@@ -428,7 +428,8 @@ class UcxSender : public Sender {
             out.push_back(std::move(r));
         };
         std::string shm, rdma, tcp;
-        if (has({"sysv", "posix", "cma", "xpmem", "knem"}, &shm)) rec(proto::kReachHost, 160, 0.9, true, shm);
+        if (has({"sysv", "posix", "cma", "xpmem", "knem"}, &shm))
+            rec(proto::kReachHost, 160, 0.9, true, shm);
         if (has({"rc", "dc"}, &rdma)) rec(proto::kReachNetwork, 20, 10.0, true, rdma);
         if (has({"tcp"}, &tcp)) rec(proto::kReachNetwork, 160, 1.0, false, tcp);
         return out;

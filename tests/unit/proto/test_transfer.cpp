@@ -85,7 +85,8 @@ TEST(ProtoTransfer, UcxRequestDefaultsAndWindowAllOrNothing) {
         "ucx_window":-1,"ucx_window_size":2})"));
     ASSERT_TRUE(p.is_ok());
     EXPECT_FALSE(p->window);
-    json long_name = {{"ucx_worker", "w"}, {"ucx_tag", 0u}, {"ucx_consumer", std::string(500, 'n')}};
+    json long_name = {
+        {"ucx_worker", "w"}, {"ucx_tag", 0u}, {"ucx_consumer", std::string(500, 'n')}};
     p = UcxRequest::parse(long_name);
     ASSERT_TRUE(p.is_ok());
     EXPECT_EQ(p->consumer.size(), UcxRequest::kMaxConsumer);
@@ -272,7 +273,8 @@ TEST(ProtoTransfer, TransportRecordRoundTripsAndRefusals) {
     for (const char* t : {R"({})", R"({"name":1})", R"([])"}) {
         auto bad = TransportRecord::parse(wire(t));
         ASSERT_FALSE(bad.is_ok()) << t;
-        expect_refused(bad.status(), DYAD_RC_BADMETADATA, EPROTO, "transport record without a name");
+        expect_refused(bad.status(), DYAD_RC_BADMETADATA, EPROTO,
+                       "transport record without a name");
     }
     auto bad = TransportRecord::parse(wire(R"({"name":"UCX","latency_us":"fast"})"));
     ASSERT_FALSE(bad.is_ok());
