@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // Request payloads: a request frame's meta as a peer sends it, checked the
 // way the service's handlers check it before doing anything (dyad.fetch:
-// transport and upath; dyad.fetch_many: its files, proto::FetchManyRequest; dyad.publish: upath, ns,
-// key_depth, key_bins and the key they make; kvs.put: ns, key, value through check_put; kvs.get and
+// transport, upath and the transports' own fields, proto/transfer.hpp, whose
+// requests survive build and parse; dyad.fetch_many: its files,
+// proto::FetchManyRequest; dyad.publish: upath, ns, key_depth, key_bins and
+// the key they make; kvs.put: ns, key, value through check_put; kvs.get and
 // kvs.list: string arguments). The raw input is also taken as a upath.
 // Properties: no crash, no exception; a normalized upath is relative, has no
 // "." / ".." / empty component, does not start with .dyad, and normalizes to
@@ -17,6 +19,7 @@
 #include "dtl/dtl.hpp"
 #include "proto/fetch.hpp"
 #include "proto/publish.hpp"
+#include "proto/transfer.hpp"
 #include "fuzz_check.hpp"
 #include "kvs/store.hpp"
 #include "rpc/wire.hpp"
@@ -64,11 +67,23 @@ void fetch(const nlohmann::json& a) {
     if (!mode) answerable(mode.status());
     if (a.contains("upath") && a["upath"].is_string())
         check_upath(a["upath"].get_ref<const std::string&>());
-    // Transport arguments the senders read (UCX window, OFI chunk...).
-    for (const char* k : {"ucx_tag", "ucx_window", "ucx_window_size", "chunk", "offset", "credits"})
-        (void)dtl::meta_u64(a, k);
-    for (const char* k : {"ucx_worker", "ucx_consumer", "ucx_rkey", "ucx_proto", "ofi_addr"})
-        (void)dtl::meta_str(a, k);
+    // Transport arguments the senders read (UCX worker and window, OFI protocol).
+    auto ucx = proto::UcxRequest::parse(a);
+    if (ucx) {
+        auto again = proto::UcxRequest::parse(ucx->build());
+        FUZZ_CHECK(again && again->worker == ucx->worker && again->tag == ucx->tag &&
+                   again->window.has_value() == ucx->window.has_value());
+    }
+    auto ofi = proto::OfiRequest::parse(a);
+    if (ofi) FUZZ_CHECK(proto::OfiRequest::parse(ofi->build()).value().proto == ofi->proto);
+    // The same object as the answers and updates a consumer or service reads.
+    (void)proto::UcxStart::parse(a);
+    (void)proto::UcxPutNotice::parse(a);
+    (void)proto::UcxAck::parse(a);
+    (void)proto::OfiStart::parse(a);
+    (void)proto::OfiChunk::parse(a);
+    (void)proto::ChunkAck::seq_of(a);
+    (void)proto::LocalCopied::parse(a);
 }
 
 void fetch_many(const nlohmann::json& a) {

@@ -33,6 +33,7 @@
 #include "common/rate_limit.hpp"
 #include "common/status.hpp"
 #include "common/json_text.hpp"
+#include "proto/transfer.hpp"
 
 namespace dyad::dtl {
 
@@ -106,7 +107,7 @@ class FetchChannel {
         return m->meta;
     }
     // Returns chunk `seq` to the service's window (AckWindow).
-    [[nodiscard]] Status ack(uint64_t seq) { return update({{"ack", seq}}); }
+    [[nodiscard]] Status ack(uint64_t seq) { return update(proto::ChunkAck{seq}.build()); }
 };
 
 // ---- service side ----
@@ -171,7 +172,7 @@ class AckWindow {
     // An update from the consumer: the acknowledged chunk's value, or
     // nothing (malformed, unknown, or already acknowledged).
     std::optional<T> ack(const nlohmann::json& update) {
-        auto seq = meta_u64(update, "ack");
+        auto seq = proto::ChunkAck::seq_of(update);
         if (!seq || *seq < base_ || *seq >= next_seq() || !items_[*seq - base_] ||
             (in_order_ && *seq != base_)) {
             ++bogus_;

@@ -82,7 +82,7 @@ class Receiver {
     // Fields this transport adds to the fetch request (e.g. a worker address).
     virtual nlohmann::json describe() = 0;
     // Reads the answer to the fetch on `ch`, delivering the file's bytes to
-    // `sink` in order. Returns the END trailer ({"size", "xxh3"}).
+    // `sink` in order. Returns the END trailer (proto::FetchEnd).
     // Fails with TIMEOUT when no progress is made for ch.idle_s() seconds.
     [[nodiscard]] virtual Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) = 0;
 };
@@ -134,7 +134,7 @@ class Sender {
         const Attributes& a = attributes();
         TransportRecord r;
         r.name = a.name;
-        r.reach = "network";
+        r.reach = proto::kReachNetwork;
         r.latency_us = a.latency_us;
         r.bandwidth_gbps = a.bandwidth_gbps;
         r.rma_native = a.rma_native;

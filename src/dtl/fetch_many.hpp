@@ -18,7 +18,7 @@ namespace dyad::dtl {
 
 // The compact answer (docs/wire-protocol.md, dyad.fetch_many): a served
 // file's frame has no meta, and its data starts with this header, the
-// file's index in "files" (u32, little-endian) and the XXH3-64 of its bytes
+// file's index in files (u32, little-endian) and the XXH3-64 of its bytes
 // (u64, little-endian); the bytes follow.
 inline constexpr size_t kRawFileHeader = 12;
 

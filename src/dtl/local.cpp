@@ -2,7 +2,7 @@
 // LOCAL: the consumer is on the producer's node but uses another directory.
 // Nothing crosses a network: the owner service opens the file beneath its
 // producer directory and holds its shared lock, as for any fetch, and hands
-// the consumer that open file itself: its answer {"size", "transport"} carries
+// the consumer that open file itself: its first answer (proto::FetchStart) carries
 // the descriptor as SCM_RIGHTS over the service's Unix socket. No path or
 // file identity is disclosed, and the consumer opens nothing by name (so it
 // needs no access to the producer's directory, and a forged answer cannot
@@ -35,6 +35,7 @@
 #include "common/fd.hpp"
 #include "common/log.hpp"
 #include "dtl.hpp"
+#include "proto/transfer.hpp"
 
 namespace dyad::dtl {
 namespace {
@@ -63,7 +64,7 @@ class LocalSender : public Sender {
     std::vector<TransportRecord> records() const override {
         TransportRecord r;
         r.name = name_of(Kind::local);
-        r.reach = "node";
+        r.reach = proto::kReachNode;
         r.latency_us = attrs_.latency_us;
         r.bandwidth_gbps = attrs_.bandwidth_gbps;
         r.detail = "kernel copy";
@@ -100,10 +101,9 @@ class LocalSender : public Sender {
             d(std::move(s), bytes, "");
         };
         job->ch->on_update([finish, job](const nlohmann::json& m) {
-            auto c = meta_u64(m, "copied");
-            if (!c)
-                return finish(Status(DYAD_RC_BADRPC, "LOCAL update without 'copied'", EPROTO), 0);
-            finish(Status::ok(), *c);
+            auto c = proto::LocalCopied::parse(m);
+            if (!c) return finish(c.status(), 0);
+            finish(Status::ok(), c->copied);
         });
         job->ch->on_cancel(
             [finish] { finish(Status(DYAD_RC_BADFETCH, "consumer went away", ECONNRESET), 0); });
@@ -119,7 +119,7 @@ class LocalSender : public Sender {
             job->ch->close();
         });
         job->ch->send_fd(
-            {{"size", job->size}, {"transport", name_of(Kind::local)}}, job->fd.get(),
+            proto::FetchStart{job->size, name_of(Kind::local)}.build(), job->fd.get(),
             [finish](bool ok) {
                 if (!ok)
                     finish(Status(DYAD_RC_BADFETCH, "could not pass the open file to the consumer",
@@ -200,7 +200,7 @@ class LocalReceiver : public Receiver {
         auto f = ch.first(name_of(Kind::local));
         if (!f) return f.status();
         UniqueFd in = ch.take_fd();
-        auto size = meta_u64(f->meta, "size");
+        auto size = proto::start_size(f->meta);
         if (!size || f->data_len != 0)
             return Status(DYAD_RC_BADRPC, "LOCAL answer without the file's size", EPROTO);
         if (!in.valid())
@@ -232,7 +232,7 @@ class LocalReceiver : public Receiver {
         if (!s) return s;
         DYAD_DEBUG(kSub, "copied %llu bytes by %s", static_cast<unsigned long long>(*size),
                    how.c_str());
-        s = ch.update({{"copied", *size}});
+        s = ch.update(proto::LocalCopied{*size}.build());
         if (!s) return s;
         auto t = ch.end(name_of(Kind::local));
         if (!t) return t;

@@ -23,6 +23,7 @@
 #include "common/json_text.hpp"
 #include "common/log.hpp"
 #include "dtl/peer_address.hpp"
+#include "proto/transfer.hpp"
 #include "ofi.hpp"
 #include "ofi_transport.hpp"
 #include "per_process.hpp"
@@ -209,12 +210,8 @@ class ReadMover : public ChunkMover {
         if (!g) return g.status();
         if (g->kind != FetchChannel::Kind::data || g->data_len != 0)
             return Status(DYAD_RC_BADRPC, "unexpected frame in an OFI fetch", EPROTO);
-        const nlohmann::json& d = g->meta;
-        uint64_t seq = meta_u64(d, "seq").value_or(~0ull);
-        uint64_t len = meta_u64(d, "len").value_or(0);
-        uint64_t raddr = meta_u64(d, "addr").value_or(0);
-        uint64_t key = meta_u64(d, "key").value_or(0);
-        if (seq != s.seq || len != s.len)
+        const auto d = proto::OfiChunk::parse(g->meta);
+        if (d.seq != s.seq || d.len != s.len)
             return Status(DYAD_RC_BADFETCH, "out-of-order OFI descriptor", EPROTO);
         w.progressed();
         ReadOp& op = ops_[s.index];
@@ -225,7 +222,7 @@ class ReadMover : public ChunkMover {
             Status st = map(op, s);
             if (!st) return st;
         }
-        Status st = post_read(op, raddr, key, Deadline::after(w.shape().idle_s));
+        Status st = post_read(op, d.addr, d.key, Deadline::after(w.shape().idle_s));
         if (!st) {
             release(op);
             return st;
@@ -390,33 +387,34 @@ class OfiReceiver : public Receiver {
     OfiReceiver(OfiConsumer* c, OfiOptions o)
         : c_(c), opts_(std::move(o)), attrs_(ofi_attributes(opts_, false)) {}
     const Attributes& attributes() const override { return attrs_; }
-    nlohmann::json describe() override { return {{"ofi_proto", opts_.proto}}; }
+    nlohmann::json describe() override { return proto::OfiRequest{opts_.proto}.build(); }
 
     Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
         std::lock_guard<std::mutex> lk(c_->mutex());
         auto f = ch.first(kWhat);
         if (!f) return f.status();
-        auto size_field = meta_u64(f->meta, "size");
-        if (!size_field || f->data_len != 0)
+        auto start = proto::OfiStart::parse(f->meta);
+        if (!start) return start.status();
+        if (f->data_len != 0)
             return Status(DYAD_RC_BADRPC,
                           "bad first answer in an OFI fetch: " +
                               f->meta.dump(-1, ' ', false, kBadUtf8Replaced),
                           EPROTO);
-        if (meta_u64(f->meta, "chunk") != kOfiChunk)
+        if (start->chunk != kOfiChunk)
             return Status(DYAD_RC_BADRPC, "OFI chunk size differs between service and consumer",
                           EPROTO);
-        auto addr = base64_decode(meta_str(f->meta, "ofi_addr").value_or(""));
+        auto addr = base64_decode(start->address);
         if (!addr || addr->empty())
             return Status(DYAD_RC_BADRPC, "OFI fetch without the service's address", EPROTO);
         auto peer = c_->peer(std::string(addr->begin(), addr->end()));
         if (!peer) return peer.status();
         Placement place;
         if (sink.can_place()) {
-            auto ok = place.open(opts_.placement, sink.fd(), *size_field);
+            auto ok = place.open(opts_.placement, sink.fd(), start->start.size);
             if (!ok) return ok.status();
         }
         WindowShape shape;
-        shape.size = *size_field;
+        shape.size = start->start.size;
         shape.chunk = kOfiChunk;
         shape.slots = shape.depth = static_cast<size_t>(kDepth);
         shape.memory = place ? nullptr : c_->slot(0);

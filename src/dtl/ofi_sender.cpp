@@ -20,6 +20,7 @@
 #include "common/rate_limit.hpp"
 #include "ofi.hpp"
 #include "ofi_transport.hpp"
+#include "proto/transfer.hpp"
 
 namespace dyad::dtl::ofi {
 namespace {
@@ -176,11 +177,11 @@ class OfiTransfer : public ChunkedTransfer {
   protected:
     bool inline_first_chunk() const override { return false; }
     nlohmann::json first_meta() const override {
-        return {{"size", job().size},
-                {"transport", name_of(Kind::ofi)},
-                {"chunk", kOfiChunk},
-                {"proto", sp_->protocol().name},
-                {"ofi_addr", base64_encode(sp_->address())}};
+        return proto::OfiStart{{job().size, name_of(Kind::ofi)},
+                               kOfiChunk,
+                               sp_->protocol().name,
+                               base64_encode(sp_->address())}
+            .build();
     }
     bool direct() const override { return true; }
     char* direct_target(size_t) override {
@@ -203,7 +204,7 @@ class OfiTransfer : public ChunkedTransfer {
         reading_.pop_front();
         uint64_t seq = pending_.push(Pending{idx, std::move(done)});
         const auto& r = sp_->region(idx);
-        job().ch->send({{"seq", seq}, {"addr", r.base}, {"key", r.key}, {"len", n}});
+        job().ch->send(proto::OfiChunk{seq, r.base, r.key, n}.build());
     }
     void on_finish() override {
         over_ = true;
@@ -333,12 +334,12 @@ class OfiSender : public Sender {
     }
 
     void send(std::shared_ptr<FetchJob> job, SendDone done) override {
-        auto it = job->transport_args.find("ofi_proto");
-        if (it == job->transport_args.end() || !it->is_string()) {
-            done(Status(DYAD_RC_BADUNPACK, "OFI fetch without ofi_proto", EINVAL), 0, "");
+        auto req = proto::OfiRequest::parse(job->transport_args);
+        if (!req) {
+            done(req.status(), 0, "");
             return;
         }
-        std::string name = it->get<std::string>();
+        std::string name = std::move(req.value().proto);
         // The service's listen policy decides where the endpoint binds;
         // without one (a keyed service on a wildcard), the address the
         // consumer reached.

@@ -15,15 +15,16 @@ namespace dyad::dtl {
 namespace {
 
 bool reachable(const TransportRecord& r, const Placement& w, std::string* why) {
-    if (r.reach == "node" && !w.same_node) {
+    if (r.reach == proto::kReachNode && !w.same_node) {
         *why = "needs the consumer on the owner's node";
         return false;
     }
-    if (r.reach == "host" && !w.same_host) {
+    if (r.reach == proto::kReachHost && !w.same_host) {
         *why = "needs the consumer on the owner's machine";
         return false;
     }
-    if (r.reach != "node" && r.reach != "host" && r.reach != "network") {
+    if (r.reach != proto::kReachNode && r.reach != proto::kReachHost &&
+        r.reach != proto::kReachNetwork) {
         *why = "unknown reach '" + r.reach + "'";
         return false;
     }
@@ -67,37 +68,12 @@ bool strcasecmp_ascii(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-nlohmann::json TransportRecord::to_json() const {
-    return {{"name", name},
-            {"reach", reach},
-            {"latency_us", latency_us},
-            {"bandwidth_gbps", bandwidth_gbps},
-            {"rma_native", rma_native},
-            {"max_message", max_message},
-            {"address", address},
-            {"detail", detail},
-            {"source", source}};
-}
-
 Result<TransportRecord> TransportRecord::from_json(const nlohmann::json& j) {
-    if (!j.is_object() || !j.contains("name") || !j["name"].is_string())
-        return Status(DYAD_RC_BADMETADATA, "transport record without a name", EPROTO);
-    TransportRecord r;
-    try {
-        r.name = j.at("name").get<std::string>();
-        r.reach = j.value("reach", std::string("network"));
-        r.latency_us = j.value("latency_us", 0.0);
-        r.bandwidth_gbps = j.value("bandwidth_gbps", 0.0);
-        r.rma_native = j.value("rma_native", false);
-        r.max_message = j.value("max_message", static_cast<uint64_t>(0));
-        r.address = j.value("address", std::string());
-        r.detail = j.value("detail", std::string());
-        r.source = j.value("source", std::string());
-    } catch (const std::exception& e) {
-        return Status(DYAD_RC_BADMETADATA, std::string("malformed transport record: ") + e.what(),
-                      EPROTO);
-    }
-    return r;
+    auto r = proto::TransportRecord::parse(j);
+    if (!r) return r.status();
+    TransportRecord out;
+    static_cast<proto::TransportRecord&>(out) = std::move(r.value());
+    return out;
 }
 
 double TransportRecord::estimate_us(uint64_t size) const {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/status.hpp"
+#include "proto/transfer.hpp"
 
 namespace dyad::dtl {
 
@@ -23,18 +24,9 @@ namespace dyad::dtl {
 constexpr uint64_t kSmallFile = 1u << 20;
 
 // One way of reaching a service's transport.
-struct TransportRecord {
-    std::string name;           // DYAD_DTL_MODE name: LOCAL, UCX, FLUX_RPC, MARGO
-    std::string reach;          // "node" (same DYAD node), "host" (same machine), "network"
-    double latency_us = 0;      // fixed cost per file (request, set-up, first byte)
-    double bandwidth_gbps = 0;  // streaming rate, GB/s
-    bool rma_native = false;    // one-sided transfers without software emulation
-    uint64_t max_message = 0;   // largest efficient single message
-    std::string address;        // how to reach it (endpoint, worker address, protocols)
-    std::string detail;         // what it runs on (UCX lanes, provider...)
-    std::string source;         // where the figures come from
-
-    nlohmann::json to_json() const;
+// The record of the wire (proto::TransportRecord), with the selector's estimate.
+struct TransportRecord : proto::TransportRecord {
+    nlohmann::json to_json() const { return build(); }
     static Result<TransportRecord> from_json(const nlohmann::json& j);
     // Estimated microseconds to move `size` bytes.
     double estimate_us(uint64_t size) const;

@@ -13,6 +13,7 @@
 #include "chunked.hpp"
 #include "dtl.hpp"
 #include "options.hpp"
+#include "proto/transfer.hpp"
 #include "write_behind.hpp"
 
 namespace dyad::dtl {
@@ -48,7 +49,7 @@ class StreamTransfer : public ChunkedTransfer {
     bool file_send() const override { return sendfile_ && job().size > kStreamChunk; }
     bool inline_first_chunk() const override { return true; }
     nlohmann::json first_meta() const override {
-        return {{"size", job().size}, {"transport", name_of(Kind::stream)}};
+        return proto::FetchStart{job().size, name_of(Kind::stream)}.build();
     }
 
   private:
@@ -104,7 +105,7 @@ class StreamReceiver : public Receiver {
                 return m->meta;
             }
             if (m->kind == FetchChannel::Kind::answer &&
-                meta_u64(m->meta, "size").value_or(0) > kWriteBehindFrom) {
+                proto::start_size(m->meta).value_or(0) > kWriteBehindFrom) {
                 const auto& on = write_behind_.on;
                 if (!on) return on.status();
                 if (on.value()) behind = std::make_unique<WriteBehind>(sink);

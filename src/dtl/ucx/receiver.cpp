@@ -22,6 +22,7 @@
 #include "dtl/per_process.hpp"
 #include "dtl/receive_window.hpp"
 #include "dtl/write_behind.hpp"
+#include "proto/transfer.hpp"
 #include "ucx.hpp"
 
 namespace dyad::dtl::ucx {
@@ -232,7 +233,7 @@ class TagMover : public ChunkMover {
 };
 
 // Put mode: the service writes chunk k into window slot k % slots and says
-// so on the fetch channel (`{"slot", "len"}`, in order); each slot written
+// so on the fetch channel (a put notice, proto::UcxPutNotice, in order); each slot written
 // to the file goes back as a credit (an UPDATE frame).
 class PutMover : public ChunkMover {
   public:
@@ -255,7 +256,7 @@ class PutMover : public ChunkMover {
     Status handed_over(const ReceiveWindow& w, const ChunkSlot& s) override {
         if (w.received() >= w.size()) return Status::ok();
         // `credit` too, for a service of the first release.
-        return ch_.update({{"ack", s.seq}, {"credit", 1}});
+        return ch_.update(proto::UcxAck::of(s.seq).build());
     }
 
     Result<nlohmann::json> end(ReceiveWindow& w) override {
@@ -293,15 +294,14 @@ class PutMover : public ChunkMover {
         const uint64_t seq = w.delivered();
         ChunkSlot* head = w.head();
         uint64_t expect = head ? head->len : 0;
-        auto slot = meta_u64(g->meta, "slot");
-        auto len = meta_u64(g->meta, "len");
-        if (!head || !slot || !len || *slot != seq % nslots || *len != expect)
+        auto n = proto::UcxPutNotice::parse(g->meta);
+        if (!head || !n || n->slot != seq % nslots || n->len != expect)
             return Status(DYAD_RC_BADFETCH,
                           "UCX put notice " + g->meta.dump(-1, ' ', false, kBadUtf8Replaced) +
                               ", expected slot " + std::to_string(seq % nslots) + " (" +
                               std::to_string(expect) + " bytes)",
                           EPROTO);
-        w.complete(*head, Status::ok(), static_cast<size_t>(*len));
+        w.complete(*head, Status::ok(), static_cast<size_t>(n->len));
         return Status::ok();
     }
 
@@ -316,13 +316,14 @@ class UcxReceiver : public Receiver {
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json describe() override {
         tag_ = c_->next_tag();
-        return {{"ucx_worker", base64_encode(c_->worker().address())},
-                {"ucx_tag", tag_},
-                {"ucx_consumer", c_->identity()},
-                {"ucx_proto", c_->proto()},
-                {"ucx_rkey", c_->rkey_b64()},
-                {"ucx_window", reinterpret_cast<uintptr_t>(c_->window())},
-                {"ucx_window_size", c_->window_size()}};
+        proto::UcxRequest r;
+        r.worker = base64_encode(c_->worker().address());
+        r.tag = tag_;
+        r.consumer = c_->identity();
+        r.proto = c_->proto();
+        r.window = proto::UcxRequest::Window{reinterpret_cast<uintptr_t>(c_->window()),
+                                             c_->window_size(), c_->rkey_b64()};
+        return r.build();
     }
 
     Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
@@ -330,13 +331,14 @@ class UcxReceiver : public Receiver {
         // First answer: the size and chunk size (or an error).
         auto f = ch.first(name_of(Kind::ucx));
         if (!f) return f.status();
-        auto size_field = meta_u64(f->meta, "size");
-        size_t chunk = meta_u64(f->meta, "chunk").value_or(kUcxChunk);
-        if (!size_field || f->data_len != 0 || chunk == 0 || chunk > (64u << 20))
+        auto start = proto::UcxStart::parse(f->meta);
+        if (!start) return start.status();
+        if (f->data_len != 0)
             return Status(DYAD_RC_BADRPC,
                           "bad first answer in a UCX fetch: " +
                               f->meta.dump(-1, ' ', false, kBadUtf8Replaced),
                           EPROTO);
+        size_t chunk = start->chunk.value_or(kUcxChunk);
         // Every receive lands in the window: a chunk larger than the window
         // would be written past its end.
         if (chunk > c_->window_size())
@@ -345,14 +347,14 @@ class UcxReceiver : public Receiver {
                               std::to_string(c_->window_size()) + "-byte DYAD_UCX_WINDOW",
                           EPROTO);
         WindowShape shape;
-        shape.size = *size_field;
+        shape.size = start->start.size;
         shape.chunk = chunk;
         shape.slots = c_->window_size() / chunk;
         shape.depth = shape.slots;
         shape.memory = c_->window();
         shape.idle_s = ch.idle_s();
         shape.what = name_of(Kind::ucx);
-        if (meta_str(f->meta, "mode").value_or("tag") == "put") {
+        if (start->put()) {
             ReceiveWindow w(shape);
             PutMover put(*c_, ch);
             return w.run(put, sink);

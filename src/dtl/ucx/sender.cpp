@@ -37,6 +37,7 @@
 #include "common/rate_limit.hpp"
 #include "dtl/chunked.hpp"
 #include "dtl/peer_address.hpp"
+#include "proto/transfer.hpp"
 #include "ucx.hpp"
 
 namespace dyad::dtl::ucx {
@@ -124,7 +125,8 @@ class UcxTransfer : public ChunkedTransfer {
                      std::function<void(bool)> done) override;
     bool inline_first_chunk() const override { return false; }
     nlohmann::json first_meta() const override {
-        return {{"size", job().size}, {"transport", name_of(Kind::ucx)}, {"chunk", kUcxTagChunk}};
+        return proto::UcxStart{{job().size, name_of(Kind::ucx)}, kUcxTagChunk, std::nullopt}
+            .build();
     }
 
   private:
@@ -134,7 +136,7 @@ class UcxTransfer : public ChunkedTransfer {
 };
 
 // Put mode: chunk k goes into the consumer's window slot k % nslots, then a
-// flush makes it visible there and a `{"slot", "len"}` response tells the
+// flush makes it visible there and a put notice (proto::UcxPutNotice) tells the
 // consumer, in order. The consumer returns each slot as a credit once its
 // bytes are in the file; with no credit, chunks wait here (their buffers
 // stay out of the read-ahead pool, which bounds memory).
@@ -168,7 +170,7 @@ class UcxPutTransfer : public ChunkedTransfer {
         if (here_) {  // already in the consumer's window
             size_t slot = direct_slots_.front();
             direct_slots_.pop_front();
-            job().ch->send({{"slot", slot}, {"len", n}});
+            job().ch->send(proto::UcxPutNotice{slot, n}.build());
             asio::post(job().ch->io(), [done = std::move(done)] { done(true); });
             return;
         }
@@ -177,10 +179,7 @@ class UcxPutTransfer : public ChunkedTransfer {
     }
     bool inline_first_chunk() const override { return false; }
     nlohmann::json first_meta() const override {
-        return {{"size", job().size},
-                {"transport", name_of(Kind::ucx)},
-                {"chunk", kUcxChunk},
-                {"mode", "put"}};
+        return proto::UcxStart{{job().size, name_of(Kind::ucx)}, kUcxChunk, "put"}.build();
     }
     // With the window mapped here, file reads land in it: no copy, no put.
     bool direct() const override { return here_ != nullptr; }
@@ -206,10 +205,10 @@ class UcxPutTransfer : public ChunkedTransfer {
     void on_ack(const nlohmann::json& m) {
         // Slot k % nslots is reused by chunk k + nslots: acknowledgements
         // must come in order. A consumer of the first release returns
-        // `{"credit": 1}` for the oldest slot instead.
+        // a credit alone for the oldest slot instead (proto::UcxAck).
         std::optional<size_t> slot;
-        if (!meta_u64(m, "ack") && meta_u64(m, "credit") == 1u)
-            slot = slots_.ack({{"ack", slots_.oldest_seq()}});
+        if (proto::UcxAck::parse(m).oldest())
+            slot = slots_.ack(proto::ChunkAck{slots_.oldest_seq()}.build());
         else
             slot = slots_.ack(m);
         if (!slot) return;
@@ -290,54 +289,38 @@ class UcxSender : public Sender {
     }
 
     void send(std::shared_ptr<FetchJob> job, SendDone done) override {
-        const auto& a = job->transport_args;
-        auto addr_it = a.find("ucx_worker");
-        auto tag_it = a.find("ucx_tag");
-        if (addr_it == a.end() || !addr_it->is_string() || tag_it == a.end() ||
-            !tag_it->is_number_unsigned()) {
-            done(Status(DYAD_RC_BADUNPACK, "UCX fetch without ucx_worker and ucx_tag", EINVAL), 0,
-                 "");
+        auto req = proto::UcxRequest::parse(job->transport_args);
+        if (!req) {
+            done(req.status(), 0, "");
             return;
         }
+        const proto::UcxRequest& a = req.value();
         // The consumer's own name, for logs only (it proves nothing).
-        std::string name = meta_str(a, "ucx_consumer").value_or("?").substr(0, 128);
-        auto ep = endpoint(job->endpoint, name, *addr_it);
+        auto ep = endpoint(job->endpoint, a.consumer, a.worker);
         if (!ep) {
             done(ep.status(), 0, "");
             return;
         }
-        std::string proto = meta_str(a, "ucx_proto").value_or("auto");
-        bool put = proto == "put" || (proto == "auto" && ep.value()->put_native);
-        if (put) {
-            auto w = a.find("ucx_window");
-            auto ws = a.find("ucx_window_size");
-            auto rk = a.find("ucx_rkey");
-            if (w == a.end() || !w->is_number_unsigned() || ws == a.end() ||
-                !ws->is_number_unsigned() || rk == a.end() || !rk->is_string()) {
-                put = false;  // an older consumer: tagged messages
-            } else {
-                size_t nslots = ws->get<uint64_t>() / kUcxChunk;
-                Status st = rkey_for(*ep.value(), *rk, w->get<uint64_t>());
-                if (!st) {
-                    done(st, 0, "");
-                    return;
-                }
-                if (nslots == 0) {
-                    put = false;  // window smaller than one chunk
-                } else {
-                    ++put_transfers_;
-                    if (ep.value()->window_here) ++direct_transfers_;
-                    auto t =
-                        std::make_shared<UcxPutTransfer>(std::move(job), std::move(done), this,
-                                                         ep.value(), w->get<uint64_t>(), nslots);
-                    t->start_put();
-                    return;
-                }
+        bool put = a.proto == "put" || (a.proto == "auto" && ep.value()->put_native);
+        // Without a window (an older consumer), tagged messages.
+        if (put && a.window) {
+            size_t nslots = a.window->size / kUcxChunk;
+            Status st = rkey_for(*ep.value(), a.window->rkey, a.window->address);
+            if (!st) {
+                done(st, 0, "");
+                return;
+            }
+            if (nslots != 0) {  // else a window smaller than one chunk: tagged messages
+                ++put_transfers_;
+                if (ep.value()->window_here) ++direct_transfers_;
+                auto t = std::make_shared<UcxPutTransfer>(std::move(job), std::move(done), this,
+                                                          ep.value(), a.window->address, nslots);
+                t->start_put();
+                return;
             }
         }
         ++tag_transfers_;
-        std::make_shared<UcxTransfer>(std::move(job), std::move(done), this, ep.value(),
-                                      tag_it->get<uint64_t>())
+        std::make_shared<UcxTransfer>(std::move(job), std::move(done), this, ep.value(), a.tag)
             ->start();
         kick();
     }
@@ -445,9 +428,10 @@ class UcxSender : public Sender {
             out.push_back(std::move(r));
         };
         std::string shm, rdma, tcp;
-        if (has({"sysv", "posix", "cma", "xpmem", "knem"}, &shm)) rec("host", 160, 0.9, true, shm);
-        if (has({"rc", "dc"}, &rdma)) rec("network", 20, 10.0, true, rdma);
-        if (has({"tcp"}, &tcp)) rec("network", 160, 1.0, false, tcp);
+        if (has({"sysv", "posix", "cma", "xpmem", "knem"}, &shm))
+            rec(proto::kReachHost, 160, 0.9, true, shm);
+        if (has({"rc", "dc"}, &rdma)) rec(proto::kReachNetwork, 20, 10.0, true, rdma);
+        if (has({"tcp"}, &tcp)) rec(proto::kReachNetwork, 160, 1.0, false, tcp);
         return out;
     }
 
@@ -721,7 +705,7 @@ void UcxPutTransfer::completed(bool ok) {
     while (!waiting_.empty() && waiting_.front().complete) {
         Chunk c = std::move(waiting_.front());
         waiting_.pop_front();
-        job().ch->send({{"slot", c.slot}, {"len", c.n}});
+        job().ch->send(proto::UcxPutNotice{c.slot, c.n}.build());
         c.done(true);
     }
 }
