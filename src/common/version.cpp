@@ -4,7 +4,7 @@
 #include <dyad/dyad_version.h>
 
 #ifndef DYAD_BUILD_VERSION
-#error "DYAD_BUILD_VERSION must be defined by the build (src/client/CMakeLists.txt)"
+#error "DYAD_BUILD_VERSION must be defined by the build (src/common/CMakeLists.txt)"
 #endif
 
 extern "C" const char* dyad_version(void) {
