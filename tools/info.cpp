@@ -1,0 +1,246 @@
+// SPDX-License-Identifier: Apache-2.0
+// The dyad tool's subcommands that inspect: keygen, config, key, stat, ls,
+// service status.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <cctype>
+#include <chrono>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <dyad/dyad_version.h>
+
+#include "client/client.hpp"
+#include "client/intercept.hpp"
+#include "common/auth.hpp"
+#include "common/config.hpp"
+#include "common/settings.hpp"
+#include "common/keygen.hpp"
+#include "doctor.hpp"
+#include "dtl/dtl.hpp"
+#include "common/json_text.hpp"
+#include "job/job.hpp"
+#include "cli_common.hpp"
+
+using dyad::kBadUtf8Replaced;
+
+namespace dyad::tool {
+
+// ---- the subcommands that need no client ----
+int run_keygen(const Cli& o) {
+    dyad::Status s = dyad::auth::Key::generate(o.keygen_path);
+    if (!s) return report(s, o.keygen_path);
+    if (!o.json)
+        std::cout << "wrote a new key to " << o.keygen_path
+                  << " (mode 0600): give it to dyadd --auth-key and to clients as "
+                     "DYAD_AUTH_KEY_FILE\n";
+    return 0;
+}
+
+// `dyad config` lists the settings even when one is bad (to show where its
+// value came from), then fails.
+int run_config(const Cli& o, const dyad::Result<dyad::Config>& cfg) {
+    if (o.markdown) {
+        std::cout << dyad::settings::markdown();
+        return 0;
+    }
+    nlohmann::json j = {{"config", cfg ? cfg->to_json() : nlohmann::json()},
+                        {"settings", dyad::settings::describe()}};
+    if (!cfg) j["error"] = cfg.status().message();
+    nlohmann::json t = nlohmann::json::array();
+    for (const auto& b : dyad::dtl::backends()) t.push_back(b.attributes().to_json());
+    j["transports_built"] = t;
+    if (o.json) {
+        std::cout << j.dump(2, ' ', false, kBadUtf8Replaced) << "\n";
+    } else {
+        // Like `ucx_info -c`: NAME=VALUE, then where the value came from.
+        for (const auto& s : j["settings"]) {
+            std::string line = s["name"].get<std::string>() + "=" +
+                               (s["value"].is_null() ? "" : s["value"].get<std::string>());
+            std::cout << line << std::string(line.size() < 40 ? 40 - line.size() : 1, ' ')
+                      << "# " << s["source"].get<std::string>() << "\n";
+        }
+        std::cout << "transports built:";
+        for (auto& b : t) std::cout << " " << b["name"].get<std::string>();
+        std::cout << "\n";
+        for (auto& b : t) {
+            std::string info = b.value("info", std::string());
+            if (!info.empty())
+                std::cout << "  " << b["name"].get<std::string>() << ": " << info << "\n";
+        }
+    }
+    std::cout.flush();
+    return cfg ? 0 : report(cfg.status());
+}
+
+int run_key(const Cli& o, const dyad::Config& cfg) {
+    auto k = dyad::gen_path_key(o.key_path, cfg.key_depth, cfg.key_bins);
+    if (!k) return report(k.status(), o.key_path);
+    std::cout << k.value() << "\n";
+    return 0;
+}
+
+
+int run_stat(dyad::client::Client& c, const Cli& o) {
+    auto r = c.stat(resolve_relative(c, o.stat_file, true));
+    if (!r)
+        return report(r.status(), o.stat_file,
+                      r.status().rc() == DYAD_RC_NOTFOUND
+                          ? "'dyad ls' lists the files produced so far, 'dyad consume' "
+                            "waits for one"
+                          : "");
+    nlohmann::json j = r->to_json();
+    j["generation"] = r->generation;
+    j["owner_rank"] = r->owner_rank();
+    j["key"] = c.key_of(r->upath);
+    if (o.json) {
+        std::cout << j.dump(2, ' ', false, kBadUtf8Replaced) << "\n";
+        return 0;
+    }
+    for (auto& [k, v] : j.items()) {
+        if (k == "mode" && v.is_number_unsigned())
+            std::cout << "mode: " << octal_mode(v.get<uint64_t>()) << "\n";
+        else if (k == "mtime_ns" && v.is_number_integer())
+            std::cout << "mtime: " << iso_time(v.get<int64_t>()) << "\n";
+        else
+            std::cout << k << ": "
+                      << (v.is_string() ? v.get<std::string>()
+                                        : v.dump(-1, ' ', false, kBadUtf8Replaced))
+                      << "\n";
+    }
+    return 0;
+}
+
+// Streamed: a page is printed as it arrives, so memory stays flat however
+// many records there are. --json: one object per line.
+int run_ls(dyad::client::Client& c, const Cli& o) {
+    dyad::Status s = c.list(o.ls_prefix, [&](const dyad::client::Record& r) {
+        if (o.json) {
+            auto j = r.to_json();
+            j["generation"] = r.generation;
+            std::cout << j.dump(-1, ' ', false, kBadUtf8Replaced) << "\n";
+        } else {
+            std::cout << std::setw(12) << r.size << "  gen " << std::left << std::setw(4)
+                      << r.generation << " " << std::setw(16) << r.owner << std::right << " "
+                      << r.upath << "\n";
+        }
+        return static_cast<bool>(std::cout);  // stdout closed (dyad ls | head): stop
+    });
+    std::cout.flush();
+    return s ? 0 : report(s);
+}
+
+namespace {
+
+// `dyad service status`: the counters of the service and of its peers.
+void print_counters(nlohmann::json& j) {
+    auto& ctr = j["counters"];
+    std::printf("requests %llu, served %llu, errors %llu, bytes sent %llu\n",
+                ctr.value("requests", 0ull), ctr.value("served", 0ull), ctr.value("errors", 0ull),
+                ctr.value("bytes_sent", 0ull));
+    std::printf(
+        "authentication: %s; refused peers %llu, unproduced fetches refused %llu, "
+        "stale fetches refused %llu, published %llu\n",
+        j.value("auth", std::string("none")).c_str(), ctr.value("auth_refused", 0ull),
+        ctr.value("refused_unproduced", 0ull), ctr.value("refused_stale", 0ull),
+        ctr.value("published", 0ull));
+    if (j.contains("peers")) {
+        auto& pc = j["peers"];
+        std::printf(
+            "caps per peer: refused connections %llu (cap %llu), fetches %llu (cap %llu), "
+            "LOCAL %llu (cap %llu); memory %llu bytes a peer\n",
+            ctr.value("refused_peer_connections", 0ull),
+            pc.value("max_connections_per_peer", 0ull), ctr.value("refused_peer_fetches", 0ull),
+            pc.value("max_fetches_per_peer", 0ull), ctr.value("refused_peer_local", 0ull),
+            pc.value("max_local_per_peer", 0ull), pc.value("memory_per_peer", 0ull));
+    }
+    for (auto& [name, p] : ctr["per_transport"].items())
+        std::printf("  %-10s requests %llu served %llu errors %llu sent %llu received %llu\n",
+                    name.c_str(), p.value("requests", 0ull), p.value("served", 0ull),
+                    p.value("errors", 0ull), p.value("bytes_sent", 0ull),
+                    p.value("bytes_received", 0ull));
+}
+
+// `dyad service status`: the store it hosts and the metadata store it uses.
+void print_stores(nlohmann::json& j) {
+    if (j.contains("store") && j["store"].is_object())
+        std::printf("store: %llu keys, %llu waiting, epoch %llu\n", j["store"].value("keys", 0ull),
+                    j["store"].value("waiters", 0ull), j["store"].value("epoch", 0ull));
+    if (!j.contains("metadata_store")) return;
+    auto& m = j["metadata_store"];
+    bool up = m.value("reachable", false);
+    std::string backend = m.value("backend", ""), endpoint = m.value("endpoint", "");
+    if (backend != endpoint) backend += " at " + endpoint;
+    std::printf("metadata store: %s, %s%s%s\n", backend.c_str(), up ? "reachable" : "NOT reachable",
+                up ? "" : ": ", up ? "" : m.value("error", "").c_str());
+    if (m.value("backend", "") == "etcd")
+        std::printf(
+            "  watch stream %s: %llu keys watched, %llu consumers waiting, %llu "
+            "reconnects; lease %lld (TTL %.0f s)\n",
+            m.value("watch_stream_up", false) ? "up" : "DOWN", m.value("watched_keys", 0ull),
+            m.value("waiters", 0ull), m.value("watch_reconnects", 0ull), m.value("lease_id", 0ll),
+            m.value("lease_ttl", 0.0));
+    if (m.value("rejoined", 0ull) || m.value("republished", 0ull))
+        std::printf(
+            "  registered again %llu times after the store came back empty, "
+            "%llu records published again\n",
+            m.value("rejoined", 0ull), m.value("republished", 0ull));
+}
+
+}  // namespace
+
+int run_status(dyad::client::Client& c, const Cli& o) {
+    auto s = c.service_status(o.uri);
+    if (o.status_wait >= 0) {
+        // --wait: ask again until it answers (a job script's "is it up yet").
+        const auto end = std::chrono::steady_clock::now() +
+                         std::chrono::duration<double>(o.status_wait < 0 ? 60 : o.status_wait);
+        while (!s && s.status().rc() == DYAD_RC_CONNFAIL &&
+               std::chrono::steady_clock::now() < end) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            s = c.service_status(o.uri);
+        }
+        if (!s && s.status().rc() == DYAD_RC_CONNFAIL)
+            return report(s.status(), "",
+                          "it did not answer within " +
+                              human_seconds(o.status_wait < 0 ? 60 : o.status_wait) + " (--wait)");
+    }
+    if (!s) return report(s.status());
+    if (o.json) {
+        std::cout << s->dump(2, ' ', false, kBadUtf8Replaced) << "\n";
+        return 0;
+    }
+    auto& j = s.value();
+    std::printf("service %s on node %s (pid %d), namespace %s\n",
+                j.value("service_id", "").c_str(), j.value("node", "").c_str(), j.value("pid", 0),
+                j.value("namespace", "").c_str());
+    std::printf("producer dir: %s\nmetadata: %s\nendpoints: %s\n",
+                j.value("producer_dir", "").c_str(), j.value("kvs", "").c_str(),
+                j["endpoints"].dump(-1, ' ', false, kBadUtf8Replaced).c_str());
+    std::printf("uptime: %.1f s, connections: %d\n", j.value("uptime_s", 0.0),
+                j.value("connections", 0));
+    print_counters(j);
+    print_stores(j);
+    if (j.contains("metrics")) std::printf("metrics: %s\n", j.value("metrics", "").c_str());
+    return 0;
+}
+
+}  // namespace dyad::tool
