@@ -7,8 +7,9 @@ each, FLUX_RPC): for a redesign that must not cost speed (docs/design.md,
 cluster with its own dyadd and dyad; rounds interleave the builds and
 rotate which goes first; a warm-up round, then BENCH_REPS measured rounds
 (default 5); per build the median, the slow tail (p10 of the rates, the
-rate of the p90 time) and the minimum, and the ratio of medians.
-Every transfer is checked.
+rate of the p90 time) and the minimum, and the ratio of medians. The
+rounds are auth_bench.py's (sizes checked, and the bytes of one small
+file in a hundred).
 
   BENCH_OLD_BUILD=DIR (a build tree or a copy of its bin/ and lib/, e.g. of
   the commit before the change) python3 bench/build_compare.py
@@ -28,12 +29,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "scripts"))
 import harness  # noqa: E402
 import bench_output  # noqa: E402
+sys.path.insert(0, HERE)
+from auth_bench import BIG, COUNT, big_round, small_round  # noqa: E402  (the same rows)
 
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 REPS = int(os.environ.get("BENCH_REPS", 1 if QUICK else 5))
-BIG = (256 if QUICK else 1024) << 20
-COUNT = 200 if QUICK else 2000
-SMALL = 64 << 10
 BENCH_DIR = os.environ.get("BENCH_DIR") or None
 OLD = os.environ.get("BENCH_OLD_BUILD")
 RESULTS = bench_output.results_path("build_compare")
@@ -50,36 +50,6 @@ def build(path):
         yield
     finally:
         harness.BUILD, harness.DYADD, harness.DYAD = saved
-
-
-def timed_consume(node, paths):
-    t0 = time.perf_counter()
-    node.dyad("consume", *paths, env_extra={"DYAD_DTL_MODE": "FLUX_RPC", "DYAD_WAIT_TIMEOUT": 60})
-    return time.perf_counter() - t0
-
-
-def big_round(c, tag):
-    prod, cons = c[0], c[1]
-    name = f"big-{tag}.bin"
-    harness.write_file(prod.path(name), BIG, seed=len(tag))
-    prod.dyad("produce", prod.path(name))
-    dt = timed_consume(cons, [cons.path(name)])
-    assert harness.sha256(prod.path(name)) == harness.sha256(cons.path(name))
-    for p in (prod.path(name), cons.path(name)):
-        os.unlink(p)
-    return BIG / dt / 1e9
-
-
-def small_round(c, tag):
-    prod, cons = c[0], c[1]
-    names = [f"s-{tag}/{i:05d}.bin" for i in range(COUNT)]
-    for i, n in enumerate(names):
-        harness.write_file(prod.path(n), SMALL, seed=i)
-    prod.dyad("produce", *[prod.path(n) for n in names])
-    dt = timed_consume(cons, [cons.path(n) for n in names])
-    for n in names[:: max(1, COUNT // 20)]:
-        assert harness.sha256(prod.path(n)) == harness.sha256(cons.path(n)), n
-    return COUNT / dt
 
 
 def p10(xs):

@@ -18,6 +18,7 @@
 #include "dtl/channel.hpp"
 #include "dtl/dtl.hpp"
 #include "proto/fetch.hpp"
+#include "proto/fields.hpp"
 #include "proto/publish.hpp"
 #include "proto/transfer.hpp"
 #include "fuzz_check.hpp"
@@ -121,7 +122,7 @@ void kvs_put(const nlohmann::json& a, const std::string& writer) {
     Status st = kvs::check_put(writer, a["ns"], a["key"], a["value"]);
     if (!st) answerable(st);
     if (writer.empty()) FUZZ_CHECK(!st);
-    (void)dtl::meta_u64(a, "replaces");
+    (void)proto::lenient_u64(a, "replaces");
 }
 }  // namespace
 
@@ -139,13 +140,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (topic == "kvs.put") {
         kvs_put(meta, "");
         kvs_put(meta, "svc-1");
-        kvs_put(meta, dtl::meta_str(meta, "key").value_or(""));
+        kvs_put(meta, proto::lenient_str(meta, "key").value_or(""));
     }
     if (topic == "kvs.get" || topic == "kvs.list") {
-        (void)dtl::meta_str(meta, "ns");
-        (void)dtl::meta_str(meta, "prefix");
+        (void)proto::lenient_str(meta, "ns");
+        (void)proto::lenient_str(meta, "prefix");
         (void)meta.value("wait", false);
     }
-    (void)dtl::meta_u64(meta, "timeout_ms");
+    (void)proto::lenient_u64(meta, "timeout_ms");
     return 0;
 }

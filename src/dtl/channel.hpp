@@ -37,22 +37,6 @@
 
 namespace dyad::dtl {
 
-// Fields of peer-sent meta, read without trusting their presence or type.
-inline std::optional<uint64_t> meta_u64(const nlohmann::json& m, const char* key) {
-    if (!m.is_object()) return std::nullopt;
-    auto it = m.find(key);
-    if (it == m.end() || !it->is_number_integer()) return std::nullopt;
-    if (it->is_number_unsigned()) return it->get<uint64_t>();
-    int64_t v = it->get<int64_t>();
-    if (v < 0) return std::nullopt;
-    return static_cast<uint64_t>(v);
-}
-inline std::optional<std::string> meta_str(const nlohmann::json& m, const char* key) {
-    if (!m.is_object()) return std::nullopt;
-    auto it = m.find(key);
-    if (it == m.end() || !it->is_string()) return std::nullopt;
-    return it->get<std::string>();
-}
 
 // ---- consumer side ----
 

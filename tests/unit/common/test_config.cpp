@@ -6,21 +6,10 @@
 
 #include "common/config.hpp"
 #include "dtl/dtl.hpp"
+#include "env_guard.hpp"
 
 using dyad::Config;
 
-namespace {
-struct EnvGuard {
-    std::vector<std::string> names;
-    void set(const char* n, const char* v) {
-        setenv(n, v, 1);
-        names.push_back(n);
-    }
-    ~EnvGuard() {
-        for (auto& n : names) unsetenv(n.c_str());
-    }
-};
-}  // namespace
 
 TEST(Config, BooleansParseValues) {
     EXPECT_FALSE(dyad::parse_bool("X", "0").value());

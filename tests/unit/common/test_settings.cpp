@@ -11,21 +11,9 @@
 #include <unistd.h>
 
 #include "common/settings.hpp"
+#include "env_guard.hpp"
 
 using namespace dyad;
-
-namespace {
-struct EnvGuard {
-    std::vector<std::string> names;
-    void set(const char* n, const char* v) {
-        setenv(n, v, 1);
-        names.push_back(n);
-    }
-    ~EnvGuard() {
-        for (auto& n : names) unsetenv(n.c_str());
-    }
-};
-}  // namespace
 
 TEST(SettingsChoice, TakesTheWordsAndSynonymsAndTheDefault) {
     EnvGuard g;

@@ -11,22 +11,11 @@
 
 #include "dtl/dtl.hpp"
 #include "dtl/options.hpp"
+#include "env_guard.hpp"
 
 using namespace dyad;
 using namespace dyad::dtl;
 
-namespace {
-struct EnvGuard {
-    std::vector<std::string> names;
-    void set(const char* n, const char* v) {
-        setenv(n, v, 1);
-        names.push_back(n);
-    }
-    ~EnvGuard() {
-        for (auto& n : names) unsetenv(n.c_str());
-    }
-};
-}  // namespace
 
 TEST(DtlOptions, Defaults) {
     for (const char* n : {"DYAD_UCX_PROTO", "DYAD_UCX_WINDOW", "DYAD_STREAM_SENDFILE",
