@@ -32,10 +32,15 @@ void RemoteStore::close() {
 Result<Entry> RemoteStore::register_service(const std::string& id, const std::string& value,
                                             Deadline d) {
     auto v = rpc_.put(kServicesNamespace, id, value, d);
-    if (!v)
+    if (!v) {
+        // The hint fits the cause: an answer refused for the key already
+        // says the key files differ.
+        const int rc = v.status().rc();
+        const bool unreachable = rc == DYAD_RC_CONNFAIL || rc == DYAD_RC_TIMEOUT;
         return Status(v.status())
             .wrap("cannot register in the metadata store at " + uri_ +
-                  " (is the dyadd hosting it running?)");
+                  (unreachable ? " (is the dyadd hosting it running?)" : ""));
+    }
     answered();
     // As registered, with the rank the store gave (as sent if it does not say).
     auto e = rpc_.get(kServicesNamespace, id, d);

@@ -425,7 +425,11 @@ Status Service::start() {
     if (Status s = server_->start_accepting(); !s) return s;
     DYAD_INFO(kSub, "service %s ready: rank %s, producer dir %s, endpoints %s, metadata %s",
               id_.c_str(),
-              rank_ ? (std::to_string(*rank_) + " (" + rank_source_ + ")").c_str() : "none",
+              rank_ ? (std::to_string(*rank_) + (rank_source_ == "store"
+                                                     ? std::string(", assigned by the store")
+                                                     : ", from " + rank_source_))
+                          .c_str()
+                    : "none",
               prod_dir_.c_str(),
               nlohmann::json(endpoints_).dump(-1, ' ', false, kBadUtf8Replaced).c_str(),
               opts_.kvs_uri.empty() ? "embedded" : opts_.kvs_uri.c_str());
