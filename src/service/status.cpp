@@ -14,7 +14,9 @@ namespace dyad::service {
 nlohmann::json Service::status_json() const {
     nlohmann::json j = identity();
     nlohmann::json per = nlohmann::json::object();
+    uint64_t files_requested = 0;  // files asked for, one per file of a dyad.fetch_many
     for (const auto& [name, c] : per_transport_) {
+        files_requested += c.requests;
         per[name] = {{"requests", c.requests},
                      {"served", c.served},
                      {"errors", c.errors},
@@ -30,6 +32,7 @@ nlohmann::json Service::status_json() const {
     j["counters"] = {
         {"requests", metrics_->kind(Kind::fetch).requests},
         {"fetch_many_requests", metrics_->kind(Kind::fetch_many).requests},
+        {"files_requested", files_requested},
         {"served", total_.served},
         {"errors", total_.errors},
         {"bytes_sent", total_.bytes_sent},
