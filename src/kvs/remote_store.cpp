@@ -56,6 +56,13 @@ Result<uint64_t> RemoteStore::put(const std::string& ns, const std::string& key,
     return v;
 }
 
+Status RemoteStore::remove(const std::string& ns, const std::string& key, const std::string&,
+                           Deadline d) {
+    Status s = rpc_.remove(ns, key, d);
+    if (s || s.rc() == DYAD_RC_NOTFOUND || s.rc() == DYAD_RC_NOAUTH) answered();
+    return s;
+}
+
 Result<Entry> RemoteStore::get(const std::string& ns, const std::string& key, Deadline d) {
     auto e = rpc_.get(ns, key, d);
     if (e || e.status().rc() == DYAD_RC_NOTFOUND) answered();
