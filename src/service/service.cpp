@@ -392,6 +392,8 @@ Status Service::start_server() {
                     [this](std::shared_ptr<rpc::Request> r) { on_status(std::move(r)); });
     server_->handle("dyad.publish",
                     [this](std::shared_ptr<rpc::Request> r) { on_publish(std::move(r)); });
+    server_->handle("dyad.unpublish",
+                    [this](std::shared_ptr<rpc::Request> r) { on_unpublish(std::move(r)); });
     return Status::ok();
 }
 
