@@ -732,8 +732,7 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
 
 Result<nlohmann::json> Client::receive_via(const dtl::Backend& b, const std::string& upath,
                                            const Record& rec, const std::string& ep,
-                                           const std::string& nspace, FileSink& sink,
-                                           bool* retry) {
+                                           const std::string& nspace, FileSink& sink, bool* retry) {
     auto recv = b.make_receiver();
     if (!recv) {
         *retry = true;

@@ -252,10 +252,11 @@ size_t MemoryStore::namespace_count() const {
 Status MemoryStore::remove(const std::string& ns, const std::string& key,
                            const std::string& writer) {
     auto nsit = data_.find(ns);
-    auto k = nsit == data_.end() ? std::map<std::string, Entry>::iterator() : nsit->second.find(key);
+    auto k =
+        nsit == data_.end() ? std::map<std::string, Entry>::iterator() : nsit->second.find(key);
     if (nsit == data_.end() || k == nsit->second.end())
-        return Status(DYAD_RC_NOTFOUND,
-                      "key '" + key + "' not found in namespace '" + ns + "'", ENOENT);
+        return Status(DYAD_RC_NOTFOUND, "key '" + key + "' not found in namespace '" + ns + "'",
+                      ENOENT);
     if (!k->second.writer.empty() && k->second.writer != writer)
         return Status(DYAD_RC_NOAUTH,
                       "'" + key + "' in namespace '" + ns + "' is produced by service '" +

@@ -75,8 +75,7 @@ void Service::on_unpublish(std::shared_ptr<rpc::Request> r) {
     if (ns.empty() || ns == kServicesNamespace)
         return r->error(EINVAL, "unpublish in namespace '" + ns + "' refused", DYAD_RC_BADUNPACK);
     if (req->key_depth > 64 || req->key_bins == 0 || req->key_bins > (1u << 30))
-        return r->error(EINVAL, "key_depth must be 0..64 and key_bins 1..2^30",
-                        DYAD_RC_BADUNPACK);
+        return r->error(EINVAL, "key_depth must be 0..64 and key_bins 1..2^30", DYAD_RC_BADUNPACK);
     const auto depth = static_cast<unsigned>(req->key_depth);
     const auto bins = static_cast<unsigned>(req->key_bins);
     asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins] {
@@ -123,8 +122,8 @@ Result<nlohmann::json> Service::unpublish(const std::string& up, const std::stri
                       ENOENT);
     if (!s) return Status(s).wrap("cannot unpublish '" + up + "'");
     ledger_.forget(up);
-    DYAD_INFO(kSub, "unpublished '%s' (key %s in namespace %s); the file stays on disk",
-              up.c_str(), key->c_str(), ns.c_str());
+    DYAD_INFO(kSub, "unpublished '%s' (key %s in namespace %s); the file stays on disk", up.c_str(),
+              key->c_str(), ns.c_str());
     return nlohmann::json{{"key", key.value()}, {"version", e->version}};
 }
 

@@ -174,7 +174,6 @@ void render_connections(PromText& t, const rpc::Server* server, const PeerCaps* 
               "requests refused because the requests in progress of all peers held "
               "--max-request-bytes of arguments",
               server ? server->refused_request_bytes_total() : 0);
-
 }
 
 // The transfer-memory budget.
@@ -187,8 +186,7 @@ void render_memory(PromText& t, const dtl::MemoryBudget& budget) {
             m.value("in_use", 0.0));
     t.gauge("dyad_memory_peak_bytes", "most transfer buffer memory held at once",
             m.value("peak", 0.0));
-    t.gauge("dyad_memory_cached_bytes", "transfer buffers kept for reuse",
-            m.value("cached", 0.0));
+    t.gauge("dyad_memory_cached_bytes", "transfer buffers kept for reuse", m.value("cached", 0.0));
     t.gauge("dyad_memory_waiting_transfers", "transfers parked until memory is returned",
             m.value("waiting", 0.0));
     t.counter("dyad_memory_parked_total", "times a transfer was parked for memory",
