@@ -111,8 +111,8 @@ Result<nlohmann::json> Service::unpublish(const std::string& up, const std::stri
                       ENOENT);
     if (owner && *owner != id_)
         return Status(DYAD_RC_NOAUTH,
-                      "cannot unpublish '" + up + "': it was produced by service '" + *owner +
-                          "', not this one (" + id_ + "): only its owner's node can unpublish it",
+                      "'" + up + "' was produced by service '" + *owner + "', not this one (" +
+                          id_ + "): only its owner's node can unpublish it",
                       EPERM);
     Status s = store_->remove(ns, key.value(), id_, Deadline::after(kStoreTimeout));
     if (!s && s.rc() == DYAD_RC_NOTFOUND)
