@@ -39,6 +39,7 @@
 #include "common/json_text.hpp"
 #include "job/job.hpp"
 #include "cli_common.hpp"
+#include "rm.hpp"
 
 using dyad::kBadUtf8Replaced;
 using namespace dyad::tool;
@@ -59,7 +60,7 @@ constexpr const char* kExitCodes =
 // "dyad consume", "dyad service status": the prefix of every error line.
 // The subcommands, as parsed.
 struct Commands {
-    CLI::App *produce, *consume, *sync, *stat, *ls, *config, *key, *keygen, *status, *doctor;
+    CLI::App *produce, *consume, *sync, *stat, *ls, *config, *key, *keygen, *status, *doctor, *rm;
     CLI::Option* status_wait = nullptr;
     dyad::job::Commands job;
 };
@@ -110,6 +111,9 @@ void add_file_commands(CLI::App& app, Cli& o, Commands& c) {
     c.produce->add_flag("-r,--recursive", o.recursive,
                         "a directory: publish every regular file under it (not DYAD's own .dyad/ "
                         "nor the temporaries of rsync and sed -i)");
+    c.rm = app.add_subcommand(
+        "rm", "unpublish files this node produced (their records go; the files stay on disk)");
+    c.rm->add_option("FILE", o.files, "files of DYAD_PATH_PRODUCER to unpublish")->required();
     auto* consume =
         app.add_subcommand("consume", "wait for files and bring them into DYAD_PATH_CONSUMER");
     c.consume = consume;
@@ -290,6 +294,11 @@ int run_produce(dyad::client::Client& c, const Cli& o) {
     return rc;
 }
 
+int run_rm(dyad::client::Client& c, const Cli& o) {
+    return dyad::tools::unpublish_files(
+        c, o.files, o.json, [](const dyad::Status& s, const std::string& f) { return report(s, f); });
+}
+
 // Runs the parsed subcommand; returns the exit code.
 int dispatch(const Commands& c, Cli& o, dyad::job::Options& job_options) {
     if (*c.job.job) return dyad::job::run(c.job, job_options);
@@ -325,7 +334,8 @@ int dispatch(const Commands& c, Cli& o, dyad::job::Options& job_options) {
     // The subcommands of a client.
     const std::pair<const CLI::App*, int (*)(dyad::client::Client&, const Cli&)> table[] = {
         {c.produce, run_produce}, {c.consume, run_consume}, {c.sync, run_sync},
-        {c.stat, run_stat},       {c.ls, run_ls},           {c.status, run_status}};
+        {c.stat, run_stat},       {c.ls, run_ls},           {c.status, run_status},
+        {c.rm, run_rm}};
     for (const auto& [app, run] : table)
         if (*app) return run(*client.value(), o);
     return 1;

@@ -153,8 +153,14 @@ namespace {
 // `dyad service status`: the counters of the service and of its peers.
 void print_counters(nlohmann::json& j) {
     auto& ctr = j["counters"];
-    std::printf("requests %llu, served %llu, errors %llu, bytes sent %llu\n",
-                ctr.value("requests", 0ull), ctr.value("served", 0ull), ctr.value("errors", 0ull),
+    // Files asked for and served by this dyadd (a dyad.fetch_many asks for
+    // many in one request); what its own clients fetched from others is
+    // counted by those others.
+    std::printf("files requested %llu (in %llu requests), served %llu, errors %llu, bytes sent "
+                "%llu\n",
+                ctr.value("files_requested", 0ull),
+                ctr.value("requests", 0ull) + ctr.value("fetch_many_requests", 0ull),
+                ctr.value("served", 0ull), ctr.value("errors", 0ull),
                 ctr.value("bytes_sent", 0ull));
     std::printf(
         "authentication: %s; refused peers %llu, unproduced fetches refused %llu, "

@@ -109,6 +109,11 @@ class Client {
 
     // Publishes a file of the producer directory. Unmanaged paths: UNTRACKED.
     Status produce(const std::string& path);
+    // Removes the record of a file this node's service published (dyad
+    // rm): later lookups wait for it again, fetches of it are refused; the
+    // file stays. Another node's file: NOAUTH naming its owner; not
+    // published: NOTFOUND.
+    Status unpublish(const std::string& path);
     // Metadata of a consumer path; should_wait blocks until produced.
     Result<Record> get_metadata(const std::string& path, bool should_wait);
     // Waits for the file, then makes it appear whole in the consumer directory.

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <pwd.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -20,6 +21,23 @@
 
 namespace dyad::client {
 namespace {
+
+// A write the file system refused for want of space says how much the copy
+// needed and how much is free where it goes (what to clear or where else to
+// consume).
+Status no_space(Status s, int fd, uint64_t needed, bool at_least) {
+    if (s || s.err() != ENOSPC) return s;
+    std::string free_text = "unknown";
+    struct statvfs vs;
+    if (::fstatvfs(fd, &vs) == 0)
+        free_text = std::to_string(static_cast<uint64_t>(vs.f_bavail) * vs.f_frsize);
+    return Status(s.rc(),
+                  s.message() + " (it needs " + (at_least ? "more than " : "") +
+                      std::to_string(needed) + " bytes; " + free_text +
+                      " bytes free on its file system: free some space or use another consumer "
+                      "directory)",
+                  ENOSPC);
+}
 
 constexpr const char* kSub = "client";
 constexpr uint64_t kLockStripes = 256;  // lock files per consumer directory
@@ -124,7 +142,7 @@ void FileSink::tick() {
 Status FileSink::write(const void* p, size_t n) {
     hash_.update(p, n);
     bytes_ += n;
-    Status s = fs_.write_all(fd_, p, n, what_);
+    Status s = no_space(fs_.write_all(fd_, p, n, what_), fd_, bytes_ - n, true);
     tick();
     return s;
 }
@@ -473,7 +491,7 @@ Result<bool> ConsumerStore::install_whole(const std::string& upath, const Record
         }
         return Status(DYAD_RC_BADFIO, "cannot create a file in " + shown_dir, errno);
     }
-    s = fs_.write_all(fd.get(), p, n, "'" + t + "'");
+    s = no_space(fs_.write_all(fd.get(), p, n, "'" + t + "'"), fd.get(), n, false);
     if (!s) return s;
     if (fsync_ && fs_.fsync(fd.get()) != 0)
         return Status(DYAD_RC_BADFIO, "fsync of the copy of '" + upath + "' failed", errno);

@@ -32,6 +32,12 @@ Result<uint64_t> EmbeddedStore::put(const std::string& ns, const std::string& ke
     return store_->put(ns, key, value, writer, replaces);
 }
 
+Status EmbeddedStore::remove(const std::string& ns, const std::string& key,
+                             const std::string& writer, Deadline) {
+    std::lock_guard<std::mutex> lk(mu_);
+    return store_->remove(ns, key, writer);
+}
+
 Result<Entry> EmbeddedStore::get(const std::string& ns, const std::string& key, Deadline) {
     std::lock_guard<std::mutex> lk(mu_);
     auto e = store_->get(ns, key);

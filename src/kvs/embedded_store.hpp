@@ -24,6 +24,8 @@ class EmbeddedStore final : public ServiceStore {
                                    Deadline d) override;
     Result<uint64_t> put(const std::string& ns, const std::string& key, const std::string& value,
                          const std::string& writer, uint64_t replaces, Deadline d) override;
+    Status remove(const std::string& ns, const std::string& key, const std::string& writer,
+                  Deadline d) override;
     Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) override;
     uint64_t wait(const std::string& ns, const std::string& key, Deadline d, Done done) override;
     void cancel(uint64_t id) override;

@@ -249,6 +249,30 @@ size_t MemoryStore::namespace_count() const {
     return data_.size() - data_.count(kServicesNamespace);
 }
 
+Status MemoryStore::remove(const std::string& ns, const std::string& key,
+                           const std::string& writer) {
+    auto nsit = data_.find(ns);
+    auto k =
+        nsit == data_.end() ? std::map<std::string, Entry>::iterator() : nsit->second.find(key);
+    if (nsit == data_.end() || k == nsit->second.end())
+        return Status(DYAD_RC_NOTFOUND, "key '" + key + "' not found in namespace '" + ns + "'",
+                      ENOENT);
+    if (!k->second.writer.empty() && k->second.writer != writer)
+        return Status(DYAD_RC_NOAUTH,
+                      "'" + key + "' in namespace '" + ns + "' is produced by service '" +
+                          k->second.writer + "': only that service may unpublish it",
+                      EPERM);
+    const uint64_t cost =
+        kRecordOverhead + key.size() + k->second.value.size() + k->second.writer.size();
+    NamespaceUse& u = use_[ns];
+    --u.records;
+    u.bytes -= cost;
+    bytes_ -= cost;
+    if (ns == kServicesNamespace) registry_bytes_ -= cost;
+    nsit->second.erase(k);
+    return Status::ok();
+}
+
 size_t MemoryStore::key_count() const {
     size_t n = 0;
     for (auto& [ns, m] : data_) n += m.size();
@@ -273,6 +297,17 @@ Status check_put(const std::string& writer, const std::string& ns, const std::st
         return Status(DYAD_RC_NOAUTH,
                       "service '" + writer + "' may publish only records that name it as owner",
                       EPERM);
+    return Status::ok();
+}
+
+Status check_remove(const std::string& writer, const std::string& ns) {
+    if (writer.empty())
+        return Status(DYAD_RC_NOAUTH,
+                      "only services write the metadata store: unpublish through this node's "
+                      "dyadd (dyad rm)",
+                      EPERM);
+    if (ns == kServicesNamespace)
+        return Status(DYAD_RC_NOAUTH, "the registry's entries are not removed by request", EPERM);
     return Status::ok();
 }
 

@@ -32,10 +32,15 @@ void RemoteStore::close() {
 Result<Entry> RemoteStore::register_service(const std::string& id, const std::string& value,
                                             Deadline d) {
     auto v = rpc_.put(kServicesNamespace, id, value, d);
-    if (!v)
+    if (!v) {
+        // The hint fits the cause: an answer refused for the key already
+        // says the key files differ.
+        const int rc = v.status().rc();
+        const bool unreachable = rc == DYAD_RC_CONNFAIL || rc == DYAD_RC_TIMEOUT;
         return Status(v.status())
             .wrap("cannot register in the metadata store at " + uri_ +
-                  " (is the dyadd hosting it running?)");
+                  (unreachable ? " (is the dyadd hosting it running?)" : ""));
+    }
     answered();
     // As registered, with the rank the store gave (as sent if it does not say).
     auto e = rpc_.get(kServicesNamespace, id, d);
@@ -49,6 +54,13 @@ Result<uint64_t> RemoteStore::put(const std::string& ns, const std::string& key,
     auto v = rpc_.put(ns, key, value, d, replaces);
     if (v || v.status().rc() == DYAD_RC_NOTFOUND) answered();
     return v;
+}
+
+Status RemoteStore::remove(const std::string& ns, const std::string& key, const std::string&,
+                           Deadline d) {
+    Status s = rpc_.remove(ns, key, d);
+    if (s || s.rc() == DYAD_RC_NOTFOUND || s.rc() == DYAD_RC_NOAUTH) answered();
+    return s;
 }
 
 Result<Entry> RemoteStore::get(const std::string& ns, const std::string& key, Deadline d) {

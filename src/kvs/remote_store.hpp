@@ -40,6 +40,8 @@ class RemoteStore final : public ServiceStore {
     // (The writer is this service, as its credentials say.)
     Result<uint64_t> put(const std::string& ns, const std::string& key, const std::string& value,
                          const std::string& writer, uint64_t replaces, Deadline d) override;
+    Status remove(const std::string& ns, const std::string& key, const std::string& writer,
+                  Deadline d) override;
     Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) override;
     // Blocks for the whole wait (a remote store is never served to clients).
     uint64_t wait(const std::string& ns, const std::string& key, Deadline d, Done done) override;

@@ -38,6 +38,12 @@ Result<uint64_t> RpcStore::put(const std::string& ns, const std::string& key,
     return a->version;
 }
 
+Status RpcStore::remove(const std::string& ns, const std::string& key, Deadline d) {
+    auto r = call(wire::kRemove, wire::RemoveArgs{ns, key}.build(), d, 0);
+    if (!r) return r.status();
+    return Status::ok();
+}
+
 Result<Entry> RpcStore::get(const std::string& ns, const std::string& key, Deadline d) {
     auto r = call(wire::kGet, wire::GetArgs{ns, key, false}.build(), d, 0);
     if (!r) return r.status();

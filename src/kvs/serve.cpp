@@ -56,6 +56,7 @@ struct StoreServer::Topics {
     }
     void on_put(const std::shared_ptr<rpc::Request>& r);
     void on_get(const std::shared_ptr<rpc::Request>& r);
+    void on_remove(const std::shared_ptr<rpc::Request>& r);
     void on_list(const std::shared_ptr<rpc::Request>& r);
     void on_get_many(const std::shared_ptr<rpc::Request>& r);
 };
@@ -69,6 +70,8 @@ std::shared_ptr<StoreServer::Topics> attach(rpc::Server& server,
     using Req = std::shared_ptr<rpc::Request>;
     server.reads_args(wire::kPut, wire::PutArgs::names());
     server.handle(wire::kPut, [t](Req r) { t->on_put(r); });
+    server.reads_args(wire::kRemove, wire::RemoveArgs::names());
+    server.handle(wire::kRemove, [t](Req r) { t->on_remove(r); });
     server.reads_args(wire::kGet, wire::GetArgs::names());
     server.handle(wire::kGet, [t](Req r) { t->on_get(r); });
     // One page (docs/wire-protocol.md, "Listing in pages").
@@ -106,6 +109,24 @@ void StoreServer::Topics::on_put(const std::shared_ptr<rpc::Request>& r) {
             store->put(a.ns, a.key, a.value, writer, a.replaces, Deadline::after(kCallTimeout));
         if (!v) return fail(r, v.status());
         r->end(wire::PutAnswer{v.value()}.build());
+    });
+}
+
+void StoreServer::Topics::on_remove(const std::shared_ptr<rpc::Request>& r) {
+    if (!store->takes_peer_puts())
+        return r->error(EPERM,
+                        "this service keeps its metadata in an external store: unpublish through "
+                        "it (dyad rm)",
+                        DYAD_RC_NOAUTH);
+    auto a = wire::RemoveArgs::parse(r->args());
+    if (!a) return bad_args(r, a.status());
+    std::string writer = r->peer_service();
+    Status ok = check_remove(writer, a->ns);
+    if (!ok) return fail(r, ok);
+    run([store = store, r, a = std::move(a.value()), writer = std::move(writer)] {
+        Status s = store->remove(a.ns, a.key, writer, Deadline::after(kCallTimeout));
+        if (!s) return fail(r, s);
+        r->end(nlohmann::json::object());
     });
 }
 

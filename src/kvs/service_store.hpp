@@ -51,6 +51,11 @@ class ServiceStore {
     virtual Result<uint64_t> put(const std::string& ns, const std::string& key,
                                  const std::string& value, const std::string& writer,
                                  uint64_t replaces, Deadline d) = 0;
+    // Unpublish: removes a key `writer` wrote (NOAUTH/EPERM naming the
+    // writer of another's key; NOTFOUND/ENOENT when absent). Waiters are
+    // unaffected.
+    virtual Status remove(const std::string& ns, const std::string& key, const std::string& writer,
+                          Deadline d) = 0;
     // NOTFOUND when absent.
     virtual Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) = 0;
     // Wait-for-create: calls `done` once, with the entry as soon as the key

@@ -117,6 +117,8 @@ class RpcStore : public Store {
     Result<uint64_t> put(const std::string& ns, const std::string& key, const std::string& value,
                          Deadline d, uint64_t replaces = 0) override;
     Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) override;
+    // kvs.remove of a key this service wrote.
+    Status remove(const std::string& ns, const std::string& key, Deadline d);
     Result<Entry> wait(const std::string& ns, const std::string& key, Deadline d) override;
     Result<std::vector<std::pair<std::string, Entry>>> list(const std::string& ns,
                                                             const std::string& prefix,
@@ -198,6 +200,9 @@ class MemoryStore {
     Result<uint64_t> put(const std::string& ns, const std::string& key, std::string value,
                          const std::string& writer = "", uint64_t replaces = 0);
     std::optional<Entry> get(const std::string& ns, const std::string& key) const;
+    // Removes a key `writer` wrote (NOAUTH/EPERM naming the writer of
+    // another's; NOTFOUND/ENOENT when absent). Waiters are unaffected.
+    Status remove(const std::string& ns, const std::string& key, const std::string& writer);
     // Calls fn once, when the key is next put. Returns an id for unwatch.
     uint64_t watch_create(const std::string& ns, const std::string& key, Watcher fn);
     void unwatch(uint64_t id);
@@ -259,6 +264,9 @@ Result<bool> key_collision(const std::string& ns, const std::string& key, const 
 // it as their owner.
 Status check_put(const std::string& writer, const std::string& ns, const std::string& key,
                  const std::string& value);
+// A remove by `writer`: a service, never in the registry (the store checks
+// that the key is its own).
+Status check_remove(const std::string& writer, const std::string& ns);
 }  // namespace dyad::kvs
 
 namespace dyad::rpc {

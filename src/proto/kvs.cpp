@@ -25,6 +25,22 @@ nlohmann::json PutArgs::build() const {
     return j;
 }
 
+std::vector<std::string> RemoveArgs::names() {
+    return {"ns", "key"};
+}
+
+Result<RemoveArgs> RemoveArgs::parse(const nlohmann::json& j) {
+    Fields f(j, kRemove);
+    RemoveArgs a;
+    a.ns = f.str("ns", kMaxText);
+    a.key = f.str("key", kMaxText);
+    return finish(f, std::move(a));
+}
+
+nlohmann::json RemoveArgs::build() const {
+    return {{"ns", ns}, {"key", key}};
+}
+
 Result<PutAnswer> PutAnswer::parse(const nlohmann::json& j) {
     Fields f(j, "kvs.put answer");
     PutAnswer a;

@@ -21,6 +21,8 @@ inline constexpr const char* kPut = "kvs.put";
 inline constexpr const char* kGet = "kvs.get";
 inline constexpr const char* kList = "kvs.list";
 inline constexpr const char* kGetMany = "kvs.get_many";
+// Unpublish: a service removes a key it wrote (the answer: {}).
+inline constexpr const char* kRemove = "kvs.remove";
 
 // Bounds of what a peer sends.
 // A put's key and value are bounded by the store, whose refusal says its
@@ -34,6 +36,13 @@ struct PutArgs {
     // The arguments a server keeps of a request (rpc::Server::reads_args).
     static std::vector<std::string> names();
     static Result<PutArgs> parse(const nlohmann::json& j);
+    nlohmann::json build() const;
+};
+
+struct RemoveArgs {
+    std::string ns, key;
+    static std::vector<std::string> names();
+    static Result<RemoveArgs> parse(const nlohmann::json& j);
     nlohmann::json build() const;
 };
 

@@ -31,6 +31,23 @@ nlohmann::json PublishRequest::build() const {
     return a;
 }
 
+Result<UnpublishRequest> UnpublishRequest::parse(const nlohmann::json& args) {
+    auto up = lenient_str(args, "upath");
+    if (!up) return Status(DYAD_RC_BADUNPACK, "unpublish request without 'upath'", EINVAL);
+    UnpublishRequest r;
+    r.upath = std::move(*up);
+    r.ns = lenient_str(args, "ns");
+    r.key_depth = lenient_u64(args, "key_depth").value_or(3);
+    r.key_bins = lenient_u64(args, "key_bins").value_or(1024);
+    return r;
+}
+
+nlohmann::json UnpublishRequest::build() const {
+    nlohmann::json a = {{"upath", upath}, {"key_depth", key_depth}, {"key_bins", key_bins}};
+    if (ns) a["ns"] = *ns;
+    return a;
+}
+
 nlohmann::json PublishAnswer::build() const {
     return {{"version", version}, {"key", key}, {"record", record}};
 }

@@ -28,6 +28,18 @@ struct PublishRequest {
     nlohmann::json build() const;
 };
 
+// dyad.unpublish: a producer asks its node's dyadd to remove the record of
+// a file it published (the file stays). The answer: {"key": ...}.
+struct UnpublishRequest {
+    std::string upath;              // relative to the producer directory
+    std::optional<std::string> ns;  // absent: the service's namespace
+    uint64_t key_depth = 3;
+    uint64_t key_bins = 1024;
+    // EINVAL / BADUNPACK "unpublish request without 'upath'".
+    static Result<UnpublishRequest> parse(const nlohmann::json& args);
+    nlohmann::json build() const;
+};
+
 // The answer: the record's version (its generation), its key, the record.
 struct PublishAnswer {
     uint64_t version = 0;

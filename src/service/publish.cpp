@@ -66,6 +66,67 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
     return proto::PublishAnswer{v.value(), key.value(), rec.to_json()}.build();
 }
 
+void Service::on_unpublish(std::shared_ptr<rpc::Request> r) {
+    auto req = proto::UnpublishRequest::parse(r->args());
+    if (!req) return r->error(EINVAL, req.status().message(), DYAD_RC_BADUNPACK);
+    auto up = normalize_upath(req->upath);
+    if (!up) return r->error(up.status().err(), up.status().message(), up.status().rc());
+    std::string ns = req->ns.value_or(opts_.ns);
+    if (ns.empty() || ns == kServicesNamespace)
+        return r->error(EINVAL, "unpublish in namespace '" + ns + "' refused", DYAD_RC_BADUNPACK);
+    if (req->key_depth > 64 || req->key_bins == 0 || req->key_bins > (1u << 30))
+        return r->error(EINVAL, "key_depth must be 0..64 and key_bins 1..2^30", DYAD_RC_BADUNPACK);
+    const auto depth = static_cast<unsigned>(req->key_depth);
+    const auto bins = static_cast<unsigned>(req->key_bins);
+    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins] {
+        if (r->finished()) return;
+        auto res = unpublish(up, ns, depth, bins);
+        asio::post(io_, [r, res] {
+            if (res) return r->end(res.value());
+            Status st = res.status();
+            r->error(st.err() ? st.err() : EIO, st.message(), st.rc());
+        });
+    });
+}
+
+// Only this service's own record goes; the file stays where it is.
+Result<nlohmann::json> Service::unpublish(const std::string& up, const std::string& ns,
+                                          unsigned depth, unsigned bins) {
+    auto key = gen_path_key(up, depth, bins);
+    if (!key) return key.status();
+    auto gate = ledger_.publishing();
+    auto e = store_get(ns, key.value());
+    if (!e && e.status().rc() == DYAD_RC_NOTFOUND)
+        return Status(DYAD_RC_NOTFOUND,
+                      "'" + up + "' is not published (no record in namespace '" + ns +
+                          "'): nothing to unpublish",
+                      ENOENT);
+    if (!e) return Status(e.status()).wrap("cannot unpublish '" + up + "'");
+    auto owner = proto::record_owner(e->value);
+    auto rec_up = kvs::Record::from_json(e->value, e->version);
+    if (rec_up && rec_up->upath != up)
+        return Status(DYAD_RC_NOTFOUND,
+                      "'" + up + "' is not published (its key holds the record of '" +
+                          rec_up->upath + "'): nothing to unpublish",
+                      ENOENT);
+    if (owner && *owner != id_)
+        return Status(DYAD_RC_NOAUTH,
+                      "'" + up + "' was produced by service '" + *owner + "', not this one (" +
+                          id_ + "): only its owner's node can unpublish it",
+                      EPERM);
+    Status s = store_->remove(ns, key.value(), id_, Deadline::after(kStoreTimeout));
+    if (!s && s.rc() == DYAD_RC_NOTFOUND)
+        return Status(DYAD_RC_NOTFOUND,
+                      "'" + up + "' is not published (no record in namespace '" + ns +
+                          "'): nothing to unpublish",
+                      ENOENT);
+    if (!s) return Status(s).wrap("cannot unpublish '" + up + "'");
+    ledger_.forget(up);
+    DYAD_INFO(kSub, "unpublished '%s' (key %s in namespace %s); the file stays on disk", up.c_str(),
+              key->c_str(), ns.c_str());
+    return nlohmann::json{{"key", key.value()}, {"version", e->version}};
+}
+
 Result<uint64_t> Service::store_put(const std::string& ns, const std::string& key,
                                     const std::string& value, uint64_t replaces) {
     ScopedTimer timed(store_calls_[0]);

@@ -68,6 +68,11 @@ std::optional<Published> PublishLedger::find(const std::string& up) const {
     return it->second;
 }
 
+void PublishLedger::forget(const std::string& up) {
+    std::lock_guard<std::mutex> lk(mu_);
+    by_upath_.erase(up);
+}
+
 size_t PublishLedger::size() const {
     std::lock_guard<std::mutex> lk(mu_);
     return by_upath_.size();

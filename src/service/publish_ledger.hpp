@@ -73,6 +73,8 @@ class PublishLedger {
              const std::optional<Published>& before);
 
     std::optional<Published> find(const std::string& up) const;
+    // Unpublished: `up` is no longer this service's to serve.
+    void forget(const std::string& up);
     size_t size() const;
 
     // Whether `up`, owned by service `owner`, may be served as `sb` says it

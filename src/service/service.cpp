@@ -344,8 +344,7 @@ Status Service::start_senders(const std::string& mode) {
     }
     if (mode != dtl::kAutoMode && !senders_.count(mode))
         return Status(DYAD_RC_BADDTLMODE,
-                      "--mode " + mode + " is not served by this dyadd (see --transports)",
-                      EINVAL);
+                      "--mode " + mode + " is not served by this dyadd (see --transports)", EINVAL);
     for (const auto& [name, snd] : senders_)
         for (auto& r : snd->records()) records_.push_back(std::move(r));
     return dtl::apply_figures(opts_.figures, &records_);
@@ -392,6 +391,8 @@ Status Service::start_server() {
                     [this](std::shared_ptr<rpc::Request> r) { on_status(std::move(r)); });
     server_->handle("dyad.publish",
                     [this](std::shared_ptr<rpc::Request> r) { on_publish(std::move(r)); });
+    server_->handle("dyad.unpublish",
+                    [this](std::shared_ptr<rpc::Request> r) { on_unpublish(std::move(r)); });
     return Status::ok();
 }
 
@@ -425,7 +426,11 @@ Status Service::start() {
     if (Status s = server_->start_accepting(); !s) return s;
     DYAD_INFO(kSub, "service %s ready: rank %s, producer dir %s, endpoints %s, metadata %s",
               id_.c_str(),
-              rank_ ? (std::to_string(*rank_) + " (" + rank_source_ + ")").c_str() : "none",
+              rank_ ? (std::to_string(*rank_) + (rank_source_ == "store"
+                                                     ? std::string(", assigned by the store")
+                                                     : ", from " + rank_source_))
+                          .c_str()
+                    : "none",
               prod_dir_.c_str(),
               nlohmann::json(endpoints_).dump(-1, ' ', false, kBadUtf8Replaced).c_str(),
               opts_.kvs_uri.empty() ? "embedded" : opts_.kvs_uri.c_str());
@@ -537,7 +542,6 @@ void Service::stop() {
     });
 }
 
-
 namespace {
 // Whether `uid` may read a file of this owner, group and mode by its mode
 // bits (ACLs are not looked at: they can only be refused here, never
@@ -588,9 +592,8 @@ Status Service::readable_by(const rpc::Peer& peer, const struct stat& sb, const 
 Status Service::check_served(const proto::FetchRequest& req, const struct stat& sb,
                              const std::string& up, Snapshot* snap) {
     if (Status one = one_name(up, sb); !one) return one;
-    PublishLedger::Wanted want{req.ns, req.key,
-                               req.generation ? std::optional<uint64_t>(req.generation)
-                                              : std::nullopt};
+    PublishLedger::Wanted want{
+        req.ns, req.key, req.generation ? std::optional<uint64_t>(req.generation) : std::nullopt};
     *snap = Snapshot::of(sb);
     return ledger_.check(id_, up, sb, want, [this](const std::string& ns, const std::string& key) {
         return store_get(ns, key);

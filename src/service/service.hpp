@@ -185,6 +185,9 @@ class Service {
     Status take_served(ServedFile& f, const proto::FetchRequest& req, const rpc::Peer& peer,
                        Snapshot* snap);
     void on_publish(std::shared_ptr<rpc::Request> r);
+    void on_unpublish(std::shared_ptr<rpc::Request> r);
+    Result<nlohmann::json> unpublish(const std::string& upath, const std::string& ns,
+                                     unsigned depth, unsigned bins);
     Result<nlohmann::json> publish(const std::string& upath, const std::string& ns, unsigned depth,
                                    unsigned bins, uint64_t replaces);
     // The record publish() writes for the file `up` as `sb` says it is.

@@ -14,7 +14,9 @@ namespace dyad::service {
 nlohmann::json Service::status_json() const {
     nlohmann::json j = identity();
     nlohmann::json per = nlohmann::json::object();
+    uint64_t files_requested = 0;  // files asked for, one per file of a dyad.fetch_many
     for (const auto& [name, c] : per_transport_) {
+        files_requested += c.requests;
         per[name] = {{"requests", c.requests},
                      {"served", c.served},
                      {"errors", c.errors},
@@ -30,6 +32,7 @@ nlohmann::json Service::status_json() const {
     j["counters"] = {
         {"requests", metrics_->kind(Kind::fetch).requests},
         {"fetch_many_requests", metrics_->kind(Kind::fetch_many).requests},
+        {"files_requested", files_requested},
         {"served", total_.served},
         {"errors", total_.errors},
         {"bytes_sent", total_.bytes_sent},
@@ -171,7 +174,6 @@ void render_connections(PromText& t, const rpc::Server* server, const PeerCaps* 
               "requests refused because the requests in progress of all peers held "
               "--max-request-bytes of arguments",
               server ? server->refused_request_bytes_total() : 0);
-
 }
 
 // The transfer-memory budget.
@@ -184,8 +186,7 @@ void render_memory(PromText& t, const dtl::MemoryBudget& budget) {
             m.value("in_use", 0.0));
     t.gauge("dyad_memory_peak_bytes", "most transfer buffer memory held at once",
             m.value("peak", 0.0));
-    t.gauge("dyad_memory_cached_bytes", "transfer buffers kept for reuse",
-            m.value("cached", 0.0));
+    t.gauge("dyad_memory_cached_bytes", "transfer buffers kept for reuse", m.value("cached", 0.0));
     t.gauge("dyad_memory_waiting_transfers", "transfers parked until memory is returned",
             m.value("waiting", 0.0));
     t.counter("dyad_memory_parked_total", "times a transfer was parked for memory",

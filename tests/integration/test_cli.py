@@ -607,3 +607,46 @@ def test_service_status_wait():
         assert waiter.returncode == 0 and "service " in out, err
     finally:
         c.cleanup()
+
+
+def test_rm_unpublishes_only_this_nodes_files(nodes):
+    """Issue 34, item 4: `dyad rm` removes the record of a file this node
+    produced (the file stays): ls no longer lists it, a consumer waits for
+    it again, a fetch of it is refused; another node's file is refused,
+    naming its owner."""
+    from rawwire import ERROR, Raw
+    prod, cons = nodes[0], nodes[1]
+    harness.write_file(prod.path("rmt/a.bin"), 4096, seed=3)
+    prod.dyad("produce", prod.path("rmt/a.bin"))
+    cons.dyad("consume", cons.path("rmt/a.bin"))
+    # Another node cannot unpublish it (its own file of the same name).
+    p = cons.dyad("rm", cons.path("rmt/a.bin"), check=False)
+    assert p.returncode != 0, p.stdout
+    assert "produced by service 'node0'" in p.stderr and "rmt/a.bin" in p.stderr, p.stderr
+    p = prod.dyad("rm", prod.path("rmt/a.bin"))
+    assert "unpublished" in p.stdout and "stays on disk" in p.stdout, p.stdout
+    assert os.path.exists(prod.path("rmt/a.bin"))
+    assert "rmt/a.bin" not in prod.dyad("ls").stdout
+    # Not published any more: a consumer waits, a fetch is refused.
+    os.unlink(cons.path("rmt/a.bin"))
+    p = cons.dyad("consume", "--timeout", "1", cons.path("rmt/a.bin"), check=False)
+    assert p.returncode != 0 and not os.path.exists(cons.path("rmt/a.bin")), p.stderr
+    r = Raw.to(prod)
+    tag = r.request("dyad.fetch", upath="rmt/a.bin", transport="FLUX_RPC")
+    f, _ = r.collect(tag)
+    r.close()
+    assert f["type"] == ERROR and "has not been produced" in f["meta"]["msg"], f
+    # Again: not published, a clear ENOENT; --json has a line per file.
+    p = prod.dyad("--json", "rm", prod.path("rmt/a.bin"), check=False)
+    assert p.returncode != 0 and "is not published" in p.stderr, p.stderr
+    assert "is not published" in p.stdout, p.stdout
+    # Published again, it is served again.
+    prod.dyad("produce", prod.path("rmt/a.bin"))
+    cons.dyad("consume", "--timeout", "10", cons.path("rmt/a.bin"))
+    assert harness.sha256(cons.path("rmt/a.bin")) == harness.sha256(prod.path("rmt/a.bin"))
+    # node1 keeps its records in node0's store (kvs.remove): its own file goes too.
+    harness.write_file(cons.path("rmt/b.bin"), 100, seed=5)
+    cons.dyad("produce", cons.path("rmt/b.bin"))
+    assert "rmt/b.bin" in prod.dyad("ls").stdout
+    cons.dyad("rm", cons.path("rmt/b.bin"))
+    assert "rmt/b.bin" not in prod.dyad("ls").stdout

@@ -281,3 +281,23 @@ def test_sigterm_with_fetches_waiting_on_a_lock(cluster):
     assert prod.stop(signal.SIGTERM, timeout=10) == 0
     assert time.monotonic() - t0 < 5
     holder.close()
+
+
+def test_a_dyadd_with_another_key_says_the_key_files_differ_and_the_rank_says_where_it_came_from():
+    """Issue 34, item 9: a dyadd whose key differs from the store host's was
+    told "(is the dyadd hosting it running?)"; a rank the store gave read
+    "rank 1 (store)", as if that node hosted the store."""
+    with harness.Cluster(nodes=2) as c:
+        with open(c[1].log_path, errors="replace") as f:
+            log = f.read()
+        assert "rank 1, assigned by the store" in log, log
+        c[1].stop()
+        other = os.path.join(c.root, "other.key")
+        subprocess.run([harness.DYAD, "keygen", other], check=True, capture_output=True)
+        c[1].extra_env["DYAD_AUTH_KEY_FILE"] = other
+        with pytest.raises(RuntimeError):
+            c[1].start()
+        with open(c[1].log_path, errors="replace") as f:
+            log = f.read()
+        assert "is the dyadd hosting it running?" not in log, log
+        assert "key file" in log and "differ" in log, log

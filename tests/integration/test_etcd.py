@@ -278,3 +278,21 @@ def test_failover_between_the_members_of_an_etcd_cluster(tmp_path):
             c.cleanup()
         for m in members:
             m.cleanup()
+
+
+def test_rm_with_etcd_removes_only_the_owners_record(two):
+    """Issue 34, item 4 with the etcd store: node0's `dyad rm` removes its
+    record (a transaction on the revision read); node1's is refused naming
+    node0; the file stays."""
+    a, b = two[0], two[1]
+    harness.write_file(a.path("rme/x.bin"), 2048, seed=7)
+    a.dyad("produce", a.path("rme/x.bin"))
+    b.dyad("consume", b.path("rme/x.bin"))
+    p = b.dyad("rm", b.path("rme/x.bin"), check=False)
+    assert p.returncode != 0 and "produced by service 'node0'" in p.stderr, p.stderr
+    a.dyad("rm", a.path("rme/x.bin"))
+    assert os.path.exists(a.path("rme/x.bin"))
+    assert "rme/x.bin" not in a.dyad("ls").stdout
+    os.unlink(b.path("rme/x.bin"))
+    p = b.dyad("consume", "--timeout", "1", b.path("rme/x.bin"), check=False)
+    assert p.returncode != 0 and not os.path.exists(b.path("rme/x.bin")), p.stderr

@@ -495,3 +495,23 @@ def test_healthz_answers_and_transfers_go_on_while_scrapers_hold_every_slot(mclu
     renders = value(fams, "dyad_metrics_http_renders_total")
     up = prod.status()["uptime_s"]
     assert renders <= up * 5 + 5, (renders, up)
+
+
+def test_files_requested_counts_every_file_of_a_fetch_many(mcluster):
+    """Issue 34, item 8: `served 6071` > `requests 2077`: a dyad.fetch_many
+    asks for many files in one request. files_requested counts each file
+    asked for; the status text says files and requests apart."""
+    prod, cons = mcluster[0], mcluster[1]
+    names = [f"m/f{i:03d}" for i in range(200)]
+    for i, n in enumerate(names):
+        os.makedirs(os.path.dirname(prod.path(n)), exist_ok=True)
+        with open(prod.path(n), "wb") as f:
+            f.write(b"x" * (100 + i))
+    prod.dyad("produce", *[prod.path(n) for n in names])
+    cons.dyad("consume", *[cons.path(n) for n in names], timeout=120)
+    ctr = prod.status()["counters"]
+    assert ctr["served"] == 200, ctr
+    assert ctr["files_requested"] >= ctr["served"], ctr
+    assert ctr["fetch_many_requests"] + ctr["requests"] < ctr["files_requested"], ctr
+    out = prod.dyad("service", "status").stdout
+    assert "files requested 200 (in " in out and "served 200" in out, out

@@ -249,6 +249,8 @@ def test_no_room_for_a_large_stream_file_is_a_clear_error(cluster):
         p = cons.dyad("consume", cons.path("tiny/big.bin"), check=False, timeout=120, env_extra=env)
         assert p.returncode != 0
         assert "big.bin" in p.stderr and "No space left on device" in p.stderr, p.stderr
+        # Issue 34, item 9: what it needs and what is free.
+        assert "it needs more than" in p.stderr and "bytes free on its file system" in p.stderr, p.stderr
         assert os.listdir(cons.path("tiny")) == [], os.listdir(cons.path("tiny"))
         p = cons.dyad("consume", cons.path("tiny/fits.bin"), check=False, timeout=120,
                       env_extra={**env, "DYAD_WRITE_BEHIND": "sometimes"})

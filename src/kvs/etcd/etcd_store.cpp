@@ -251,6 +251,45 @@ class EtcdStore final : public ServiceStore {
                       EBUSY);
     }
 
+    // The owner's rule of put: only the service a record names removes it;
+    // the delete compares the revision read, so a record published again
+    // meanwhile (by another) is not removed.
+    Status remove(const std::string& ns, const std::string& key, const std::string& writer,
+                  Deadline d) override {
+        if (ns == kServicesNamespace)
+            return Status(DYAD_RC_NOAUTH, "the registry's entries are not removed by request",
+                          EPERM);
+        const std::string k = key_of(ns, key);
+        for (int attempt = 0; attempt < kPutAttempts; ++attempt) {
+            auto r = c_->range(k, "", 1, false, d);
+            if (!r) return r.status();
+            if (r->kvs_size() == 0)
+                return Status(DYAD_RC_NOTFOUND,
+                              "key '" + key + "' not found in namespace '" + ns + "'", ENOENT);
+            const auto& kv = r->kvs(0);
+            const std::string owner = owner_of(kv.value());
+            if (!owner.empty() && owner != writer)
+                return Status(DYAD_RC_NOAUTH,
+                              "'" + key + "' in namespace '" + ns + "' is produced by service '" +
+                                  owner + "': only that service may unpublish it",
+                              EPERM);
+            pb::TxnRequest t;
+            *t.add_compare() = compare_rev(k, pb::Compare::MOD, kv.mod_revision());
+            t.mutable_success()->Add()->mutable_request_delete_range()->set_key(k);
+            auto w = c_->txn(t, d);
+            if (!w) return w.status();
+            if (w->succeeded()) {
+                counted(ns, static_cast<uint64_t>(-1));
+                return Status::ok();
+            }
+        }
+        return Status(DYAD_RC_BADCOMMIT,
+                      "'" + key + "' changed " + std::to_string(kPutAttempts) +
+                          " times while this service unpublished it: another producer writes it "
+                          "at the same time",
+                      EBUSY);
+    }
+
     Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) override {
         auto r = lookup(key_of(ns, key), d);
         if (!r) return r.status();

@@ -237,3 +237,28 @@ TEST(Registry, RanksInRegistrationOrderUnlessBrought) {
     EXPECT_FALSE(kvs::registry::dense_rank("y", full).has_value());
     EXPECT_EQ(kvs::registry::dense_rank("x", full), 4294967294u);
 }
+
+// Unpublish (issue 34, item 4): only the writer removes its key, the
+// quotas' accounting gives back what the record held, a waiter stays.
+TEST(Kvs, RemoveOnlyByItsWriterAndGivesBackItsBytes) {
+    kvs::MemoryStore s;
+    const uint64_t empty = s.bytes();
+    ASSERT_TRUE(s.put("ns", "k", "v", "svc-a").is_ok());
+    const uint64_t one = s.bytes();
+    Status other = s.remove("ns", "k", "svc-b");
+    EXPECT_EQ(other.rc(), DYAD_RC_NOAUTH);
+    EXPECT_NE(other.message().find("svc-a"), std::string::npos) << other.message();
+    EXPECT_TRUE(s.get("ns", "k").has_value());
+    EXPECT_EQ(s.remove("ns", "absent", "svc-a").rc(), DYAD_RC_NOTFOUND);
+    EXPECT_EQ(s.remove("nowhere", "k", "svc-a").rc(), DYAD_RC_NOTFOUND);
+    bool woke = false;
+    s.watch_create("ns", "w", [&](const kvs::Entry&) { woke = true; });
+    EXPECT_TRUE(s.remove("ns", "k", "svc-a").is_ok());
+    EXPECT_FALSE(s.get("ns", "k").has_value());
+    EXPECT_EQ(s.usage("ns").records, 0u);
+    EXPECT_LT(s.bytes(), one);
+    EXPECT_GE(s.bytes(), empty);
+    EXPECT_EQ(s.watcher_count(), 1u);
+    EXPECT_FALSE(woke);
+    ASSERT_TRUE(s.put("ns", "k", "v2", "svc-b").is_ok());  // free for anyone again
+}

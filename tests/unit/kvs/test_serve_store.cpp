@@ -130,6 +130,9 @@ class SlowStore final : public kvs::ServiceStore {
                          const std::string&, uint64_t, Deadline) override {
         return Status(DYAD_RC_NOAUTH, "not here", EPERM);
     }
+    Status remove(const std::string&, const std::string&, const std::string&, Deadline) override {
+        return Status(DYAD_RC_NOAUTH, "not here", EPERM);
+    }
     Result<kvs::Entry> get(const std::string& ns, const std::string& key, Deadline) override {
         std::lock_guard<std::mutex> lk(mu_);
         ++gets_;

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+// `dyad rm FILE...`: unpublish files this node produced (the files stay).
+#include "rm.hpp"
+
+#include <cstdio>
+#include <iostream>
+
+#include "common/json_text.hpp"
+
+namespace dyad::tools {
+
+int unpublish_files(client::Client& c, const std::vector<std::string>& files, bool json,
+                    const Report& report) {
+    int rc = 0;
+    for (const auto& f : files) {
+        Status s = c.unpublish(f);
+        if (!s) {
+            rc = report(s, f);
+            continue;
+        }
+        if (json)
+            std::cout << nlohmann::json{{"file", f}, {"action", "unpublished"}, {"ok", true}}.dump(
+                             -1, ' ', false, kBadUtf8Replaced)
+                      << "\n";
+        else
+            std::cout << "unpublished " << f << " (the file stays on disk)\n";
+    }
+    std::cout.flush();
+    return rc;
+}
+
+}  // namespace dyad::tools
