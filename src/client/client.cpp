@@ -696,14 +696,24 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
                       "metadata of '" + upath + "' lists no reachable endpoint", EHOSTUNREACH);
     rep->endpoint = ep;
     Status last;
+    nlohmann::json fell_back = nlohmann::json::array();
     for (const dtl::Backend* b : plan(rec, svc, rep)) {
         bool retry = false;
         s = fetch_via(*b, upath, rec, ep, ns(svc), rep, lock_fd, &retry);
+        if (s && !fell_back.empty() && rep->selection) {
+            // AUTO chose a transport that could not start here: the report's
+            // selection says which one moved the file, and why not the others.
+            auto sel = std::make_shared<nlohmann::json>(*rep->selection);
+            (*sel)["used"] = b->name;
+            (*sel)["fell_back_from"] = std::move(fell_back);
+            rep->selection = std::move(sel);
+        }
         if (s || !retry || backend_) return s;
         // This transport could not start here: note it, take the next one.
         DYAD_DEBUG(kSub, "%s could not move '%s' (%s): trying the next transport", b->name.c_str(),
                    upath.c_str(), s.to_string().c_str());
         rep->explain += "\n  " + b->name + " failed to start: " + s.message();
+        fell_back.push_back({{"transport", b->name}, {"error", s.message()}});
         last = s;
     }
     return last;

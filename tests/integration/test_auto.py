@@ -142,6 +142,14 @@ def test_local_over_tcp_falls_back_to_the_next_transport():
         assert "LOCAL failed to start: " in p.stdout and "Unix socket" in p.stdout, p.stdout
         assert sha(prod.path("big.bin")) == sha(view.path("big.bin"))
         os.unlink(view.path("big.bin"))
+        # --json: the selection says which transport moved the file when the
+        # chosen one could not start (it used to say LOCAL beside FLUX_RPC).
+        p = view.dyad("--json", "consume", view.path("big.bin"), env_extra=WAIT)
+        r = json.loads(p.stdout.splitlines()[-1])
+        assert r["selection"]["chosen"] == "LOCAL" and r["transport"] != "LOCAL", r
+        assert r["selection"]["used"] == r["transport"], r
+        assert r["selection"]["fell_back_from"][0]["transport"] == "LOCAL", r
+        os.unlink(view.path("big.bin"))
         p = view.dyad("consume", view.path("big.bin"), check=False, env_extra={**WAIT, "DYAD_DTL_MODE": "LOCAL"})
         assert p.returncode != 0 and "LOCAL needs the service's Unix socket" in p.stderr, p.stderr
         assert not os.path.exists(view.path("big.bin"))
