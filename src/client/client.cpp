@@ -370,40 +370,6 @@ Status Client::produce(const std::string& path) {
     return Status::ok();
 }
 
-Status Client::unpublish(const std::string& path) {
-    if (prod_.empty())
-        return Status(
-            DYAD_RC_BADMANAGEDPATH,
-            "cannot unpublish '" + path + "': no producer directory (set DYAD_PATH_PRODUCER)",
-            EINVAL);
-    auto up = producer_upath(path);
-    if (!up)
-        return Status(DYAD_RC_UNTRACKED,
-                      "'" + path + "' is not inside the producer directory " + prod_.path() +
-                          " (DYAD_PATH_PRODUCER): only files under it are unpublished",
-                      EINVAL);
-    auto svc = service();
-    if (!svc) return svc.status();
-    proto::UnpublishRequest req;
-    req.upath = up.value();
-    req.ns = ns(svc.value());
-    req.key_depth = cfg_.key_depth;
-    req.key_bins = cfg_.key_bins;
-    bool connect_failed = false;
-    auto v = pool_->call(cfg_.service_uri, "dyad.unpublish", req.build(),
-                         Deadline::after(kControlTimeout), 0, false, &connect_failed);
-    if (!v && connect_failed)
-        return Status(DYAD_RC_CONNFAIL,
-                      "cannot unpublish '" + path + "': " + v.status().to_string(),
-                      v.status().err());
-    if (!v) {
-        Status e = v.status();
-        return Status(e.rc(), "cannot unpublish '" + path + "': " + e.message(), e.err());
-    }
-    DYAD_DEBUG(kSub, "unpublished %s", up->c_str());
-    return Status::ok();
-}
-
 Result<Record> Client::get_metadata(const std::string& path, bool should_wait) {
     return lookup(path, should_wait, wait_deadline());
 }
