@@ -25,9 +25,9 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 // One answer of a dyad.fetch_many, read up to the file's bytes.
 struct Answer {
-    uint64_t index = 0;         // among the files asked
-    std::optional<Sent> sent;   // none: refused here (fetched alone, which says why)
-    size_t bytes = 0;           // of the file, to read next
+    uint64_t index = 0;        // among the files asked
+    std::optional<Sent> sent;  // none: refused here (fetched alone, which says why)
+    size_t bytes = 0;          // of the file, to read next
 };
 
 // A served file: compact (no meta; a header, then the bytes) or JSON

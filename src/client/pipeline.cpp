@@ -58,8 +58,16 @@ double since(std::chrono::steady_clock::time_point t0) {
 class Pipeline {
   public:
     Pipeline(Client& c, const std::vector<std::string>& paths, const ConsumeManyOptions& options)
-        : c_(c), paths_(paths), options_(options), n_(paths.size()), results_(n_), keys_(n_),
-          upaths_(n_), records_(n_), missing_(n_, 0), t0_(std::chrono::steady_clock::now()),
+        : c_(c),
+          paths_(paths),
+          options_(options),
+          n_(paths.size()),
+          results_(n_),
+          keys_(n_),
+          upaths_(n_),
+          records_(n_),
+          missing_(n_, 0),
+          t0_(std::chrono::steady_clock::now()),
           deadline_(c.wait_deadline()) {}
 
     std::vector<Status> run();
@@ -288,8 +296,8 @@ Status Pipeline::fetch_ready() {
         return Status::ok();
     }
     lk.lock();
-    const size_t want = std::min(dtl::kFetchManyFiles,
-                                 std::max<size_t>(kMinBatch, (ready_.size() + 1) / window()));
+    const size_t want =
+        std::min(dtl::kFetchManyFiles, std::max<size_t>(kMinBatch, (ready_.size() + 1) / window()));
     std::vector<size_t> batch{i};
     size_t scanned = 0;
     for (auto it = ready_.begin();
@@ -303,7 +311,9 @@ Status Pipeline::fetch_ready() {
         }
     }
     lk.unlock();
-    auto done = [this](size_t j, Status s, const ConsumeReport& rep) { finish(j, std::move(s), rep); };
+    auto done = [this](size_t j, Status s, const ConsumeReport& rep) {
+        finish(j, std::move(s), rep);
+    };
     for (size_t j : c_.consume_batch(batch, upaths_, records_, *svc_, *ep, done, t0_))
         consume_one(j);
     return Status::ok();

@@ -90,7 +90,8 @@ WorkQueue::Job WorkQueue::next(std::unique_lock<std::mutex>& lk, bool* idle) {
             if (!jobs_.empty() || wakes_ != seen) continue;
         }
         if (closing_) return {};
-        work_cv_.wait(lk, [&] { return cancelled_ || closing_ || !jobs_.empty() || wakes_ != seen; });
+        work_cv_.wait(lk,
+                      [&] { return cancelled_ || closing_ || !jobs_.empty() || wakes_ != seen; });
     }
 }
 

@@ -37,7 +37,6 @@
 
 namespace dyad::dtl {
 
-
 // ---- consumer side ----
 
 class FetchChannel {

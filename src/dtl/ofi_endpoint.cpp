@@ -19,9 +19,7 @@ constexpr uint32_t kApi = FI_VERSION(1, 9);
 // allocated and touched, ~40 ms of every consumer's start) can be small.
 void set_provider_defaults() {
     static std::once_flag once;
-    std::call_once(once, [] {
-        ::setenv("FI_OFI_RXM_BUFFER_SIZE", "4096", /*overwrite=*/0);
-    });
+    std::call_once(once, [] { ::setenv("FI_OFI_RXM_BUFFER_SIZE", "4096", /*overwrite=*/0); });
 }
 
 struct InfoDeleter {

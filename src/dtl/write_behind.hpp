@@ -6,9 +6,8 @@
 // BackgroundWriter writes buffers its caller owns, in order, on its own
 // thread; each write has a number, and written() says how many are done, so
 // the caller knows when a buffer may be filled again (the consumer's chunk
-// window, receive_window.hpp, hands it the UCX receiver's slots). WriteBehind adds kSlots buffers of
-// its own, each reused (no allocation per chunk in steady state), for the
-// stream receiver.
+// window, receive_window.hpp, hands it the UCX receiver's slots). WriteBehind adds kSlots buffers
+// of its own, each reused (no allocation per chunk in steady state), for the stream receiver.
 //
 // The sink is called from the writer thread only. A write error stops the
 // writer; the receiver sees it at its next submit, take, wait or finish, and

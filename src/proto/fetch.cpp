@@ -63,9 +63,13 @@ std::optional<uint64_t> digest_of_hex(const std::string& hex) {
     return v;
 }
 
-FetchEnd FetchEnd::of(uint64_t size, uint64_t digest) { return FetchEnd{size, Xxh3::to_hex(digest)}; }
+FetchEnd FetchEnd::of(uint64_t size, uint64_t digest) {
+    return FetchEnd{size, Xxh3::to_hex(digest)};
+}
 
-nlohmann::json FetchEnd::build() const { return {{"size", size}, {"xxh3", xxh3}}; }
+nlohmann::json FetchEnd::build() const {
+    return {{"size", size}, {"xxh3", xxh3}};
+}
 
 nlohmann::json FetchStart::build(nlohmann::json extra) const {
     if (!extra.is_object()) extra = nlohmann::json::object();

@@ -21,7 +21,7 @@
 namespace dyad::proto {
 
 // Bounds of a peer's strings unless a message says otherwise.
-inline constexpr size_t kMaxName = 4096;     // a path, a key, a namespace, an id
+inline constexpr size_t kMaxName = 4096;       // a path, a key, a namespace, an id
 inline constexpr size_t kMaxText = 64u << 10;  // a value, an address, a message
 
 class Fields {
