@@ -94,10 +94,15 @@ def test_pipelined_consume_of_5000_files(cluster3):
         err = f.read()
     assert consumer.returncode != 0, "files never produced must fail the command"
     done = {}
+    failed_json = set()
     for line in out.splitlines():
         r = json.loads(line)
-        done[os.path.relpath(r["file"], cons.dir)] = r
+        if r.get("ok", True):
+            done[os.path.relpath(r["file"], cons.dir)] = r
+        else:  # --json: a failed file has its line too
+            failed_json.add(os.path.relpath(r["file"], cons.dir))
     failed = errors_by_file(err, cons)
+    assert failed_json == set(failed), sorted(failed_json ^ set(failed))[:5]
     # Every file is reported once, as done or as failed.
     assert set(done) | set(failed) == set(names), sorted(set(names) - set(done) - set(failed))[:5]
     assert not set(done) & set(failed)

@@ -87,7 +87,8 @@ def test_key_file_with_loose_permissions_is_refused(cluster):
     os.chmod(loose, 0o644)
     cons = cluster[1]
     p = cons.dyad("ls", check=False, env_extra={"DYAD_AUTH_KEY_FILE": loose})
-    assert p.returncode == 4 and "chmod 600" in p.stderr and loose in p.stderr, p.stderr
+    # A key file the client cannot use is a configuration error (exit 1).
+    assert p.returncode == 1 and "chmod 600" in p.stderr and loose in p.stderr, p.stderr
     d = subprocess.run([harness.DYADD, "--auth-key", loose, "--listen", "127.0.0.1:0",
                         os.path.join(cluster.root, "x")], capture_output=True, text=True, timeout=30)
     assert d.returncode != 0 and "chmod 600" in d.stderr, d.stderr
