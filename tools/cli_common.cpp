@@ -217,7 +217,6 @@ std::string iso_time(int64_t ns) {
     return buf;
 }
 
-
 // Errors that every remaining file would meet too (the node's service,
 // never reached, cannot be): the command stops at the first.
 bool service_failure(dyad::client::Client& c, const dyad::Status& s) {

@@ -119,7 +119,7 @@ struct Cli {
     bool json = false, explain = false, progress_on = false, progress_off = false;
     bool follow = false, markdown = false, recursive = false;
     std::vector<std::string> files;
-    double timeout = -1;  // --timeout; negative: not given
+    double timeout = -1;      // --timeout; negative: not given
     double status_wait = -1;  // service status --wait; negative: not given
     unsigned window = 0;
     uint64_t sync_count = 0;

@@ -93,9 +93,10 @@ std::string canonical(const std::string& p) {
 void check_dir(Report& r, const char* var, const std::string& path, const char* role) {
     const std::string name = std::string(role) + " directory";
     if (path.empty()) {
-        r.add(name, Verdict::note, std::string(var) + " is not set: this process " +
-                                       (std::string(role) == "producer" ? "publishes" : "consumes") +
-                                       " nothing through DYAD");
+        r.add(name, Verdict::note,
+              std::string(var) + " is not set: this process " +
+                  (std::string(role) == "producer" ? "publishes" : "consumes") +
+                  " nothing through DYAD");
         return;
     }
     struct stat sb;
@@ -121,8 +122,10 @@ void check_dirs(Report& r, const Config& cfg) {
     check_dir(r, "DYAD_PATH_PRODUCER", cfg.prod_path, "producer");
     check_dir(r, "DYAD_PATH_CONSUMER", cfg.cons_path, "consumer");
     if (cfg.prod_path.empty() && cfg.cons_path.empty()) {
-        r.add("directories", Verdict::fail, "neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set",
-              "set DYAD_PATH_PRODUCER where files are written, DYAD_PATH_CONSUMER where they are read");
+        r.add("directories", Verdict::fail,
+              "neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set",
+              "set DYAD_PATH_PRODUCER where files are written, DYAD_PATH_CONSUMER where they are "
+              "read");
         return;
     }
     if (cfg.prod_path.empty() || cfg.cons_path.empty()) return;
@@ -162,7 +165,8 @@ std::vector<std::string> transport_names(const nlohmann::json& status) {
     auto it = status.find("transports");
     if (it == status.end() || !it->is_array()) return out;
     for (const auto& t : *it) {
-        if (t.is_string()) out.push_back(t.get<std::string>());
+        if (t.is_string())
+            out.push_back(t.get<std::string>());
         else if (t.is_object() && t.contains("name") && t["name"].is_string())
             out.push_back(t["name"].get<std::string>());
     }
@@ -182,10 +186,11 @@ void check_service(Report& r, client::Client& c, const Config& cfg) {
               svc->ns);
     if (!cfg.prod_path.empty() && !svc->producer_dir.empty() &&
         canonical(cfg.prod_path) != canonical(svc->producer_dir))
-        r.add("producer dir", Verdict::fail,
-              "DYAD_PATH_PRODUCER is " + canonical(cfg.prod_path) + " but the service serves " +
-                  svc->producer_dir + ": what you produce cannot be published",
-              "set DYAD_PATH_PRODUCER=" + svc->producer_dir + ", or use the dyadd of that directory");
+        r.add(
+            "producer dir", Verdict::fail,
+            "DYAD_PATH_PRODUCER is " + canonical(cfg.prod_path) + " but the service serves " +
+                svc->producer_dir + ": what you produce cannot be published",
+            "set DYAD_PATH_PRODUCER=" + svc->producer_dir + ", or use the dyadd of that directory");
     auto st = c.service_status();
     if (!st) {
         r.add("metadata store", Verdict::warn, "the service's status: " + st.status().message());
@@ -218,7 +223,8 @@ void check_service(Report& r, client::Client& c, const Config& cfg) {
     if (cfg.dtl_mode == "OFI")
         for (const auto& n : names) found = found || n == "MARGO";
     if (found)
-        r.add("transport", Verdict::ok, "DYAD_DTL_MODE=" + cfg.dtl_mode + " (served: " + served + ")");
+        r.add("transport", Verdict::ok,
+              "DYAD_DTL_MODE=" + cfg.dtl_mode + " (served: " + served + ")");
     else
         r.add("transport", Verdict::warn,
               "DYAD_DTL_MODE=" + cfg.dtl_mode + " is not among what this node's service serves (" +

@@ -171,8 +171,8 @@ void add_info_commands(CLI::App& app, Cli& o, Commands& c) {
         "config", "print every setting with its value and source, and the transports");
     c.config->add_flag("--markdown", o.markdown,
                        "print the settings table of the user guide (generated from the table)");
-    c.key = app.add_subcommand(
-        "key", "print the metadata key of a path relative to a managed directory");
+    c.key = app.add_subcommand("key",
+                               "print the metadata key of a path relative to a managed directory");
     c.key->add_option("UPATH", o.key_path)->required();
     c.keygen = app.add_subcommand(
         "keygen",
@@ -296,7 +296,8 @@ int run_produce(dyad::client::Client& c, const Cli& o) {
 
 int run_rm(dyad::client::Client& c, const Cli& o) {
     return dyad::tools::unpublish_files(
-        c, o.files, o.json, [](const dyad::Status& s, const std::string& f) { return report(s, f); });
+        c, o.files, o.json,
+        [](const dyad::Status& s, const std::string& f) { return report(s, f); });
 }
 
 // Runs the parsed subcommand; returns the exit code.
@@ -333,9 +334,8 @@ int dispatch(const Commands& c, Cli& o, dyad::job::Options& job_options) {
     if (!client) return report(client.status(), "", "", 1);
     // The subcommands of a client.
     const std::pair<const CLI::App*, int (*)(dyad::client::Client&, const Cli&)> table[] = {
-        {c.produce, run_produce}, {c.consume, run_consume}, {c.sync, run_sync},
-        {c.stat, run_stat},       {c.ls, run_ls},           {c.status, run_status},
-        {c.rm, run_rm}};
+        {c.produce, run_produce}, {c.consume, run_consume}, {c.sync, run_sync}, {c.stat, run_stat},
+        {c.ls, run_ls},           {c.status, run_status},   {c.rm, run_rm}};
     for (const auto& [app, run] : table)
         if (*app) return run(*client.value(), o);
     return 1;
@@ -365,4 +365,3 @@ int main(int argc, char** argv) {
     o.json = o.json || json_flag;
     return dispatch(c, o, job_options);
 }
-

@@ -75,8 +75,8 @@ int run_config(const Cli& o, const dyad::Result<dyad::Config>& cfg) {
         for (const auto& s : j["settings"]) {
             std::string line = s["name"].get<std::string>() + "=" +
                                (s["value"].is_null() ? "" : s["value"].get<std::string>());
-            std::cout << line << std::string(line.size() < 40 ? 40 - line.size() : 1, ' ')
-                      << "# " << s["source"].get<std::string>() << "\n";
+            std::cout << line << std::string(line.size() < 40 ? 40 - line.size() : 1, ' ') << "# "
+                      << s["source"].get<std::string>() << "\n";
         }
         std::cout << "transports built:";
         for (auto& b : t) std::cout << " " << b["name"].get<std::string>();
@@ -97,7 +97,6 @@ int run_key(const Cli& o, const dyad::Config& cfg) {
     std::cout << k.value() << "\n";
     return 0;
 }
-
 
 int run_stat(dyad::client::Client& c, const Cli& o) {
     auto r = c.stat(resolve_relative(c, o.stat_file, true));
@@ -156,12 +155,12 @@ void print_counters(nlohmann::json& j) {
     // Files asked for and served by this dyadd (a dyad.fetch_many asks for
     // many in one request); what its own clients fetched from others is
     // counted by those others.
-    std::printf("files requested %llu (in %llu requests), served %llu, errors %llu, bytes sent "
-                "%llu\n",
-                ctr.value("files_requested", 0ull),
-                ctr.value("requests", 0ull) + ctr.value("fetch_many_requests", 0ull),
-                ctr.value("served", 0ull), ctr.value("errors", 0ull),
-                ctr.value("bytes_sent", 0ull));
+    std::printf(
+        "files requested %llu (in %llu requests), served %llu, errors %llu, bytes sent "
+        "%llu\n",
+        ctr.value("files_requested", 0ull),
+        ctr.value("requests", 0ull) + ctr.value("fetch_many_requests", 0ull),
+        ctr.value("served", 0ull), ctr.value("errors", 0ull), ctr.value("bytes_sent", 0ull));
     std::printf(
         "authentication: %s; refused peers %llu, unproduced fetches refused %llu, "
         "stale fetches refused %llu, published %llu\n",
@@ -173,10 +172,10 @@ void print_counters(nlohmann::json& j) {
         std::printf(
             "caps per peer: refused connections %llu (cap %llu), fetches %llu (cap %llu), "
             "LOCAL %llu (cap %llu); memory %llu bytes a peer\n",
-            ctr.value("refused_peer_connections", 0ull),
-            pc.value("max_connections_per_peer", 0ull), ctr.value("refused_peer_fetches", 0ull),
-            pc.value("max_fetches_per_peer", 0ull), ctr.value("refused_peer_local", 0ull),
-            pc.value("max_local_per_peer", 0ull), pc.value("memory_per_peer", 0ull));
+            ctr.value("refused_peer_connections", 0ull), pc.value("max_connections_per_peer", 0ull),
+            ctr.value("refused_peer_fetches", 0ull), pc.value("max_fetches_per_peer", 0ull),
+            ctr.value("refused_peer_local", 0ull), pc.value("max_local_per_peer", 0ull),
+            pc.value("memory_per_peer", 0ull));
     }
     for (auto& [name, p] : ctr["per_transport"].items())
         std::printf("  %-10s requests %llu served %llu errors %llu sent %llu received %llu\n",
@@ -235,9 +234,8 @@ int run_status(dyad::client::Client& c, const Cli& o) {
         return 0;
     }
     auto& j = s.value();
-    std::printf("service %s on node %s (pid %d), namespace %s\n",
-                j.value("service_id", "").c_str(), j.value("node", "").c_str(), j.value("pid", 0),
-                j.value("namespace", "").c_str());
+    std::printf("service %s on node %s (pid %d), namespace %s\n", j.value("service_id", "").c_str(),
+                j.value("node", "").c_str(), j.value("pid", 0), j.value("namespace", "").c_str());
     std::printf("producer dir: %s\nmetadata: %s\nendpoints: %s\n",
                 j.value("producer_dir", "").c_str(), j.value("kvs", "").c_str(),
                 j["endpoints"].dump(-1, ' ', false, kBadUtf8Replaced).c_str());

@@ -53,7 +53,6 @@ int start_failure_code(const dyad::Status& s) {
     }
 }
 
-
 // What the command line gives besides Options (texts parsed after it).
 struct Args {
     dyad::service::Options o;
@@ -268,7 +267,8 @@ int apply_settings(const CLI::App& app, Args& a) {
         {"--store-max", {&a.store_max, &o.store_max}},
         {"--store-max-bytes-per-namespace", {&a.store_ns_bytes, &o.store_max_bytes_per_ns}},
         {"--memory-per-peer", {&a.memory_per_peer, &o.memory_per_peer}},
-        {"--max-request-bytes-per-peer", {&a.request_bytes_per_peer, &o.max_request_bytes_per_peer}},
+        {"--max-request-bytes-per-peer",
+         {&a.request_bytes_per_peer, &o.max_request_bytes_per_peer}},
         {"--max-request-bytes", {&a.request_bytes, &o.max_request_bytes}}};
     for (const auto& [name, v] : sizes) {
         if (v.first->empty()) continue;

@@ -16,7 +16,6 @@
 using namespace dyad;
 using namespace dyad::dtl;
 
-
 TEST(DtlOptions, Defaults) {
     for (const char* n : {"DYAD_UCX_PROTO", "DYAD_UCX_WINDOW", "DYAD_STREAM_SENDFILE",
                           "DYAD_UCX_EP_CACHE_SIZE", "DYAD_UCX_DIRECT", "DYAD_UCX_SHARED_MEMORY",

@@ -169,18 +169,22 @@ TEST(ProtoFetch, RequestBuildsTheFieldsAConsumerSends) {
     r.ns = "n";
     r.key = "k/d/f";
     json a = r.build();
-    EXPECT_EQ(a, json({{"upath", "d/f"}, {"transport", "FLUX_RPC"}, {"generation", 2},
-                       {"ns", "n"}, {"key", "k/d/f"}}));
+    EXPECT_EQ(a, json({{"upath", "d/f"},
+                       {"transport", "FLUX_RPC"},
+                       {"generation", 2},
+                       {"ns", "n"},
+                       {"key", "k/d/f"}}));
     FetchManyRequest m;
     m.transport = "FLUX_RPC";
     m.raw_answer = true;
     m.files.push_back({std::string("d/f"), 2, std::string("n"), std::string("k/d/f")});
-    EXPECT_EQ(m.build(), json({{"transport", "FLUX_RPC"},
-                               {"answer", "raw"},
-                               {"files", json::array({{{"upath", "d/f"},
-                                                       {"generation", 2},
-                                                       {"ns", "n"},
-                                                       {"key", "k/d/f"}}})}}));
+    EXPECT_EQ(
+        m.build(),
+        json({{"transport", "FLUX_RPC"},
+              {"answer", "raw"},
+              {"files",
+               json::array(
+                   {{{"upath", "d/f"}, {"generation", 2}, {"ns", "n"}, {"key", "k/d/f"}}})}}));
 }
 
 TEST(ProtoPublish, RequestAsAProducerSendsIt) {
