@@ -303,7 +303,7 @@ def check_copy(src, dst):
 def m_dyad(c, src, rel, sampler):
     cons = c[1]
     dst = cons.path(rel)
-    env = cons.env(DYAD_DTL_MODE="FLUX_RPC", DYAD_WAIT_TIMEOUT=60, **EXTRA_ENV)
+    env = cons.env(**{"DYAD_DTL_MODE": "FLUX_RPC", "DYAD_WAIT_TIMEOUT": 60, **EXTRA_ENV})
     wall, out = run_watched([harness.DYAD, "--json", "consume", dst], env, sampler, "consumer")
     info = {}
     try:
