@@ -233,6 +233,26 @@ bool ConsumerStore::present(const std::string& upath, const Record& rec) {
                rec.mtime_ns;
 }
 
+UniqueFd ConsumerStore::open_present(const std::string& upath, const Record& rec) {
+    auto dir = parent(upath, false);
+    if (!dir) return UniqueFd();
+    UniqueFd fd(::openat(dir->get(), base_part(upath).c_str(),
+                         O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    struct stat st;
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return UniqueFd();
+    char buf[512];
+    ssize_t n = ::fgetxattr(fd.get(), kStampAttr, buf, sizeof buf - 1);
+    const bool same =
+        n >= 0 ? std::string(buf, static_cast<size_t>(n)) ==
+                     install_stamp(rec, static_cast<uint64_t>(st.st_size))
+               : static_cast<uint64_t>(st.st_size) == rec.size &&
+                     static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec ==
+                         rec.mtime_ns;
+    if (!same) return UniqueFd();
+    ::fcntl(fd.get(), F_SETFL, 0);  // reads block (O_NONBLOCK only guarded the open)
+    return fd;
+}
+
 Result<std::shared_ptr<const UniqueFd>> ConsumerStore::locks_dir() {
     {
         std::lock_guard<std::mutex> lk(fds_mu_);
