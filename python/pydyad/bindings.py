@@ -226,7 +226,8 @@ class DyadCtx(ctypes.Structure):
         ("prod_managed_path", ctypes.c_char_p),
         ("cons_managed_path", ctypes.c_char_p),
         ("relative_to_managed_path", ctypes.c_bool),
-        # Upstream DYAD's 2026 fields (a library without them: see _ctx_struct).
+        # Upstream DYAD's 2026 fields (a library without them, Dyad.has_2026_api
+        # false, ends before these).
         ("cache_policy", ctypes.c_void_p),
         ("cache_policy_mode", ctypes.c_int),
         ("cache_capacity_bytes", ctypes.c_uint64),

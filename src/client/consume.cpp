@@ -187,7 +187,7 @@ Status Client::range_once(const std::string& upath, const Record& rec, uint64_t 
     } else if (in_place(rec, svc.value())) {
         // The producer's own file (same directory, or shared storage): the
         // record's produce before and after the read, or nothing.
-        UniqueFd fd(::open(cstore_.target(upath).c_str(), O_RDONLY | O_NOCTTY | O_CLOEXEC));
+        UniqueFd fd = cstore_.open_target(upath);
         if (!fd.valid())
             return Status(DYAD_RC_BADFIO, "cannot open '" + cstore_.target(upath) + "'", errno);
         s = read_range(fd.get(), upath, offset, length, &rec, &r);

@@ -233,11 +233,20 @@ bool ConsumerStore::present(const std::string& upath, const Record& rec) {
                rec.mtime_ns;
 }
 
-UniqueFd ConsumerStore::open_present(const std::string& upath, const Record& rec) {
+UniqueFd ConsumerStore::open_target(const std::string& upath) {
     auto dir = parent(upath, false);
-    if (!dir) return UniqueFd();
+    if (!dir) {
+        errno = dir.status().err() ? dir.status().err() : ENOENT;
+        return UniqueFd();
+    }
     UniqueFd fd(::openat(dir->get(), base_part(upath).c_str(),
                          O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (fd.valid()) ::fcntl(fd.get(), F_SETFL, 0);  // reads block (O_NONBLOCK guarded the open)
+    return fd;
+}
+
+UniqueFd ConsumerStore::open_present(const std::string& upath, const Record& rec) {
+    UniqueFd fd = open_target(upath);
     struct stat st;
     if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return UniqueFd();
     char buf[512];
@@ -249,7 +258,6 @@ UniqueFd ConsumerStore::open_present(const std::string& upath, const Record& rec
                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec ==
                          rec.mtime_ns;
     if (!same) return UniqueFd();
-    ::fcntl(fd.get(), F_SETFL, 0);  // reads block (O_NONBLOCK only guarded the open)
     return fd;
 }
 

@@ -84,7 +84,11 @@ def test_init_defaults_match_the_environment_defaults():
     assert list(sig.parameters)[1:] == [
         "debug", "check", "shared_storage", "reinit", "async_publish", "fsync_write", "key_depth",
         "key_bins", "service_mux", "kvs_namespace", "prod_managed_path", "cons_managed_path",
-        "relative_to_managed_path", "dtl_mode", "dtl_comm_mode", "flux_handle"]
+        "relative_to_managed_path", "dtl_mode", "dtl_comm_mode", "flux_handle",
+        # upstream's since 2026, with its defaults
+        "cache_capacity_bytes", "cache_policy", "cache_low_watermark", "cache_grace_period_sec",
+        "origin_path"]
+    assert [sig.parameters[n].default for n in list(sig.parameters)[-5:]] == [0, None, 0.8, 5, None]
 
 
 def test_rc_names_and_error_object():
@@ -280,7 +284,8 @@ def test_consume_range_returns_bytes_and_init_takes_the_cache_settings(cluster):
     out = last_json(run_py(cons, f"""
         import hashlib
         {setup}
-        c = d.ctx
+        from pydyad.bindings import _ctx_struct
+        c = _ctx_struct(d._lib)
         r = [d.has_2026_api, c.cache_policy_mode, c.cache_capacity_bytes, c.cache_low_watermark_frac,
              c.cache_grace_period_sec, c.origin_path.decode()]
         for off, n in [(0, 1), ((3 << 20) - 1, 1), (12345, 1 << 20), (7, 0)]:
