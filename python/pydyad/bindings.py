@@ -423,6 +423,24 @@ _INIT_16 = [ctypes.c_bool, ctypes.c_bool, ctypes.c_bool, ctypes.c_bool, ctypes.c
             ctypes.c_void_p]
 # cache capacity, policy, low watermark, grace period, origin path
 _INIT_2026 = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_double, ctypes.c_uint, ctypes.c_char_p]
+# A bytes object of n (> 1) bytes, not initialised, and the address of its
+# bytes: written once by DYAD before anyone else sees the object.
+_PyBytes_FromStringAndSize = ctypes.pythonapi.PyBytes_FromStringAndSize
+_PyBytes_FromStringAndSize.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+_PyBytes_FromStringAndSize.restype = ctypes.py_object
+_PyBytes_AsString = ctypes.pythonapi.PyBytes_AsString
+_PyBytes_AsString.argtypes = [ctypes.py_object]
+_PyBytes_AsString.restype = ctypes.c_void_p
+
+
+def _new_bytes(n):
+    return _PyBytes_FromStringAndSize(None, n)
+
+
+def _bytes_address(b):
+    return _PyBytes_AsString(b)
+
+
 _libc = ctypes.CDLL(None)
 _libc.free.argtypes = [ctypes.c_void_p]
 _libc.free.restype = None
@@ -454,6 +472,11 @@ def _declare(lib):
         fn.restype = restype
     # Upstream's 2026 API (an older libdyad lacks it: consume_range then
     # says so).
+    fn = getattr(lib, "dyad_consume_range_into", None)
+    if fn is not None:  # the bytes straight into a Python object's memory
+        fn.argtypes = [ctx_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p,
+                       ctypes.POINTER(ctypes.c_size_t)]
+        fn.restype = c_rc
     fn = getattr(lib, "dyad_consume_range", None)
     if fn is not None:
         fn.argtypes = [ctx_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
@@ -787,8 +810,18 @@ class Dyad:
         if offset < 0 or length < 0:
             raise ValueError("consume_range: offset and length must not be negative")
         ctx = self._ctx_for_call()
-        data = ctypes.c_void_p()
         size = ctypes.c_size_t()
+        into = getattr(self._lib, "dyad_consume_range_into", None)
+        if into is not None and length > 1:
+            # As os.pread does: a new bytes object, its memory not yet
+            # initialised, filled in place (no copy, no second buffer). Sizes
+            # 0 and 1 are shared objects in CPython: those take the copy.
+            out = _new_bytes(int(length))
+            self._check(into(ctx, _fspath(fname), int(offset), int(length),
+                             ctypes.c_void_p(_bytes_address(out)), ctypes.byref(size)),
+                        "dyad_consume_range_into", os.fspath(fname))
+            return out
+        data = ctypes.c_void_p()
         self._check(fn(ctx, _fspath(fname), int(offset), int(length), ctypes.byref(data),
                        ctypes.byref(size)), "dyad_consume_range", os.fspath(fname))
         try:

@@ -761,6 +761,36 @@ dyad_rc_t dyad_consume_range(dyad_ctx_t* ctx, const char* fname, size_t offset, 
     });
 }
 
+dyad_rc_t dyad_consume_range_into(dyad_ctx_t* ctx, const char* fname, size_t offset, size_t length,
+                                  void* buf, size_t* data_len) {
+    if (data_len) *data_len = 0;
+    return guarded([&]() -> dyad_rc_t {
+        static const char* kWhat = "dyad_consume_range_into";
+        dyad_rc_t rc;
+        auto c = client_of(ctx, &rc);
+        if (!c) return rc;
+        if ((!buf && length > 0) || !data_len)
+            return fail(dyad::Status(DYAD_RC_BADBUF,
+                                     std::string(kWhat) + ": buf and data_len must not be NULL",
+                                     EINVAL));
+        if (!fname || !*fname)
+            return fail(
+                dyad::Status(DYAD_RC_BADFIO, std::string(kWhat) + ": empty file name", EINVAL));
+        if (c->consumer_dir().empty() || !c->consumer_upath(fname))
+            return fail(dyad::Status(DYAD_RC_BADMANAGEDPATH,
+                                     std::string(kWhat) + ": '" + fname +
+                                         "' is not under the consumer directory "
+                                         "(DYAD_PATH_CONSUMER)",
+                                     EINVAL));
+        char none = 0;  // length 0 with no buffer
+        auto r =
+            c->consume_range(fname, offset, length, nullptr, buf ? static_cast<char*>(buf) : &none);
+        if (!r) return fail(r.status());
+        *data_len = r->size;
+        return ok();
+    });
+}
+
 dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname,
                                   const dyad_metadata_t* mdata) {
     return guarded([&]() -> dyad_rc_t {

@@ -140,8 +140,10 @@ class Client {
     // A range past the end of the file is BADFIO / ERANGE; length 0 (within
     // the file) is an empty result. The bytes are always of one produce: a
     // file produced again meanwhile is read again from its newest produce.
+    // `into`: where the bytes go instead (room for `length`); the result's
+    // data then stays empty.
     Result<RangeBytes> consume_range(const std::string& path, uint64_t offset, uint64_t length,
-                                     ConsumeReport* report = nullptr);
+                                     ConsumeReport* report = nullptr, char* into = nullptr);
     // Consumes many files with several in flight (src/client/pipeline.cpp):
     // the ones produced already are found with batched lookups
     // (kvs.get_many) and fetched by a window of workers, the others waited
@@ -196,14 +198,15 @@ class Client {
     // once(rec), then as consume_record does when it fails with ESTALE.
     Status retry_stale(const std::string& path, Record rec, Deadline wait,
                        const std::function<Status(const Record&)>& once);
-    // One attempt at consume_range's work with the record `rec`.
+    // One attempt at consume_range's work with the record `rec` (into
+    // out->data if it is set on entry, else into memory it allocates).
     Status range_once(const std::string& upath, const Record& rec, uint64_t offset, uint64_t length,
                       RangeBytes* out, ConsumeReport* rep);
-    // [offset, offset + length) of the open file `fd` into *out. With
+    // [offset, offset + length) of the open file `fd` into dst. With
     // `rec`, the file must be that produce (size and mtime) before and
     // after the read: else ESTALE.
     Status read_range(int fd, const std::string& upath, uint64_t offset, uint64_t length,
-                      const Record* rec, RangeBytes* out);
+                      const Record* rec, char* dst);
     // One attempt at consuming `path` with its record, waiting for the
     // file's lock until `deadline`.
     Status consume_once(const std::string& path, const Record& rec, ConsumeReport* report,

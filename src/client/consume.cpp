@@ -138,7 +138,7 @@ proto::FetchRequest Client::request_of(const std::string& upath, const Record& r
 }
 
 Result<RangeBytes> Client::consume_range(const std::string& path, uint64_t offset, uint64_t length,
-                                         ConsumeReport* report) {
+                                         ConsumeReport* report, char* into) {
     auto up = consumer_relative(path);
     if (!up) return up.status();
     const auto t0 = std::chrono::steady_clock::now();
@@ -149,6 +149,7 @@ Result<RangeBytes> Client::consume_range(const std::string& path, uint64_t offse
     ConsumeReport* rep = report ? report : &local;
     rep->wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     RangeBytes out;
+    if (into) out.data = {into, [](void*) {}};  // the caller's memory: not freed here
     Status s = retry_stale(path, std::move(rec.value()), deadline, [&](const Record& r) {
         return range_once(up.value(), r, offset, length, &out, rep);
     });
@@ -175,11 +176,15 @@ Status Client::range_once(const std::string& upath, const Record& rec, uint64_t 
     // One byte more than asked: an empty range is still a buffer the
     // caller can free, never NULL.
     RangeBytes r;
-    r.data.reset(static_cast<char*>(std::malloc(static_cast<size_t>(length) + 1)));
-    if (!r.data)
-        return Status(DYAD_RC_SYSFAIL,
-                      "no memory for " + std::to_string(length) + " bytes of '" + upath + "'",
-                      ENOMEM);
+    char* dst = out->data.get();  // the caller's memory, if given
+    if (!dst) {
+        r.data.reset(static_cast<char*>(std::malloc(static_cast<size_t>(length) + 1)));
+        if (!r.data)
+            return Status(DYAD_RC_SYSFAIL,
+                          "no memory for " + std::to_string(length) + " bytes of '" + upath + "'",
+                          ENOMEM);
+        dst = r.data.get();
+    }
     Status s;
     if (length == 0) {
         rep->action = "empty";
@@ -190,11 +195,11 @@ Status Client::range_once(const std::string& upath, const Record& rec, uint64_t 
         UniqueFd fd = cstore_.open_target(upath);
         if (!fd.valid())
             return Status(DYAD_RC_BADFIO, "cannot open '" + cstore_.target(upath) + "'", errno);
-        s = read_range(fd.get(), upath, offset, length, &rec, &r);
+        s = read_range(fd.get(), upath, offset, length, &rec, dst);
         rep->action = "in-place";
         rep->transport = "none";
     } else if (UniqueFd fd = cstore_.open_present(upath, rec); fd.valid()) {
-        s = read_range(fd.get(), upath, offset, length, nullptr, &r);
+        s = read_range(fd.get(), upath, offset, length, nullptr, dst);
         rep->action = "present";
         rep->transport = "none";
     } else {
@@ -208,7 +213,7 @@ Status Client::range_once(const std::string& upath, const Record& rec, uint64_t 
         req.length = length;
         for (const dtl::Backend* b : plan(rec, svc.value(), rep)) {
             rep->transport = b->name;
-            MemorySink sink(r.data.get(), static_cast<size_t>(length), upath);
+            MemorySink sink(dst, static_cast<size_t>(length), upath);
             bool retry = false;
             std::unique_lock<std::mutex> serial;
             if (std::mutex* m = dtl::serial_receive_lock(b->name))
@@ -232,18 +237,18 @@ Status Client::range_once(const std::string& upath, const Record& rec, uint64_t 
         rep->bytes = s ? length : 0;
     }
     if (!s) return s;
-    r.size = static_cast<size_t>(length);
+    if (r.data) out->data = std::move(r.data);
+    out->size = static_cast<size_t>(length);
     rep->transfer_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    *out = std::move(r);
     return Status::ok();
 }
 
 Status Client::read_range(int fd, const std::string& upath, uint64_t offset, uint64_t length,
-                          const Record* rec, RangeBytes* out) {
+                          const Record* rec, char* dst) {
     struct stat before, after;
     if (rec && (::fstat(fd, &before) != 0 || !same_produce(before, *rec))) return changed(upath);
-    Status s = FileSystem::real().pread_all(fd, out->data.get(), static_cast<size_t>(length),
-                                            offset, "'" + upath + "'");
+    Status s = FileSystem::real().pread_all(fd, dst, static_cast<size_t>(length), offset,
+                                            "'" + upath + "'");
     if (!s) return s;
     if (rec &&
         (::fstat(fd, &after) != 0 || !same_produce(after, *rec) || after.st_ino != before.st_ino))

@@ -73,6 +73,12 @@ dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname, const dyad
 dyad_rc_t dyad_consume_range(dyad_ctx_t* ctx, const char* fname, size_t offset, size_t length,
                              void** data, size_t* data_len);
 
+/* New: as dyad_consume_range, into the caller's buffer `buf` (room for
+ * `length` bytes; may be NULL when length is 0): DYAD allocates nothing. On
+ * failure the buffer's content is undefined and *data_len is 0. */
+dyad_rc_t dyad_consume_range_into(dyad_ctx_t* ctx, const char* fname, size_t offset, size_t length,
+                                  void* buf, size_t* data_len);
+
 #ifdef __cplusplus
 }
 #endif
