@@ -107,16 +107,21 @@ def test_ranges_from_another_node(rcluster, prog, mode):
     assert not os.path.exists(cons.path(rel))
 
 
-def test_ranges_from_the_same_node_other_directory_by_local(rcluster, prog):
+@pytest.mark.parametrize("mode", ["LOCAL", "FLUX_RPC", "UCX", "MARGO"])
+def test_ranges_from_the_same_node_other_directory(rcluster, prog, mode):
+    """A consumer directory of its own on the producer's node: LOCAL passes
+    the open file (the range read from its offset), the others move it."""
+    if mode not in BUILT:
+        pytest.skip(f"this build has no {mode} transport")
     prod = rcluster[0]
-    view = harness.NodeView(prod, os.path.join(rcluster.root, "node0-view"))
-    rel = "r/local.bin"
+    view = harness.NodeView(prod, os.path.join(rcluster.root, f"node0-view-{mode}"))
+    rel = f"r/same-{mode}.bin"
     sparse_gib(prod.path(rel), seed=7)
     prod.dyad("produce", prod.path(rel))
-    before = prod.status()["counters"]["per_transport"].get("LOCAL", {}).get("served", 0)
-    res = ranges(view, prog, view.path(rel), SPECS, DYAD_DTL_MODE="LOCAL", DYAD_SERVICE_URI=prod.unix_uri)
+    before = prod.status()["counters"]["per_transport"].get(mode, {}).get("served", 0)
+    res = ranges(view, prog, view.path(rel), SPECS, DYAD_DTL_MODE=mode, DYAD_SERVICE_URI=prod.unix_uri)
     check(res, prod.path(rel))
-    assert prod.status()["counters"]["per_transport"]["LOCAL"]["served"] - before == 4
+    assert prod.status()["counters"]["per_transport"][mode]["served"] - before == 4
     assert not os.path.exists(view.path(rel))
 
 
