@@ -168,6 +168,16 @@ class DTLMode(enum.Enum):
     DYAD_DTL_FLUX_RPC = "FLUX_RPC"
 
 
+class CachePolicyMode(enum.Enum):
+    """Cache policies (dyad_init's cache_policy, DYAD_CACHE_POLICY)."""
+    DYAD_CACHE_NONE = "NONE"
+    DYAD_CACHE_LRU = "LRU"
+    DYAD_CACHE_FIFO = "FIFO"
+
+    def __str__(self):
+        return self.value
+
+
 class DTLCommMode(enum.IntEnum):
     """dyad_dtl_comm_mode_t."""
 
@@ -179,7 +189,9 @@ class DTLCommMode(enum.IntEnum):
 
 class DyadCtx(ctypes.Structure):
     """Mirror of ``struct dyad_ctx`` (include/dyad/core/dyad_ctx.h), the
-    original DYAD's layout. Read-only."""
+    original DYAD's layout, with upstream's 2026 fields at its end (read
+    them only from a library that has them: ``Dyad.has_2026_api``).
+    Read-only."""
 
     _fields_ = [
         ("h", ctypes.c_void_p),
@@ -214,6 +226,14 @@ class DyadCtx(ctypes.Structure):
         ("prod_managed_path", ctypes.c_char_p),
         ("cons_managed_path", ctypes.c_char_p),
         ("relative_to_managed_path", ctypes.c_bool),
+        # Upstream DYAD's 2026 fields (a library without them, Dyad.has_2026_api
+        # false, ends before these).
+        ("cache_policy", ctypes.c_void_p),
+        ("cache_policy_mode", ctypes.c_int),
+        ("cache_capacity_bytes", ctypes.c_uint64),
+        ("cache_low_watermark_frac", ctypes.c_double),
+        ("cache_grace_period_sec", ctypes.c_uint),
+        ("origin_path", ctypes.c_char_p),
     ]
 
 
@@ -397,15 +417,43 @@ def find_library():
         "(cmake --install build --prefix PREFIX) into one of those prefixes.")
 
 
+_INIT_16 = [ctypes.c_bool, ctypes.c_bool, ctypes.c_bool, ctypes.c_bool, ctypes.c_bool,
+            ctypes.c_bool, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_char_p,
+            ctypes.c_char_p, ctypes.c_char_p, ctypes.c_bool, ctypes.c_char_p, ctypes.c_int,
+            ctypes.c_void_p]
+# cache capacity, policy, low watermark, grace period, origin path
+_INIT_2026 = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_double, ctypes.c_uint, ctypes.c_char_p]
+# A bytes object of n (> 1) bytes, not initialised, and the address of its
+# bytes: written once by DYAD before anyone else sees the object.
+_PyBytes_FromStringAndSize = ctypes.pythonapi.PyBytes_FromStringAndSize
+_PyBytes_FromStringAndSize.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+_PyBytes_FromStringAndSize.restype = ctypes.py_object
+_PyBytes_AsString = ctypes.pythonapi.PyBytes_AsString
+_PyBytes_AsString.argtypes = [ctypes.py_object]
+_PyBytes_AsString.restype = ctypes.c_void_p
+
+
+def _new_bytes(n):
+    return _PyBytes_FromStringAndSize(None, n)
+
+
+def _bytes_address(b):
+    return _PyBytes_AsString(b)
+
+
+_libc = ctypes.CDLL(None)
+_libc.free.argtypes = [ctypes.c_void_p]
+_libc.free.restype = None
+
+
 def _declare(lib):
     c_rc = ctypes.c_int
     ctx_p = ctypes.c_void_p
     sigs = {
         "dyad_ctx_get": ([], ctx_p),
-        "dyad_init": ([ctypes.c_bool, ctypes.c_bool, ctypes.c_bool, ctypes.c_bool, ctypes.c_bool,
-                       ctypes.c_bool, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_char_p,
-                       ctypes.c_char_p, ctypes.c_char_p, ctypes.c_bool, ctypes.c_char_p,
-                       ctypes.c_int, ctypes.c_void_p], c_rc),
+        # dlsym finds the newest dyad_init: 21 arguments since 2026 (a library
+        # with dyad_init_16), 16 before.
+        "dyad_init": (_INIT_16 + (_INIT_2026 if hasattr(lib, "dyad_init_16") else []), c_rc),
         "dyad_init_env": ([ctypes.c_int, ctypes.c_void_p], c_rc),
         "dyad_finalize": ([], c_rc),
         "dyad_last_error": ([], ctypes.c_char_p),
@@ -422,6 +470,18 @@ def _declare(lib):
             raise DyadLibraryError(f"{lib._name}: does not export {name}: not a DYAD library?") from None
         fn.argtypes = argtypes
         fn.restype = restype
+    # Upstream's 2026 API (an older libdyad lacks it: consume_range then
+    # says so).
+    fn = getattr(lib, "dyad_consume_range_into", None)
+    if fn is not None:  # the bytes straight into a Python object's memory
+        fn.argtypes = [ctx_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p,
+                       ctypes.POINTER(ctypes.c_size_t)]
+        fn.restype = c_rc
+    fn = getattr(lib, "dyad_consume_range", None)
+    if fn is not None:
+        fn.argtypes = [ctx_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t,
+                       ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+        fn.restype = c_rc
     # New in this implementation (an older libdyad lacks it: consume_many
     # then says so).
     fn = getattr(lib, "dyad_consume_many", None)
@@ -570,11 +630,15 @@ class Dyad:
              async_publish=False, fsync_write=False, key_depth=3, key_bins=1024,
              service_mux=1, kvs_namespace=None, prod_managed_path=None,
              cons_managed_path=None, relative_to_managed_path=False, dtl_mode=None,
-             dtl_comm_mode=DTLCommMode.DYAD_COMM_RECV, flux_handle=None):
+             dtl_comm_mode=DTLCommMode.DYAD_COMM_RECV, flux_handle=None,
+             cache_capacity_bytes=0, cache_policy=None, cache_low_watermark=0.8,
+             cache_grace_period_sec=5, origin_path=None):
         """dyad_init with explicit values (flux_handle is accepted and
         ignored). Settings the C function does not take (DYAD_SERVICE_URI,
         DYAD_WAIT_TIMEOUT, DYAD_LOG_LEVEL...) come from the environment. As in
-        C, a no-op if the process already has a context and reinit is False."""
+        C, a no-op if the process already has a context and reinit is False.
+        The last five are upstream's since 2026 (a library from before them
+        takes their values from the environment)."""
         if isinstance(dtl_mode, DTLMode):
             dtl_mode = dtl_mode.value
         kwargs = dict(debug=debug, check=check, shared_storage=shared_storage, reinit=reinit,
@@ -583,17 +647,25 @@ class Dyad:
                       kvs_namespace=kvs_namespace, prod_managed_path=prod_managed_path,
                       cons_managed_path=cons_managed_path,
                       relative_to_managed_path=relative_to_managed_path, dtl_mode=dtl_mode,
-                      dtl_comm_mode=dtl_comm_mode)
+                      dtl_comm_mode=dtl_comm_mode, cache_capacity_bytes=cache_capacity_bytes,
+                      cache_policy=cache_policy, cache_low_watermark=cache_low_watermark,
+                      cache_grace_period_sec=cache_grace_period_sec, origin_path=origin_path)
+        if isinstance(cache_policy, CachePolicyMode):
+            cache_policy = cache_policy.value
 
         def s(v):
             return None if v is None else _fspath(v)
 
         def call():
-            return self._lib.dyad_init(
-                bool(debug), bool(check), bool(shared_storage), bool(reinit), bool(async_publish),
-                bool(fsync_write), int(key_depth), int(key_bins), int(service_mux),
-                s(kvs_namespace), s(prod_managed_path), s(cons_managed_path),
-                bool(relative_to_managed_path), s(dtl_mode), int(dtl_comm_mode), None)
+            args = [bool(debug), bool(check), bool(shared_storage), bool(reinit),
+                    bool(async_publish), bool(fsync_write), int(key_depth), int(key_bins),
+                    int(service_mux), s(kvs_namespace), s(prod_managed_path),
+                    s(cons_managed_path), bool(relative_to_managed_path), s(dtl_mode),
+                    int(dtl_comm_mode), None]
+            if self.has_2026_api:
+                args += [int(cache_capacity_bytes), s(cache_policy), float(cache_low_watermark),
+                         int(cache_grace_period_sec), s(origin_path)]
+            return self._lib.dyad_init(*args)
 
         self._initialise("init", kwargs, call)
 
@@ -724,6 +796,44 @@ class Dyad:
         ctx = self._ctx_for_call()
         self._check(self._lib.dyad_consume_w_metadata(ctx, _fspath(fname), ptr),
                     "dyad_consume_w_metadata", os.fspath(fname))
+
+    def consume_range(self, fname, offset, length):
+        """Bytes [offset, offset + length) of fname as ``bytes``, without a
+        local copy of the file (dyad_consume_range): read in place when the
+        file is on this node already, else only the range is fetched from its
+        owner, over any transport. Waits for fname to be produced. A range
+        past the end of the file raises DyadError (DYAD_RC_BADFIO); length 0
+        gives b"". Unlike the original pydyad's, this never returns None."""
+        fn = getattr(self._lib, "dyad_consume_range", None)
+        if fn is None:
+            raise DyadLibraryError(f"{library_path()}: has no dyad_consume_range (an older libdyad)")
+        if offset < 0 or length < 0:
+            raise ValueError("consume_range: offset and length must not be negative")
+        ctx = self._ctx_for_call()
+        size = ctypes.c_size_t()
+        into = getattr(self._lib, "dyad_consume_range_into", None)
+        if into is not None and length > 1:
+            # As os.pread does: a new bytes object, its memory not yet
+            # initialised, filled in place (no copy, no second buffer). Sizes
+            # 0 and 1 are shared objects in CPython: those take the copy.
+            out = _new_bytes(int(length))
+            self._check(into(ctx, _fspath(fname), int(offset), int(length),
+                             ctypes.c_void_p(_bytes_address(out)), ctypes.byref(size)),
+                        "dyad_consume_range_into", os.fspath(fname))
+            return out
+        data = ctypes.c_void_p()
+        self._check(fn(ctx, _fspath(fname), int(offset), int(length), ctypes.byref(data),
+                       ctypes.byref(size)), "dyad_consume_range", os.fspath(fname))
+        try:
+            return ctypes.string_at(data.value, size.value) if size.value else b""
+        finally:
+            _libc.free(data)
+
+    @property
+    def has_2026_api(self):
+        """Does the loaded libdyad have upstream's 2026 API (dyad_init with
+        21 arguments, dyad_consume_range, the grown struct dyad_ctx)?"""
+        return hasattr(self._lib, "dyad_init_16")
 
     # -- helpers ------------------------------------------------------------
     def last_error(self):

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstddef>
@@ -35,8 +36,9 @@
 #include "common/log.hpp"
 #include "common/json_text.hpp"
 
-// The original's layout, field by field (x86-64 and every LP64 ABI).
-static_assert(sizeof(void*) != 8 || sizeof(struct dyad_ctx) == 152, "struct dyad_ctx size");
+// The original's layout, field by field (x86-64 and every LP64 ABI): 152
+// bytes until upstream's 2026 fields, 200 since.
+static_assert(sizeof(void*) != 8 || sizeof(struct dyad_ctx) == 200, "struct dyad_ctx size");
 #define DYAD_CHECK_OFFSET_(field, off) \
     static_assert(sizeof(void*) != 8 || offsetof(struct dyad_ctx, field) == off, #field)
 DYAD_CHECK_OFFSET_(h, 0);
@@ -71,6 +73,12 @@ DYAD_CHECK_OFFSET_(kvs_namespace, 120);
 DYAD_CHECK_OFFSET_(prod_managed_path, 128);
 DYAD_CHECK_OFFSET_(cons_managed_path, 136);
 DYAD_CHECK_OFFSET_(relative_to_managed_path, 144);
+DYAD_CHECK_OFFSET_(cache_policy, 152);
+DYAD_CHECK_OFFSET_(cache_policy_mode, 160);
+DYAD_CHECK_OFFSET_(cache_capacity_bytes, 168);
+DYAD_CHECK_OFFSET_(cache_low_watermark_frac, 176);
+DYAD_CHECK_OFFSET_(cache_grace_period_sec, 184);
+DYAD_CHECK_OFFSET_(origin_path, 192);
 #undef DYAD_CHECK_OFFSET_
 static_assert(offsetof(dyad_metadata_t, fpath) == 0, "dyad_metadata_t::fpath");
 static_assert(sizeof(void*) != 8 || offsetof(dyad_metadata_t, owner_rank) == 8,
@@ -109,7 +117,40 @@ extern "C" const struct dyad_ctx dyad_ctx_default = {
     nullptr,  // prod_managed_path
     nullptr,  // cons_managed_path
     false,    // relative_to_managed_path
+    nullptr,  // cache_policy
+    0,        // cache_policy_mode (DYAD_CACHE_NONE)
+    0u,       // cache_capacity_bytes
+    0.8,      // cache_low_watermark_frac
+    5u,       // cache_grace_period_sec
+    nullptr,  // origin_path
 };
+
+// Binaries linked before 2026 copied dyad_ctx_default at its size then (152
+// bytes): they bind to this one, of that size, at the old symbol version
+// (src/libdyad.map), so that the dynamic linker neither warns nor copies
+// past it. Its bytes are dyad_ctx_default's first 152.
+struct CtxBefore2026 {
+    void* h;
+    struct dyad_dtl* dtl_handle;
+    const char* fname;
+    bool use_fs_locks;
+    char *prod_real_path, *cons_real_path;
+    uint32_t prod_managed_len, cons_managed_len, prod_real_len, cons_real_len;
+    uint32_t prod_managed_hash, cons_managed_hash, prod_real_hash, cons_real_hash;
+    uint32_t delim_len;
+    bool debug, check, reenter, initialized, shared_storage, async_publish, fsync_write;
+    unsigned int key_depth, key_bins;
+    uint32_t rank, service_mux, node_idx;
+    int pid;
+    char *kvs_namespace, *prod_managed_path, *cons_managed_path;
+    bool relative_to_managed_path;
+};
+static_assert(sizeof(void*) != 8 || sizeof(CtxBefore2026) == 152, "the layout before 2026");
+extern "C" const CtxBefore2026 dyad_capi_ctx_default_before_2026 = {
+    nullptr, nullptr, nullptr, false, nullptr, nullptr, 0u,      0u,      0u,      0u,    0u,
+    0u,      0u,      0u,      0u,    false,   false,   false,   true,    false,   false, false,
+    3u,      1024u,   0u,      1u,    0u,      -1,      nullptr, nullptr, nullptr, false};
+__asm__(".symver dyad_capi_ctx_default_before_2026, dyad_ctx_default@DYAD_1");
 
 namespace {
 
@@ -119,7 +160,7 @@ struct State {
     dyad::Config cfg;
     dyad_dtl_comm_mode_t comm_mode = DYAD_COMM_RECV;
     // The strings the context's fields point to.
-    std::string ns, prod, cons, prod_real, cons_real;
+    std::string ns, prod, cons, prod_real, cons_real, origin;
 };
 
 std::mutex g_mu;
@@ -191,6 +232,16 @@ void set_path(std::string& storage, const std::string& value, char** field, uint
     *hash = hash32(value);
 }
 
+// DYAD_CACHE_LRU, _FIFO or _NONE for a policy name (any case); -1 if none.
+int cache_mode_of(const std::string& policy) {
+    std::string p;
+    for (char ch : policy) p += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (p == "LRU" || p.empty()) return DYAD_CACHE_LRU;
+    if (p == "FIFO") return DYAD_CACHE_FIFO;
+    if (p == "NONE") return DYAD_CACHE_NONE;
+    return -1;
+}
+
 // The context's public fields from `st` (under g_mu). The rank is kept.
 void publish_fields(State& st) {
     const dyad::Config& c = st.cfg;
@@ -223,6 +274,14 @@ void publish_fields(State& st) {
     std::string cr = c.cons_path.empty() ? "" : dyad::ManagedDir(c.cons_path).path();
     set_path(st.prod_real, pr, &g_ctx.prod_real_path, &g_ctx.prod_real_len, &g_ctx.prod_real_hash);
     set_path(st.cons_real, cr, &g_ctx.cons_real_path, &g_ctx.cons_real_len, &g_ctx.cons_real_hash);
+    // Upstream's 2026 settings, as given (the cache itself is the client's).
+    g_ctx.cache_capacity_bytes = c.cache_capacity;
+    g_ctx.cache_policy_mode =
+        c.cache_capacity == 0 ? DYAD_CACHE_NONE : cache_mode_of(c.cache_policy);
+    g_ctx.cache_low_watermark_frac = c.cache_low_watermark;
+    g_ctx.cache_grace_period_sec = static_cast<unsigned int>(c.cache_grace_period);
+    st.origin = c.path_origin;
+    g_ctx.origin_path = st.origin.empty() ? nullptr : st.origin.data();
 }
 
 void set_rank(uint32_t rank) {
@@ -373,30 +432,23 @@ void note_unmanaged(std::atomic<bool>& warned, const char* call, const char* fna
 std::atomic<bool> g_warned_unmanaged_produce{false};
 std::atomic<bool> g_warned_unmanaged_consume{false};
 
-}  // namespace
+// Upstream's 2026 arguments of dyad_init (none from dyad_init_16: the
+// environment's values, or the defaults).
+struct Upstream2026 {
+    uint64_t cache_capacity;
+    std::string cache_policy;
+    double cache_low_watermark;
+    double cache_grace_period;
+    std::string path_origin;
+};
 
-extern "C" {
-
-dyad_ctx_t* dyad_ctx_get(void) {
-    std::lock_guard<std::mutex> lk(g_mu);
-    return g_live ? &g_ctx : nullptr;
-}
-
-void dyad_ctx_init(const dyad_dtl_comm_mode_t comm_mode, void* flux_handle) {
-    dyad_rc_t rc = dyad_init_env(comm_mode, flux_handle);
-    if (DYAD_IS_ERROR(rc)) DYAD_ERROR("capi", "DYAD initialisation failed: %s", dyad_last_error());
-}
-
-void dyad_ctx_fini(void) {
-    dyad_finalize();
-}
-
-dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bool async_publish,
-                    bool fsync_write, unsigned int key_depth, unsigned int key_bins,
-                    unsigned int service_mux, const char* kvs_namespace,
-                    const char* prod_managed_path, const char* cons_managed_path,
-                    bool relative_to_managed_path, const char* dtl_mode_str,
-                    const dyad_dtl_comm_mode_t dtl_comm_mode, void* /*flux_handle*/) {
+// dyad_init of either era.
+dyad_rc_t init_explicit(bool debug, bool check, bool shared_storage, bool reinit,
+                        bool async_publish, bool fsync_write, unsigned int key_depth,
+                        unsigned int key_bins, unsigned int service_mux, const char* kvs_namespace,
+                        const char* prod_managed_path, const char* cons_managed_path,
+                        bool relative_to_managed_path, const char* dtl_mode_str,
+                        const dyad_dtl_comm_mode_t dtl_comm_mode, const Upstream2026* extra) {
     return guarded([&]() -> dyad_rc_t {
         if (dtl_comm_mode < DYAD_COMM_NONE || dtl_comm_mode >= DYAD_COMM_END)
             return fail(dyad::Status(DYAD_RC_BAD_COMM_MODE, "invalid comm mode"));
@@ -418,6 +470,13 @@ dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bo
         cfg.prod_path = prod_managed_path ? prod_managed_path : "";
         cfg.cons_path = cons_managed_path ? cons_managed_path : "";
         cfg.relative_to_managed_path = relative_to_managed_path;
+        if (extra) {
+            cfg.cache_capacity = extra->cache_capacity;
+            cfg.cache_policy = extra->cache_policy;
+            cfg.cache_low_watermark = extra->cache_low_watermark;
+            cfg.cache_grace_period = extra->cache_grace_period;
+            cfg.path_origin = extra->path_origin;
+        }
         if (debug && cfg.log_level > dyad::log::Level::debug)
             cfg.log_level = dyad::log::Level::debug;
         if (dtl_mode_str && *dtl_mode_str) {
@@ -427,6 +486,69 @@ dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bo
         }
         if (key_bins == 0) return fail(dyad::Status(DYAD_RC_NOCTX, "key_bins must be at least 1"));
         return init_with(std::move(cfg), reinit, dtl_comm_mode);
+    });
+}
+
+}  // namespace
+
+extern "C" {
+
+dyad_ctx_t* dyad_ctx_get(void) {
+    std::lock_guard<std::mutex> lk(g_mu);
+    return g_live ? &g_ctx : nullptr;
+}
+
+void dyad_ctx_init(const dyad_dtl_comm_mode_t comm_mode, void* flux_handle) {
+    dyad_rc_t rc = dyad_init_env(comm_mode, flux_handle);
+    if (DYAD_IS_ERROR(rc)) DYAD_ERROR("capi", "DYAD initialisation failed: %s", dyad_last_error());
+}
+
+void dyad_ctx_fini(void) {
+    dyad_finalize();
+}
+
+dyad_rc_t dyad_init_16(bool debug, bool check, bool shared_storage, bool reinit, bool async_publish,
+                       bool fsync_write, unsigned int key_depth, unsigned int key_bins,
+                       unsigned int service_mux, const char* kvs_namespace,
+                       const char* prod_managed_path, const char* cons_managed_path,
+                       bool relative_to_managed_path, const char* dtl_mode_str,
+                       const dyad_dtl_comm_mode_t dtl_comm_mode, void* /*flux_handle*/) {
+    return init_explicit(debug, check, shared_storage, reinit, async_publish, fsync_write,
+                         key_depth, key_bins, service_mux, kvs_namespace, prod_managed_path,
+                         cons_managed_path, relative_to_managed_path, dtl_mode_str, dtl_comm_mode,
+                         nullptr);
+}
+// What binaries linked before 2026 call as dyad_init (src/libdyad.map).
+__asm__(".symver dyad_init_16, dyad_init@DYAD_1");
+
+dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bool async_publish,
+                    bool fsync_write, unsigned int key_depth, unsigned int key_bins,
+                    unsigned int service_mux, const char* kvs_namespace,
+                    const char* prod_managed_path, const char* cons_managed_path,
+                    bool relative_to_managed_path, const char* dtl_mode_str,
+                    const dyad_dtl_comm_mode_t dtl_comm_mode, void* /*flux_handle*/,
+                    uint64_t cache_capacity_bytes, const char* cache_policy,
+                    double cache_low_watermark, unsigned int cache_grace_period_sec,
+                    const char* origin_path) {
+    return guarded([&]() -> dyad_rc_t {
+        const std::string policy = cache_policy ? cache_policy : "";
+        if (cache_mode_of(policy) < 0)
+            return fail(dyad::Status(
+                DYAD_RC_NOCTX,
+                "dyad_init: unknown cache policy '" + policy + "' (LRU, FIFO or NONE)", EINVAL));
+        if (!(cache_low_watermark > 0 && cache_low_watermark <= 1))
+            return fail(dyad::Status(DYAD_RC_NOCTX,
+                                     "dyad_init: cache low watermark " +
+                                         std::to_string(cache_low_watermark) +
+                                         " is not a fraction in (0, 1] (upstream's default: 0.8)",
+                                     EINVAL));
+        Upstream2026 extra{cache_capacity_bytes, policy.empty() ? "LRU" : policy,
+                           cache_low_watermark, static_cast<double>(cache_grace_period_sec),
+                           origin_path ? origin_path : ""};
+        return init_explicit(debug, check, shared_storage, reinit, async_publish, fsync_write,
+                             key_depth, key_bins, service_mux, kvs_namespace, prod_managed_path,
+                             cons_managed_path, relative_to_managed_path, dtl_mode_str,
+                             dtl_comm_mode, &extra);
     });
 }
 
@@ -598,6 +720,73 @@ dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname) {
         if (!s) return fail(s);
         learn_rank(c);
         if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
+        return ok();
+    });
+}
+
+dyad_rc_t dyad_consume_range(dyad_ctx_t* ctx, const char* fname, size_t offset, size_t length,
+                             void** data, size_t* data_len) {
+    // Outputs cleared first (as upstream), and set only on success.
+    if (data) *data = nullptr;
+    if (data_len) *data_len = 0;
+    return guarded([&]() -> dyad_rc_t {
+        static const char* kWhat = "dyad_consume_range";
+        dyad_rc_t rc;
+        auto c = client_of(ctx, &rc);
+        if (!c) return rc;
+        if (!data || !data_len)
+            return fail(dyad::Status(DYAD_RC_BADBUF,
+                                     std::string(kWhat) + ": data and data_len must not be NULL",
+                                     EINVAL));
+        if (!fname || !*fname)
+            return fail(
+                dyad::Status(DYAD_RC_BADFIO, std::string(kWhat) + ": empty file name", EINVAL));
+        if (c->consumer_dir().empty())
+            return fail(dyad::Status(
+                DYAD_RC_BADMANAGEDPATH,
+                std::string(kWhat) + ": no consumer directory (DYAD_PATH_CONSUMER)", EINVAL));
+        // Unlike dyad_consume, a path outside the directory is an error
+        // (there are no bytes to return), as in upstream DYAD.
+        if (!c->consumer_upath(fname))
+            return fail(dyad::Status(DYAD_RC_BADMANAGEDPATH,
+                                     std::string(kWhat) + ": '" + fname + "' is not under " +
+                                         c->consumer_dir().path() + " (DYAD_PATH_CONSUMER)",
+                                     EINVAL));
+        auto r = c->consume_range(fname, offset, length);
+        if (!r) return fail(r.status());
+        learn_rank(c);
+        *data_len = r->size;
+        *data = r->data.release();
+        return ok();
+    });
+}
+
+dyad_rc_t dyad_consume_range_into(dyad_ctx_t* ctx, const char* fname, size_t offset, size_t length,
+                                  void* buf, size_t* data_len) {
+    if (data_len) *data_len = 0;
+    return guarded([&]() -> dyad_rc_t {
+        static const char* kWhat = "dyad_consume_range_into";
+        dyad_rc_t rc;
+        auto c = client_of(ctx, &rc);
+        if (!c) return rc;
+        if ((!buf && length > 0) || !data_len)
+            return fail(dyad::Status(DYAD_RC_BADBUF,
+                                     std::string(kWhat) + ": buf and data_len must not be NULL",
+                                     EINVAL));
+        if (!fname || !*fname)
+            return fail(
+                dyad::Status(DYAD_RC_BADFIO, std::string(kWhat) + ": empty file name", EINVAL));
+        if (c->consumer_dir().empty() || !c->consumer_upath(fname))
+            return fail(dyad::Status(DYAD_RC_BADMANAGEDPATH,
+                                     std::string(kWhat) + ": '" + fname +
+                                         "' is not under the consumer directory "
+                                         "(DYAD_PATH_CONSUMER)",
+                                     EINVAL));
+        char none = 0;  // length 0 with no buffer
+        auto r =
+            c->consume_range(fname, offset, length, nullptr, buf ? static_cast<char*>(buf) : &none);
+        if (!r) return fail(r.status());
+        *data_len = r->size;
         return ok();
     });
 }

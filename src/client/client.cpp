@@ -471,7 +471,13 @@ Status Client::consume(const std::string& path, ConsumeReport* report) {
 
 Status Client::consume_record(const std::string& path, Record rec, ConsumeReport* report,
                               Deadline deadline) {
-    Status s = consume_once(path, rec, report, deadline);
+    return retry_stale(path, std::move(rec), deadline,
+                       [&](const Record& r) { return consume_once(path, r, report, deadline); });
+}
+
+Status Client::retry_stale(const std::string& path, Record rec, Deadline deadline,
+                           const std::function<Status(const Record&)>& once) {
+    Status s = once(rec);
     // ESTALE: the file is no longer the one the record describes.
     // - Produced again since the lookup: looked up again and fetched, a few
     //   times at most; a file that keeps being produced again is reported.
@@ -499,7 +505,7 @@ Status Client::consume_record(const std::string& path, Record rec, ConsumeReport
         }
         if (++again > 3) break;
         rec = std::move(fresh.value());
-        s = consume_once(path, rec, report, deadline);
+        s = once(rec);
     }
     return s;
 }
@@ -702,13 +708,17 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
                 },
                 rep->progress_interval_s);
         }
-        return receive_via(b, upath, rec, ep, nspace, sink, retry);
+        return receive_via(
+            b, request_of(upath, rec, nspace), rec, ep, sink, [&sink] { return sink.bytes(); },
+            retry);
     });
 }
 
-Result<nlohmann::json> Client::receive_via(const dtl::Backend& b, const std::string& upath,
+Result<nlohmann::json> Client::receive_via(const dtl::Backend& b, proto::FetchRequest req,
                                            const Record& rec, const std::string& ep,
-                                           const std::string& nspace, FileSink& sink, bool* retry) {
+                                           dtl::Sink& sink,
+                                           const std::function<uint64_t()>& received, bool* retry) {
+    const std::string& upath = req.upath;
     auto recv = b.make_receiver();
     if (!recv) {
         *retry = true;
@@ -737,7 +747,6 @@ Result<nlohmann::json> Client::receive_via(const dtl::Backend& b, const std::str
                       conn.status().err());
     }
     nlohmann::json args = recv.value()->describe();
-    proto::FetchRequest req = request_of(upath, rec, nspace);
     req.transport = b.name;
     req.build_into(args);
     RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
@@ -749,9 +758,9 @@ Result<nlohmann::json> Client::receive_via(const dtl::Backend& b, const std::str
         // Nothing arrived, and the failure is the transport's own (the
         // service does not serve it, or LOCAL reached it over TCP, where no
         // file descriptor can pass): another transport may work.
-        *retry = sink.bytes() == 0 && (e.rc() == DYAD_RC_BADDTLMODE ||
-                                       std::find(b.start_errnos.begin(), b.start_errnos.end(),
-                                                 e.err()) != b.start_errnos.end());
+        *retry = received() == 0 && (e.rc() == DYAD_RC_BADDTLMODE ||
+                                     std::find(b.start_errnos.begin(), b.start_errnos.end(),
+                                               e.err()) != b.start_errnos.end());
         return Status(
             e.rc() == DYAD_RC_CONNFAIL ? DYAD_RC_BADFETCH : e.rc(),
             "fetch of '" + upath + "' from " + rec.owner + " (" + ep + ") failed: " + e.message(),

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -61,6 +62,13 @@ struct ConsumeReport {
     // per file, and copying the document for each was a tenth of the CPU of
     // a small file's consume).
     std::shared_ptr<const nlohmann::json> selection;
+};
+
+// A byte range of a file in memory (Client::consume_range). The bytes are
+// malloc'd: the C API hands them to its caller, who frees them with free().
+struct RangeBytes {
+    std::unique_ptr<char, void (*)(void*)> data{nullptr, &std::free};
+    size_t size = 0;
 };
 
 // Client::consume_many's options.
@@ -123,6 +131,19 @@ class Client {
     // is looked up and fetched again, as consume does.
     Status consume_with(const std::string& path, const Record& rec,
                         ConsumeReport* report = nullptr);
+    // Bytes [offset, offset + length) of a consumer path, in memory: no
+    // file is written here (src/client/consume.cpp). Waits for the file as
+    // consume does. Read with pread when the file is on this node already
+    // (in place, or a copy of this produce consumed here: no transfer);
+    // else only the range is fetched from its owner, over the transport
+    // consume would use, and checked against the END's size and checksum.
+    // A range past the end of the file is BADFIO / ERANGE; length 0 (within
+    // the file) is an empty result. The bytes are always of one produce: a
+    // file produced again meanwhile is read again from its newest produce.
+    // `into`: where the bytes go instead (room for `length`); the result's
+    // data then stays empty.
+    Result<RangeBytes> consume_range(const std::string& path, uint64_t offset, uint64_t length,
+                                     ConsumeReport* report = nullptr, char* into = nullptr);
     // Consumes many files with several in flight (src/client/pipeline.cpp):
     // the ones produced already are found with batched lookups
     // (kvs.get_many) and fetched by a window of workers, the others waited
@@ -174,6 +195,18 @@ class Client {
     // call's DYAD_WAIT_TIMEOUT deadline).
     Status consume_record(const std::string& path, Record rec, ConsumeReport* report,
                           Deadline wait);
+    // once(rec), then as consume_record does when it fails with ESTALE.
+    Status retry_stale(const std::string& path, Record rec, Deadline wait,
+                       const std::function<Status(const Record&)>& once);
+    // One attempt at consume_range's work with the record `rec` (into
+    // out->data if it is set on entry, else into memory it allocates).
+    Status range_once(const std::string& upath, const Record& rec, uint64_t offset, uint64_t length,
+                      RangeBytes* out, ConsumeReport* rep);
+    // [offset, offset + length) of the open file `fd` into dst. With
+    // `rec`, the file must be that produce (size and mtime) before and
+    // after the read: else ESTALE.
+    Status read_range(int fd, const std::string& upath, uint64_t offset, uint64_t length,
+                      const Record* rec, char* dst);
     // One attempt at consuming `path` with its record, waiting for the
     // file's lock until `deadline`.
     Status consume_once(const std::string& path, const Record& rec, ConsumeReport* report,
@@ -220,10 +253,12 @@ class Client {
     Status fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
                      const std::string& ep, const std::string& nspace, ConsumeReport* rep,
                      int lock_fd, bool* retry);
-    // fetch_via's transfer into the staged file's sink: the END trailer.
-    Result<nlohmann::json> receive_via(const dtl::Backend& b, const std::string& upath,
-                                       const Record& rec, const std::string& ep,
-                                       const std::string& nspace, FileSink& sink, bool* retry);
+    // fetch_via's transfer into the staged file's sink (or a range's
+    // memory): the END trailer. `req` says what to fetch (request_of, maybe
+    // with a range); `received` the bytes the sink has taken.
+    Result<nlohmann::json> receive_via(const dtl::Backend& b, proto::FetchRequest req,
+                                       const Record& rec, const std::string& ep, dtl::Sink& sink,
+                                       const std::function<uint64_t()>& received, bool* retry);
     // The owner's endpoint to fetch `rec` from: its Unix socket when on
     // this node, else its TCP address ("" if it lists neither).
     std::string owner_endpoint(const Record& rec, const ServiceInfo& svc) const;

@@ -246,6 +246,34 @@ bool ConsumerStore::present(const std::string& upath, const Record& rec) {
                rec.mtime_ns;
 }
 
+UniqueFd ConsumerStore::open_target(const std::string& upath) {
+    auto dir = parent(upath, false);
+    if (!dir) {
+        errno = dir.status().err() ? dir.status().err() : ENOENT;
+        return UniqueFd();
+    }
+    UniqueFd fd(::openat(dir->get(), base_part(upath).c_str(),
+                         O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (fd.valid()) ::fcntl(fd.get(), F_SETFL, 0);  // reads block (O_NONBLOCK guarded the open)
+    return fd;
+}
+
+UniqueFd ConsumerStore::open_present(const std::string& upath, const Record& rec) {
+    UniqueFd fd = open_target(upath);
+    struct stat st;
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return UniqueFd();
+    char buf[512];
+    ssize_t n = ::fgetxattr(fd.get(), kStampAttr, buf, sizeof buf - 1);
+    const bool same =
+        n >= 0 ? std::string(buf, static_cast<size_t>(n)) ==
+                     install_stamp(rec, static_cast<uint64_t>(st.st_size))
+               : static_cast<uint64_t>(st.st_size) == rec.size &&
+                     static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000LL + st.st_mtim.tv_nsec ==
+                         rec.mtime_ns;
+    if (!same) return UniqueFd();
+    return fd;
+}
+
 Result<std::shared_ptr<const UniqueFd>> ConsumerStore::locks_dir() {
     {
         std::lock_guard<std::mutex> lk(fds_mu_);

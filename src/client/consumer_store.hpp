@@ -100,6 +100,14 @@ class ConsumerStore {
     // Is the copy at upath's target this record's produce? (Its stamp, or
     // without one, size and mtime as rsync's quick check.)
     bool present(const std::string& upath, const Record& rec);
+    // The copy at upath's target, open read-only, if it is this record's
+    // produce (as present() checks, on the open file); else an invalid fd.
+    // A copy is replaced by rename, never rewritten: the open file keeps
+    // this produce's bytes whatever happens to the name meanwhile.
+    UniqueFd open_present(const std::string& upath, const Record& rec);
+    // upath's target, open read-only beneath the directory (no symbolic
+    // link followed, nothing created), or an invalid fd (errno set).
+    UniqueFd open_target(const std::string& upath);
     // The per-file lock (exclusive; released when the fd closes). While a
     // holder writes a file, its lock file names the temporary file (see
     // stage()); a holder that dies (kill -9) leaves that name behind, and

@@ -126,13 +126,15 @@ const char* or_null(const std::string& s) {
 }
 
 dyad_rc_t init_with(const dyad_params& p) {
-    return dyad_init(p.m_debug, false, p.m_shared_storage, p.m_reinit, p.m_async_publish,
-                     p.m_fsync_write, p.m_key_depth, p.m_key_bins, p.m_service_mux,
-                     or_null(p.m_kvs_namespace), or_null(p.m_prod_managed_path),
-                     or_null(p.m_cons_managed_path), p.m_relative_to_managed_path,
-                     // The original DYAD's transport number (dyad_params::m_dtl_mode), or
-                     // none: DYAD_DTL_MODE from the settings.
-                     dtl::name_of_dyad_mode(p.m_dtl_mode), DYAD_COMM_RECV, nullptr);
+    // dyad_params has no cache or origin settings: theirs come from the
+    // environment (dyad_init_16).
+    return dyad_init_16(p.m_debug, false, p.m_shared_storage, p.m_reinit, p.m_async_publish,
+                        p.m_fsync_write, p.m_key_depth, p.m_key_bins, p.m_service_mux,
+                        or_null(p.m_kvs_namespace), or_null(p.m_prod_managed_path),
+                        or_null(p.m_cons_managed_path), p.m_relative_to_managed_path,
+                        // The original DYAD's transport number (dyad_params::m_dtl_mode), or
+                        // none: DYAD_DTL_MODE from the settings.
+                        dtl::name_of_dyad_mode(p.m_dtl_mode), DYAD_COMM_RECV, nullptr);
 }
 
 // A whole-file lock: an open file description lock, or a POSIX record lock

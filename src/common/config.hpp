@@ -5,6 +5,7 @@
 // arguments (dyad_init).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -52,6 +53,12 @@ struct Config {
     std::optional<double> wait_timeout;  // seconds; none = wait forever
     double transfer_timeout = 60;        // seconds without progress before a fetch fails
     log::Level log_level = log::Level::warn;
+    // Upstream DYAD's 2026 settings (dyad_init's last five arguments).
+    uint64_t cache_capacity = 0;
+    std::string cache_policy = "LRU";
+    double cache_low_watermark = 0.8;
+    double cache_grace_period = 5;
+    std::string path_origin;
 
     static Result<Config> from_env();
     nlohmann::json to_json() const;

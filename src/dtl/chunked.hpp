@@ -136,7 +136,8 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
     }
 
     Status read_chunk(char* p, size_t n, uint64_t off) {
-        return job_->fs->pread_all(job_->fd.get(), p, n, off, "'" + job_->upath + "'");
+        return job_->fs->pread_all(job_->fd.get(), p, n, job_->offset + off,
+                                   "'" + job_->upath + "'");
     }
 
     // File-send mode: the chunk's bytes, read through a 256 KiB scratch
@@ -169,7 +170,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         if (p)
             write_chunk(p, n, std::move(meta), std::move(done));
         else
-            write_file_chunk(off, n, std::move(meta), std::move(done));
+            write_file_chunk(job_->offset + off, n, std::move(meta), std::move(done));
         pump();
     }
 

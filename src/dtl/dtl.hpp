@@ -93,6 +93,7 @@ struct FetchJob {
     UniqueFd fd;                           // open, shared-locked, regular file
     FileSystem* fs = &FileSystem::real();  // reads of fd go through this seam
     uint64_t size = 0;                     // bytes to send
+    uint64_t offset = 0;                   // where they start in the file (a byte range)
     std::string upath;
     std::string local_host;         // the service address the consumer reached (empty: unix socket)
     nlohmann::json transport_args;  // what the consumer's describe() sent

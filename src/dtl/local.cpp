@@ -35,6 +35,7 @@
 #include "common/fd.hpp"
 #include "common/log.hpp"
 #include "dtl.hpp"
+#include "proto/fields.hpp"
 #include "proto/transfer.hpp"
 
 namespace dyad::dtl {
@@ -119,8 +120,9 @@ class LocalSender : public Sender {
             job->ch->close();
         });
         job->ch->send_fd(
-            proto::FetchStart{job->size, name_of(Kind::local)}.build(), job->fd.get(),
-            [finish](bool ok) {
+            proto::FetchStart{job->size, name_of(Kind::local)}.build(
+                job->offset ? nlohmann::json{{"offset", job->offset}} : nlohmann::json::object()),
+            job->fd.get(), [finish](bool ok) {
                 if (!ok)
                     finish(Status(DYAD_RC_BADFETCH, "could not pass the open file to the consumer",
                                   ECONNRESET),
@@ -133,16 +135,17 @@ class LocalSender : public Sender {
     uint64_t handed_ = 0, copied_ = 0;
 };
 
-// Copies `size` bytes of `in` to the sink: reflink, copy_file_range, or
-// read/write, whichever the filesystems allow first.
-Status copy_into(int in, uint64_t size, Sink& sink, const std::string& what, std::string* how) {
+// Copies `size` bytes of `in` from offset `from` to the sink: reflink,
+// copy_file_range, or read/write, whichever the filesystems allow first.
+Status copy_into(int in, uint64_t from, uint64_t size, Sink& sink, const std::string& what,
+                 std::string* how) {
     // The owner reads nothing, so there is no checksum to compare with:
     // the sink checks the size (and the owner held the file's lock).
     sink.copied(0);
     int out = sink.fd();
     // A reflink takes the whole file: only when that is the announced size.
     struct stat sb;
-    bool whole = ::fstat(in, &sb) == 0 && static_cast<uint64_t>(sb.st_size) == size;
+    bool whole = from == 0 && ::fstat(in, &sb) == 0 && static_cast<uint64_t>(sb.st_size) == size;
     if (out >= 0 && size > 0 && whole && ::ioctl(out, FICLONE, in) == 0) {
         sink.copied(size);
         *how = "reflink";
@@ -153,9 +156,9 @@ Status copy_into(int in, uint64_t size, Sink& sink, const std::string& what, std
     while (kernel && done < size) {
         // From an explicit offset: the passed descriptor's file offset is
         // the service's too.
-        loff_t from = static_cast<loff_t>(done);
+        loff_t at = static_cast<loff_t>(from + done);
         ssize_t r =
-            ::copy_file_range(in, &from, out, nullptr,
+            ::copy_file_range(in, &at, out, nullptr,
                               static_cast<size_t>(std::min<uint64_t>(size - done, 1u << 30)), 0);
         if (r < 0) {
             if (errno == EINTR) continue;
@@ -179,7 +182,7 @@ Status copy_into(int in, uint64_t size, Sink& sink, const std::string& what, std
     while (done < size) {
         ssize_t r = ::pread(in, buf.data(),
                             static_cast<size_t>(std::min<uint64_t>(size - done, buf.size())),
-                            static_cast<off_t>(done));
+                            static_cast<off_t>(from + done));
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return Status(DYAD_RC_BADFIO, "read of " + what + " failed", errno);
         if (r == 0) return Status(DYAD_RC_BADFIO, what + " shrank while being copied", EIO);
@@ -219,13 +222,16 @@ class LocalReceiver : public Receiver {
         if (fl < 0 || (fl & O_ACCMODE) != O_RDONLY)
             return Status(DYAD_RC_BADRPC, "LOCAL: the service passed a file not opened read-only",
                           EPROTO);
-        if (static_cast<uint64_t>(sb.st_size) < *size)
+        // A byte range starts at `offset` (0: the whole file).
+        const uint64_t offset = proto::lenient_u64(f->meta, "offset").value_or(0);
+        if (offset + *size < offset || static_cast<uint64_t>(sb.st_size) < offset + *size)
             return Status(DYAD_RC_BADFIO,
                           "LOCAL: the producer's file has " + std::to_string(sb.st_size) +
-                              " bytes, fewer than the " + std::to_string(*size) + " announced",
+                              " bytes, fewer than the " + std::to_string(*size) +
+                              " announced from byte " + std::to_string(offset),
                           EIO);
         std::string how;
-        Status s = copy_into(in.get(), *size, sink, "the producer's file", &how);
+        Status s = copy_into(in.get(), offset, *size, sink, "the producer's file", &how);
         // The descriptor shares the service's open file (and its lock):
         // closed before the service is told it may end the fetch.
         in.reset();

@@ -26,6 +26,18 @@ Result<FetchRequest> FetchRequest::parse(const nlohmann::json& args) {
     r.generation = lenient_u64(args, "generation").value_or(0);
     r.ns = lenient_str(args, "ns");
     r.key = lenient_str(args, "key");
+    const bool has_off = args.is_object() && args.contains("offset");
+    const bool has_len = args.is_object() && args.contains("length");
+    if (has_off || has_len) {
+        r.offset = lenient_u64(args, "offset");
+        r.length = lenient_u64(args, "length");
+        if (!r.offset || !r.length || *r.offset + *r.length < *r.offset)
+            return Status(DYAD_RC_BADUNPACK,
+                          "fetch request of '" + r.upath +
+                              "' with a bad byte range: 'offset' and 'length' must both be "
+                              "unsigned integers, their sum at most 2^64-1",
+                          EINVAL);
+    }
     return r;
 }
 
@@ -35,6 +47,10 @@ void FetchRequest::build_into(nlohmann::json& args) const {
     args["generation"] = generation;
     if (ns) args["ns"] = *ns;
     if (key) args["key"] = *key;
+    if (offset && length) {
+        args["offset"] = *offset;
+        args["length"] = *length;
+    }
 }
 
 nlohmann::json FetchRequest::build() const {

@@ -23,6 +23,10 @@ struct FetchRequest {
     uint64_t generation = 0;  // of the consumer's record; 0: not checked
     // Where the record is: used only by a service that restarted since it published.
     std::optional<std::string> ns, key;
+    // A byte range (dyad_consume_range): only [offset, offset + length) of
+    // the file, clipped to its size, is sent. Both or neither; absent: the
+    // whole file.
+    std::optional<uint64_t> offset, length;
 
     // The transport a request asks for ("" when absent or not a string);
     // read before the rest, so an unknown transport is the error a peer sees first.
@@ -33,7 +37,10 @@ struct FetchRequest {
     static std::optional<std::string> transport_asked(const nlohmann::json& args);
     // EINVAL / BADUNPACK "fetch request without 'upath'" when upath is
     // missing or not a string; ns, key and generation of another type are
-    // taken as absent (the protocol's rule).
+    // taken as absent (the protocol's rule). A range is refused (EINVAL /
+    // BADUNPACK) when only one of offset and length is given, either is not
+    // an unsigned integer, or offset + length overflows: served whole
+    // instead, it would not be what was asked for.
     static Result<FetchRequest> parse(const nlohmann::json& args);
     // Into `args` (which may already hold the receiver's fields).
     void build_into(nlohmann::json& args) const;
@@ -61,7 +68,8 @@ struct FetchEnd {
 };
 
 // The first answer of a fetch: the size to expect and the transport that
-// sends it (a transport may add its own fields, given in `extra`).
+// sends it (a transport may add its own fields, given in `extra`: LOCAL's
+// "offset", where a byte range starts in the file it passes).
 struct FetchStart {
     uint64_t size = 0;
     std::string transport;

@@ -5,7 +5,9 @@
 // file and takes it (serve_file.hpp), waiting while its producer holds it
 // locked; then the file goes whole over the stream (whole_file.cpp) or
 // through the transport's sender (start_send), and the END says its size and
-// checksum once it is known to be unchanged to the end.
+// checksum once it is known to be unchanged to the end. A request with a byte
+// range (offset, length) sends only that part of the file, clipped to its
+// size; a range that starts past the end is refused (ERANGE).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -117,10 +119,24 @@ void Service::try_lock(std::shared_ptr<PendingFetch> p, int attempt) {
         asio::post(io_, [this, r = p->r, t = p->transport, ok] { fail(r, t, ok); });
         return;
     }
+    if (Status in = range_within(p->req, p->file->stat()); !in) {
+        asio::post(io_, [this, r = p->r, t = p->transport, in] { fail(r, t, in); });
+        return;
+    }
     p->file->make_blocking();
     auto job = fetch_job(*p);
     if (send_whole(p->r, p->transport, job, *snap)) return;
     asio::post(io_, [this, r = p->r, t = p->transport, job, snap] { start_send(r, t, job, snap); });
+}
+
+Status Service::range_within(const proto::FetchRequest& req, const struct stat& sb) {
+    if (!req.offset) return Status::ok();
+    const uint64_t size = static_cast<uint64_t>(sb.st_size);
+    if (*req.offset <= size) return Status::ok();
+    return Status(DYAD_RC_BADFIO,
+                  "byte range of '" + req.upath + "' starts at " + std::to_string(*req.offset) +
+                      ", past its end (" + std::to_string(size) + " bytes)",
+                  ERANGE);
 }
 
 std::shared_ptr<dtl::FetchJob> Service::fetch_job(PendingFetch& p) {
@@ -137,6 +153,13 @@ std::shared_ptr<dtl::FetchJob> Service::fetch_job(PendingFetch& p) {
     job->peer = std::hash<std::string>{}(r->peer().key) | 1;  // never 0
     job->hold = std::move(p.hold);
     job->size = static_cast<uint64_t>(p.file->stat().st_size);
+    if (p.req.offset && p.req.length) {
+        // A byte range: only [offset, offset + length), clipped to the file
+        // (range_within checked that it starts inside); the END's size and
+        // checksum are the range's.
+        job->offset = *p.req.offset;
+        job->size = std::min(*p.req.length, job->size - job->offset);
+    }
     job->fd = p.file->release();
     return job;
 }

@@ -225,6 +225,9 @@ class Service {
     void try_lock(std::shared_ptr<PendingFetch> p, int attempt);
     // The transfer's job, with the file taken from `p`.
     std::shared_ptr<dtl::FetchJob> fetch_job(PendingFetch& p);
+    // A byte range that starts inside the file `sb` (or no range): ok; else
+    // BADFIO / ERANGE naming the file and its size.
+    static Status range_within(const proto::FetchRequest& req, const struct stat& sb);
     // A small file over the stream: read, hashed and checked on this file
     // thread, then sent with its END in one go (whole_file.cpp). False: not
     // taken (too large, another transport, no memory now): start_send.
@@ -234,7 +237,8 @@ class Service {
     // into a buffer of the budget (owner, peer), hashed, and checked still
     // as `snap` (file thread). EAGAIN: no memory now; ESTALE: it changed.
     // `front` bytes are kept free before the file's bytes in buf (the
-    // header of a compact dyad.fetch_many answer).
+    // header of a compact dyad.fetch_many answer). `from`: where the `n`
+    // bytes start in the file (a byte range).
     struct Whole {
         uint64_t size = 0;  // of the file (buf may be larger)
         dtl::Buffer buf;
@@ -242,7 +246,7 @@ class Service {
         std::string xxh3;  // the digest in hex
     };
     Result<Whole> read_whole(int fd, const std::string& upath, size_t n, const Snapshot& snap,
-                             uint64_t owner, uint64_t peer, size_t front = 0);
+                             uint64_t owner, uint64_t peer, size_t front = 0, uint64_t from = 0);
     // Closes r's connection if what was queued for it is not written within
     // --send-timeout (a consumer that takes nothing); cancel once written.
     std::shared_ptr<asio::steady_timer> send_watchdog(const std::shared_ptr<rpc::Request>& r);

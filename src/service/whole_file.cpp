@@ -27,7 +27,7 @@ constexpr uint64_t kWholeMax = dtl::kFetchManyFileMax;  // bytes: at most one st
 
 Result<Service::Whole> Service::read_whole(int fd, const std::string& upath, size_t n,
                                            const Snapshot& snap, uint64_t owner, uint64_t peer,
-                                           size_t front) {
+                                           size_t front, uint64_t from) {
     Whole w;
     w.size = n;
     if (n + front > 0) {
@@ -35,7 +35,8 @@ Result<Service::Whole> Service::read_whole(int fd, const std::string& upath, siz
         // reused from the budget's cache rather than mapped each time.
         w.buf = budget_->try_get(owner, (front + n + 4095) & ~size_t(4095), peer);
         if (!w.buf) return Status(DYAD_RC_BADFETCH, "no memory for '" + upath + "' now", EAGAIN);
-        Status st = FileSystem::real().pread_all(fd, w.buf.data() + front, n, 0, "'" + upath + "'");
+        Status st =
+            FileSystem::real().pread_all(fd, w.buf.data() + front, n, from, "'" + upath + "'");
         if (!st) return st;
     }
     w.digest = Xxh3::of(n > 0 ? w.buf.data() + front : nullptr, n);
@@ -67,7 +68,8 @@ bool Service::send_whole(const std::shared_ptr<rpc::Request>& r, const std::stri
     if (transport != dtl::universal_backend().name || job->size > kWholeMax) return false;
     const auto t0 = std::chrono::steady_clock::now();
     const size_t n = static_cast<size_t>(job->size);
-    auto whole = read_whole(job->fd.get(), job->upath, n, snap, job->endpoint, job->peer);
+    auto whole =
+        read_whole(job->fd.get(), job->upath, n, snap, job->endpoint, job->peer, 0, job->offset);
     if (!whole && whole.status().err() == EAGAIN) return false;  // the pipeline waits for memory
     job->fd.reset();  // this is a file thread: close (and unlock) here
     const bool same = whole || whole.status().err() != ESTALE;

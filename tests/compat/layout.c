@@ -46,7 +46,14 @@ AT(kvs_namespace, 120);
 AT(prod_managed_path, 128);
 AT(cons_managed_path, 136);
 AT(relative_to_managed_path, 144);
-_Static_assert(sizeof(struct dyad_ctx) == 152, "struct dyad_ctx is 152 bytes");
+/* Upstream's 2026 fields (its pull request #183) */
+AT(cache_policy, 152);
+AT(cache_policy_mode, 160);
+AT(cache_capacity_bytes, 168);
+AT(cache_low_watermark_frac, 176);
+AT(cache_grace_period_sec, 184);
+AT(origin_path, 192);
+_Static_assert(sizeof(struct dyad_ctx) == 200, "struct dyad_ctx is 200 bytes");
 _Static_assert(offsetof(dyad_metadata_t, fpath) == 0, "fpath at 0");
 _Static_assert(offsetof(dyad_metadata_t, owner_rank) == 8, "owner_rank at 8");
 
@@ -83,6 +90,9 @@ EQ(DYAD_RC_MARGOINIT_FAIL, -4001);
 EQ(DYAD_COMM_NONE, 0);
 EQ(DYAD_COMM_RECV, 1);
 EQ(DYAD_COMM_SEND, 2);
+EQ(DYAD_CACHE_NONE, 0);
+EQ(DYAD_CACHE_LRU, 1);
+EQ(DYAD_CACHE_FIFO, 2);
 EQ(DYAD_COMM_END, 3);
 EQ(DYAD_DTL_UCX, 0);
 EQ(DYAD_DTL_MARGO, 1);

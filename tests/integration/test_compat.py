@@ -22,7 +22,7 @@ UPSTREAM_NAMES = ["libdyad_client.so", "libdyad_ctx.so", "libdyad_fstream.so"]
 C_API = ["dyad_ctx_get", "dyad_ctx_init", "dyad_ctx_fini", "dyad_init", "dyad_init_env",
          "dyad_set_prod_path", "dyad_set_cons_path", "dyad_set_and_init_dtl_mode", "dyad_clear",
          "dyad_finalize", "dyad_produce", "dyad_get_metadata", "dyad_free_metadata", "dyad_consume",
-         "dyad_consume_w_metadata", "dyad_ctx_default"]
+         "dyad_consume_w_metadata", "dyad_ctx_default", "dyad_consume_range", "dyad_init_16"]
 
 
 def build(out_dir, name, src, libs, cxx=False):
@@ -70,8 +70,9 @@ def test_library_names_are_one_library():
         dyn = subprocess.run(["readelf", "-d", path], capture_output=True, text=True, check=True).stdout
         soname = dyn.split("Library soname: [", 1)[1].split("]", 1)[0]
         assert os.path.exists(os.path.join(LIB, soname)), f"{name}: SONAME {soname} must resolve beside it"
-        syms = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True,
-                              check=True).stdout.split()
+        syms = [w.split("@")[0] for w in subprocess.run(["nm", "-D", "--defined-only", path],
+                                                         capture_output=True, text=True,
+                                                         check=True).stdout.split()]
         missing = [s for s in C_API if s not in syms]
         assert not missing, f"{name} does not define {missing}"
     # No internal archive under an original name, anywhere in the build.
@@ -168,6 +169,47 @@ def test_cpp_streams_with_get_stream_and_ldyad_fstream(cluster, stream_prog):
     out, err = consumer.communicate(timeout=60)
     assert consumer.returncode == 0, err
     assert out.splitlines() == [f"File {i}: OK" for i in range(5)]
+
+
+def test_ctypes_loader_with_upstreams_2026_bindings_and_ranges(cluster):
+    """Every function upstream's current pydyad binds, bound as it does; its
+    21-argument dyad_init sets the grown context; dyad_consume_range from
+    the producer's node (in place) and from another node (fetched)."""
+    prod, cons = cluster[0], cluster[1]
+    py = ["/usr/bin/python3", os.path.join(SRC, "ctypes_loader.py")]
+    env = dict(LD_LIBRARY_PATH=LIB, DYAD_WAIT_TIMEOUT=60)
+    run(prod, py + ["produce", "3", prod.dir], **env)
+    for node in (prod, cons):
+        out = json.loads(run(node, py + ["range", "3", node.dir], **env))
+        assert out["cache"] == [2, 32 << 20, 0.5, 9, None], out["cache"]  # DYAD_CACHE_FIFO
+        assert out["cons"] == node.dir
+        want = []
+        for i in range(3):
+            size = 1000 + i
+            want += [[0, 1, 0, 1, True], [size - 1, 1, 0, 1, True], [17, 500, 0, 500, True],
+                     [size, 0, 0, 0, True], [size - 1, 2, -1002, 0, False]]
+        assert out["ranges"] == want
+
+
+def test_a_binary_linked_before_2026_calls_the_16_argument_dyad_init(cluster, tmp_path):
+    """Linked against a libdyad.so.0 without symbol versions (as every one
+    before 2026), run against ours: it binds to dyad_init@DYAD_1, the
+    16-argument one, and to the 152-byte dyad_ctx_default."""
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    p = subprocess.run([CC, "-shared", "-fPIC", "-Wl,-soname,libdyad.so.0", os.path.join(SRC, "old16_stub.c"),
+                        "-o", str(stub / "libdyad.so")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    exe = str(tmp_path / "old16")
+    p = subprocess.run([CC, "-std=c11", "-Wall", "-Werror", os.path.join(SRC, "old16.c"), "-o", exe,
+                        f"-L{stub}", "-ldyad"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    node = cluster[1]
+    p = subprocess.run([exe, node.dir], env=node.env(LD_LIBRARY_PATH=LIB), capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip() == f"rc=0 key_depth=2 key_bins=64 cons={node.dir} default_key_bins=1024"
+    assert "different size" not in p.stderr, p.stderr  # no copy-relocation warning
 
 
 def test_ctypes_loader_takes_the_local_path_exactly_on_the_producers_node(cluster):

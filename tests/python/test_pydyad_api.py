@@ -84,7 +84,11 @@ def test_init_defaults_match_the_environment_defaults():
     assert list(sig.parameters)[1:] == [
         "debug", "check", "shared_storage", "reinit", "async_publish", "fsync_write", "key_depth",
         "key_bins", "service_mux", "kvs_namespace", "prod_managed_path", "cons_managed_path",
-        "relative_to_managed_path", "dtl_mode", "dtl_comm_mode", "flux_handle"]
+        "relative_to_managed_path", "dtl_mode", "dtl_comm_mode", "flux_handle",
+        # upstream's since 2026, with its defaults
+        "cache_capacity_bytes", "cache_policy", "cache_low_watermark", "cache_grace_period_sec",
+        "origin_path"]
+    assert [sig.parameters[n].default for n in list(sig.parameters)[-5:]] == [0, None, 0.8, 5, None]
 
 
 def test_rc_names_and_error_object():
@@ -263,3 +267,40 @@ def test_unmanaged_paths_are_ignored_but_said_once(cluster):
     assert "/etc/passwd" not in p.stderr
     p = run_py(n, code, DYAD_LOG_LEVEL="debug")
     assert "dyad_produce('/etc/passwd'): not under" in p.stderr and "dyad_consume('/etc/passwd'): not under" in p.stderr
+
+
+# -- upstream's 2026 API: consume_range and the five new init arguments --------------
+
+def test_consume_range_returns_bytes_and_init_takes_the_cache_settings(cluster):
+    prod, cons = cluster[0], cluster[1]
+    data = os.urandom(3 << 20)
+    with open(prod.path("ranged.bin"), "wb") as f:
+        f.write(data)
+    run_py(prod, f"d = Dyad(); d.init_env(); d.produce({prod.path('ranged.bin')!r})")
+    setup = (f"d = Dyad(); d.init(cons_managed_path={cons.dir!r}, cache_capacity_bytes=1 << 24, "
+             f"cache_policy=pydyad.CachePolicyMode.DYAD_CACHE_FIFO, cache_low_watermark=0.25, "
+             f"cache_grace_period_sec=11, origin_path='/origin')")
+    p = cons.path("ranged.bin")
+    out = last_json(run_py(cons, f"""
+        import hashlib
+        {setup}
+        from pydyad.bindings import _ctx_struct
+        c = _ctx_struct(d._lib)
+        r = [d.has_2026_api, c.cache_policy_mode, c.cache_capacity_bytes, c.cache_low_watermark_frac,
+             c.cache_grace_period_sec, c.origin_path.decode()]
+        for off, n in [(0, 1), ((3 << 20) - 1, 1), (12345, 1 << 20), (7, 0)]:
+            b = d.consume_range({p!r}, off, n)
+            r.append([type(b).__name__, len(b), hashlib.sha256(b).hexdigest()])
+        r.append(os.path.exists({p!r}))
+        print(json.dumps(r))
+    """, producer=False, consumer=False, DYAD_WAIT_TIMEOUT=30).stdout)
+    assert out[:6] == [True, 2, 1 << 24, 0.25, 11, "/origin"]
+    import hashlib
+    for got, (off, n) in zip(out[6:10], [(0, 1), ((3 << 20) - 1, 1), (12345, 1 << 20), (7, 0)]):
+        assert got == ["bytes", n, hashlib.sha256(data[off:off + n]).hexdigest()]
+    assert out[10] is False  # no local file
+    errs = errors_of(cons, [f"d.consume_range({p!r}, (3 << 20) - 1, 2)",
+                            "d.init(cons_managed_path='/x', reinit=True, cache_policy='RANDOM')"],
+                     DYAD_WAIT_TIMEOUT=30)
+    assert errs[0]["rc"] == DyadRC.DYAD_RC_BADFIO and "past its end (3145728 bytes)" in errs[0]["msg"], errs[0]
+    assert errs[1]["rc"] == DyadRC.DYAD_RC_NOCTX and "unknown cache policy 'RANDOM'" in errs[1]["msg"], errs[1]

@@ -8,6 +8,7 @@
 #endif
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <dyad/common/dyad_rc.h>
 #include <dyad/common/dyad_structures.h>
@@ -53,6 +54,30 @@ dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname);
  * dyad_consume does, it is looked up again and fetched again, at most 3
  * times). */
 dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname, const dyad_metadata_t* mdata);
+
+/* Bytes [offset, offset + length) of fname (consumer-managed) in memory; no
+ * file is written. Waits for fname to be produced, as dyad_consume does.
+ * The bytes are read with pread when the file is on this node already (the
+ * producer's directory is this one, or a copy of this produce was consumed
+ * here); otherwise only the range travels from the owner, over any transport
+ * (FLUX_RPC, UCX, MARGO, LOCAL, AUTO), checked against its size and
+ * checksum. On success *data is a buffer the caller frees with free() and
+ * *data_len == length; an empty range (length 0) gives a non-NULL buffer and
+ * *data_len 0. On failure *data is NULL and *data_len 0.
+ * Errors: DYAD_RC_BADFIO for a range past the end of the file (no bytes are
+ * returned, not a shorter range); DYAD_RC_BADMANAGEDPATH without a consumer
+ * directory or for a path outside it; DYAD_RC_TIMEOUT (DYAD_WAIT_TIMEOUT);
+ * DYAD_RC_BADFETCH / DYAD_RC_BADCHECKSUM when the transfer fails. The bytes
+ * are always those of one produce: a file produced again meanwhile is read
+ * from its newest produce. dyad_last_error() says what went wrong. */
+dyad_rc_t dyad_consume_range(dyad_ctx_t* ctx, const char* fname, size_t offset, size_t length,
+                             void** data, size_t* data_len);
+
+/* New: as dyad_consume_range, into the caller's buffer `buf` (room for
+ * `length` bytes; may be NULL when length is 0): DYAD allocates nothing. On
+ * failure the buffer's content is undefined and *data_len is 0. */
+dyad_rc_t dyad_consume_range_into(dyad_ctx_t* ctx, const char* fname, size_t offset, size_t length,
+                                  void* buf, size_t* data_len);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <dyad/common/dyad_cache.h>
 #include <dyad/common/dyad_dtl.h>
 #include <dyad/common/dyad_rc.h>
 #include <dyad/common/dyad_structures.h>
@@ -21,7 +22,8 @@
 extern "C" {
 #endif
 
-/* The context, with the original DYAD's layout (x86-64: 152 bytes), so that
+/* The context, with the original DYAD's layout (x86-64: 200 bytes since
+ * upstream's 2026 fields; the first 152 bytes are the earlier layout), so that
  * code reading its fields (the original pydyad through ctypes, data loaders
  * comparing ranks) works unchanged. After dyad_init/dyad_init_env the
  * user-facing fields hold the configuration in effect; the dyad_set_*
@@ -60,6 +62,13 @@ struct dyad_ctx {
     char* prod_managed_path;       /* DYAD_PATH_PRODUCER, or NULL */
     char* cons_managed_path;       /* DYAD_PATH_CONSUMER, or NULL */
     bool relative_to_managed_path; /* DYAD_PATH_RELATIVE */
+    /* Added by upstream DYAD in 2026 (its pull request #183): */
+    struct dyad_cache_policy* cache_policy; /* always NULL here */
+    int cache_policy_mode;                  /* DYAD_CACHE_NONE, _LRU or _FIFO */
+    uint64_t cache_capacity_bytes;          /* DYAD_CACHE_CAPACITY (0: no cache bound) */
+    double cache_low_watermark_frac;        /* DYAD_CACHE_LOW_WATERMARK */
+    unsigned int cache_grace_period_sec;    /* DYAD_CACHE_GRACE_PERIOD */
+    char* origin_path;                      /* DYAD_PATH_ORIGIN, or NULL */
 };
 
 /* ctx->rank while this node's rank is not known yet (service unreachable). */
@@ -84,13 +93,44 @@ void dyad_ctx_fini(void);
  * stays inert (DYAD_RC_OK, warning). kvs_namespace may be NULL or empty: the
  * namespace of the node's service is used. Returns DYAD_RC_BADDTLMODE for an
  * unknown or unavailable transport, DYAD_RC_BADMANAGEDPATH for an empty path,
- * DYAD_RC_NOCTX otherwise. */
+ * DYAD_RC_NOCTX otherwise (a bad cache setting included).
+ *
+ * The last five arguments are upstream DYAD's since 2026: cache capacity in
+ * bytes (0: unbounded), cache policy ("LRU", "FIFO" or "NONE"; NULL or "":
+ * LRU), low watermark (fraction of the capacity evicted down to, in (0, 1]),
+ * grace period (seconds a file is never evicted after its last access) and
+ * origin path (NULL or "": none). Binaries linked before they existed call
+ * the 16-argument dyad_init they were linked with (symbol versions, see
+ * docs/migrating-from-dyad.md); source code still written for it defines
+ * DYAD_INIT_16_ARGS before including this header. */
+#if defined(DYAD_INIT_16_ARGS)
 dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bool async_publish,
                     bool fsync_write, unsigned int key_depth, unsigned int key_bins,
                     unsigned int service_mux, const char* kvs_namespace,
                     const char* prod_managed_path, const char* cons_managed_path,
                     bool relative_to_managed_path, const char* dtl_mode_str,
-                    const dyad_dtl_comm_mode_t dtl_comm_mode, void* flux_handle);
+                    const dyad_dtl_comm_mode_t dtl_comm_mode,
+                    void* flux_handle) __asm__("dyad_init_16");
+#else
+dyad_rc_t dyad_init(bool debug, bool check, bool shared_storage, bool reinit, bool async_publish,
+                    bool fsync_write, unsigned int key_depth, unsigned int key_bins,
+                    unsigned int service_mux, const char* kvs_namespace,
+                    const char* prod_managed_path, const char* cons_managed_path,
+                    bool relative_to_managed_path, const char* dtl_mode_str,
+                    const dyad_dtl_comm_mode_t dtl_comm_mode, void* flux_handle,
+                    uint64_t cache_capacity_bytes, const char* cache_policy,
+                    double cache_low_watermark, unsigned int cache_grace_period_sec,
+                    const char* origin_path);
+#endif
+
+/* The 16-argument dyad_init of DYAD before 2026 (the five new settings take
+ * their defaults, or DYAD_CACHE_* / DYAD_PATH_ORIGIN from the environment). */
+dyad_rc_t dyad_init_16(bool debug, bool check, bool shared_storage, bool reinit, bool async_publish,
+                       bool fsync_write, unsigned int key_depth, unsigned int key_bins,
+                       unsigned int service_mux, const char* kvs_namespace,
+                       const char* prod_managed_path, const char* cons_managed_path,
+                       bool relative_to_managed_path, const char* dtl_mode_str,
+                       const dyad_dtl_comm_mode_t dtl_comm_mode, void* flux_handle);
 
 /* dyad_init with the values of DYAD's environment variables. */
 dyad_rc_t dyad_init_env(const dyad_dtl_comm_mode_t dtl_comm_mode, void* flux_handle);

@@ -200,3 +200,33 @@ TEST(ProtoPublish, RequestAsAProducerSendsIt) {
     auto a = PublishAnswer::parse(partial);
     EXPECT_FALSE(a.is_ok());  // no key
 }
+
+TEST(ProtoFetch, ByteRangeRoundTripsAndBadRangesAreRefused) {
+    FetchRequest r;
+    r.upath = "big.bin";
+    r.offset = 1ull << 29;
+    r.length = 1ull << 20;
+    json a = r.build();
+    EXPECT_EQ(a["offset"], 1ull << 29);
+    EXPECT_EQ(a["length"], 1ull << 20);
+    auto p = FetchRequest::parse(a);
+    ASSERT_TRUE(p.is_ok());
+    EXPECT_EQ(p->offset.value_or(0), 1ull << 29);
+    EXPECT_EQ(p->length.value_or(0), 1ull << 20);
+    // Without a range: the whole file, and neither field is written.
+    FetchRequest whole;
+    whole.upath = "big.bin";
+    EXPECT_FALSE(whole.build().contains("offset"));
+    EXPECT_FALSE(FetchRequest::parse(whole.build())->offset.has_value());
+    // A range that cannot be served as asked is refused, not served whole.
+    for (json bad : {json{{"upath", "f"}, {"offset", 3}}, json{{"upath", "f"}, {"length", 3}},
+                     json{{"upath", "f"}, {"offset", -1}, {"length", 3}},
+                     json{{"upath", "f"}, {"offset", "3"}, {"length", 3}},
+                     json{{"upath", "f"}, {"offset", ~0ull}, {"length", 2}}}) {
+        auto q = FetchRequest::parse(bad);
+        ASSERT_FALSE(q.is_ok()) << bad.dump();
+        EXPECT_EQ(q.status().rc(), DYAD_RC_BADUNPACK);
+        EXPECT_EQ(q.status().err(), EINVAL);
+        EXPECT_NE(q.status().message().find("bad byte range"), std::string::npos);
+    }
+}
