@@ -94,6 +94,7 @@ bench: build
 	$(BENCH_ENV) $(PY) bench/fairness_bench.py
 	$(BENCH_ENV) $(PY) bench/auth_bench.py
 	$(BENCH_ENV) $(PY) bench/store_bench.py
+	$(BENCH_ENV) $(PY) bench/origin_bench.py
 	$(BENCH_ENV) $(PY) bench/goals.py
 	$(PY) bench/plot.py $(BENCH_OUT)
 

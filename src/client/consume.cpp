@@ -15,8 +15,9 @@
 namespace dyad::client {
 
 bool Client::in_place(const Record& rec, const ServiceInfo& svc) const {
-    return cfg_.shared_storage ||
-           (rec.node == svc.node && canonical_path(rec.producer_dir) == cons_.path());
+    return !is_origin(rec) &&
+           (cfg_.shared_storage ||
+            (rec.node == svc.node && canonical_path(rec.producer_dir) == cons_.path()));
 }
 
 bool Client::settled(const std::string& upath, const Record& rec, const ServiceInfo& svc,
@@ -26,6 +27,7 @@ bool Client::settled(const std::string& upath, const Record& rec, const ServiceI
     } else if (cstore_.present(upath, rec)) {
         rep->action = "present";
         rep->bytes = 0;
+        cache_.hit(upath);
     } else {
         return false;
     }
@@ -58,6 +60,7 @@ Status Client::stage_commit(const std::string& upath, const Record& rec, int loc
     if (!s) return s;
     rep->action = "fetched";
     rep->bytes = sink.bytes();
+    cache_.installed(upath, sink.bytes());  // then evicts if over capacity
     return Status::ok();
 }
 
