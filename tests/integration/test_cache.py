@@ -171,9 +171,9 @@ def test_a_producers_own_files_are_never_removed(cluster):
 
 def test_bad_cache_settings_are_clear_errors(cluster):
     n1 = cluster[1]
-    p = n1.dyad("consume", n1.path("x"), check=False, env_extra={"DYAD_CACHE_POLICY": "LFU"})
+    p = n1.dyad("consume", n1.path("x"), check=False, env_extra={"DYAD_CACHE_POLICY": "LFU", "DYAD_WAIT_TIMEOUT": 2})
     assert p.returncode != 0 and "DYAD_CACHE_POLICY" in p.stderr and "LRU" in p.stderr, p.stderr
-    p = n1.dyad("consume", n1.path("x"), check=False, env_extra={"DYAD_CACHE_LOW_WATERMARK": "1.5"})
+    p = n1.dyad("consume", n1.path("x"), check=False, env_extra={"DYAD_CACHE_LOW_WATERMARK": "1.5", "DYAD_WAIT_TIMEOUT": 2})
     assert p.returncode != 0 and "DYAD_CACHE_LOW_WATERMARK" in p.stderr, p.stderr
     c = json.loads(n1.dyad("--json", "config", env_extra={"DYAD_CACHE_CAPACITY": "4M"}).stdout)
     text = json.dumps(c)

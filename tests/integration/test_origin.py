@@ -60,6 +60,15 @@ def test_a_produced_file_wins_over_the_origin(cluster, origin):
     r = consume(n1, "both.txt", DYAD_PATH_ORIGIN=origin)
     assert r["action"] == "fetched", r
     assert open(n1.path("both.txt")).read() == "produced\n"
+    # Read through while nobody had produced it, then produced: from then
+    # on the produce wins.
+    with open(os.path.join(origin, "later.txt"), "w") as f:
+        f.write("from the origin\n")
+    assert consume(n1, "later.txt", DYAD_PATH_ORIGIN=origin)["action"] == "origin"
+    n0.produce_text("later.txt", "produced later\n")
+    r = consume(n1, "later.txt", DYAD_PATH_ORIGIN=origin)
+    assert r["action"] == "fetched", r
+    assert open(n1.path("later.txt")).read() == "produced later\n"
 
 
 def test_a_changed_origin_file_is_read_again(cluster, origin):
@@ -118,5 +127,6 @@ def test_a_second_node_reads_from_the_peer_that_read_through(origin, cluster):
 def test_origin_publish_needs_a_producer_directory(cluster, origin):
     n1 = cluster[1]
     p = n1.dyad("consume", n1.path("y"), check=False,
-                env_extra={"producer": False, "DYAD_PATH_ORIGIN": origin, "DYAD_ORIGIN_PUBLISH": 1})
+                env_extra={"producer": False, "DYAD_PATH_ORIGIN": origin, "DYAD_ORIGIN_PUBLISH": 1,
+                           "DYAD_WAIT_TIMEOUT": 5})
     assert p.returncode != 0 and "DYAD_PATH_PRODUCER" in p.stderr, p.stderr
