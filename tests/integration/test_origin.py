@@ -8,6 +8,8 @@ import glob
 import json
 import os
 import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -15,6 +17,7 @@ import harness
 
 sha = harness.sha256
 WRAPPER = os.path.join(harness.BUILD, "lib", "libdyad_wrapper.so")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -50,6 +53,20 @@ def test_a_file_only_in_the_origin_is_read_through(cluster, origin):
     p = subprocess.run(["cat", n1.path("set/w.bin")], env=env, capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout == open(os.path.join(origin, "set/w.bin"), "rb").read()
+    # pydyad (the C API's dyad_consume).
+    harness.write_file(os.path.join(origin, "set/p.bin"), 1 << 16, seed=3)
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.join(ROOT, 'python')!r})
+        from pydyad import Dyad
+        d = Dyad(); d.init_env()
+        d.consume({n1.path('set/p.bin')!r})
+    """)
+    env = n1.env(DYAD_LIBRARY=os.path.join(harness.BUILD, "lib", "libdyad.so"), DYAD_PATH_ORIGIN=origin,
+                 DYAD_WAIT_TIMEOUT=10)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert sha(n1.path("set/p.bin")) == sha(os.path.join(origin, "set/p.bin"))
 
 
 def test_a_produced_file_wins_over_the_origin(cluster, origin):
