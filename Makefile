@@ -96,6 +96,7 @@ bench: build
 	$(BENCH_ENV) $(PY) bench/tail_bench.py
 	$(BENCH_ENV) $(PY) bench/store_bench.py
 	$(BENCH_ENV) $(PY) bench/range_bench.py
+	$(BENCH_ENV) $(PY) bench/origin_bench.py
 	$(BENCH_ENV) $(PY) bench/goals.py
 	$(PY) bench/plot.py $(BENCH_OUT)
 

@@ -129,6 +129,9 @@ Client::Client(Config cfg, FileSystem& fs, rpc::Credentials creds)
       prod_(cfg_.prod_path),
       cons_(cfg_.cons_path),
       cstore_(cons_.path(), fs, cfg_.fsync_write),
+      origin_(cfg_.path_origin),
+      cache_(cfg_, cons_.empty() ? "" : cons_.path(), prod_.empty() ? "" : prod_.path(),
+             [this](const std::string& up) { return cstore_.try_lock(up); }),
       creds_(std::move(creds)),
       pool_(std::make_shared<rpc::ConnectionPool>(creds_, idle_per_owner())) {}
 
@@ -149,6 +152,7 @@ Result<std::unique_ptr<Client>> Client::create(Config cfg, FileSystem* fs) {
         fixed = b.value();
     }
     if (cfg.key_bins == 0) return Status(DYAD_RC_NOCTX, "DYAD_KEY_BINS must be at least 1", EINVAL);
+    if (Status cs = check_cache_settings(cfg); !cs) return cs;
     auto creds = rpc::Credentials::from_settings();
     if (!creds) return creds.status();
     std::unique_ptr<Client> c(
@@ -363,6 +367,8 @@ Status Client::produce(const std::string& path) {
         return Status(e.rc() == DYAD_RC_BADRPC ? DYAD_RC_BADCOMMIT : e.rc(),
                       "cannot publish '" + full + "': " + e.message(), e.err());
     }
+    // Published: no longer a cache copy, never evicted (cache.hpp).
+    if (auto cu = cons_.empty() ? std::nullopt : consumer_upath(full)) cache_.forget(*cu);
     auto answer = proto::PublishAnswer::parse(v.value());
     DYAD_DEBUG(kSub, "produced %s as %s (generation %llu)", up->c_str(),
                answer ? answer->key.c_str() : "",
@@ -396,6 +402,7 @@ Result<std::string> Client::consumer_relative(const std::string& path) const {
 Result<Record> Client::lookup(const std::string& path, bool should_wait, Deadline deadline) {
     auto up = consumer_relative(path);
     if (!up) return up.status();
+    if (should_wait && origin_.enabled()) return lookup_with_origin(up.value(), deadline);
     return lookup_upath(up.value(), should_wait, deadline);
 }
 
@@ -661,6 +668,7 @@ std::string Client::owner_endpoint(const Record& rec, const ServiceInfo& svc) co
 
 Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                      ConsumeReport* rep, int lock_fd) {
+    if (is_origin(rec)) return read_through(upath, rec, svc, rep, lock_fd);
     Status s;
     const std::string ep = owner_endpoint(rec, svc);
     if (ep.empty())

@@ -24,7 +24,9 @@
 #include "proto/fetch.hpp"
 #include "rpc/client.hpp"
 #include "record.hpp"
+#include "cache.hpp"
 #include "consumer_store.hpp"
+#include "origin.hpp"
 
 namespace dyad::client {
 
@@ -175,6 +177,10 @@ class Client {
     // failure of a pass, or of listing the store.
     Status sync(const SyncOptions& options, uint64_t* consumed = nullptr);
 
+    // The node-local cache of this consumer directory (DYAD_CACHE_*): its
+    // bytes and counters, shared by every process consuming into it.
+    Result<CacheStats> cache_stats();
+
   private:
     friend class Pipeline;  // consume_many's (pipeline.cpp)
     Client(Config cfg, FileSystem& fs, rpc::Credentials creds);
@@ -293,11 +299,22 @@ class Client {
     // The owner service's registry entry (transport records, host), cached.
     Result<nlohmann::json> owner_info(const std::string& owner, const ServiceInfo& svc);
     Deadline wait_deadline() const;
+    // ---- Read-through (origin.cpp) ----
+    // A waiting lookup with DYAD_PATH_ORIGIN set: the record if there is
+    // one now, else the origin's file (a record whose owner is
+    // kOriginOwner), else the wait for a produce.
+    Result<Record> lookup_with_origin(const std::string& upath, Deadline deadline);
+    // fetch() of an origin record: copied from the origin (and, with
+    // DYAD_ORIGIN_PUBLISH, published from the producer directory first).
+    Status read_through(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                        ConsumeReport* rep, int lock_fd);
 
     Config cfg_;
     ManagedDir prod_;
     ManagedDir cons_;
     ConsumerStore cstore_;
+    Origin origin_;
+    Cache cache_;
     const dtl::Backend* backend_ = nullptr;  // fixed mode; null for AUTO
     // False when `owner` is no longer in the registry (stopped, or its
     // lease in etcd ran out); drops what was cached of it.

@@ -80,8 +80,9 @@ Status changed(const std::string& upath) {
 }  // namespace
 
 bool Client::in_place(const Record& rec, const ServiceInfo& svc) const {
-    return cfg_.shared_storage ||
-           (rec.node == svc.node && canonical_path(rec.producer_dir) == cons_.path());
+    return !is_origin(rec) &&
+           (cfg_.shared_storage ||
+            (rec.node == svc.node && canonical_path(rec.producer_dir) == cons_.path()));
 }
 
 bool Client::settled(const std::string& upath, const Record& rec, const ServiceInfo& svc,
@@ -91,6 +92,7 @@ bool Client::settled(const std::string& upath, const Record& rec, const ServiceI
     } else if (cstore_.present(upath, rec)) {
         rep->action = "present";
         rep->bytes = 0;
+        cache_.hit(upath);
     } else {
         return false;
     }
@@ -123,6 +125,7 @@ Status Client::stage_commit(const std::string& upath, const Record& rec, int loc
     if (!s) return s;
     rep->action = "fetched";
     rep->bytes = sink.bytes();
+    cache_.installed(upath, sink.bytes());  // then evicts if over capacity
     return Status::ok();
 }
 

@@ -324,6 +324,21 @@ Result<UniqueFd> ConsumerStore::open_lock_file(const std::string& name) {
     }
 }
 
+std::optional<UniqueFd> ConsumerStore::try_lock(const std::string& upath) {
+    Xxh3 kh;  // the stripe lock() takes
+    kh.update(upath.data(), upath.size());
+    char stripe[32];
+    std::snprintf(stripe, sizeof stripe, "%02x.lock",
+                  static_cast<unsigned>(kh.digest() % kLockStripes));
+    auto fd = open_lock_file(stripe);
+    if (!fd) return std::nullopt;
+    struct flock fl = {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (::fcntl(fd->get(), F_OFD_SETLK, &fl) != 0) return std::nullopt;
+    return std::move(fd.value());
+}
+
 Result<UniqueFd> ConsumerStore::lock(const std::string& upath, Deadline deadline,
                                      double holder_idle_s) {
     // Striped over a fixed set of files so the lock directory does not grow

@@ -120,6 +120,11 @@ class ConsumerStore {
                                         Deadline deadline = Deadline::never(),
                                         double holder_idle_s = 0);
 
+    // The per-file lock if no one holds it now (nullopt if held, or on
+    // any error): the cache's evictor, which never waits for a file in
+    // flight (src/client/cache.hpp).
+    std::optional<UniqueFd> try_lock(const std::string& upath);
+
     // One incoming file: a temporary file, removed unless committed.
     class Staging {
       public:

@@ -172,6 +172,7 @@ Status Client::install_answer(const std::string& upath, const Record& rec, const
     if (whole.value()) {
         rep->action = "fetched";
         rep->bytes = bytes.size();
+        cache_.installed(upath, bytes.size());
     } else {
         s = under_lock(upath, rec, wait_deadline(), rep, [&](int lock_fd) {
             return stage_commit(upath, rec, lock_fd, rep,

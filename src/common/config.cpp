@@ -77,6 +77,51 @@ Result<uint64_t> parse_size(const std::string& name, const std::string& value) {
     return static_cast<uint64_t>(v) * mult;
 }
 
+Result<double> parse_fraction(const std::string& name, const std::string& value) {
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v <= 0 || v > 1)
+        return Status(DYAD_RC_NOCTX,
+                      name + "='" + value + "' is not a fraction in (0, 1] (e.g. 0.8)", EINVAL);
+    return v;
+}
+
+Result<std::string> parse_cache_policy(const std::string& name, const std::string& value) {
+    for (const char* p : {"LRU", "FIFO", "NONE"})
+        if (strcasecmp(value.c_str(), p) == 0) return std::string(p);
+    return Status(DYAD_RC_NOCTX,
+                  name + "='" + value +
+                      "' is not a cache policy: use LRU (least recently consumed first), FIFO "
+                      "(oldest first) or NONE (no eviction)",
+                  EINVAL);
+}
+
+Status check_cache_settings(const Config& c) {
+    auto p = parse_cache_policy("DYAD_CACHE_POLICY", c.cache_policy);
+    if (!p) return p.status();
+    if (!std::isfinite(c.cache_low_watermark) || c.cache_low_watermark <= 0 ||
+        c.cache_low_watermark > 1)
+        return Status(DYAD_RC_NOCTX,
+                      "DYAD_CACHE_LOW_WATERMARK=" + std::to_string(c.cache_low_watermark) +
+                          " is not a fraction in (0, 1] (e.g. 0.8)",
+                      EINVAL);
+    if (!std::isfinite(c.cache_grace_period) || c.cache_grace_period < 0)
+        return Status(DYAD_RC_NOCTX, "DYAD_CACHE_GRACE_PERIOD must be a number of seconds >= 0",
+                      EINVAL);
+    if (c.origin_publish && c.path_origin.empty())
+        return Status(DYAD_RC_NOCTX,
+                      "DYAD_ORIGIN_PUBLISH is on but DYAD_PATH_ORIGIN is not set: set the origin "
+                      "directory, or turn DYAD_ORIGIN_PUBLISH off",
+                      EINVAL);
+    if (c.origin_publish && c.prod_path.empty())
+        return Status(DYAD_RC_NOCTX,
+                      "DYAD_ORIGIN_PUBLISH needs DYAD_PATH_PRODUCER (the directory this node's "
+                      "dyadd serves): the copies it publishes go there",
+                      EINVAL);
+    return Status::ok();
+}
+
 Result<Config> Config::from_env() {
     Status ok = settings::check("client");
     if (!ok) return ok;
@@ -129,6 +174,33 @@ Result<Config> Config::from_env() {
     if (!transfer.value() || *transfer.value() <= 0)
         return Status(DYAD_RC_NOCTX, "DYAD_TRANSFER_TIMEOUT must be > 0", EINVAL);
     c.transfer_timeout = *transfer.value();
+    // The cache and read-through (src/client/cache.hpp, origin.hpp).
+    auto cap = settings::size("DYAD_CACHE_CAPACITY");
+    if (!cap) return cap.status();
+    c.cache_capacity = cap.value();
+    auto policy = parse_cache_policy("DYAD_CACHE_POLICY", settings::text("DYAD_CACHE_POLICY"));
+    if (!policy) return policy.status();
+    c.cache_policy = policy.value();
+    auto low =
+        parse_fraction("DYAD_CACHE_LOW_WATERMARK", settings::text("DYAD_CACHE_LOW_WATERMARK"));
+    if (!low) return low.status();
+    c.cache_low_watermark = low.value();
+    auto grace = settings::seconds("DYAD_CACHE_GRACE_PERIOD");
+    if (!grace) return grace.status();
+    c.cache_grace_period = grace.value().value_or(5);
+    c.path_origin = settings::text("DYAD_PATH_ORIGIN");
+    auto publish = settings::flag("DYAD_ORIGIN_PUBLISH");
+    if (!publish) return publish.status();
+    c.origin_publish = publish.value();
+    auto workers = settings::count("DYAD_FETCH_WORKER_THREADS", 0, 1024);
+    if (!workers) return workers.status();
+    c.fetch_worker_threads = workers.value();
+    // Upstream's fetch worker pool is the nearest to our window of files in
+    // flight: it sets the window unless DYAD_CONSUME_WINDOW is set itself.
+    if (c.fetch_worker_threads > 0 &&
+        settings::lookup("DYAD_CONSUME_WINDOW").source == settings::Source::defaults)
+        c.consume_window = c.fetch_worker_threads;
+    if (Status cs = check_cache_settings(c); !cs) return cs;
     auto lvl = dyad::log_level(c.debug ? log::Level::debug : log::Level::warn);
     if (!lvl) return lvl.status();
     c.log_level = lvl.value();
@@ -168,6 +240,13 @@ nlohmann::json Config::to_json() const {
     j["DYAD_WAIT_TIMEOUT"] = wait_timeout ? nlohmann::json(*wait_timeout) : nlohmann::json(nullptr);
     j["DYAD_TRANSFER_TIMEOUT"] = transfer_timeout;
     j["DYAD_LOG_LEVEL"] = log::level_name(log_level);
+    j["DYAD_CACHE_CAPACITY"] = cache_capacity;
+    j["DYAD_CACHE_POLICY"] = cache_policy;
+    j["DYAD_CACHE_LOW_WATERMARK"] = cache_low_watermark;
+    j["DYAD_CACHE_GRACE_PERIOD"] = cache_grace_period;
+    j["DYAD_PATH_ORIGIN"] = path_origin;
+    j["DYAD_ORIGIN_PUBLISH"] = origin_publish;
+    j["DYAD_FETCH_WORKER_THREADS"] = fetch_worker_threads;
     return j;
 }
 

@@ -27,6 +27,11 @@ Result<unsigned> parse_uint(const std::string& name, const std::string& value, u
 Result<double> parse_seconds(const std::string& name, const std::string& value);
 // A byte count: 1048576, 64K, 256M, 1G (binary units; KiB/MiB/GiB accepted).
 Result<uint64_t> parse_size(const std::string& name, const std::string& value);
+// A fraction in (0, 1] (DYAD_CACHE_LOW_WATERMARK).
+Result<double> parse_fraction(const std::string& name, const std::string& value);
+// DYAD_CACHE_POLICY's words (any case): "LRU", "FIFO" or "NONE" as written
+// here; anything else is an error naming the setting.
+Result<std::string> parse_cache_policy(const std::string& name, const std::string& value);
 
 // DYAD_LOG_LEVEL when set, else `fallback` (clients: warn, dyadd: info).
 Result<log::Level> log_level(log::Level fallback);
@@ -53,15 +58,26 @@ struct Config {
     std::optional<double> wait_timeout;  // seconds; none = wait forever
     double transfer_timeout = 60;        // seconds without progress before a fetch fails
     log::Level log_level = log::Level::warn;
-    // Upstream DYAD's 2026 settings (dyad_init's last five arguments).
-    uint64_t cache_capacity = 0;
-    std::string cache_policy = "LRU";
-    double cache_low_watermark = 0.8;
-    double cache_grace_period = 5;
-    std::string path_origin;
+    // Upstream DYAD's 2026 settings (dyad_init's last five arguments are the
+    // first five).
+    // The node-local cache of consumer copies (src/client/cache.hpp).
+    uint64_t cache_capacity = 0;       // DYAD_CACHE_CAPACITY; 0: off
+    std::string cache_policy = "LRU";  // DYAD_CACHE_POLICY: LRU, FIFO, NONE
+    double cache_low_watermark = 0.8;  // DYAD_CACHE_LOW_WATERMARK, in (0, 1]
+    double cache_grace_period = 5;     // DYAD_CACHE_GRACE_PERIOD, seconds
+    // Read-through (src/client/origin.hpp).
+    std::string path_origin;      // DYAD_PATH_ORIGIN; empty: none
+    bool origin_publish = false;  // DYAD_ORIGIN_PUBLISH
+    // DYAD_FETCH_WORKER_THREADS: accepted for upstream's users; above 0 it
+    // sets consume_window when DYAD_CONSUME_WINDOW is not set.
+    unsigned fetch_worker_threads = 0;
 
     static Result<Config> from_env();
     nlohmann::json to_json() const;
 };
+
+// The cache and origin settings' rules, whatever set them (the environment
+// or dyad_init's arguments).
+Status check_cache_settings(const Config& c);
 
 }  // namespace dyad

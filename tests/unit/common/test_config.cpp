@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <cstdlib>
 #include <set>
+#include <utility>
+#include <vector>
 #include <unistd.h>
 #include <gtest/gtest.h>
 
@@ -9,7 +11,6 @@
 #include "env_guard.hpp"
 
 using dyad::Config;
-
 
 TEST(Config, BooleansParseValues) {
     EXPECT_FALSE(dyad::parse_bool("X", "0").value());
@@ -194,4 +195,62 @@ TEST(Settings, EachProgramChecksOnlyWhatItReads) {
     EXPECT_FALSE(settings::check("dyadd").is_ok());
     g.set("DYAD_TRANSFER_TIMEOUT", "soon");  // a client's: dyadd does not care
     EXPECT_FALSE(Config::from_env().is_ok());
+}
+
+TEST(Config, CacheAndOriginSettings) {
+    {
+        EnvGuard g;
+        auto c = Config::from_env();
+        ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+        EXPECT_EQ(c->cache_capacity, 0u);  // upstream's defaults
+        EXPECT_EQ(c->cache_policy, "LRU");
+        EXPECT_DOUBLE_EQ(c->cache_low_watermark, 0.8);
+        EXPECT_DOUBLE_EQ(c->cache_grace_period, 5);
+        EXPECT_TRUE(c->path_origin.empty());
+        EXPECT_FALSE(c->origin_publish);
+        EXPECT_EQ(c->fetch_worker_threads, 0u);
+        EXPECT_EQ(c->consume_window, 16u);
+    }
+    {
+        EnvGuard g;
+        g.set("DYAD_CACHE_CAPACITY", "4M");
+        g.set("DYAD_CACHE_POLICY", "fifo");
+        g.set("DYAD_CACHE_LOW_WATERMARK", "0.5");
+        g.set("DYAD_CACHE_GRACE_PERIOD", "0");
+        g.set("DYAD_PATH_ORIGIN", "/lustre/set");
+        g.set("DYAD_PATH_PRODUCER", "/tmp/p");
+        g.set("DYAD_ORIGIN_PUBLISH", "1");
+        g.set("DYAD_FETCH_WORKER_THREADS", "32");
+        auto c = Config::from_env();
+        ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+        EXPECT_EQ(c->cache_capacity, 4u << 20);
+        EXPECT_EQ(c->cache_policy, "FIFO");
+        EXPECT_DOUBLE_EQ(c->cache_low_watermark, 0.5);
+        EXPECT_DOUBLE_EQ(c->cache_grace_period, 0);
+        EXPECT_EQ(c->path_origin, "/lustre/set");
+        EXPECT_TRUE(c->origin_publish);
+        EXPECT_EQ(c->consume_window, 32u);  // the worker pool's nearest setting
+        auto j = c->to_json();
+        EXPECT_EQ(j["DYAD_CACHE_POLICY"], "FIFO");
+        EXPECT_EQ(j["DYAD_FETCH_WORKER_THREADS"], 32);
+    }
+    {
+        EnvGuard g;  // an explicit window wins over the worker count
+        g.set("DYAD_FETCH_WORKER_THREADS", "32");
+        g.set("DYAD_CONSUME_WINDOW", "4");
+        EXPECT_EQ(Config::from_env()->consume_window, 4u);
+    }
+    for (auto [name, value] : std::vector<std::pair<const char*, const char*>>{
+             {"DYAD_CACHE_POLICY", "LFU"},
+             {"DYAD_CACHE_LOW_WATERMARK", "0"},
+             {"DYAD_CACHE_LOW_WATERMARK", "1.5"},
+             {"DYAD_CACHE_CAPACITY", "lots"},
+             {"DYAD_CACHE_GRACE_PERIOD", "-1"},
+             {"DYAD_ORIGIN_PUBLISH", "1"}}) {  // without DYAD_PATH_ORIGIN
+        EnvGuard g;
+        g.set(name, value);
+        auto c = Config::from_env();
+        ASSERT_FALSE(c.is_ok()) << name << "=" << value;
+        EXPECT_NE(c.status().message().find(name), std::string::npos) << c.status().message();
+    }
 }
