@@ -66,8 +66,10 @@ class UcxConsumer {
         return made;
     }
 
-    // A free lane for one fetch (a new one while fewer than kUcxLanes
-    // exist), or the first to come back.
+    // A free lane for one fetch: the first free in the order they were
+    // made (so a process that runs few fetches at once keeps to few lanes,
+    // and the service to few endpoints), a new one while fewer than
+    // kUcxLanes exist, or the first to come back.
     Result<Lane*> acquire() {
         std::unique_lock<std::mutex> lk(mu_);
         for (;;) {

@@ -36,9 +36,13 @@ constexpr size_t kUcxTagPosted = kUcxDepth + 1;
 // slots, 7 in all.
 constexpr size_t kUcxWriteQueued = 2;
 // Fetches a consumer process runs over UCX at once: each has its own lane
-// (worker and receive window, receiver.cpp); more wait for a lane.
-// DYAD_CONSUME_WINDOW's default, so one consume_many never waits.
-constexpr size_t kUcxLanes = 16;
+// (worker and receive window, receiver.cpp); more wait for a lane. Few:
+// the service keeps an endpoint per consumer connection and lane, and
+// connections and lanes pair up at random. 1,000 x 64 KiB over TCP in one
+// process (DYAD_CONSUME_WINDOW 16): 16 lanes made the service create 324-365
+// endpoints (its cache holds 64), 4 lanes 15-16 (docs/design.md, "UCX
+// concurrency").
+constexpr size_t kUcxLanes = 4;
 
 inline std::string ucs_text(ucs_status_t s) {
     return ucs_status_string(s);
