@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The UCX transport, consumer side: one process-wide UCP context and
-// worker with the wakeup feature; a bounded registered receive window
-// (DYAD_UCX_WINDOW, default 64 MiB) cut into chunk slots, run by the
-// consumer's chunk window (receive_window.hpp). Receives are posted ahead
+// The UCX transport, consumer side: one process-wide UCP context with the
+// wakeup feature and up to kUcxLanes lanes, each a worker and a bounded
+// registered receive window (DYAD_UCX_WINDOW, default 64 MiB, for the
+// first) held by one fetch at a time, so fetches run in parallel; the
+// window is cut into chunk slots, run by the consumer's chunk window
+// (receive_window.hpp). Receives are posted ahead
 // into free slots and completed in order (tag mode), or the service puts
 // into the slots and says so on the fetch channel (put mode). Waiting is
 // event-driven: poll() on the worker's event fd and the fetch channel
