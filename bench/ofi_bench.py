@@ -70,6 +70,65 @@ def startup_seconds(proto, reps=REPS):
     return statistics.median(walls), statistics.median(cpus)
 
 
+def spread(xs):
+    """(p50, p90, max) of a list of seconds."""
+    xs = sorted(xs)
+    p90 = statistics.quantiles(xs, n=10, method="inclusive")[8] if len(xs) > 1 else xs[0]
+    return statistics.median(xs), p90, xs[-1]
+
+
+def versus_stream(prod, cons, rounds, small_n=SMALL_N, big=BIG):
+    """Seconds per round of one `dyad consume` process, MARGO beside the
+    stream (FLUX_RPC), interleaved (the order alternates each round, after a
+    warm-up round of each): `small_n` files of 64 KiB in one process, and one
+    `big`-byte file (the whole process: start-up, lookup, transfer, check).
+    Every copy is checked outside the timing."""
+    modes = {"MARGO": {"DYAD_DTL_MODE": "MARGO"}, "stream": {"DYAD_DTL_MODE": "FLUX_RPC"}}
+    harness.write_file(prod.path("vs/big.bin"), big, seed=7)
+    prod.dyad("produce", prod.path("vs/big.bin"))
+    big_hash = harness.sha256(prod.path("vs/big.bin"))
+    small = {m: [] for m in modes}
+    whole = {m: [] for m in modes}
+    for r in range(rounds + 1):
+        order = list(modes) if r % 2 == 0 else list(modes)[::-1]
+        for m in order:
+            names = [f"vs{m}{r}/f{i:04d}" for i in range(small_n)]
+            for i, n in enumerate(names):
+                harness.write_file(prod.path(n), 65536, seed=i + r)
+            prod.dyad("produce", *[prod.path(n) for n in names])
+            os.sync()
+            t = time.monotonic()
+            cons.dyad("consume", *[cons.path(n) for n in names],
+                      env_extra={**modes[m], "DYAD_WAIT_TIMEOUT": 60}, timeout=600)
+            dt = time.monotonic() - t
+            for n in names[::97]:
+                if harness.sha256(cons.path(n)) != harness.sha256(prod.path(n)):
+                    raise RuntimeError(f"{m}: {n} differs from the produced file")
+            if r:
+                small[m].append(dt)
+        for m in order:
+            transport_runs.prime_memory(cons.dir, big)
+            t = time.monotonic()
+            cons.dyad("consume", cons.path("vs/big.bin"), env_extra={**modes[m], "DYAD_WAIT_TIMEOUT": 60})
+            dt = time.monotonic() - t
+            if harness.sha256(cons.path("vs/big.bin")) != big_hash:
+                raise RuntimeError(f"{m}: the consumed copy differs from the produced file")
+            os.unlink(cons.path("vs/big.bin"))
+            if r:
+                whole[m].append(dt)
+    return small, whole
+
+
+def print_versus(proto, small, whole, small_n=SMALL_N, big=BIG):
+    print(f"\nMARGO ({proto}) vs the stream, interleaved rounds ({len(small['MARGO'])} each; seconds per process "
+          f"p50/p90/max; ratio = stream p50 / MARGO p50, goal >= 0.8)")
+    for label, runs, unit in ((f"{small_n} x 64 KiB", small, lambda t: f"{small_n / t:7.0f} files/s"),
+                              (f"{big >> 20} MiB whole process", whole, lambda t: f"{big / t / 1e9:5.2f} GB/s")):
+        m, st = spread(runs["MARGO"]), spread(runs["stream"])
+        print(f"  {label:26} MARGO {m[0]:.3f}/{m[1]:.3f}/{m[2]:.3f} ({unit(m[0])})  stream "
+              f"{st[0]:.3f}/{st[1]:.3f}/{st[2]:.3f} ({unit(st[0])})  ratio {st[0] / m[0]:.2f}")
+
+
 def available():
     cfg = json.loads(subprocess.run([harness.DYAD, "--json", "config"], capture_output=True, text=True).stdout)
     info = next((t["info"] for t in cfg["transports_built"] if t["name"] == "MARGO"), None)
@@ -79,6 +138,12 @@ def available():
 
 
 def main():
+    if "--versus-only" in sys.argv:  # only the rows beside the stream (ofi+tcp)
+        rounds = int(os.environ.get("OFI_VS_ROUNDS", ROUNDS))
+        with harness.Cluster(nodes=2, env={"DYAD_MARGO_PROTO": "ofi+tcp"}) as c:
+            small, whole = versus_stream(c[0], c[1], rounds)
+        print_versus("ofi+tcp", small, whole)
+        return 0
     protos = available()
     if not protos:
         print("ofi bench: this build has no libfabric transport, or no protocol works here; skipped")
@@ -91,6 +156,7 @@ def main():
             runs = transport_runs.big_file_rates(prod, cons, BIG, ROUNDS, {"dyad": {"DYAD_DTL_MODE": "MARGO"}},
                                                  transfer=transfer)
             small = transport_runs.small_file_times(prod, cons, SMALL_N, ROUNDS, {"DYAD_DTL_MODE": "MARGO"})
+            vs_small, vs_whole = versus_stream(prod, cons, ROUNDS) if proto == "ofi+tcp" else (None, None)
         raws = [raw_read_bw(proto) for _ in range(ROUNDS)]
         startup = startup_seconds(proto)
         raw = statistics.median([r[0] for r in raws if r[0]]) if any(r[0] for r in raws) else None
@@ -106,6 +172,11 @@ def main():
                           "ratio_vs_cp": dyad / cp, "small_files_per_s": SMALL_N / statistics.median(small),
                           "libfabric_startup_s": startup[0] if startup else None,
                           "libfabric_startup_cpu_s": startup[1] if startup else None}
+        if vs_small:
+            results[proto]["vs_stream"] = {
+                "small_s": vs_small, "whole_process_s": vs_whole,
+                "small_ratio": statistics.median(vs_small["stream"]) / statistics.median(vs_small["MARGO"]),
+                "whole_process_ratio": statistics.median(vs_whole["stream"]) / statistics.median(vs_whole["MARGO"])}
     print(f"\nMARGO/OFI: {BIG >> 20} MiB file and {SMALL_N} x 64 KiB, DYAD_DTL_MODE=MARGO (median of {ROUNDS})")
     print(f"  {'protocol':12} {'transfer':>8} {'fi_read':>8} {'ratio':>6} | {'process':>7} {'raw proc':>8} "
           f"{'ratio':>6} | {'cp':>5} {'vs cp':>6} | {'small files/s':>13} | {'start-up s':>10}")
@@ -120,6 +191,9 @@ def main():
     print("  process, both paying libfabric's start-up. DYAD also reads a file and writes one: cp is the other yardstick.")
     print("  start-up = wall seconds of `fi_info -p PROVIDER` alone: loading libfabric and its providers, which every")
     print("  process pays once (docs/design.md, MARGO, \"Speed over ofi+tcp\")")
+    for proto, r in results.items():
+        if "vs_stream" in r:
+            print_versus(proto, r["vs_stream"]["small_s"], r["vs_stream"]["whole_process_s"])
     transport_runs.save("ofi", results)
     return 0
 

@@ -8,6 +8,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstdio>
@@ -122,6 +123,18 @@ std::optional<InstalledFrom> installed_from(const std::string& path) {
     return InstalledFrom{text.substr(0, sp), g};
 }
 
+Status write_in_pieces(FileSystem& fs, int fd, const void* p, size_t n, const std::string& what) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+        size_t k = std::min(n, kWritePiece);
+        Status s = fs.write_all(fd, c, k, what);
+        if (!s) return s;
+        c += k;
+        n -= k;
+    }
+    return Status::ok();
+}
+
 // ---- FileSink ----
 
 void FileSink::on_progress(std::function<void(uint64_t)> cb, double interval_s) {
@@ -142,7 +155,7 @@ void FileSink::tick() {
 Status FileSink::write(const void* p, size_t n) {
     hash_.update(p, n);
     bytes_ += n;
-    Status s = no_space(fs_.write_all(fd_, p, n, what_), fd_, bytes_ - n, true);
+    Status s = no_space(write_in_pieces(fs_, fd_, p, n, what_), fd_, bytes_ - n, true);
     tick();
     return s;
 }
@@ -491,7 +504,7 @@ Result<bool> ConsumerStore::install_whole(const std::string& upath, const Record
         }
         return Status(DYAD_RC_BADFIO, "cannot create a file in " + shown_dir, errno);
     }
-    s = no_space(fs_.write_all(fd.get(), p, n, "'" + t + "'"), fd.get(), n, false);
+    s = no_space(write_in_pieces(fs_, fd.get(), p, n, "'" + t + "'"), fd.get(), n, false);
     if (!s) return s;
     if (fsync_ && fs_.fsync(fd.get()) != 0)
         return Status(DYAD_RC_BADFIO, "fsync of the copy of '" + upath + "' failed", errno);

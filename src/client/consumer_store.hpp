@@ -44,6 +44,21 @@
 
 namespace dyad::client {
 
+// Bytes per write(2) into a file the consumer makes. The size of a write
+// sets the size of the page-cache folio the kernel allocates for it (Linux
+// 6.x with large folios, e.g. ext4: a 1 MiB write takes an order-8 folio, an
+// 8 KiB one order 1). High-order blocks are the ones a VM's free page
+// reporting has handed back to the host, so large writes land on memory the
+// host must fault in again: measured here (docs/design.md, "The 512 MiB
+// tail"), 512 MiB in 1 MiB writes took 0.10-0.78 s of system time, in
+// 128 KiB writes 0.11-0.15 s. Receive buffers stay 1 MiB (or larger); only
+// the write(2) calls are cut.
+constexpr size_t kWritePiece = size_t{128} << 10;
+
+// Writes n bytes at p to fd in pieces of at most kWritePiece bytes.
+[[nodiscard]] Status write_in_pieces(FileSystem& fs, int fd, const void* p, size_t n,
+                                     const std::string& what);
+
 // Receives file bytes into the temporary file, hashing as they pass.
 class FileSink : public dtl::Sink {
   public:

@@ -4,12 +4,20 @@
 // eviction; reads into a registered window of kDepth chunk slots, or into
 // the destination file itself (Placement), run by the consumer's chunk
 // window (receive_window.hpp).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +30,7 @@
 #include "common/base64.hpp"
 #include "common/json_text.hpp"
 #include "common/log.hpp"
+#include "common/settings.hpp"
 #include "dtl/peer_address.hpp"
 #include "proto/transfer.hpp"
 #include "ofi.hpp"
@@ -32,59 +41,274 @@
 namespace dyad::dtl::ofi {
 namespace {
 
+// The protocols validated in this process (fi_getinfo once each).
+Result<const ofi::Protocol*> validated(const std::string& name) {
+    static auto& state = *new PerProcess<std::map<std::string, const ofi::Protocol*>>();
+    auto known = state.lock();
+    auto it = known->find(name);
+    if (it != known->end()) return it->second;
+    auto p = ofi::validate_protocol(name);
+    if (p) (*known)[name] = p.value();
+    return p;
+}
+
+// At most kMaxWindows receives of a process run at once (each holds a read
+// window of its endpoint); more wait for a token. A receive takes it before
+// its fetch is requested, so that every transfer an owner starts for this
+// process has a receive reading it: a request sent first would make the
+// owner fill pool buffers for a receive still waiting here, and those
+// buffers (the peer's share of the owner's pool) could be the ones the
+// running receives wait for; they then waited until their deadline.
+class ReceiveTokens {
+  public:
+    static ReceiveTokens& get() {
+        static auto* t = new ReceiveTokens();
+        return *t;
+    }
+    Status take(const Deadline& deadline) {
+        std::unique_lock<std::mutex> lk(mu_);
+        while (used_ >= kMaxWindows) {
+            if (deadline.expired())
+                return Status(DYAD_RC_TIMEOUT,
+                              "all " + std::to_string(kMaxWindows) +
+                                  " OFI receives of this process stayed busy until the transfer "
+                                  "deadline (DYAD_TRANSFER_TIMEOUT): run fewer MARGO fetches at "
+                                  "once per process (threads x consume window), or try again",
+                              EAGAIN);
+            cv_.wait_for(lk, std::chrono::milliseconds(std::clamp(deadline.poll_ms(), 1, 1000)));
+        }
+        ++used_;
+        return Status::ok();
+    }
+    void give() {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            --used_;
+        }
+        cv_.notify_one();
+    }
+
+  private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    size_t used_ = 0;
+};
+
+// The source address (numeric host) a consumer uses to reach a service
+// whose libfabric address is the IPv4 or IPv6 `peer`: the one the kernel's
+// route to it gives (a UDP socket connected to it, nothing sent), so the
+// endpoint has the service's address family and an interface that reaches
+// it, whatever else the node has (dual-stack, bridges, IPoIB). Empty for
+// other formats (shm's names) or when there is no route: the provider's
+// own choice then.
+std::string source_towards(const std::string& peer) {
+    sockaddr_storage ss;
+    std::memset(&ss, 0, sizeof ss);
+    socklen_t len = 0;
+    sa_family_t fam = 0;
+    if (peer.size() >= sizeof fam) std::memcpy(&fam, peer.data(), sizeof fam);
+    if (fam == AF_INET && peer.size() == sizeof(sockaddr_in))
+        len = sizeof(sockaddr_in);
+    else if (fam == AF_INET6 && peer.size() == sizeof(sockaddr_in6))
+        len = sizeof(sockaddr_in6);
+    else
+        return "";
+    std::memcpy(&ss, peer.data(), len);
+    int fd = ::socket(fam, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return "";
+    std::string out;
+    sockaddr_storage src;
+    socklen_t slen = sizeof src;
+    char host[INET6_ADDRSTRLEN] = {};
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&src), &slen) == 0 &&
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&src), slen, host, sizeof host, nullptr, 0,
+                      NI_NUMERICHOST) == 0)
+        out = host;
+    ::close(fd);
+    // A link-local IPv6 source carries its scope ("fe80::1%eth0"); the
+    // provider takes it as it is.
+    return out;
+}
+
 class OfiConsumer {
   public:
-    static Result<OfiConsumer*> instance(const std::string& proto_name) {
+    // One endpoint per protocol and source address (`source` empty: the
+    // provider's choice, for addresses that are no IP socket address).
+    static Result<OfiConsumer*> instance(const std::string& proto_name, const std::string& source) {
         // Process-lifetime instances, reachable to the end (never destroyed:
         // threads may still use them while the process exits).
         static auto& state = *new PerProcess<std::map<std::string, OfiConsumer*>>();
         auto insts = state.lock();
-        auto it = insts->find(proto_name);
+        const std::string key = proto_name + "@" + source;
+        auto it = insts->find(key);
         if (it != insts->end() && !it->second->poisoned_) return it->second;
         // A poisoned instance (reads that could not be cancelled) is leaked:
-        // the provider may still write into its window.
-        auto proto = ofi::validate_protocol(proto_name);
+        // the provider may still write into its windows.
+        auto proto = validated(proto_name);
         if (!proto) return proto.status();
-        auto ep = ofi::Endpoint::open(*proto.value(), nullptr);
+        auto ep = ofi::Endpoint::open(*proto.value(), source.empty() ? nullptr : source.c_str());
         if (!ep) return ep.status();
         auto* c = new OfiConsumer(std::move(ep.value()));
-        // Mapped, not allocated: its pages are touched only by reads that
-        // use it (files that cannot be written in place).
-        void* w =
-            ::mmap(nullptr, kWindow, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (w == MAP_FAILED) {
-            delete c;
-            return Status(DYAD_RC_SYSFAIL, "cannot map the OFI read window", errno);
-        }
-        c->window_ = static_cast<char*>(w);
-        auto r = c->ep_->register_memory(c->window_, kWindow, FI_READ);
-        if (!r) {
-            delete c;
-            return r.status();
-        }
-        c->region_ = r.value();
-        (*insts)[proto_name] = c;
+        (*insts)[key] = c;
         if (std::strcmp(proto.value()->provider, "shm") == 0) unlink_at_exit(c->ep_->address());
         return c;
     }
     ~OfiConsumer() {
-        for (auto& [k, v] : av_) fi_av_remove(ep_->av(), &v->second, 1, 0);
-        ep_->release(region_);
-        if (window_) ::munmap(window_, kWindow);
+        for (auto& [k, v] : av_) fi_av_remove(ep_->av(), &v->second.fa, 1, 0);
+        for (auto& w : windows_) {
+            ep_->release(w.region);
+            if (w.mem) ::munmap(w.mem, kWindow);
+        }
     }
 
-    std::mutex& mutex() { return mu_; }
     ofi::Endpoint& ep() { return *ep_; }
-    char* slot(size_t i) { return window_ + i * kOfiChunk; }
-    void* desc() { return region_.desc; }
     void poison() { poisoned_ = true; }
 
-    // The service's address in the AV (inserted once; LRU eviction).
+    // A registered read window of kDepth chunk slots for one receive. At
+    // most kMaxWindows exist per endpoint (mapped, not allocated: a
+    // window's pages are touched only by receives that use it); as no more
+    // receives run at once (ReceiveTokens), one is always free or can be
+    // made, and the wait below is only a guard.
+    Result<int> take_window(const Deadline& deadline) {
+        std::unique_lock<std::mutex> lk(mu_);
+        size_t i = 0;
+        for (;;) {
+            for (i = 0; i < windows_.size() && windows_[i].busy; ++i) {
+            }
+            if (i < windows_.size() || windows_.size() < kMaxWindows) break;
+            ++window_waits_;
+            if (deadline.expired())
+                return Status(DYAD_RC_TIMEOUT,
+                              "all " + std::to_string(kMaxWindows) +
+                                  " OFI read windows of this process stayed in use by other "
+                                  "receives until the transfer deadline (DYAD_TRANSFER_TIMEOUT): "
+                                  "run fewer MARGO fetches at once per process (threads x "
+                                  "consume window), or try again",
+                              EAGAIN);
+            window_cv_.wait_for(lk,
+                                std::chrono::milliseconds(std::clamp(deadline.poll_ms(), 1, 1000)));
+        }
+        if (i == windows_.size()) windows_.emplace_back();
+        Window& w = windows_[i];
+        w.busy = true;
+        if (w.mem) return static_cast<int>(i);
+        // Mapped and registered outside the lock; the window is reserved.
+        lk.unlock();
+        Status err = Status::ok();
+        ofi::Region r;
+        void* m =
+            ::mmap(nullptr, kWindow, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            err = Status(DYAD_RC_SYSFAIL, "cannot map an OFI read window", errno);
+        } else {
+            auto reg = ep_->register_memory(m, kWindow, FI_READ);
+            if (reg) {
+                r = reg.value();
+            } else {
+                ::munmap(m, kWindow);
+                err = reg.status();
+            }
+        }
+        lk.lock();
+        if (!err) {
+            w.busy = false;  // mapped again by the next receive that takes it
+            window_cv_.notify_one();
+            return err;
+        }
+        w.mem = static_cast<char*>(m);
+        w.region = r;
+        return static_cast<int>(i);
+    }
+    void give_window(int i) {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            windows_[static_cast<size_t>(i)].busy = false;
+        }
+        window_cv_.notify_one();
+    }
+    char* window(int i) {
+        std::lock_guard<std::mutex> lk(mu_);
+        return windows_[static_cast<size_t>(i)].mem;
+    }
+    void* window_desc(int i) {
+        std::lock_guard<std::mutex> lk(mu_);
+        return windows_[static_cast<size_t>(i)].region.desc;
+    }
+
+    // Completions are read by one thread at a time (the poller) and handed
+    // to the read's own receive (its inbox), which applies them on its own
+    // thread: a receive's window is never touched by another thread. A
+    // completion whose read belongs to no live receive (one that ended with
+    // reads it could not cancel) is dropped.
+    struct Done {
+        void* op;
+        int err;
+    };
+    struct Inbox {
+        std::vector<Done> done;
+    };
+    void attach(void* op, Inbox* in) {
+        std::lock_guard<std::mutex> lk(mu_);
+        live_[op] = in;
+    }
+    void detach(void* op) {
+        std::lock_guard<std::mutex> lk(mu_);
+        live_.erase(op);
+    }
+    // Moves `in`'s completions to `out`, reading the CQ first if no other
+    // thread is (waiting up to timeout_ms on its fd when there is nothing),
+    // or waiting up to timeout_ms for that thread to hand some over.
+    Status poll(Inbox& in, int timeout_ms, std::vector<Done>& out) {
+        std::unique_lock<std::mutex> lk(mu_);
+        if (in.done.empty() && polling_) {
+            if (timeout_ms > 0)
+                poll_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms),
+                                  [&] { return !in.done.empty() || !polling_; });
+        } else if (in.done.empty()) {
+            polling_ = true;
+            lk.unlock();
+            fi_cq_entry e[16];
+            Done err{nullptr, 0};
+            // Read (which also drives progress); when there is nothing,
+            // sleep on the CQ's fd rather than in fi_cq_sread, which for
+            // tcp;ofi_rxm polls the provider in a loop and keeps a core busy.
+            ssize_t n = fi_cq_read(ep_->cq(), e, 16);
+            if (n == -FI_EAGAIN && timeout_ms > 0 && ep_->can_wait()) {
+                ep_->sleep(timeout_ms);
+                n = fi_cq_read(ep_->cq(), e, 16);
+            }
+            if (n == -FI_EAVAIL) {
+                fi_cq_err_entry ee;
+                std::memset(&ee, 0, sizeof ee);
+                if (fi_cq_readerr(ep_->cq(), &ee, 0) == 1 && ee.op_context)
+                    err = Done{ee.op_context, ee.err ? ee.err : FI_EIO};
+            }
+            lk.lock();
+            polling_ = false;
+            if (n > 0)
+                for (ssize_t i = 0; i < n; ++i) hand(e[i].op_context, 0);
+            if (err.op) hand(err.op, err.err);
+            poll_cv_.notify_all();
+            if (n < 0 && n != -FI_EAGAIN && n != -FI_EAVAIL) {
+                out.swap(in.done);
+                return ofi::fi_error(DYAD_RC_BADFETCH, "fi_cq_read", n);
+            }
+        }
+        out.clear();
+        out.swap(in.done);
+        return Status::ok();
+    }
+
+    // The service's address in the AV (inserted once; LRU eviction of
+    // entries no receive is using: give_peer when done).
     Result<fi_addr_t> peer(const std::string& addr) {
+        std::lock_guard<std::mutex> lk(mu_);
         auto it = av_.find(addr);
         if (it != av_.end()) {
             lru_.splice(lru_.begin(), lru_, it->second);
-            return it->second->second;
+            ++it->second->second.users;
+            return it->second->second.fa;
         }
         // fi_av_insert reads an address of our format's length, whatever
         // the blob's: one of another length or family never gets there.
@@ -93,15 +317,23 @@ class OfiConsumer {
         fi_addr_t fa = FI_ADDR_UNSPEC;
         int n = fi_av_insert(ep_->av(), addr.data(), 1, &fa, 0, nullptr);
         if (n != 1) return ofi::fi_error(DYAD_RC_BADFETCH, "fi_av_insert of the service", n);
-        lru_.emplace_front(addr, fa);
+        lru_.emplace_front(addr, AvEntry{fa, 1});
         av_[addr] = lru_.begin();
-        while (lru_.size() > kAvCacheSize) {
-            auto& old = lru_.back();
-            fi_av_remove(ep_->av(), &old.second, 1, 0);
-            av_.erase(old.first);
-            lru_.pop_back();
+        // Entries in use stay (at most one per receive, themselves bounded
+        // by the windows).
+        for (auto old = lru_.end(); lru_.size() > kAvCacheSize && old != lru_.begin();) {
+            --old;
+            if (old->second.users > 0) continue;
+            fi_av_remove(ep_->av(), &old->second.fa, 1, 0);
+            av_.erase(old->first);
+            old = lru_.erase(old);
         }
         return fa;
+    }
+    void give_peer(const std::string& addr) {
+        std::lock_guard<std::mutex> lk(mu_);
+        auto it = av_.find(addr);
+        if (it != av_.end() && it->second->second.users > 0) --it->second->second.users;
     }
 
   private:
@@ -128,14 +360,33 @@ class OfiConsumer {
         if (scheme != std::string::npos) name.erase(0, scheme + 3);
         names.emplace_back(::getpid(), name);
     }
+    // Under mu_ (hands a completion to its read's receive, if live).
+    void hand(void* op, int err) {
+        auto it = live_.find(op);
+        if (it != live_.end()) it->second->done.push_back(Done{op, err});
+    }
+
     std::unique_ptr<ofi::Endpoint> ep_;
     static constexpr size_t kWindow = kDepth * kOfiChunk;
-    char* window_ = nullptr;
-    ofi::Region region_;
-    std::mutex mu_;
-    bool poisoned_ = false;
-    std::list<std::pair<std::string, fi_addr_t>> lru_;
-    std::unordered_map<std::string, std::list<std::pair<std::string, fi_addr_t>>::iterator> av_;
+    struct Window {
+        char* mem = nullptr;
+        ofi::Region region;
+        bool busy = false;
+    };
+    std::mutex mu_;               // everything below
+    std::deque<Window> windows_;  // never shrinks: addresses stay valid
+    std::condition_variable window_cv_;
+    uint64_t window_waits_ = 0;
+    std::unordered_map<void*, Inbox*> live_;  // reads of live receives
+    bool polling_ = false;                    // a thread is reading the CQ
+    std::condition_variable poll_cv_;
+    std::atomic<bool> poisoned_{false};
+    struct AvEntry {
+        fi_addr_t fa;
+        int users;
+    };
+    std::list<std::pair<std::string, AvEntry>> lru_;
+    std::unordered_map<std::string, std::list<std::pair<std::string, AvEntry>>::iterator> av_;
 };
 
 // The destination file, for the reads to land in directly (no copy through
@@ -196,8 +447,26 @@ struct ReadOp {
 // file) and acknowledges it once handed over.
 class ReadMover : public ChunkMover {
   public:
-    ReadMover(OfiConsumer& c, FetchChannel& ch, fi_addr_t peer, Placement& place)
-        : c_(c), ch_(ch), peer_(peer), place_(place), ops_(static_cast<size_t>(kDepth)) {}
+    ReadMover(OfiConsumer& c, FetchChannel& ch, fi_addr_t peer, Placement& place, void* desc,
+              bool& uncancelled)
+        : c_(c),
+          ch_(ch),
+          peer_(peer),
+          place_(place),
+          desc_(desc),
+          uncancelled_(uncancelled),
+          ops_(new std::vector<ReadOp>(static_cast<size_t>(kDepth))) {
+        for (auto& op : *ops_) c_.attach(&op.ctx, &inbox_);
+    }
+    ~ReadMover() override {
+        for (auto& op : *ops_) c_.detach(&op.ctx);
+        // Reads that could not be cancelled may still complete: their
+        // contexts stay allocated (never reused by a later read, whose
+        // completion could be mistaken for theirs).
+        if (!uncancelled_) delete ops_;
+    }
+    ReadMover(const ReadMover&) = delete;
+    ReadMover& operator=(const ReadMover&) = delete;
 
     // Takes the next descriptor: blocks for one when nothing is in flight
     // (`must`), otherwise only one already here.
@@ -214,7 +483,7 @@ class ReadMover : public ChunkMover {
         if (d.seq != s.seq || d.len != s.len)
             return Status(DYAD_RC_BADFETCH, "out-of-order OFI descriptor", EPROTO);
         w.progressed();
-        ReadOp& op = ops_[s.index];
+        ReadOp& op = (*ops_)[s.index];
         op = ReadOp();
         op.w = &w;
         op.slot = &s;
@@ -238,7 +507,7 @@ class ReadMover : public ChunkMover {
     }
 
     Status deliver(ChunkSlot& s, Sink& sink) override {
-        ReadOp& op = ops_[s.index];
+        ReadOp& op = (*ops_)[s.index];
         c_.ep().release(op.mr);
         Status st = op.mapped ? sink.placed(s.buf, s.got) : sink.write(s.buf, s.got);
         release(op);
@@ -248,7 +517,7 @@ class ReadMover : public ChunkMover {
     Result<nlohmann::json> end(ReceiveWindow&) override { return ch_.end(kWhat); }
 
     void cancel(ChunkSlot& s) override {
-        ReadOp& op = ops_[s.index];
+        ReadOp& op = (*ops_)[s.index];
         if (op.posted) fi_cancel(&c_.ep().ep()->fid, &op.ctx);
     }
     void settle() override { (void)drain(50); }  // already failing: only completions matter
@@ -258,10 +527,11 @@ class ReadMover : public ChunkMover {
     void cancelled(ReceiveWindow& w, bool clean) override {
         if (!clean) {
             DYAD_WARN(kSub, "OFI reads could not be cancelled; this endpoint is retired");
+            uncancelled_ = true;
             c_.poison();
             return;
         }
-        for (auto& s : w.slots()) release(ops_[s.index]);
+        for (auto& s : w.slots()) release((*ops_)[s.index]);
     }
 
   private:
@@ -307,8 +577,8 @@ class ReadMover : public ChunkMover {
         for (;;) {
             Status up = service_gone();
             if (!up) return up;
-            ssize_t ret = fi_read(c_.ep().ep(), s.buf, s.len, op.mr.mr ? op.mr.desc : c_.desc(),
-                                  peer_, raddr, key, &op.ctx);
+            ssize_t ret = fi_read(c_.ep().ep(), s.buf, s.len, op.mr.mr ? op.mr.desc : desc_, peer_,
+                                  raddr, key, &op.ctx);
             if (ret == 0) {
                 op.posted = true;
                 return Status::ok();
@@ -330,31 +600,16 @@ class ReadMover : public ChunkMover {
             op.slot->len);
     }
 
-    // Reads completions without waiting (timeout_ms 0) or waits for one.
+    // Applies this receive's completions (read from the CQ by whichever
+    // thread polls it), without waiting (timeout_ms 0) or waiting for some.
     Status drain(int timeout_ms) {
-        fi_cq_entry e[8];
-        // Read (which also drives progress); when there is nothing, sleep
-        // on the CQ's fd rather than in fi_cq_sread, which for tcp;ofi_rxm
-        // polls the provider in a loop and keeps a core busy.
-        ssize_t n = fi_cq_read(c_.ep().cq(), e, 8);
-        if (n == -FI_EAGAIN && timeout_ms > 0 && c_.ep().can_wait()) {
-            c_.ep().sleep(timeout_ms);
-            n = fi_cq_read(c_.ep().cq(), e, 8);
+        Status st = c_.poll(inbox_, timeout_ms, got_);
+        for (const auto& d : got_) {
+            completed(*static_cast<ReadOp*>(d.op), d.err);
+            ++completed_;
         }
-        if (n == -FI_EAGAIN) return Status::ok();
-        if (n == -FI_EAVAIL) {
-            fi_cq_err_entry ee;
-            std::memset(&ee, 0, sizeof ee);
-            if (fi_cq_readerr(c_.ep().cq(), &ee, 0) == 1 && ee.op_context) {
-                completed(*static_cast<ReadOp*>(ee.op_context), ee.err ? ee.err : FI_EIO);
-                ++completed_;
-            }
-            return Status::ok();
-        }
-        if (n < 0) return ofi::fi_error(DYAD_RC_BADFETCH, "fi_cq_read", n);
-        for (ssize_t i = 0; i < n; ++i) completed(*static_cast<ReadOp*>(e[i].op_context), 0);
-        completed_ += static_cast<size_t>(n);
-        return Status::ok();
+        got_.clear();
+        return st;
     }
 
     Status wait_completion(const Deadline& d) {
@@ -378,19 +633,25 @@ class ReadMover : public ChunkMover {
     FetchChannel& ch_;
     fi_addr_t peer_;
     Placement& place_;
-    std::vector<ReadOp> ops_;  // by slot
-    size_t completed_ = 0;     // completions seen, successful or not
+    void* desc_;                // the read window's descriptor
+    bool& uncancelled_;         // reads were left out: the window and contexts stay
+    std::vector<ReadOp>* ops_;  // by slot
+    OfiConsumer::Inbox inbox_;
+    std::vector<OfiConsumer::Done> got_;
+    size_t completed_ = 0;  // completions seen, successful or not
 };
 
 class OfiReceiver : public Receiver {
   public:
-    OfiReceiver(OfiConsumer* c, OfiOptions o)
-        : c_(c), opts_(std::move(o)), attrs_(ofi_attributes(opts_, false)) {}
+    explicit OfiReceiver(OfiOptions o)
+        : opts_(std::move(o)), attrs_(ofi_attributes(opts_, false)) {}
+    ~OfiReceiver() override { ReceiveTokens::get().give(); }
+    OfiReceiver(const OfiReceiver&) = delete;
+    OfiReceiver& operator=(const OfiReceiver&) = delete;
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json describe() override { return proto::OfiRequest{opts_.proto}.build(); }
 
     Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
-        std::lock_guard<std::mutex> lk(c_->mutex());
         auto f = ch.first(kWhat);
         if (!f) return f.status();
         auto start = proto::OfiStart::parse(f->meta);
@@ -406,30 +667,50 @@ class OfiReceiver : public Receiver {
         auto addr = base64_decode(start->address);
         if (!addr || addr->empty())
             return Status(DYAD_RC_BADRPC, "OFI fetch without the service's address", EPROTO);
-        auto peer = c_->peer(std::string(addr->begin(), addr->end()));
+        std::string service(addr->begin(), addr->end());
+        // The endpoint that reaches the service's address.
+        auto c = OfiConsumer::instance(opts_.proto, source_towards(service));
+        if (!c) return c.status();
+        OfiConsumer* cons = c.value();
+        auto peer = cons->peer(service);
         if (!peer) return peer.status();
+        auto win = cons->take_window(Deadline::after(ch.idle_s()));
+        if (!win) {
+            cons->give_peer(service);
+            return win.status();
+        }
+        bool uncancelled = false;
+        auto r = receive_with(ch, sink, *start, *cons, peer.value(), win.value(), uncancelled);
+        cons->give_peer(service);
+        // A window that reads may still land in is never handed out again.
+        if (!uncancelled) cons->give_window(win.value());
+        return r;
+    }
+
+  private:
+    Result<nlohmann::json> receive_with(FetchChannel& ch, Sink& sink, const proto::OfiStart& start,
+                                        OfiConsumer& c, fi_addr_t peer, int window,
+                                        bool& uncancelled) {
         Placement place;
         if (sink.can_place()) {
-            auto ok = place.open(opts_.placement, sink.fd(), start->start.size);
+            auto ok = place.open(opts_.placement, sink.fd(), start.start.size);
             if (!ok) return ok.status();
         }
         WindowShape shape;
-        shape.size = start->start.size;
+        shape.size = start.start.size;
         shape.chunk = kOfiChunk;
         shape.slots = shape.depth = static_cast<size_t>(kDepth);
-        shape.memory = place ? nullptr : c_->slot(0);
+        shape.memory = place ? nullptr : c.window(window);
         shape.idle_s = ch.idle_s();
         shape.what = kWhat;
         ReceiveWindow w(shape);
-        ReadMover reads(*c_, ch, peer.value(), place);
+        ReadMover reads(c, ch, peer, place, c.window_desc(window), uncancelled);
         auto r = w.run(reads, sink);
         // Nothing was placed: the file goes back to empty.
         if (!r && place && w.received() == 0) place.undo();
         return r;
     }
 
-  private:
-    OfiConsumer* c_;
     OfiOptions opts_;
     Attributes attrs_;
 };
@@ -437,13 +718,21 @@ class OfiReceiver : public Receiver {
 }  // namespace
 
 Result<std::unique_ptr<Receiver>> make_receiver(const OfiOptions& o) {
-    auto c = OfiConsumer::instance(o.proto);
-    if (!c) return c.status();
-    return std::unique_ptr<Receiver>(new OfiReceiver(c.value(), o));
+    auto p = validated(o.proto);
+    if (!p) return p.status();
+    // A receive takes its token before its fetch is requested
+    // (ReceiveTokens), waiting at most the transfer deadline.
+    auto t = settings::seconds("DYAD_TRANSFER_TIMEOUT");
+    double wait_s = t && t.value() ? *t.value() : 60.0;
+    Status st = ReceiveTokens::get().take(Deadline::after(wait_s));
+    if (!st) return st;
+    return std::unique_ptr<Receiver>(new OfiReceiver(o));
 }
 
+// Loads libfabric and its providers (the first fi_getinfo of the process)
+// before the first fetch; endpoints are opened per service address family.
 Status warmup(const OfiOptions& o) {
-    return OfiConsumer::instance(o.proto).status();
+    return validated(o.proto).status();
 }
 
 }  // namespace dyad::dtl::ofi

@@ -360,6 +360,12 @@ class OfiSender : public Sender {
         asio::post(pool, [weak, &io, name, key, node, strict, no_thread = no_thread_,
                           job = std::move(job), done = std::move(done)]() mutable {
             Result<std::shared_ptr<ServedProtocol>> sp = Status::ok();
+            // One open at a time: first fetches arriving together opened
+            // endpoints on two pool threads at once, and libfabric 1.17's shm
+            // then failed one of them in fi_enable (EBUSY; seen once in
+            // test_consumers_contending_for_one_buffer_each_finish[ofi+shm]).
+            static std::mutex opening;
+            std::lock_guard<std::mutex> one(opening);
             auto p = ofi::validate_protocol(name);
             if (!p)
                 sp = p.status();

@@ -23,6 +23,9 @@ constexpr size_t kOfiChunk = 1u << 20;
 constexpr int kDepth = 4;            // descriptors out per transfer
 constexpr size_t kPoolBuffers = 16;  // registered chunk buffers per protocol (service)
 constexpr size_t kAvCacheSize = 64;  // service addresses kept per consumer endpoint
+// Read windows (kDepth chunks each) per consumer process and protocol: at
+// most this many receives run at once; more wait for one.
+constexpr size_t kMaxWindows = 16;
 
 // `probe` lists the protocols that work here (libfabric's first fi_getinfo
 // in a process loads every provider: only `dyad config` pays for it).

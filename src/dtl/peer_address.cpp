@@ -239,7 +239,7 @@ Status check_ofi_peer_address(const std::string& peer, const std::string& own, b
             return Status(DYAD_RC_BADRPC,
                           "the service's libfabric address has " + std::to_string(peer.size()) +
                               " bytes: service and consumer must use the same provider "
-                              "(DYAD_OFI_PROTO)",
+                              "(DYAD_MARGO_PROTO; the service uses the one the consumer asks for)",
                           EPROTO);
         return Status::ok();
     }
@@ -247,7 +247,8 @@ Status check_ofi_peer_address(const std::string& peer, const std::string& own, b
         return Status(DYAD_RC_BADRPC,
                       "the service's libfabric address has " + std::to_string(peer.size()) +
                           " bytes where this provider's have " + std::to_string(own.size()) +
-                          ": service and consumer must use the same provider (DYAD_OFI_PROTO)",
+                          ": service and consumer must use the same provider (DYAD_MARGO_PROTO; "
+                          "the service uses the one the consumer asks for)",
                       EPROTO);
     if (sockaddr && own.size() >= 2 && std::memcmp(peer.data(), own.data(), 2) != 0)
         return Status(DYAD_RC_BADRPC,

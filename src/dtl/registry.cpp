@@ -236,7 +236,7 @@ const std::vector<Backend>& backends() {
         add(ucx_backend(), Kind::ucx, 1);
 #endif
 #ifdef DYAD_ENABLE_OFI
-        add(ofi_backend(), Kind::ofi, 3).serialised_per_process = true;
+        add(ofi_backend(), Kind::ofi, 3);
 #endif
         // The consumer reached the owner over TCP, where the open file
         // cannot be passed (local.cpp).

@@ -2,10 +2,12 @@
 """The transport conformance cases for DYAD_DTL_MODE=MARGO (libfabric pull),
 once per protocol. A protocol whose provider fi_info does not list here is
 skipped with its name; nothing else is."""
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -193,3 +195,111 @@ def test_no_room_for_the_file_is_a_clear_error():
                 assert os.listdir(cons.path("tiny")) == [], os.listdir(cons.path("tiny"))
             assert_serving = cons.dyad("--json", "service", "status")
             assert assert_serving.returncode == 0
+
+
+CONCURRENT_CONSUMER = r"""
+import json, os, sys, threading
+sys.path.insert(0, os.environ["PYDYAD_DIR"])
+from pydyad import Dyad
+d = Dyad(); d.init_env()
+root = os.environ["DYAD_PATH_CONSUMER"]
+threads, per = int(sys.argv[1]), int(sys.argv[2])
+errors = {}
+def run(t):
+    names = [os.path.join(root, f"mt/t{t}/f{i:02d}.bin") for i in range(per)]
+    errs = d.consume_many(names, window=4, raise_errors=False)
+    errors[t] = [None if e is None else f"{e.rc_name} {e.path}: {e.message}" for e in errs]
+ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(json.dumps(errors))
+"""
+
+
+def test_threads_consume_many_concurrently(ocluster):
+    """Six threads of one process, each consume_many with a window of 4,
+    all over MARGO at once: every file arrives byte-identical and the
+    owner's registered pool stays within its bound. The consumer process
+    shares one libfabric endpoint (its CQ, AV and read windows) between the
+    threads. Before, receives were serialised per process; without that
+    lock, a receive waiting for the consumer's one read window kept its
+    transfer's pool buffers on the owner while the receive holding the
+    window waited for a buffer: fetches stalled until their deadline."""
+    prod, cons = ocluster[0], ocluster[1]
+    threads, per = 6, 8  # 24 receives at once: more than the 16 a process runs (the rest wait)
+    sizes = {}
+    for t in range(threads):
+        for i in range(per):
+            n = f"mt/t{t}/f{i:02d}.bin"
+            # Small files, a chunk and a bit, and files longer than a window.
+            sizes[n] = [1000 + i, (1 << 20) + 7 * i, (5 << 20) + 12345 + i][i % 3]
+            harness.write_file(prod.path(n), sizes[n], seed=t * 100 + i)
+    prod.dyad("produce", *[prod.path(n) for n in sizes])
+    env = cons.env(**ofi(DYAD_WAIT_TIMEOUT=30))
+    env.update(harness.sanitizer_runtime_env(os.path.join(harness.BUILD, "lib", "libdyad.so")))
+    env["DYAD_LIBRARY"] = os.path.join(harness.BUILD, "lib", "libdyad.so")
+    env["PYDYAD_DIR"] = os.path.join(harness.ROOT, "python")
+    p = subprocess.run(cons.prefix + [sys.executable, "-c", CONCURRENT_CONSUMER, str(threads), str(per)],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr
+    errors = json.loads(p.stdout.strip().splitlines()[-1])
+    failed = [e for errs in errors.values() for e in errs if e]
+    assert not failed, failed
+    for n in sizes:
+        assert sha(cons.path(n)) == sha(prod.path(n)), n
+    st = prod.status()["counters"]["per_transport"]["MARGO"]
+    assert st["served"] == len(sizes)
+    for pool in st["transport"]["protocols"].values():
+        assert 1 <= pool["pool_buffers"] <= 16, pool
+
+
+def _add_interfaces(ns, host):
+    """Makes the namespace `ns` look like a busy node: its eth0 gets an
+    unrelated primary IPv4 address (its own becomes secondary) and an IPv6
+    one, plus a bridge and a veth pair with IPv4 and IPv6 addresses."""
+    def ip(*args):
+        subprocess.run(["ip", "-n", ns, *args], check=True, capture_output=True, text=True)
+    ip("addr", "flush", "dev", "eth0")
+    ip("addr", "add", "192.0.2.2/24", "dev", "eth0")
+    ip("addr", "add", f"{host}/24", "dev", "eth0")
+    ip("addr", "add", "fd13::2/64", "dev", "eth0", "nodad")
+    ip("link", "add", "dybr0", "type", "bridge")
+    ip("addr", "add", "172.31.213.1/24", "dev", "dybr0")
+    ip("addr", "add", "fd31::1/64", "dev", "dybr0", "nodad")
+    ip("link", "set", "dybr0", "up")
+    ip("link", "add", "dyvx0", "type", "veth", "peer", "name", "dyvx1")
+    ip("addr", "add", "198.51.100.2/24", "dev", "dyvx0")
+    ip("addr", "add", "fd77::2/64", "dev", "dyvx0", "nodad")
+    ip("link", "set", "dyvx0", "up")
+    ip("link", "set", "dyvx1", "up")
+
+
+def test_consumer_reaches_the_service_whatever_its_interfaces():
+    """Producer and consumer in network namespaces; the consumer's node has
+    a bridge, a veth pair, IPv6 beside IPv4 and an unrelated primary address
+    on the interface that reaches the producer. The consumer's libfabric
+    endpoint must take its source from the route to the service's advertised
+    address. Before, the provider's first choice was used (another family or
+    another address: "has 16 bytes where this provider's have 28", or reads
+    that never completed: "fi_read queue stayed full"). ofi+tcp only: the
+    sockets provider connects from whatever source the kernel picks."""
+    proto = "ofi+tcp"
+    skip_unless_available(proto)
+    c = harness.Cluster(nodes=2, netns=True, env={"DYAD_MARGO_PROTO": proto})
+    try:
+        if c.mode != "netns":
+            pytest.skip("network namespaces cannot be made here")
+        prod, cons = c[0], c[1]
+        _add_interfaces(c.net.namespaces["n1"], cons.host)
+        names = [f"if/f{i}.bin" for i in range(3)]
+        for i, n in enumerate(names):
+            harness.write_file(prod.path(n), [1, (1 << 20) + 1, (6 << 20) + 3][i], seed=i)
+        prod.dyad("produce", *[prod.path(n) for n in names])
+        p = cons.dyad("--json", "consume", *[cons.path(n) for n in names], check=False, timeout=120,
+                      env_extra=ofi(DYAD_TRANSFER_TIMEOUT=10))
+        assert p.returncode == 0, p.stderr
+        assert [json.loads(l)["transport"] for l in p.stdout.splitlines()] == ["MARGO"] * len(names)
+        for n in names:
+            assert sha(cons.path(n)) == sha(prod.path(n)), n
+    finally:
+        c.cleanup()

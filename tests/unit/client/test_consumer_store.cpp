@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,6 +40,7 @@ class FaultyFs : public FileSystem {
     int fail_rename = 0;                 // errno for rename
     int fail_mkostemp = 0;
     size_t written = 0;
+    size_t largest_write = 0;  // the largest n write() was called with
 
     int mkostempat(int dirfd, char* tmpl, int flags) override {
         if (fail_mkostemp) {
@@ -51,6 +54,7 @@ class FaultyFs : public FileSystem {
             errno = ENOSPC;
             return -1;
         }
+        largest_write = std::max(largest_write, n);
         n = std::min(n, fail_write_after - written);
         if (short_writes) n = std::min(n, short_writes);
         ssize_t w = FileSystem::write(fd, p, n);
@@ -515,6 +519,102 @@ TEST(ConsumerStore, ProgressIsReportedOnTheFirstBytesThenAtMostPerInterval) {
     ASSERT_TRUE(st.value()->sink().write("ef", 2).is_ok());
     ASSERT_TRUE(st.value()->sink().write("gh", 2).is_ok());
     EXPECT_EQ(seen, (std::vector<uint64_t>{4, 22, 24}));
+}
+
+// ---- the size of each write(2) (docs/design.md, "The 512 MiB tail") ----
+
+namespace {
+
+std::string pattern(size_t n) {
+    std::string s(n, '\0');
+    for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 7919 + i / 4096) & 0xff);
+    return s;
+}
+
+// The largest page-cache folio (in bytes) holding the first `n` bytes of the
+// file at `path`, read from /proc/self/pagemap and /proc/kpageflags (a head
+// page and its tail pages); 0 where the kernel does not tell (not root, no
+// /proc/kpageflags).
+size_t largest_folio(const std::string& path, size_t n) {
+    constexpr uint64_t kTail = 1ull << 16, kPresent = 1ull << 63;  // KPF_COMPOUND_TAIL
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int pm = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    int kf = ::open("/proc/kpageflags", O_RDONLY | O_CLOEXEC);
+    size_t largest = 0, run = 0;
+    void* m = fd >= 0 ? ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (m != MAP_FAILED && pm >= 0 && kf >= 0) {
+        const auto* c = static_cast<const volatile char*>(m);
+        for (size_t off = 0; off < n; off += page) {
+            (void)c[off];  // maps the page
+            uint64_t e = 0, flags = 0;
+            auto at = static_cast<off_t>((reinterpret_cast<uintptr_t>(m) + off) / page * 8);
+            if (::pread(pm, &e, 8, at) != 8 || !(e & kPresent)) break;
+            uint64_t pfn = e & ((1ull << 55) - 1);
+            if (pfn == 0) break;  // PFNs hidden: not root
+            if (::pread(kf, &flags, 8, static_cast<off_t>(pfn * 8)) != 8) break;
+            run = (flags & kTail) ? run + page : page;  // a head or a page of its own starts one
+            largest = std::max(largest, run);
+        }
+    }
+    if (m != MAP_FAILED) ::munmap(m, n);
+    for (int f : {fd, pm, kf})
+        if (f >= 0) ::close(f);
+    return largest;
+}
+
+}  // namespace
+
+TEST(ConsumerStore, ChunksAreWrittenInPiecesOfAtMostTheWritePiece) {
+    Dir d;
+    FaultyFs fs;
+    ConsumerStore store(d.path, fs, false);
+    const std::string content = pattern((4u << 20) + 12345);
+    Record rec = record_of("big", content);
+    // Chunks of 1 MiB as the stream and UCX receivers hand them over.
+    ASSERT_TRUE(install(store, "big", content, trailer_of(content), rec, 1u << 20).is_ok());
+    EXPECT_EQ(slurp(d.path + "/big"), content);
+    EXPECT_LE(fs.largest_write, client::kWritePiece);
+    // A whole file of a fetch_many batch, the same.
+    fs.largest_write = 0;
+    const std::string small = pattern(1u << 20);
+    auto r =
+        store.install_whole("w", record_of("w", small), sent_of(small), small.data(), small.size());
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    if (r.value()) {
+        EXPECT_EQ(slurp(d.path + "/w"), small);
+        EXPECT_LE(fs.largest_write, client::kWritePiece);
+    }
+}
+
+// The point of the pieces, on the real kernel: where one large write(2)
+// takes a large page-cache folio (ext4 with large folios, Linux >= 6.x), the
+// copy written through the sink has none larger than kWritePiece. Skipped
+// where the kernel does not show folios (not root) or the file system makes
+// no large folios.
+TEST(ConsumerStore, ACopyHasNoPageCacheFolioLargerThanTheWritePiece) {
+    Dir d;
+    const size_t n = 8u << 20;
+    const std::string content = pattern(n);
+    const std::string control = d.path + "/control";
+    {
+        int fd = ::open(control.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        ASSERT_GE(fd, 0);
+        for (size_t off = 0; off < n; off += 1u << 20)
+            ASSERT_EQ(::write(fd, content.data() + off, 1u << 20), 1 << 20);
+        ::close(fd);
+    }
+    size_t big = largest_folio(control, n);
+    if (big == 0) GTEST_SKIP() << "/proc/kpageflags does not show page-cache folios here (root?)";
+    if (big <= client::kWritePiece)
+        GTEST_SKIP() << "1 MiB writes make no folio above " << client::kWritePiece
+                     << " bytes on this file system (largest " << big << ")";
+    ConsumerStore store(d.path, FileSystem::real(), false);
+    Record rec = record_of("copy", content);
+    ASSERT_TRUE(install(store, "copy", content, trailer_of(content), rec, 1u << 20).is_ok());
+    size_t got = largest_folio(d.path + "/copy", n);
+    EXPECT_GT(got, 0u);
+    EXPECT_LE(got, client::kWritePiece) << "1 MiB writes made folios of " << big << " bytes";
 }
 
 // ---- whole small files (dyad.fetch_many): unnamed file, linked into place ----
