@@ -233,7 +233,7 @@ const std::vector<Backend>& backends() {
         };
         add(stream_backend(), Kind::stream, 2).universal = true;
 #ifdef DYAD_ENABLE_UCX
-        add(ucx_backend(), Kind::ucx, 1).serialised_per_process = true;
+        add(ucx_backend(), Kind::ucx, 1);
 #endif
 #ifdef DYAD_ENABLE_OFI
         add(ofi_backend(), Kind::ofi, 3);

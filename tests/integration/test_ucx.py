@@ -4,6 +4,8 @@ this machine's UCX offers (tcp; shared memory). A transport UCX lacks here is
 skipped with its name; nothing else is."""
 import os
 import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -102,6 +104,61 @@ def test_forced_protocol(ucluster, proto):
         assert sha(cons.path(n)) == sha(prod.path(n)), n
     t = prod.status()["counters"]["per_transport"]["UCX"]["transport"]
     assert t[f"{proto}_transfers"] == len(sizes)
+
+
+# Sizes for the concurrency test: single messages, several chunks of a
+# window, and files larger than a whole small window.
+CONCURRENT_SIZES = [64 << 10, 1, (1 << 20) + 3, (5 << 20) + 7, (9 << 20) + 1, 64 << 10]
+
+
+def test_concurrent_threads_in_one_process(ucluster):
+    """Many threads x many files over UCX in one process, every file checked
+    byte for byte: four threads each run consume_many (a window of 8 files
+    in flight) while two more call consume file by file, all on one Dyad
+    context. Before the UCX receivers were made safe for concurrent use this
+    delivered corrupted files (docs/design.md, "UCX concurrency")."""
+    prod, cons = ucluster[0], ucluster[1]
+    groups = {}
+    for g in range(6):
+        names = [f"cc/g{g}/f{i}.bin" for i in range(12)]
+        for i, n in enumerate(names):
+            size = CONCURRENT_SIZES[i % len(CONCURRENT_SIZES)]
+            harness.write_file(prod.path(n), size, seed=1000 * g + i)
+        groups[g] = names
+    prod.dyad("produce", *[prod.path(n) for names in groups.values() for n in names])
+    code = textwrap.dedent(f"""
+        import sys, threading
+        sys.path.insert(0, {os.path.join(harness.ROOT, 'python')!r})
+        from pydyad import Dyad
+        d = Dyad(); d.init_env()
+        groups = {[[cons.path(n) for n in names] for names in groups.values()]!r}
+        errors = []
+        def many(files):
+            try:
+                d.consume_many(files, window=8)
+            except Exception as e:
+                errors.append(repr(e))
+        def one_by_one(files):
+            try:
+                for f in files:
+                    d.consume(f)
+            except Exception as e:
+                errors.append(repr(e))
+        ts = [threading.Thread(target=many if g < 4 else one_by_one, args=(files,))
+              for g, files in enumerate(groups)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        print("errors:", errors, flush=True)
+        sys.exit(1 if errors else 0)
+    """)
+    env = cons.env(DYAD_LIBRARY=os.path.join(harness.BUILD, "lib", "libdyad.so"),
+                   **ucx(DYAD_UCX_WINDOW=8 << 20))
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, (p.stdout, p.stderr[-3000:])
+    for names in groups.values():
+        for n in names:
+            assert sha(cons.path(n)) == sha(prod.path(n)), n
 
 
 def test_put_without_direct_mapping():

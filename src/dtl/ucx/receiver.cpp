@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The UCX transport, consumer side: one process-wide UCP context and
-// worker with the wakeup feature; a bounded registered receive window
-// (DYAD_UCX_WINDOW, default 64 MiB) cut into chunk slots, run by the
-// consumer's chunk window (receive_window.hpp). Receives are posted ahead
+// The UCX transport, consumer side: one process-wide UCP context with the
+// wakeup feature and up to kUcxLanes lanes, each a worker and a bounded
+// registered receive window (DYAD_UCX_WINDOW, default 64 MiB, for the
+// first) held by one fetch at a time, so fetches run in parallel; the
+// window is cut into chunk slots, run by the consumer's chunk window
+// (receive_window.hpp). Receives are posted ahead
 // into free slots and completed in order (tag mode), or the service puts
 // into the slots and says so on the fetch channel (put mode). Waiting is
 // event-driven: poll() on the worker's event fd and the fetch channel
@@ -13,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 
@@ -28,6 +31,24 @@
 namespace dyad::dtl::ucx {
 namespace {
 
+// One receive at a time: a worker on the process's UCP context and a
+// registered window whose remote key is packed once (producers put into
+// it). A lane is leased by one fetch from its receiver's creation to its
+// end, so its worker is only ever progressed by that fetch's thread and
+// only that fetch's chunks land in its window.
+struct Lane {
+    std::unique_ptr<Worker> worker;
+    ucp_mem_h mem = nullptr;
+    char* window = nullptr;
+    size_t window_size = 0;
+    std::string address_b64;
+    std::string rkey_b64;
+    bool busy = false;
+};
+
+// The consumer's UCX state, per process: one UCP context, lanes made on
+// demand up to kUcxLanes (receives beyond that wait for a lane to come
+// back; every holder is a fetch bounded by its own deadlines).
 class UcxConsumer {
   public:
     static Result<UcxConsumer*> instance() {
@@ -47,67 +68,99 @@ class UcxConsumer {
         return made;
     }
 
-    std::mutex& mutex() { return mu_; }
-    Worker& worker() { return *worker_; }
-    char* window() { return window_; }
-    size_t window_size() const { return window_size_; }
+    // A free lane for one fetch: the first free in the order they were
+    // made (so a process that runs few fetches at once keeps to few lanes,
+    // and the service to few endpoints), a new one while fewer than
+    // kUcxLanes exist, or the first to come back.
+    Result<Lane*> acquire() {
+        std::unique_lock<std::mutex> lk(mu_);
+        for (;;) {
+            for (auto& l : lanes_)
+                if (!l->busy) {
+                    l->busy = true;
+                    return l.get();
+                }
+            if (lanes_.size() < kUcxLanes) {
+                // Later lanes get a window of kUcxDepth chunks at most: the
+                // service keeps that many in flight; a process running many
+                // fetches at once does not map many full windows.
+                auto l = make_lane(Worker::sibling(*lanes_.front()->worker),
+                                   std::min<uint64_t>(opts_.window, kUcxDepth * kUcxChunk));
+                if (!l) return l.status();
+                l.value()->busy = true;
+                lanes_.push_back(std::move(l.value()));
+                return lanes_.back().get();
+            }
+            freed_.wait(lk);
+        }
+    }
+    void release(Lane* l) {
+        {
+            std::lock_guard<std::mutex> lk(mu_);
+            l->busy = false;
+        }
+        freed_.notify_one();
+    }
+
     uint64_t next_tag() { return (static_cast<uint64_t>(::getpid()) << 32) | ++counter_; }
     const std::string& identity() const { return identity_; }
-    const std::string& rkey_b64() const { return rkey_b64_; }
     const std::string& proto() const { return opts_.proto; }
     const WriteBehindOption& write_behind() const { return opts_.write_behind; }
 
   private:
-    UcxConsumer(UcxConsumerOptions o, std::unique_ptr<Worker> w, ucp_mem_h mem, char* win,
-                size_t len, std::string rkey_b64)
-        : opts_(std::move(o)),
-          worker_(std::move(w)),
-          mem_(mem),
-          window_(win),
-          window_size_(len),
-          identity_(process_identity()),
-          rkey_b64_(std::move(rkey_b64)) {}
+    UcxConsumer(UcxConsumerOptions o, std::unique_ptr<Lane> first)
+        : opts_(std::move(o)), identity_(process_identity()) {
+        lanes_.push_back(std::move(first));
+    }
 
-    // The worker and its registered window, whose remote key is packed once
-    // (producers put into it).
+    // The context with its first lane (a window of DYAD_UCX_WINDOW).
     static Result<UcxConsumer*> create() {
         auto o = UcxConsumerOptions::from_settings();
         if (!o) return o.status();
-        auto w = Worker::create();
+        WorkerOptions wo;
+        wo.shared_context = true;
+        auto l = make_lane(Worker::create(wo), o->window);
+        if (!l) return l.status();
+        return new UcxConsumer(std::move(o.value()), std::move(l.value()));
+    }
+
+    static Result<std::unique_ptr<Lane>> make_lane(Result<std::unique_ptr<Worker>> w,
+                                                   uint64_t window) {
         if (!w) return w.status();
+        auto l = std::make_unique<Lane>();
+        l->worker = std::move(w.value());
+        ucp_context_h ctx = l->worker->context();
         ucp_mem_map_params_t mp;
         std::memset(&mp, 0, sizeof mp);
         mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-        mp.length = static_cast<size_t>(o->window);
+        mp.length = static_cast<size_t>(window);
         mp.flags = UCP_MEM_MAP_ALLOCATE;
-        ucp_mem_h mem = nullptr;
-        ucs_status_t s = ucp_mem_map(w.value()->context(), &mp, &mem);
+        ucs_status_t s = ucp_mem_map(ctx, &mp, &l->mem);
         if (s != UCS_OK)
             return ucx_error(DYAD_RC_UCXMMAP_FAIL, "ucp_mem_map of the receive window", s);
         ucp_mem_attr_t ma;
         ma.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-        ucp_mem_query(mem, &ma);
+        ucp_mem_query(l->mem, &ma);
         void* rk = nullptr;
         size_t rklen = 0;
-        s = ucp_rkey_pack(w.value()->context(), mem, &rk, &rklen);
+        s = ucp_rkey_pack(ctx, l->mem, &rk, &rklen);
         if (s != UCS_OK) {
-            ucp_mem_unmap(w.value()->context(), mem);
+            ucp_mem_unmap(ctx, l->mem);
             return ucx_error(DYAD_RC_UCXRKEY_PACK_FAILED, "ucp_rkey_pack of the receive window", s);
         }
-        std::string rkey(static_cast<const char*>(rk), rklen);
+        l->rkey_b64 = base64_encode(std::string(static_cast<const char*>(rk), rklen));
         ucp_rkey_buffer_release(rk);
-        return new UcxConsumer(std::move(o.value()), std::move(w.value()), mem,
-                               static_cast<char*>(ma.address), ma.length, base64_encode(rkey));
+        l->window = static_cast<char*>(ma.address);
+        l->window_size = ma.length;
+        l->address_b64 = base64_encode(l->worker->address());
+        return l;
     }
 
     UcxConsumerOptions opts_;
-    std::unique_ptr<Worker> worker_;
-    ucp_mem_h mem_;
-    char* window_;
-    size_t window_size_;
     std::string identity_;
-    std::string rkey_b64_;
     std::mutex mu_;
+    std::condition_variable freed_;
+    std::vector<std::unique_ptr<Lane>> lanes_;  // lanes_[0] owns the context
     std::atomic<uint32_t> counter_{0};
 };
 
@@ -115,12 +168,12 @@ class UcxConsumer {
 // and the fetch channel together, within the window's deadline. True: the
 // channel has something to read; false: UCX events only (or a wait to do
 // again); TIMEOUT ("no UCX <what> for N s") when nothing came in time.
-Result<bool> wait_ucx_or_channel(UcxConsumer& c, FetchChannel& ch, const ReceiveWindow& w,
+Result<bool> wait_ucx_or_channel(Lane& l, FetchChannel& ch, const ReceiveWindow& w,
                                  const char* what) {
-    ucs_status_t as = ucp_worker_arm(c.worker().get());
+    ucs_status_t as = ucp_worker_arm(l.worker->get());
     if (as == UCS_ERR_BUSY) return false;
     if (as != UCS_OK) return ucx_error(DYAD_RC_UCXWAIT_FAIL, "ucp_worker_arm", as);
-    struct pollfd pf[2] = {{ch.fd(), POLLIN, 0}, {c.worker().efd(), POLLIN, 0}};
+    struct pollfd pf[2] = {{ch.fd(), POLLIN, 0}, {l.worker->efd(), POLLIN, 0}};
     const bool ready = ch.buffered();
     int n = ::poll(pf, 2, ready ? 0 : w.idle().poll_ms());
     if (n < 0 && errno == EINTR) return false;
@@ -137,8 +190,8 @@ Result<bool> wait_ucx_or_channel(UcxConsumer& c, FetchChannel& ch, const Receive
 // tag; the service sends the chunks in order.
 class TagMover : public ChunkMover {
   public:
-    TagMover(UcxConsumer& c, FetchChannel& ch, uint64_t tag, size_t slots)
-        : c_(c), ch_(ch), tag_(tag), ops_(slots) {}
+    TagMover(Lane& l, FetchChannel& ch, uint64_t tag, size_t slots)
+        : l_(l), ch_(ch), tag_(tag), ops_(slots) {}
 
     Result<bool> start(ReceiveWindow& w, ChunkSlot& s, bool) override {
         free_request(s);  // (already free: handed over or cancelled)
@@ -155,7 +208,7 @@ class TagMover : public ChunkMover {
         p.cb.recv = done;
         p.user_data = &op;
         p.recv_info.tag_info = &op.info;
-        ucs_status_ptr_t r = ucp_tag_recv_nbx(c_.worker().get(), s.buf, s.len, tag_, ~0ull, &p);
+        ucs_status_ptr_t r = ucp_tag_recv_nbx(l_.worker->get(), s.buf, s.len, tag_, ~0ull, &p);
         if (UCS_PTR_IS_ERR(r))
             return ucx_error(DYAD_RC_UCXCOMM_FAIL, "ucp_tag_recv_nbx", UCS_PTR_STATUS(r));
         if (r == nullptr)  // not expected with NO_IMM_CMPL; handled anyway
@@ -166,11 +219,11 @@ class TagMover : public ChunkMover {
     }
 
     Status wait(ReceiveWindow& w) override {
-        if (c_.worker().progress()) {
+        if (l_.worker->progress()) {
             w.progressed();
             return Status::ok();
         }
-        auto spoke = wait_ucx_or_channel(c_, ch_, w, "data");
+        auto spoke = wait_ucx_or_channel(l_, ch_, w, "data");
         if (!spoke) return spoke.status();
         if (!spoke.value()) return Status::ok();
         // The service spoke: an error, or (rarely before the last chunk is
@@ -196,10 +249,10 @@ class TagMover : public ChunkMover {
     }
 
     void cancel(ChunkSlot& s) override {
-        if (ops_[s.index].req) ucp_request_cancel(c_.worker().get(), ops_[s.index].req);
+        if (ops_[s.index].req) ucp_request_cancel(l_.worker->get(), ops_[s.index].req);
     }
     // Cancelled requests complete on the next progress calls.
-    void settle() override { c_.worker().progress(); }
+    void settle() override { l_.worker->progress(); }
     double cancel_seconds() const override { return 1e9; }  // 1,000 rounds bound it
     void cancelled(ReceiveWindow& w, bool) override {
         for (auto& s : w.slots()) free_request(s);
@@ -225,7 +278,7 @@ class TagMover : public ChunkMover {
         op.req = nullptr;
     }
 
-    UcxConsumer& c_;
+    Lane& l_;
     FetchChannel& ch_;
     uint64_t tag_;
     std::vector<Op> ops_;  // by slot
@@ -237,7 +290,7 @@ class TagMover : public ChunkMover {
 // to the file goes back as a credit (an UPDATE frame).
 class PutMover : public ChunkMover {
   public:
-    PutMover(UcxConsumer& c, FetchChannel& ch) : c_(c), ch_(ch) {}
+    PutMover(Lane& l, FetchChannel& ch) : l_(l), ch_(ch) {}
 
     // Every free slot is open to the service's puts.
     Result<bool> start(ReceiveWindow&, ChunkSlot&, bool) override { return true; }
@@ -245,8 +298,8 @@ class PutMover : public ChunkMover {
     Status wait(ReceiveWindow& w) override {
         // Emulated put (forced over TCP) needs this worker's progress;
         // native put does not, and then this is one cheap call per chunk.
-        c_.worker().progress();
-        auto spoke = wait_ucx_or_channel(c_, ch_, w, "put notice");
+        l_.worker->progress();
+        auto spoke = wait_ucx_or_channel(l_, ch_, w, "put notice");
         if (!spoke) return spoke.status();
         if (!spoke.value()) return Status::ok();  // UCX events only
         w.progressed();
@@ -305,29 +358,31 @@ class PutMover : public ChunkMover {
         return Status::ok();
     }
 
-    UcxConsumer& c_;
+    Lane& l_;
     FetchChannel& ch_;
     std::optional<nlohmann::json> trailer_;
 };
 
 class UcxReceiver : public Receiver {
   public:
-    explicit UcxReceiver(UcxConsumer* c) : c_(c), attrs_(ucx_attributes()) {}
+    UcxReceiver(UcxConsumer* c, Lane* l) : c_(c), l_(l), attrs_(ucx_attributes()) {}
+    ~UcxReceiver() override { c_->release(l_); }
+    UcxReceiver(const UcxReceiver&) = delete;
+    UcxReceiver& operator=(const UcxReceiver&) = delete;
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json describe() override {
         tag_ = c_->next_tag();
         proto::UcxRequest r;
-        r.worker = base64_encode(c_->worker().address());
+        r.worker = l_->address_b64;
         r.tag = tag_;
         r.consumer = c_->identity();
         r.proto = c_->proto();
-        r.window = proto::UcxRequest::Window{reinterpret_cast<uintptr_t>(c_->window()),
-                                             c_->window_size(), c_->rkey_b64()};
+        r.window = proto::UcxRequest::Window{reinterpret_cast<uintptr_t>(l_->window),
+                                             l_->window_size, l_->rkey_b64};
         return r.build();
     }
 
     Result<nlohmann::json> receive(FetchChannel& ch, Sink& sink) override {
-        std::lock_guard<std::mutex> lk(c_->mutex());  // the worker is single-threaded
         // First answer: the size and chunk size (or an error).
         auto f = ch.first(name_of(Kind::ucx));
         if (!f) return f.status();
@@ -341,22 +396,22 @@ class UcxReceiver : public Receiver {
         size_t chunk = start->chunk.value_or(kUcxChunk);
         // Every receive lands in the window: a chunk larger than the window
         // would be written past its end.
-        if (chunk > c_->window_size())
+        if (chunk > l_->window_size)
             return Status(DYAD_RC_BADRPC,
                           "UCX chunk of " + std::to_string(chunk) + " bytes exceeds the " +
-                              std::to_string(c_->window_size()) + "-byte DYAD_UCX_WINDOW",
+                              std::to_string(l_->window_size) + "-byte DYAD_UCX_WINDOW",
                           EPROTO);
         WindowShape shape;
         shape.size = start->start.size;
         shape.chunk = chunk;
-        shape.slots = c_->window_size() / chunk;
+        shape.slots = l_->window_size / chunk;
         shape.depth = shape.slots;
-        shape.memory = c_->window();
+        shape.memory = l_->window;
         shape.idle_s = ch.idle_s();
         shape.what = name_of(Kind::ucx);
         if (start->put()) {
             ReceiveWindow w(shape);
-            PutMover put(*c_, ch);
+            PutMover put(*l_, ch);
             return w.run(put, sink);
         }
         return receive_tag(ch, sink, shape);
@@ -378,11 +433,12 @@ class UcxReceiver : public Receiver {
         shape.slots = std::min(shape.slots, kUcxTagPosted + (writer ? kUcxWriteQueued : 0));
         shape.depth = std::min(shape.slots, kUcxTagPosted);
         ReceiveWindow w(shape);
-        TagMover tag(*c_, ch, tag_, shape.slots);
+        TagMover tag(*l_, ch, tag_, shape.slots);
         return w.run(tag, sink, writer.get());
     }
 
     UcxConsumer* c_;
+    Lane* l_;  // this fetch's alone until the receiver goes
     Attributes attrs_;
     uint64_t tag_ = 0;
 };
@@ -392,7 +448,9 @@ class UcxReceiver : public Receiver {
 Result<std::unique_ptr<Receiver>> make_receiver() {
     auto c = UcxConsumer::instance();
     if (!c) return c.status();
-    return std::unique_ptr<Receiver>(new UcxReceiver(c.value()));
+    auto l = c.value()->acquire();
+    if (!l) return l.status();
+    return std::unique_ptr<Receiver>(new UcxReceiver(c.value(), l.value()));
 }
 
 Status warmup() {

@@ -8,11 +8,11 @@
 // the size, the put notices and acknowledgements (AckWindow), errors and the
 // end trailer. The consumer side is in receiver.cpp.
 //
-// Consumer: one process-wide UCP context and worker with the wakeup feature;
-// a bounded registered receive window (DYAD_UCX_WINDOW, default 64 MiB) cut
-// into chunk slots, run by the consumer's chunk window (receive_window.hpp,
-// shared with libfabric); receives are posted ahead into free slots and
-// completed in order. Waiting is event-driven: poll() on the worker's event fd and the
+// Consumer: one process-wide UCP context with the wakeup feature; per
+// concurrent fetch a lane (receiver.cpp): a worker and a bounded registered
+// receive window (DYAD_UCX_WINDOW, default 64 MiB) cut into chunk slots, run by the consumer's
+// chunk window (receive_window.hpp, shared with libfabric); receives are posted ahead into free
+// slots and completed in order. Waiting is event-driven: poll() on the worker's event fd and the
 // RPC socket together, with the inactivity deadline, so an error or the
 // service's death ends the wait at once.
 //

@@ -35,6 +35,14 @@ constexpr size_t kUcxTagPosted = kUcxDepth + 1;
 // behind, DYAD_WRITE_BEHIND) while the next receives are posted: 2 more
 // slots, 7 in all.
 constexpr size_t kUcxWriteQueued = 2;
+// Fetches a consumer process runs over UCX at once: each has its own lane
+// (worker and receive window, receiver.cpp); more wait for a lane. Few:
+// the service keeps an endpoint per consumer connection and lane, and
+// connections and lanes pair up at random. 1,000 x 64 KiB over TCP in one
+// process (DYAD_CONSUME_WINDOW 16): 16 lanes made the service create 324-365
+// endpoints (its cache holds 64), 4 lanes 15-16 (docs/design.md, "UCX
+// concurrency").
+constexpr size_t kUcxLanes = 4;
 
 inline std::string ucs_text(ucs_status_t s) {
     return ucs_status_string(s);
@@ -86,15 +94,21 @@ struct WorkerOptions {
     // DYAD_UCX_SHARED_MEMORY (service workers): UCX's shared-memory
     // transports toward consumers too.
     bool shared_memory = false;
+    // The context will also carry sibling workers used by other threads at
+    // the same time (the consumer's lanes: UCP's mt_workers_shared).
+    bool shared_context = false;
 };
 
 // A UCP context and one worker with an event fd.
 class Worker {
   public:
     static Result<std::unique_ptr<Worker>> create(const WorkerOptions& o = {});
+    // Another worker on `parent`'s context (made with shared_context), for
+    // another thread; `parent` must outlive it.
+    static Result<std::unique_ptr<Worker>> sibling(const Worker& parent);
     ~Worker() {
         if (worker_) ucp_worker_destroy(worker_);
-        if (ctx_) ucp_cleanup(ctx_);
+        if (ctx_ && owns_ctx_) ucp_cleanup(ctx_);
     }
     ucp_context_h context() const { return ctx_; }
     ucp_worker_h get() const { return worker_; }
@@ -109,7 +123,9 @@ class Worker {
 
   private:
     Worker() = default;
+    Status make_worker();
     ucp_context_h ctx_ = nullptr;
+    bool owns_ctx_ = true;
     ucp_worker_h worker_ = nullptr;
     int efd_ = -1;
     std::string address_;

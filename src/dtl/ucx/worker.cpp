@@ -200,26 +200,44 @@ Result<std::unique_ptr<Worker>> Worker::create(const WorkerOptions& o) {
     }
     ucp_params_t p;
     std::memset(&p, 0, sizeof p);
-    p.field_mask = UCP_PARAM_FIELD_FEATURES;
+    p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
     p.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    p.mt_workers_shared = o.shared_context ? 1 : 0;
     s = ucp_init(&p, cfg, &w->ctx_);
     ucp_config_release(cfg);
     if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_init", s);
+    st = w->make_worker();
+    if (!st) return st;
+    return w;
+}
+
+Result<std::unique_ptr<Worker>> Worker::sibling(const Worker& parent) {
+    std::unique_ptr<Worker> w(new Worker());
+    w->ctx_ = parent.ctx_;
+    w->owns_ctx_ = false;
+    Status st = w->make_worker();
+    if (!st) return st;
+    return w;
+}
+
+// A worker on ctx_ used by one thread at a time, with its event fd and
+// address.
+Status Worker::make_worker() {
     ucp_worker_params_t wp;
     std::memset(&wp, 0, sizeof wp);
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SINGLE;
-    s = ucp_worker_create(w->ctx_, &wp, &w->worker_);
+    ucs_status_t s = ucp_worker_create(ctx_, &wp, &worker_);
     if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_create", s);
-    s = ucp_worker_get_efd(w->worker_, &w->efd_);
+    s = ucp_worker_get_efd(worker_, &efd_);
     if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_get_efd", s);
     ucp_address_t* addr = nullptr;
     size_t len = 0;
-    s = ucp_worker_get_address(w->worker_, &addr, &len);
+    s = ucp_worker_get_address(worker_, &addr, &len);
     if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_worker_get_address", s);
-    w->address_.assign(reinterpret_cast<const char*>(addr), len);
-    ucp_worker_release_address(w->worker_, addr);
-    return w;
+    address_.assign(reinterpret_cast<const char*>(addr), len);
+    ucp_worker_release_address(worker_, addr);
+    return Status::ok();
 }
 
 std::string process_identity() {
