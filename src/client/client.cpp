@@ -703,10 +703,6 @@ Status Client::fetch_via(const dtl::Backend& b, const std::string& upath, const 
                          const std::string& ep, const std::string& nspace, ConsumeReport* rep,
                          int lock_fd, bool* retry) {
     rep->transport = b.name;
-    std::unique_lock<std::mutex> serial;
-    // Transports whose receivers move one file at a time per process
-    // (dtl::Backend::serialised_per_process; docs/design.md).
-    if (std::mutex* m = dtl::serial_receive_lock(b.name)) serial = std::unique_lock<std::mutex>(*m);
     return stage_commit(upath, rec, lock_fd, rep, [&](FileSink& sink) -> Result<nlohmann::json> {
         if (rep->progress) {
             auto t0 = std::chrono::steady_clock::now();

@@ -218,9 +218,6 @@ Status Client::range_once(const std::string& upath, const Record& rec, uint64_t 
             rep->transport = b->name;
             MemorySink sink(dst, static_cast<size_t>(length), upath);
             bool retry = false;
-            std::unique_lock<std::mutex> serial;
-            if (std::mutex* m = dtl::serial_receive_lock(b->name))
-                serial = std::unique_lock<std::mutex>(*m);
             auto trailer = receive_via(
                 *b, req, rec, ep, sink, [&sink] { return static_cast<uint64_t>(sink.bytes()); },
                 &retry);

@@ -171,11 +171,6 @@ struct Backend {
     std::vector<int> start_errnos;
     // Which transport this row is (set by the table).
     Kind kind = Kind::stream;
-    // The consumer receives one file at a time per process with this
-    // transport (Client's fetches take serial_receive_lock): concurrent UCX
-    // receives corrupted files (shm and tcp, put protocol) and concurrent
-    // MARGO receives grow the owner's buffer pool past its bound.
-    bool serialised_per_process = false;
 };
 
 // The backends compiled into this build.
@@ -187,10 +182,6 @@ const Backend& universal_backend();
 // Whether `name` (a name or alias, any case) is the transport of the
 // same node (LOCAL): it passes open files, which the service counts apart.
 bool is_local(const std::string& name);
-// The lock a consumer process holds around each receive over transport
-// `name` (Backend::serialised_per_process; one per such backend), or null
-// when receives over it may run in parallel.
-std::mutex* serial_receive_lock(const std::string& name);
 
 // dyad.fetch_many (docs/design.md, "Many small files in one request"): at
 // most this many files, each at most kFetchManyFileMax bytes, in one request

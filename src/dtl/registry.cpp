@@ -257,13 +257,6 @@ bool is_local(const std::string& name) {
     return b && b.value()->kind == Kind::local;
 }
 
-std::mutex* serial_receive_lock(const std::string& name) {
-    static std::mutex locks[4];  // one per Kind
-    auto b = find_backend(name);
-    if (!b || !b.value()->serialised_per_process) return nullptr;
-    return &locks[static_cast<size_t>(b.value()->kind)];
-}
-
 int preference(const std::string& name) {
     for (const auto& b : backends())
         if (b.name == name) return b.preference;
