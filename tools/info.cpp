@@ -65,6 +65,14 @@ int run_config(const Cli& o, const dyad::Result<dyad::Config>& cfg) {
     nlohmann::json j = {{"config", cfg ? cfg->to_json() : nlohmann::json()},
                         {"settings", dyad::settings::describe()}};
     if (!cfg) j["error"] = cfg.status().message();
+    // The node-local cache's counters (DYAD_CACHE_CAPACITY, shared by every
+    // consumer of this consumer directory: .dyad/cache).
+    if (cfg && cfg->cache_capacity > 0 && !cfg->cons_path.empty()) {
+        auto c = dyad::client::Client::create(cfg.value());
+        if (c) {
+            if (auto st = c.value()->cache_stats()) j["cache"] = st->to_json();
+        }
+    }
     nlohmann::json t = nlohmann::json::array();
     for (const auto& b : dyad::dtl::backends()) t.push_back(b.attributes().to_json());
     j["transports_built"] = t;
@@ -77,6 +85,15 @@ int run_config(const Cli& o, const dyad::Result<dyad::Config>& cfg) {
                                (s["value"].is_null() ? "" : s["value"].get<std::string>());
             std::cout << line << std::string(line.size() < 40 ? 40 - line.size() : 1, ' ') << "# "
                       << s["source"].get<std::string>() << "\n";
+        }
+        if (j.contains("cache")) {
+            const auto& c = j["cache"];
+            std::cout << "cache: " << c["files"].get<uint64_t>() << " files, "
+                      << c["bytes"].get<uint64_t>() << " of " << cfg->cache_capacity
+                      << " bytes; hits " << c["hits"].get<uint64_t>() << ", misses "
+                      << c["misses"].get<uint64_t>() << ", evictions "
+                      << c["evictions"].get<uint64_t>() << " ("
+                      << c["evicted_bytes"].get<uint64_t>() << " bytes)\n";
         }
         std::cout << "transports built:";
         for (auto& b : t) std::cout << " " << b["name"].get<std::string>();

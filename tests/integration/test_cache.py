@@ -64,6 +64,11 @@ def test_usage_stays_at_or_under_capacity(cluster):
     assert consume(n1, names[-1], env)["action"] == "present"
     assert consume(n1, names[0], env)["action"] == "fetched"
     assert state(n1)["hits"] == 1
+    # `dyad config` shows the same counters (--json: "cache").
+    shown = json.loads(n1.dyad("--json", "config", env_extra=env).stdout)["cache"]
+    assert shown == state(n1), shown
+    text = n1.dyad("config", env_extra=env).stdout
+    assert "cache: " in text and "hits 1" in text, text
 
 
 @pytest.mark.parametrize("policy", ["LRU", "FIFO"])
