@@ -31,9 +31,11 @@ Attributes stream_attributes() {
 
 class StreamTransfer : public ChunkedTransfer {
   public:
-    StreamTransfer(std::shared_ptr<FetchJob> job, SendDone done, bool sendfile)
+    StreamTransfer(std::shared_ptr<FetchJob> job, SendDone done, bool sendfile,
+                   std::shared_ptr<uint64_t> stalled)
         : ChunkedTransfer(std::move(job), std::move(done), kStreamChunk, kStreamDepth),
-          sendfile_(sendfile) {}
+          sendfile_(sendfile),
+          stalled_(std::move(stalled)) {}
 
   protected:
     void write_chunk(const char* p, size_t n, nlohmann::json meta,
@@ -48,12 +50,14 @@ class StreamTransfer : public ChunkedTransfer {
     // read and sent from one buffer (one read of the file, not two).
     bool file_send() const override { return sendfile_ && job().size > kStreamChunk; }
     bool inline_first_chunk() const override { return true; }
+    void on_stalled() override { ++*stalled_; }
     nlohmann::json first_meta() const override {
         return proto::FetchStart{job().size, name_of(Kind::stream)}.build();
     }
 
   private:
     bool sendfile_;
+    std::shared_ptr<uint64_t> stalled_;  // the sender's count (on the loop)
 };
 
 class StreamSender : public Sender {
@@ -62,11 +66,14 @@ class StreamSender : public Sender {
         : attrs_(stream_attributes()), sendfile_(o.sendfile) {}
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json stats() const override {
-        return {{"sendfile", sendfile_}, {"sendfile_transfers", by_sendfile_}};
+        return {{"sendfile", sendfile_},
+                {"sendfile_transfers", by_sendfile_},
+                {"stalled_consumers", *stalled_}};
     }
     void send(std::shared_ptr<FetchJob> job, SendDone done) override {
         if (sendfile_ && job->size > kStreamChunk) ++by_sendfile_;
-        std::make_shared<StreamTransfer>(std::move(job), std::move(done), sendfile_)->start();
+        std::make_shared<StreamTransfer>(std::move(job), std::move(done), sendfile_, stalled_)
+            ->start();
     }
 
   private:
@@ -76,6 +83,8 @@ class StreamSender : public Sender {
     // checksum reads every byte anyway.
     bool sendfile_ = false;
     uint64_t by_sendfile_ = 0;
+    // Transfers ended because their consumer took nothing for --send-timeout.
+    std::shared_ptr<uint64_t> stalled_ = std::make_shared<uint64_t>(0);
 };
 
 // Files above this size are written behind (write_behind.hpp): below it, a
