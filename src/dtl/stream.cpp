@@ -29,11 +29,32 @@ Attributes stream_attributes() {
     return a;
 }
 
+// The chunk of a large file: bigger chunks cost fewer hand-offs between the
+// loop and the file threads per GiB (each chunk is one read job, one post
+// back, one queued frame), within the budget: a peer's share holds at least
+// 8 pipelines of them, so shares stay as fine-grained as before on a small
+// budget (--memory 16M keeps 1 MiB chunks).
+constexpr size_t kStreamBigChunk = 4u << 20;
+constexpr uint64_t kStreamBigFrom = 32u << 20;  // files from this size
+
+struct ChunkPlan {
+    size_t chunk;
+    int depth;
+};
+
+ChunkPlan stream_chunks(const FetchJob& job, bool sendfile) {
+    const MemoryBudget* b = job.budget;
+    const uint64_t share = b ? (b->per_peer() ? b->per_peer() : b->limit()) : 0;
+    if (sendfile || job.size < kStreamBigFrom || share < 8 * 2 * kStreamBigChunk)
+        return {kStreamChunk, kStreamDepth};
+    return {kStreamBigChunk, 2};
+}
+
 class StreamTransfer : public ChunkedTransfer {
   public:
     StreamTransfer(std::shared_ptr<FetchJob> job, SendDone done, bool sendfile,
-                   std::shared_ptr<uint64_t> stalled)
-        : ChunkedTransfer(std::move(job), std::move(done), kStreamChunk, kStreamDepth),
+                   std::shared_ptr<uint64_t> stalled, ChunkPlan plan)
+        : ChunkedTransfer(std::move(job), std::move(done), plan.chunk, plan.depth),
           sendfile_(sendfile),
           stalled_(std::move(stalled)) {}
 
@@ -68,11 +89,14 @@ class StreamSender : public Sender {
     nlohmann::json stats() const override {
         return {{"sendfile", sendfile_},
                 {"sendfile_transfers", by_sendfile_},
-                {"stalled_consumers", *stalled_}};
+                {"stalled_consumers", *stalled_},
+                {"big_chunk_transfers", big_chunks_}};
     }
     void send(std::shared_ptr<FetchJob> job, SendDone done) override {
         if (sendfile_ && job->size > kStreamChunk) ++by_sendfile_;
-        std::make_shared<StreamTransfer>(std::move(job), std::move(done), sendfile_, stalled_)
+        const ChunkPlan plan = stream_chunks(*job, sendfile_);
+        if (plan.chunk != kStreamChunk) ++big_chunks_;
+        std::make_shared<StreamTransfer>(std::move(job), std::move(done), sendfile_, stalled_, plan)
             ->start();
     }
 
@@ -83,6 +107,7 @@ class StreamSender : public Sender {
     // checksum reads every byte anyway.
     bool sendfile_ = false;
     uint64_t by_sendfile_ = 0;
+    uint64_t big_chunks_ = 0;  // transfers in kStreamBigChunk chunks
     // Transfers ended because their consumer took nothing for --send-timeout.
     std::shared_ptr<uint64_t> stalled_ = std::make_shared<uint64_t>(0);
 };
