@@ -138,16 +138,18 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         });
     }
 
-    // Read-ahead only while the consumer keeps up: a transfer whose oldest
-    // write has waited kBackedUp for the consumer holds no further buffer
-    // until it completes (written() pumps again). A consumer that reads
-    // slowly or not at all then holds what is already on its way, not its
-    // whole pipeline, and the memory goes to transfers that move. Writes
-    // complete in order, so the oldest is the front of `write_started_`.
+    // Read-ahead only while the consumer keeps up: a transfer whose last
+    // write took longer than kBackedUp, or whose oldest write has waited
+    // that long, holds no further buffer while a write is under way
+    // (written() pumps again). A consumer that reads slowly or not at all
+    // then holds the one chunk on its way, not its whole pipeline, and the
+    // memory goes to transfers that move. Writes complete in order, so the
+    // oldest is the front of `write_started_`.
     bool backed_up() const {
         // (A buffer granted from the pending queue is used, not held idle.)
         if (write_started_.empty() || granted_) return false;
-        return std::chrono::steady_clock::now() - write_started_.front() > kBackedUp;
+        return slow_writes_ ||
+               std::chrono::steady_clock::now() - write_started_.front() > kBackedUp;
     }
 
     Status read_chunk(char* p, size_t n, uint64_t off) {
@@ -191,7 +193,10 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
 
     void written(int idx, size_t n, bool ok) {
         --writes_;
-        if (!write_started_.empty()) write_started_.pop_front();
+        if (!write_started_.empty()) {
+            slow_writes_ = std::chrono::steady_clock::now() - write_started_.front() > kBackedUp;
+            write_started_.pop_front();
+        }
         if (idx >= 0) {
             bufs_[idx].reset();  // back to the budget: may resume a parked transfer
             free_.push_back(idx);
@@ -305,6 +310,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
     std::unique_ptr<asio::steady_timer> watchdog_;
     std::chrono::steady_clock::time_point progress_;                   // the last chunk written
     std::deque<std::chrono::steady_clock::time_point> write_started_;  // writes under way
+    bool slow_writes_ = false;  // the last write took longer than kBackedUp
     static constexpr std::chrono::milliseconds kBackedUp{50};
 };
 

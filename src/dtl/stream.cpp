@@ -31,10 +31,12 @@ Attributes stream_attributes() {
 
 // The chunk of a large file: bigger chunks cost fewer hand-offs between the
 // loop and the file threads per GiB (each chunk is one read job, one post
-// back, one queued frame), within the budget: a peer's share holds at least
-// 8 pipelines of them, so shares stay as fine-grained as before on a small
-// budget (--memory 16M keeps 1 MiB chunks).
-constexpr size_t kStreamBigChunk = 4u << 20;
+// back, one queued frame). Two of 2 MiB keep 4 MiB in flight, as four of
+// 1 MiB did (4 MiB chunks: fewer switches still, but not faster in the
+// benches here; docs/design.md, "Chunk size"). Only where the peer's share
+// holds 8 such pipelines, so shares stay as fine-grained as before on a
+// small budget (--memory 16M keeps 1 MiB chunks).
+constexpr size_t kStreamBigChunk = 2u << 20;
 constexpr uint64_t kStreamBigFrom = 32u << 20;  // files from this size
 
 struct ChunkPlan {

@@ -134,3 +134,32 @@ def test_slow_and_stopped_readers_hold_only_their_share_on_a_small_budget():
         assert mem["parked_total"] > 0, f"the 16M budget never bound: the test proves nothing: {mem}"
     finally:
         c.cleanup()
+
+
+def test_a_slow_reader_stops_reading_ahead_once_backed_up():
+    """A consumer reading at 1 MB/s fills its socket, then the chunks queued
+    behind it; from then on the service reads its next chunk only when the
+    last one is taken (no read-ahead for a consumer that does not keep up),
+    so it holds one 1 MiB chunk at most instead of its whole pipeline (4)."""
+    c = harness.Cluster(nodes=1, start=False)
+    try:
+        node = c[0]
+        node.start(["--memory", "16M"])
+        with open(node.path("slow.bin"), "wb") as fh:
+            fh.truncate(256 << 20)
+        node.dyad("produce", node.path("slow.bin"))
+        slow = CheckedStream(node, "slow.bin")
+        st = threading.Thread(target=slow.run, kwargs={"rate": 1e6})
+        st.start()
+        try:
+            harness.wait_for(lambda: slow.bytes > 0 or not st.is_alive(), 30, "the slow consumer's first bytes")
+            # What it held while its socket filled drains at 1 MB/s (a few
+            # seconds); then at most the one chunk on its way.
+            node.wait_status(lambda s: 0 < s["memory"]["in_use"] <= 1 << 20 or not st.is_alive(),
+                             "the slow consumer to hold one chunk", timeout=60)
+            assert st.is_alive() and slow.error is None, slow.error
+        finally:
+            slow.s.shutdown(socket.SHUT_RDWR)
+            st.join(timeout=60)
+    finally:
+        c.cleanup()
