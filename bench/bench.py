@@ -28,7 +28,10 @@ bench starts, /proc of the dyadd services).
 BENCH_QUICK=1: 1 round, few and small files, to check the script.
 BENCH_SYNC=1: `sync` (untimed) before every timed step.
 BENCH_DIR=/some/dir: the "disk" clusters' directory (default: the system
-temporary directory). Prints the table and writes latest.json under
+temporary directory).
+BENCH_ONLY=concurrent: only the 8 x 256 MiB row, BENCH_ROUNDS (default 7)
+interleaved rounds, p50/p90/max of each method and its context switches per
+GiB (issue 38); writes concurrent.json instead of latest.json. Prints the table and writes latest.json under
 build/bench/ (bench_output.py). Run: make bench
 """
 import collections
@@ -67,6 +70,7 @@ BIG_SIZE = (64 if QUICK else 1024) * MiB
 SMALL = [(500 if QUICK else 10_000, 4 * KiB, {"rsync daemon": 1.0, "tar | socat": 0.5}),
          (200 if QUICK else 2_000, 64 * KiB, {"rsync daemon": 1.5, "tar | socat": None})]
 CONCURRENT, CONCURRENT_SIZE = 8, (16 if QUICK else 256) * MiB
+ONLY = os.environ.get("BENCH_ONLY", "")
 GOAL_BIG, GOAL_CPU, GOAL_CONCURRENT, GOAL_TRANSPORT = 0.9, 1.5, 0.8, 1.0
 SYNC = os.environ.get("BENCH_SYNC", "") not in ("", "0")
 DISK_DIR = os.environ.get("BENCH_DIR") or tempfile.gettempdir()
@@ -403,7 +407,7 @@ def summarize(rounds, files=None, nbytes=None, syscalls=None):
         ms = [r[name] for r in rounds]
         secs = [m["s"] for m in ms]
         t = statistics.median(secs)
-        d = {"s": t, "s_range": [min(secs), max(secs)]}
+        d = {"s": t, "s_range": [min(secs), max(secs)], "s_p50": t, "s_p90": p90(secs), "s_max": max(secs)}
         if files:
             d.update({"files_per_s": files / t, "files_per_s_range": [files / max(secs), files / min(secs)]})
         if nbytes:
@@ -425,6 +429,56 @@ def summarize(rounds, files=None, nbytes=None, syscalls=None):
             d["syscalls"] = syscalls[name]
         out[name] = d
     return out
+
+
+def p90(xs):
+    """The 90th percentile (nearest rank) of xs."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, -(-9 * len(xs) // 10) - 1))]
+
+
+def print_tails(label, wl):
+    """p50/p90/max seconds and GB/s of each method of a workload, and the
+    ratio of DYAD's to the reference's, median and p90."""
+    m = wl["methods"]
+    for name, d in m.items():
+        log(f"  {label}: {name:<12} p50 {d['s_p50']:.3f} s ({wl['bytes'] / d['s_p50'] / GB:.2f} GB/s), "
+            f"p90 {d['s_p90']:.3f} s ({wl['bytes'] / d['s_p90'] / GB:.2f} GB/s), max {d['s_max']:.3f} s"
+            + (f"; {d['ctxsw_per_GiB']:,.0f} ctx sw/GiB, CPU {d['cpu_s_per_GiB']:.2f} s/GiB"
+               if "ctxsw_per_GiB" in d else ""))
+    if DYAD_NAME in m and "plain copy" in m:
+        a, b = m[DYAD_NAME], m["plain copy"]
+        log(f"  {label}: DYAD / plain copies: p50 {b['s_p50'] / a['s_p50']:.2f}x, p90 {b['s_p90'] / a['s_p90']:.2f}x "
+            f"(goal >= {GOAL_CONCURRENT}x)")
+
+
+def only_concurrent():
+    """BENCH_ONLY=concurrent: the 8 x 256 MiB row alone, more rounds."""
+    rounds_n = int(os.environ.get("BENCH_ROUNDS", "7"))
+    b = Bench("disk", DISK_DIR)
+    try:
+        log(f"bench: {CONCURRENT} x {size_text(CONCURRENT_SIZE)} at once, {rounds_n} rounds + warm-up, "
+            f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+        out = []
+        for i in range(rounds_n + 1):
+            tag = "warmup" if i == 0 else f"r{i}"
+            r = concurrent_round(b, tag, i, i * 100_000 + 1)
+            print_rounds(f"{CONCURRENT}x{size_text(CONCURRENT_SIZE)}", tag, r)
+            if i:
+                out.append(r)
+        conc = {"bytes": CONCURRENT * CONCURRENT_SIZE, "rounds": out,
+                "methods": summarize(out, nbytes=CONCURRENT * CONCURRENT_SIZE)}
+    finally:
+        b.cleanup()
+    print_tails(f"{CONCURRENT} x {size_text(CONCURRENT_SIZE)}", conc)
+    log(f"bench: load average at end {os.getloadavg()[0]:.2f}")
+    path = bench_output.results_path("concurrent")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"git": git_rev(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "concurrent": conc}, f,
+                  indent=2)
+        f.write("\n")
+    log(f"bench: results written to {os.path.relpath(path, os.getcwd())}")
 
 
 def build_rows(small, big, conc, transports):
@@ -574,6 +628,10 @@ def main():
     for exe in (harness.DYADD, harness.DYAD):
         if not os.access(exe, os.X_OK):
             sys.exit(f"bench: {exe} not found; build first (make build)")
+    if ONLY == "concurrent":
+        return only_concurrent()
+    if ONLY:
+        sys.exit(f"bench: BENCH_ONLY={ONLY}: the only row that runs alone is 'concurrent'")
     missing = references.missing_tools()
     if [m for m in missing if m != "iperf3"] or not accounting.STRACE:
         sys.exit(f"bench: missing {', '.join(missing + ([] if accounting.STRACE else ['strace']))}: "
@@ -631,6 +689,8 @@ def main():
 
     rows = build_rows(small, big, conc, transports)
     print_accounting(small, big, conc)
+    if conc:
+        print_tails(f"{CONCURRENT} x {size_text(CONCURRENT_SIZE)}", conc)
     goals.print_rows(rows, f"Issue 17 rows from bench.py (median of {REPS}, transport rows of {transport_runs.ROUNDS}; "
                            "ratio = DYAD / reference; "
                            "AUTO rows: bench/auto_bench.py, bench/goals.py)" + (" QUICK: not a measurement" if QUICK

@@ -7,8 +7,10 @@
 // served round-robin, and no endpoint holds more than its fair share
 // (per_endpoint), so one greedy or slow consumer cannot starve the others.
 // Endpoints of one peer (a host, or a local process: rpc::Peer::key)
-// together hold at most per_peer (set_per_peer), so opening more
-// connections does not buy a peer more memory.
+// together read ahead within per_peer (set_per_peer), and hold at most twice
+// that with every endpoint's first buffer, so opening more connections does
+// not buy a peer more memory, and one slow endpoint of a peer, holding the
+// peer's share, does not stall the peer's other endpoints.
 //
 // Thread-safe: the loop takes and parks; a file thread may take with
 // try_get (a small file read whole there) and drop a Buffer. Grants run
@@ -179,14 +181,20 @@ class MemoryBudget {
 
     Fit fits(uint64_t owner, uint64_t peer, size_t n) const {
         if (used_ + n > limit_) return Fit::budget_full;
+        auto it = held_.find(owner);
+        uint64_t mine = it == held_.end() ? 0 : it->second;
         if (peer && per_peer_) {
             auto p = peer_held_.find(peer);
             uint64_t theirs = p == peer_held_.end() ? 0 : p->second;
-            // A peer holding nothing may always have one buffer.
-            if (theirs != 0 && theirs + n > per_peer_) return Fit::peer_full;
+            // The peer's share bounds what its endpoints read ahead. An
+            // endpoint holding nothing may still have its first buffer up
+            // to twice the share, so one endpoint of a peer that holds the
+            // share and drains it slowly (a consumer reading slowly, or not
+            // at all until --send-timeout) does not stop its siblings; a
+            // peer holding nothing may always have one buffer.
+            const uint64_t cap = mine == 0 ? 2 * per_peer_ : per_peer_;
+            if (theirs != 0 && theirs + n > cap) return Fit::peer_full;
         }
-        auto it = held_.find(owner);
-        uint64_t mine = it == held_.end() ? 0 : it->second;
         // An endpoint holding nothing may always have one buffer.
         return mine == 0 || mine + n <= per_endpoint_ ? Fit::yes : Fit::endpoint_full;
     }

@@ -61,6 +61,9 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
     // The transfer is over (success or failure): drop queued work that holds
     // references to it.
     virtual void on_finish() {}
+    // The watchdog ended the transfer: the consumer took nothing for
+    // idle_timeout_s (a transport counts it).
+    virtual void on_stalled() {}
     // Zero-copy transports whose destination memory is mapped here (a
     // consumer's shared-memory window) have file reads land there directly:
     // direct_target(n) gives the address for the next chunk, or nullptr when
@@ -108,7 +111,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             target = direct_target(n);
             if (!target) return;  // resume() comes when there is room
         } else {
-            if (free_.empty() || parked_) return;
+            if (free_.empty() || parked_ || backed_up()) return;
             Buffer b = granted_ ? std::move(granted_)
                                 : job_->budget->try_get(job_->endpoint, chunk_, job_->peer);
             if (!b) return park();
@@ -133,6 +136,20 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             asio::post(self->job_->ch->io(),
                        [self, idx, p, off, n, st] { self->on_read(idx, p, off, n, st); });
         });
+    }
+
+    // Read-ahead only while the consumer keeps up: a transfer whose last
+    // write took longer than kBackedUp, or whose oldest write has waited
+    // that long, holds no further buffer while a write is under way
+    // (written() pumps again). A consumer that reads slowly or not at all
+    // then holds the one chunk on its way, not its whole pipeline, and the
+    // memory goes to transfers that move. Writes complete in order, so the
+    // oldest is the front of `write_started_`.
+    bool backed_up() const {
+        // (A buffer granted from the pending queue is used, not held idle.)
+        if (write_started_.empty() || granted_) return false;
+        return slow_writes_ ||
+               std::chrono::steady_clock::now() - write_started_.front() > kBackedUp;
     }
 
     Status read_chunk(char* p, size_t n, uint64_t off) {
@@ -163,6 +180,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
         if (finished_) return report();  // a failure waited for this read
         if (!st) return fail(st);
         ++writes_;
+        write_started_.push_back(std::chrono::steady_clock::now());
         auto self = shared_from_this();
         nlohmann::json meta = first_ ? first_meta() : nlohmann::json(nullptr);
         first_ = false;
@@ -176,6 +194,10 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
 
     void written(int idx, size_t n, bool ok) {
         --writes_;
+        if (!write_started_.empty()) {
+            slow_writes_ = std::chrono::steady_clock::now() - write_started_.front() > kBackedUp;
+            write_started_.pop_front();
+        }
         if (idx >= 0) {
             bufs_[idx].reset();  // back to the budget: may resume a parked transfer
             free_.push_back(idx);
@@ -236,6 +258,7 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
             const auto window = self->idle_window();
             const auto since = std::chrono::steady_clock::now() - self->progress_;
             if (since < window) return self->wait_watchdog(window - since);
+            self->on_stalled();
             self->fail(Status(DYAD_RC_TIMEOUT,
                               "consumer made no progress for " +
                                   std::to_string(self->job_->idle_timeout_s) + " s",
@@ -286,7 +309,10 @@ class ChunkedTransfer : public std::enable_shared_from_this<ChunkedTransfer> {
     bool first_ = false;
     Xxh3 hash_;
     std::unique_ptr<asio::steady_timer> watchdog_;
-    std::chrono::steady_clock::time_point progress_;  // the last chunk written
+    std::chrono::steady_clock::time_point progress_;                   // the last chunk written
+    std::deque<std::chrono::steady_clock::time_point> write_started_;  // writes under way
+    bool slow_writes_ = false;  // the last write took longer than kBackedUp
+    static constexpr std::chrono::milliseconds kBackedUp{50};
 };
 
 }  // namespace dyad::dtl

@@ -29,11 +29,36 @@ Attributes stream_attributes() {
     return a;
 }
 
+// The chunk of a large file: bigger chunks cost fewer hand-offs between the
+// loop and the file threads per GiB (each chunk is one read job, one post
+// back, one queued frame). Two of 2 MiB keep 4 MiB in flight, as four of
+// 1 MiB did (4 MiB chunks: fewer switches still, but not faster in the
+// benches here; docs/design.md, "Chunk size"). Only where the peer's share
+// holds 8 such pipelines, so shares stay as fine-grained as before on a
+// small budget (--memory 16M keeps 1 MiB chunks).
+constexpr size_t kStreamBigChunk = 2u << 20;
+constexpr uint64_t kStreamBigFrom = 32u << 20;  // files from this size
+
+struct ChunkPlan {
+    size_t chunk;
+    int depth;
+};
+
+ChunkPlan stream_chunks(const FetchJob& job, bool sendfile) {
+    const MemoryBudget* b = job.budget;
+    const uint64_t share = b ? (b->per_peer() ? b->per_peer() : b->limit()) : 0;
+    if (sendfile || job.size < kStreamBigFrom || share < 8 * 2 * kStreamBigChunk)
+        return {kStreamChunk, kStreamDepth};
+    return {kStreamBigChunk, 2};
+}
+
 class StreamTransfer : public ChunkedTransfer {
   public:
-    StreamTransfer(std::shared_ptr<FetchJob> job, SendDone done, bool sendfile)
-        : ChunkedTransfer(std::move(job), std::move(done), kStreamChunk, kStreamDepth),
-          sendfile_(sendfile) {}
+    StreamTransfer(std::shared_ptr<FetchJob> job, SendDone done, bool sendfile,
+                   std::shared_ptr<uint64_t> stalled, ChunkPlan plan)
+        : ChunkedTransfer(std::move(job), std::move(done), plan.chunk, plan.depth),
+          sendfile_(sendfile),
+          stalled_(std::move(stalled)) {}
 
   protected:
     void write_chunk(const char* p, size_t n, nlohmann::json meta,
@@ -48,12 +73,14 @@ class StreamTransfer : public ChunkedTransfer {
     // read and sent from one buffer (one read of the file, not two).
     bool file_send() const override { return sendfile_ && job().size > kStreamChunk; }
     bool inline_first_chunk() const override { return true; }
+    void on_stalled() override { ++*stalled_; }
     nlohmann::json first_meta() const override {
         return proto::FetchStart{job().size, name_of(Kind::stream)}.build();
     }
 
   private:
     bool sendfile_;
+    std::shared_ptr<uint64_t> stalled_;  // the sender's count (on the loop)
 };
 
 class StreamSender : public Sender {
@@ -62,11 +89,17 @@ class StreamSender : public Sender {
         : attrs_(stream_attributes()), sendfile_(o.sendfile) {}
     const Attributes& attributes() const override { return attrs_; }
     nlohmann::json stats() const override {
-        return {{"sendfile", sendfile_}, {"sendfile_transfers", by_sendfile_}};
+        return {{"sendfile", sendfile_},
+                {"sendfile_transfers", by_sendfile_},
+                {"stalled_consumers", *stalled_},
+                {"big_chunk_transfers", big_chunks_}};
     }
     void send(std::shared_ptr<FetchJob> job, SendDone done) override {
         if (sendfile_ && job->size > kStreamChunk) ++by_sendfile_;
-        std::make_shared<StreamTransfer>(std::move(job), std::move(done), sendfile_)->start();
+        const ChunkPlan plan = stream_chunks(*job, sendfile_);
+        if (plan.chunk != kStreamChunk) ++big_chunks_;
+        std::make_shared<StreamTransfer>(std::move(job), std::move(done), sendfile_, stalled_, plan)
+            ->start();
     }
 
   private:
@@ -76,6 +109,9 @@ class StreamSender : public Sender {
     // checksum reads every byte anyway.
     bool sendfile_ = false;
     uint64_t by_sendfile_ = 0;
+    uint64_t big_chunks_ = 0;  // transfers in kStreamBigChunk chunks
+    // Transfers ended because their consumer took nothing for --send-timeout.
+    std::shared_ptr<uint64_t> stalled_ = std::make_shared<uint64_t>(0);
 };
 
 // Files above this size are written behind (write_behind.hpp): below it, a

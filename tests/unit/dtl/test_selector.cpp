@@ -209,21 +209,32 @@ TEST(Budget, APeerHoldsAtMostItsShareWhateverItsConnections) {
     const size_t mb4 = 4u << 20;
     const uint64_t greedy = 7, other = 9;
     std::vector<Buffer> held;
-    // Peer 7 opens many connections (endpoints 1..): four buffers, then no more.
-    for (uint64_t ep = 1; ep <= 4; ++ep) {
+    // Peer 7 reads ahead within its share: endpoints 1 and 2 take two
+    // buffers each (their 8 MiB), 16 MiB in all; then no more.
+    for (uint64_t ep : {1, 1, 2, 2}) {
         Buffer x = b.try_get(ep, mb4, greedy);
         ASSERT_TRUE(x) << ep;
         held.push_back(std::move(x));
     }
-    EXPECT_FALSE(b.try_get(5, mb4, greedy));
-    EXPECT_EQ(b.stats()["peer_limited_total"], 1);
+    EXPECT_FALSE(b.try_get(1, mb4, greedy));
+    // Its other endpoints, holding nothing, still get their first buffer
+    // (1 and 2 may be consumers that read slowly and hold the share for
+    // long), up to twice the share whatever its connections.
+    for (uint64_t ep = 3; ep <= 6; ++ep) {
+        Buffer x = b.try_get(ep, mb4, greedy);
+        ASSERT_TRUE(x) << ep;
+        held.push_back(std::move(x));
+    }
+    EXPECT_FALSE(b.try_get(3, mb4, greedy));  // no read-ahead over the share
+    EXPECT_FALSE(b.try_get(7, mb4, greedy));  // nor a first buffer over twice the share
+    EXPECT_EQ(b.stats()["peer_limited_total"], 3);
     // Its waiter does not block the others' grants.
     std::vector<uint64_t> granted;
     std::vector<Buffer> got;
     b.wait(
-        6, mb4,
+        8, mb4,
         [&](Buffer x) {
-            granted.push_back(6);
+            granted.push_back(8);
             got.push_back(std::move(x));
         },
         greedy);
@@ -237,7 +248,7 @@ TEST(Budget, APeerHoldsAtMostItsShareWhateverItsConnections) {
     EXPECT_EQ((std::vector<uint64_t>{10}), granted);
     // One of its own comes back: its waiter gets it.
     held.pop_back();
-    EXPECT_EQ((std::vector<uint64_t>{10, 6}), granted);
+    EXPECT_EQ((std::vector<uint64_t>{10, 8}), granted);
     // Another peer holding nothing may always have one buffer (here 12 MiB).
     Buffer big = b.try_get(11, 12u << 20, 13);
     EXPECT_TRUE(big);
