@@ -198,9 +198,10 @@ void add_cap_options(CLI::App& app, Args& a) {
                    "directory; one more is refused with EBUSY (0: no cap)")
         ->capture_default_str();
     app.add_option("--memory-per-peer", memory_per_peer,
-                   "transfer memory the consumers of one peer may hold together while others "
-                   "wait, e.g. 64M (default: a quarter of --memory); also its share of the "
-                   "MARGO pool");
+                   "transfer memory the consumers of one peer may read ahead within while "
+                   "others wait, e.g. 64M (default: a quarter of --memory); they hold at most "
+                   "twice it (a connection holding nothing still gets its first buffer); also "
+                   "its share of the MARGO pool");
     app.add_option("--max-request-bytes-per-peer", request_bytes_per_peer,
                    "bytes of arguments the requests in progress of one peer may hold, e.g. 32M "
                    "(default 32M; 0: no cap); one more request is refused with ENOBUFS");
