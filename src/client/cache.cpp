@@ -392,16 +392,28 @@ struct CacheFold {
     }
 };
 
-Status Cache::note_locked(Note what, const std::string& upath, uint64_t size) {
-    auto d = cache_dir();
-    if (!d) return d.status();
-    const int dirfd = d->get();
-    const std::string shown = dir_ + "/" + kReservedDir + "/cache";
+namespace {
+
+// The record's lock (`shown`/lock), held exclusively: one process at a time
+// reads and rewrites the record.
+Result<UniqueFd> lock_record(int dirfd, const std::string& shown) {
     UniqueFd lock(::openat(dirfd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!lock.valid()) return Status(DYAD_RC_BADFIO, "cannot open '" + shown + "/lock'", errno);
     while (::flock(lock.get(), LOCK_EX) != 0)
         if (errno != EINTR)
             return Status(DYAD_RC_BADFIO, "cannot lock '" + shown + "/lock'", errno);
+    return lock;
+}
+
+}  // namespace
+
+Status Cache::note_locked(Note what, const std::string& upath, uint64_t size) {
+    auto d = cache_dir();
+    if (!d) return d.status();
+    const int dirfd = d->get();
+    const std::string shown = dir_ + "/" + kReservedDir + "/cache";
+    auto lock = lock_record(dirfd, shown);
+    if (!lock) return lock.status();
     CacheFold f{*this, dirfd, State::parse(read_small(dirfd, "state")), shown};
     const int64_t now = now_ns();
     std::string line;
@@ -444,11 +456,8 @@ Result<CacheStats> Cache::stats() {
     if (!d) return d.status();
     const int dirfd = d->get();
     const std::string shown = dir_ + "/" + kReservedDir + "/cache";
-    UniqueFd lock(::openat(dirfd, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (!lock.valid()) return Status(DYAD_RC_BADFIO, "cannot open '" + shown + "/lock'", errno);
-    while (::flock(lock.get(), LOCK_EX) != 0)
-        if (errno != EINTR)
-            return Status(DYAD_RC_BADFIO, "cannot lock '" + shown + "/lock'", errno);
+    auto lock = lock_record(dirfd, shown);
+    if (!lock) return lock.status();
     CacheFold f{*this, dirfd, State::parse(read_small(dirfd, "state")), shown};
     Status s = f.run(false);
     if (!s) return s;

@@ -202,7 +202,6 @@ Result<std::vector<std::string>> launcher_for(const Options& o, const std::strin
                                     "--kill-on-bad-exit=0"};
 }
 
-
 // Starts argv in a process group of its own, stdin and stdout pipes to us,
 // stderr to `err_path` (or inherited when empty).
 Result<Child> spawn(const std::vector<std::string>& argv, const std::string& err_path) {
