@@ -205,6 +205,16 @@ Status Client::range_once(const std::string& upath, const Record& rec, uint64_t 
         s = read_range(fd.get(), upath, offset, length, nullptr, dst);
         rep->action = "present";
         rep->transport = "none";
+    } else if (is_origin(rec)) {
+        // Only in the origin (DYAD_PATH_ORIGIN): the range straight from the
+        // origin's file, checked to be the file looked up before and after
+        // the read (changed: ESTALE, which retry_stale looks up again).
+        auto f = origin_.open_file(upath, rec);
+        if (!f) return f.status();
+        s = read_range(f->get(), upath, offset, length, nullptr, dst);
+        if (s && !Origin::unchanged(f->get(), rec)) s = changed(upath);
+        rep->action = "origin";
+        rep->transport = "origin";
     } else {
         const std::string ep = owner_endpoint(rec, svc.value());
         if (ep.empty())

@@ -91,8 +91,7 @@ Result<Record> Origin::stat(const std::string& upath) const {
     return r;
 }
 
-Result<nlohmann::json> Origin::copy(const std::string& upath, const Record& rec,
-                                    FileSink& sink) const {
+Result<UniqueFd> Origin::open_file(const std::string& upath, const Record& rec) const {
     auto root = open_root();
     if (!root) return root.status();
     auto f = open_beneath(root->get(), upath, O_RDONLY | O_NOCTTY | O_CLOEXEC);
@@ -100,11 +99,22 @@ Result<nlohmann::json> Origin::copy(const std::string& upath, const Record& rec,
         return Status(DYAD_RC_BADFIO,
                       "cannot read " + where(dir_, upath) + ": " + f.status().message(),
                       f.status().err());
-    const int fd = f->get();
-    struct stat sb;
-    if (::fstat(fd, &sb) != 0 || !same_file(rec, sb))
+    if (!unchanged(f->get(), rec))
         return Status(DYAD_RC_BADFETCH, where(dir_, upath) + " changed since it was looked at",
                       ESTALE);
+    return f;
+}
+
+bool Origin::unchanged(int fd, const Record& rec) {
+    struct stat sb;
+    return ::fstat(fd, &sb) == 0 && same_file(rec, sb);
+}
+
+Result<nlohmann::json> Origin::copy(const std::string& upath, const Record& rec,
+                                    FileSink& sink) const {
+    auto f = open_file(upath, rec);
+    if (!f) return f.status();
+    const int fd = f->get();
     ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     std::vector<char> buf(kChunk);
     Xxh3 hash;
@@ -120,7 +130,7 @@ Result<nlohmann::json> Origin::copy(const std::string& upath, const Record& rec,
         Status w = sink.write(buf.data(), static_cast<size_t>(n));
         if (!w) return w;
     }
-    if (::fstat(fd, &sb) != 0 || !same_file(rec, sb) || total != rec.size)
+    if (!unchanged(fd, rec) || total != rec.size)
         return Status(DYAD_RC_BADFETCH, where(dir_, upath) + " changed while it was read", ESTALE);
     return proto::FetchEnd::of(total, hash.digest()).build();
 }

@@ -57,6 +57,11 @@ class Origin {
     // file; BADFIO naming DYAD_PATH_ORIGIN if the origin directory is
     // missing or unreadable, or the file cannot be read.
     Result<Record> stat(const std::string& upath) const;
+    // The origin's file at `upath` open for reading, if it is still the file
+    // `rec` describes (ESTALE if not).
+    Result<UniqueFd> open_file(const std::string& upath, const Record& rec) const;
+    // Whether the open file `fd` is still the one `rec` describes.
+    static bool unchanged(int fd, const Record& rec);
     // Copies the file `rec` describes into `sink`; ESTALE if it is no
     // longer that file, or changed while read. The END trailer (size and
     // checksum of what was read).

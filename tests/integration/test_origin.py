@@ -147,3 +147,25 @@ def test_origin_publish_needs_a_producer_directory(cluster, origin):
                 env_extra={"producer": False, "DYAD_PATH_ORIGIN": origin, "DYAD_ORIGIN_PUBLISH": 1,
                            "DYAD_WAIT_TIMEOUT": 5})
     assert p.returncode != 0 and "DYAD_PATH_PRODUCER" in p.stderr, p.stderr
+
+
+def test_a_byte_range_of_an_origin_file(cluster, origin):
+    """dyad_consume_range (pydyad's consume_range) of a path only in the
+    origin: the bytes of the origin file, not a wait for a produce."""
+    n1 = cluster[1]
+    src = os.path.join(origin, "set/r.bin")
+    harness.write_file(src, 2 << 20, seed=4)
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.join(ROOT, 'python')!r})
+        from pydyad import Dyad
+        d = Dyad(); d.init_env()
+        sys.stdout.buffer.write(d.consume_range({n1.path('set/r.bin')!r}, 1000, 70000))
+    """)
+    env = n1.env(DYAD_LIBRARY=os.path.join(harness.BUILD, "lib", "libdyad.so"), DYAD_PATH_ORIGIN=origin,
+                 DYAD_WAIT_TIMEOUT=10)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    with open(src, "rb") as f:
+        f.seek(1000)
+        assert p.stdout == f.read(70000)
