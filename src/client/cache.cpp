@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "cache.hpp"
+#include "consumer_store.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -34,33 +35,6 @@ int64_t now_ns() {
     struct timespec ts;
     ::clock_gettime(CLOCK_REALTIME, &ts);
     return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-// A directory of DYAD's own under `at` (made 0700 if missing): refused if a
-// symbolic link, not a directory, or another user's.
-Result<UniqueFd> own_subdir(int at, const char* name, const std::string& shown) {
-    constexpr int kFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
-    UniqueFd fd(::openat(at, name, kFlags));
-    if (!fd.valid() && errno == ENOENT) {
-        if (::mkdirat(at, name, 0700) != 0 && errno != EEXIST)
-            return Status(DYAD_RC_BADFIO, "cannot create directory '" + shown + "'", errno);
-        fd.reset(::openat(at, name, kFlags));
-    }
-    if (!fd.valid())
-        return Status(DYAD_RC_BADFIO,
-                      "cannot open directory '" + shown +
-                          "' (a symbolic link or another kind of file is refused: remove it)",
-                      errno);
-    struct stat st;
-    if (::fstat(fd.get(), &st) != 0)
-        return Status(DYAD_RC_BADFIO, "cannot stat '" + shown + "'", errno);
-    if (st.st_uid != ::geteuid())
-        return Status(DYAD_RC_BADFIO,
-                      "'" + shown + "' belongs to uid " + std::to_string(st.st_uid) +
-                          ", not to this consumer: refused (remove it, or use a consumer "
-                          "directory of your own)",
-                      EPERM);
-    return fd;
 }
 
 // The whole of a small file of the cache directory ("" if missing).
@@ -222,9 +196,9 @@ Result<UniqueFd> Cache::cache_dir() {
     if (!root.valid())
         return Status(DYAD_RC_BADFIO, "cannot open consumer directory '" + dir_ + "'", errno);
     const std::string dot = dir_ + "/" + kReservedDir;
-    auto d = own_subdir(root.get(), kReservedDir, dot);
+    auto d = own_dir(root.get(), kReservedDir, dot);
     if (!d) return d.status();
-    return own_subdir(d->get(), "cache", dot + "/cache");
+    return own_dir(d->get(), "cache", dot + "/cache");
 }
 
 void Cache::hit(const std::string& upath) {

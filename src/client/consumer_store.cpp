@@ -63,6 +63,8 @@ std::string uid_text(uid_t uid) {
     return s;
 }
 
+}  // namespace
+
 // A directory of DYAD's own (.dyad, .dyad/locks) under `at`: made 0700 if
 // missing; refused if it is a symbolic link, not a directory, or owned by
 // another user (who could plant links or hold locks in it); tightened to
@@ -101,8 +103,6 @@ Result<UniqueFd> own_dir(int at, const char* name, const std::string& path) {
         return Status(DYAD_RC_BADFIO, "cannot make '" + path + "' private (chmod 700)", errno);
     return fd;
 }
-
-}  // namespace
 
 std::string install_stamp(const Record& rec, uint64_t installed_size) {
     return rec.owner + " " + std::to_string(rec.generation) + " " + std::to_string(rec.mtime_ns) +

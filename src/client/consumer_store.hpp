@@ -88,6 +88,12 @@ class FileSink : public dtl::Sink {
     std::chrono::steady_clock::time_point next_{};
 };
 
+// A directory of DYAD's own (`name` under `at`: .dyad, .dyad/locks,
+// .dyad/cache): made 0700 if missing; refused if it is a symbolic link, not
+// a directory, or another user's; tightened to 0700 if ours but looser.
+// `path` is how messages name it.
+Result<UniqueFd> own_dir(int at, const char* name, const std::string& path);
+
 class ConsumerStore {
   public:
     // `dir`: the consumer directory (canonical).
