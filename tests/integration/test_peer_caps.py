@@ -219,7 +219,10 @@ def test_a_peer_that_never_reads_holds_at_most_its_share_of_the_budget(one_node)
         st = prod.status()["memory"]
         assert st["per_peer"] == 16 << 20, st
         assert st["peer_limited_total"] > 0, st
-        assert st["peak"] <= (16 << 20) + (16 << 20), st  # its share + the consumer's
+        # Twice its share at most (within the share it reads ahead; a
+        # connection holding nothing still gets its first buffer up to twice
+        # it: docs/design.md, "Fair shares") + the consumer's share.
+        assert st["peak"] <= 2 * (16 << 20) + (16 << 20), st
     finally:
         a.stop()
 
