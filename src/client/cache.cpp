@@ -381,7 +381,7 @@ Result<UniqueFd> lock_record(int dirfd, const std::string& shown) {
 
 }  // namespace
 
-Status Cache::note_locked(Note what, const std::string& upath, uint64_t size) {
+Status Cache::with_record(const std::function<Status(CacheFold&)>& work) {
     auto d = cache_dir();
     if (!d) return d.status();
     const int dirfd = d->get();
@@ -389,6 +389,16 @@ Status Cache::note_locked(Note what, const std::string& upath, uint64_t size) {
     auto lock = lock_record(dirfd, shown);
     if (!lock) return lock.status();
     CacheFold f{*this, dirfd, State::parse(read_small(dirfd, "state")), shown};
+    return work(f);
+}
+
+Status Cache::note_locked(Note what, const std::string& upath, uint64_t size) {
+    return with_record([&](CacheFold& f) { return note_in(f, what, upath, size); });
+}
+
+Status Cache::note_in(CacheFold& f, Note what, const std::string& upath, uint64_t size) {
+    const int dirfd = f.dirfd;
+    const std::string& shown = f.shown;
     const int64_t now = now_ns();
     std::string line;
     switch (what) {
@@ -426,23 +436,20 @@ Status Cache::note_locked(Note what, const std::string& upath, uint64_t size) {
 Result<CacheStats> Cache::stats() {
     CacheStats out;
     if (dir_.empty()) return out;
-    auto d = cache_dir();
-    if (!d) return d.status();
-    const int dirfd = d->get();
-    const std::string shown = dir_ + "/" + kReservedDir + "/cache";
-    auto lock = lock_record(dirfd, shown);
-    if (!lock) return lock.status();
-    CacheFold f{*this, dirfd, State::parse(read_small(dirfd, "state")), shown};
-    Status s = f.run(false);
+    Status s = with_record([&out](CacheFold& f) {
+        Status r = f.run(false);
+        if (!r) return r;
+        r = replace_file(f.dirfd, "state", f.st.text(), f.shown + "/state");
+        if (!r) return r;
+        out.bytes = f.st.bytes;
+        out.files = f.st.files;
+        out.hits = f.st.hits;
+        out.misses = f.st.misses;
+        out.evictions = f.st.evictions;
+        out.evicted_bytes = f.st.evicted_bytes;
+        return Status::ok();
+    });
     if (!s) return s;
-    s = replace_file(dirfd, "state", f.st.text(), shown + "/state");
-    if (!s) return s;
-    out.bytes = f.st.bytes;
-    out.files = f.st.files;
-    out.hits = f.st.hits;
-    out.misses = f.st.misses;
-    out.evictions = f.st.evictions;
-    out.evicted_bytes = f.st.evicted_bytes;
     return out;
 }
 

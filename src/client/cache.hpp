@@ -44,6 +44,8 @@
 
 namespace dyad::client {
 
+struct CacheFold;
+
 struct CacheStats {
     uint64_t bytes = 0;  // held by the copies the cache knows of
     uint64_t files = 0;
@@ -82,6 +84,10 @@ class Cache {
     enum class Note { hit, installed, forget };
     void note(Note what, const std::string& upath, uint64_t size);
     Status note_locked(Note what, const std::string& upath, uint64_t size);
+    Status note_in(CacheFold& f, Note what, const std::string& upath, uint64_t size);
+    // Opens the record (.dyad/cache), takes its lock and reads its state,
+    // then runs `work` on it under the lock.
+    Status with_record(const std::function<Status(CacheFold&)>& work);
     // .dyad/cache (made if missing; a real directory of this euid, 0700).
     Result<UniqueFd> cache_dir();
 
