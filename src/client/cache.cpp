@@ -159,15 +159,6 @@ std::map<std::string, Entry> fold(const std::string& index, const std::string& j
     return m;
 }
 
-std::string dir_part(const std::string& upath) {
-    size_t slash = upath.rfind('/');
-    return slash == std::string::npos ? std::string() : upath.substr(0, slash);
-}
-std::string base_part(const std::string& upath) {
-    size_t slash = upath.rfind('/');
-    return slash == std::string::npos ? upath : upath.substr(slash + 1);
-}
-
 enum class Outcome { evicted, kept, dropped };
 
 std::atomic<bool> g_over_warned{false};

@@ -44,16 +44,6 @@ constexpr const char* kSub = "client";
 constexpr uint64_t kLockStripes = 256;  // lock files per consumer directory
 constexpr const char* kStampAttr = "user.dyad";
 
-// "a/b/c" -> "a/b"; "c" -> "".
-std::string dir_part(const std::string& upath) {
-    size_t slash = upath.rfind('/');
-    return slash == std::string::npos ? std::string() : upath.substr(0, slash);
-}
-std::string base_part(const std::string& upath) {
-    size_t slash = upath.rfind('/');
-    return slash == std::string::npos ? upath : upath.substr(slash + 1);
-}
-
 std::string uid_text(uid_t uid) {
     std::string s = "uid " + std::to_string(uid);
     struct passwd pw, *found = nullptr;

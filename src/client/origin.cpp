@@ -141,9 +141,8 @@ Status Origin::copy_to(const std::string& upath, const Record& rec, const Manage
         return Status(DYAD_RC_BADFIO,
                       "cannot open the producer directory " + prod.path() + " (DYAD_PATH_PRODUCER)",
                       errno);
-    size_t slash = upath.rfind('/');
-    const std::string sub = slash == std::string::npos ? "" : upath.substr(0, slash);
-    const std::string base = slash == std::string::npos ? upath : upath.substr(slash + 1);
+    const std::string sub = dir_part(upath);
+    const std::string base = base_part(upath);
     auto dir = dir_beneath(proot.get(), sub, true, 0775);
     if (!dir) return dir.status();
     std::random_device rd;

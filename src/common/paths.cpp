@@ -372,4 +372,13 @@ Status mkdir_p(const std::string& dir, mode_t mode) {
     return Status::ok();
 }
 
+std::string dir_part(const std::string& upath) {
+    size_t slash = upath.rfind('/');
+    return slash == std::string::npos ? std::string() : upath.substr(0, slash);
+}
+std::string base_part(const std::string& upath) {
+    size_t slash = upath.rfind('/');
+    return slash == std::string::npos ? upath : upath.substr(slash + 1);
+}
+
 }  // namespace dyad

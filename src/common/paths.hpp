@@ -83,4 +83,9 @@ Result<UniqueFd> open_beneath_unreserved(int dirfd, const std::string& dir,
 // mkdir -p; mode applies to the directories it creates.
 Status mkdir_p(const std::string& dir, mode_t mode = 0775);
 
+// The directory and the last component of a relative path: "a/b/c" ->
+// "a/b" and "c"; "c" -> "" and "c".
+std::string dir_part(const std::string& upath);
+std::string base_part(const std::string& upath);
+
 }  // namespace dyad
