@@ -190,6 +190,30 @@ class Node:
     def kill(self):
         return self.stop(signal.SIGKILL)
 
+    @property
+    def member(self):
+        return f"n{self.index}"
+
+    def set_link(self, up):
+        """Cuts this node's network link (up=False) or restores it; needs a
+        cluster of namespaces (the service and its processes keep running)."""
+        if not self.cluster.net:
+            raise RuntimeError(f"{self.name} has no link of its own to cut: the cluster runs on loopback")
+        self.cluster.net.set_link(self.member, up)
+
+    def fd_count(self):
+        """Open descriptors of this node's running dyadd (None: not running)."""
+        if not self.proc or self.proc.poll() is not None:
+            return None
+        try:
+            return len(os.listdir(f"/proc/{self.service_pid()}/fd"))
+        except OSError:
+            return None
+
+    def service_pid(self):
+        """The dyadd's pid (the process `ip netns exec` became: it execs)."""
+        return self.proc.pid
+
     def env(self, producer=True, consumer=True, **extra):
         e = dict(os.environ)
         for k in [k for k in e if k.startswith("DYAD_") and k != "DYAD_BUILD_DIR"]:
@@ -306,7 +330,7 @@ class NetnsUnavailable(OSError):
 # a letter per network of that process, so that leftovers of a killed run are
 # recognized (their pid is gone) and never confused with another live run's.
 # Interface names stay within IFNAMSIZ (15 characters).
-_NS_RE = re.compile(r"^dyadh-(\d+)-[a-z]-(?:n\d+|node\d+|etcd)$")
+_NS_RE = re.compile(r"^dyadh-(\d+)-[a-z]-(?:n\d+|node\d+|etcd\d*)$")
 _LINK_RE = re.compile(r"^dyh[bv](\d+)[a-z]\d*$")
 _live = set()  # every Cluster, NetnsNetwork, own-root Etcd not cleaned up yet (atexit cleans them)
 _letters = iter(())
@@ -386,6 +410,7 @@ class NetnsNetwork:
         global _letters
         self.namespaces = {}  # member -> namespace name
         self.hosts = {}  # member -> address
+        self.links = {}  # member -> its veth's end on the bridge (set down: the member is cut off)
         self.bridge = None
         _live.add(self)
         try:
@@ -429,6 +454,7 @@ class NetnsNetwork:
             _ip("link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", ns)
             _ip("link", "set", host_if, "master", self.bridge)
             _ip("link", "set", host_if, "up")
+            self.links[member] = host_if
             addr = f"10.213.{subnet}.{i + 1}"
             _ip("netns", "exec", ns, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
             _ip("netns", "exec", ns, "ip", "link", "set", "eth0", "up")
@@ -438,6 +464,12 @@ class NetnsNetwork:
     def prefix(self, member):
         """The command prefix that runs a program inside `member`'s namespace."""
         return ["ip", "netns", "exec", self.namespaces[member]]
+
+    def set_link(self, member, up):
+        """Cuts `member` off the bridge (up=False: its veth's bridge end
+        down, so its packets go nowhere, as a failed link or switch port)
+        or joins it again."""
+        _ip("link", "set", self.links[member], "up" if up else "down")
 
     def _quiet(self):
         """True when no TCP connection in the namespaces is open or closing:
@@ -571,6 +603,106 @@ class Etcd:
         _live.discard(self)
 
 
+class EtcdCluster:
+    """A real etcd cluster of several members (Debian's etcd-server), each
+    an Etcd with a data directory under `root`/<name> and, in a cluster of
+    namespaces, a namespace of its own. `hosts`: member name -> (host,
+    prefix, client port, peer port). uri names every member (dyadd --kvs
+    etcd://A,B,C). leader() / kill_leader() find the member that leads."""
+
+    def __init__(self, root, hosts):
+        self.members = []
+        for name, (host, prefix, port, peer_port) in hosts.items():
+            d = os.path.join(root, name)
+            os.makedirs(d, exist_ok=True)
+            self.members.append(Etcd(d, host, prefix=prefix, port=port, peer_port=peer_port, start=False, name=name))
+        initial = ",".join(f"{m.name}=http://{m.host}:{m.peer_port}" for m in self.members)
+        for m in self.members:
+            m.initial_cluster = initial
+
+    @property
+    def endpoints(self):
+        return [m.endpoint for m in self.members]
+
+    @property
+    def uri(self):
+        return "etcd://" + ",".join(self.endpoints)
+
+    @property
+    def logs(self):
+        return [m.log for m in self.members]
+
+    def running(self):
+        return [m for m in self.members if m.proc and m.proc.poll() is None]
+
+    def start(self, timeout=60.0):
+        """Starts every member not running, then waits until each answers
+        (a member answers once a majority runs)."""
+        started = [m.start(wait=False) for m in self.members if not (m.proc and m.proc.poll() is None)]
+        for m in started:
+            m.wait_healthy(timeout)
+        return self
+
+    def ctl(self, *args, check=True, timeout=30):
+        """etcdctl against every running member (it picks one that answers)."""
+        live = self.running()
+        if not live:
+            raise RuntimeError("no etcd member runs")
+        m = live[0]
+        env = dict(Etcd._env(), ETCDCTL_API="3")
+        urls = ",".join(x.client_url for x in live)
+        return subprocess.run(m.prefix + [ETCDCTL, "--endpoints", urls, *args], capture_output=True, text=True,
+                              check=check, timeout=timeout, env=env)
+
+    def status(self):
+        """etcdctl endpoint status of the running members: a list of dicts
+        (Endpoint, Status: header.member_id, leader, dbSize, raftIndex...)."""
+        out = self.ctl("endpoint", "status", "-w", "json", check=False, timeout=15).stdout
+        try:
+            return json.loads(out or "[]")
+        except json.JSONDecodeError:
+            return []
+
+    def leader(self, timeout=30.0):
+        """The member that leads now (waits for an election, up to `timeout` s)."""
+        def find():
+            for st in self.status():
+                s = st.get("Status", {})
+                if s.get("leader") and s.get("leader") == s.get("header", {}).get("member_id"):
+                    ep = st.get("Endpoint", "")
+                    for m in self.running():
+                        if m.client_url == ep or m.endpoint == ep:
+                            return m
+            return None
+
+        return wait_for(find, timeout, what="an etcd leader", interval=0.2)
+
+    def kill_leader(self):
+        """SIGKILLs the leader; returns that member (restart it with .start())."""
+        m = self.leader()
+        m.kill()
+        return m
+
+    def metrics(self, member=None):
+        """Prometheus text of a member's /metrics (the first running one)."""
+        import urllib.request
+        m = member or self.running()[0]
+        # The bridge's address reaches every namespace of the cluster.
+        with urllib.request.urlopen(f"{m.client_url}/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        for m in self.members:
+            m.stop(sig, timeout)
+
+    def kill(self):
+        self.stop(signal.SIGKILL)
+
+    def restart(self, sig=signal.SIGTERM):
+        self.stop(sig)
+        return self.start()
+
+
 class Cluster:
     """N simulated nodes.
 
@@ -583,10 +715,12 @@ class Cluster:
     store: "embedded": node0's dyadd hosts the metadata store, the others use
     it (--kvs tcp://NODE0). "etcd": an etcd of its own (self.etcd; in a
     namespace of its own with netns) holds it, every dyadd uses --kvs
-    etcd://HOST:PORT. dyadd_args go to every dyadd."""
+    etcd://HOST:PORT. etcd_members: with store="etcd", an etcd cluster of
+    that many members (EtcdCluster, each in a namespace of its own; every
+    dyadd gets all their endpoints). dyadd_args go to every dyadd."""
 
     def __init__(self, nodes=2, root=None, start=True, netns=False, env=None, auth=True, store="embedded",
-                 dyadd_args=(), kvs=None):
+                 dyadd_args=(), kvs=None, etcd_members=1):
         """auth: the services and their clients share a job key (made here
         with `dyad keygen`); False runs them without one (loopback only).
         kvs: a store every node uses (etcd://..., e.g. a standalone Etcd's
@@ -595,6 +729,9 @@ class Cluster:
             raise ValueError(f"store must be 'embedded' or 'etcd', not {store!r}")
         if kvs and store == "etcd":
             raise ValueError("store='etcd' starts the cluster's own etcd: give no kvs with it")
+        if etcd_members < 1 or (etcd_members > 1 and store != "etcd"):
+            raise ValueError("etcd_members: 1, or several with store='etcd'")
+        self.etcd_members = etcd_members
         self.shared_kvs = kvs
         self.root = root or tempfile.mkdtemp(prefix="dyad-cluster-")
         self.key = None
@@ -616,10 +753,13 @@ class Cluster:
             self.key = os.path.join(self.root, "job.key")
             subprocess.run([DYAD, "keygen", self.key], check=True, capture_output=True)
             env = dict(env or {}, DYAD_AUTH_KEY_FILE=self.key)
-        members = [f"n{i}" for i in range(nodes)] + (["etcd"] if self.store == "etcd" else [])
-        hosts = {m: f"127.0.0.{i + 1}" for i, m in enumerate(members)}
+        etcds = []
         if self.store == "etcd":
-            hosts["etcd"] = "127.0.0.1"
+            etcds = ["etcd"] if self.etcd_members == 1 else [f"etcd{k}" for k in range(self.etcd_members)]
+        members = [f"n{i}" for i in range(nodes)] + etcds
+        hosts = {m: f"127.0.0.{i + 1}" for i, m in enumerate(members)}
+        for k, m in enumerate(etcds):
+            hosts[m] = "127.0.0.1" if len(etcds) == 1 else f"127.0.1.{k + 1}"
         if netns:
             try:
                 self.net = NetnsNetwork(members)
@@ -639,9 +779,12 @@ class Cluster:
                     taken.add(p)
                     return p
 
-        if self.store == "etcd":
+        if self.store == "etcd" and len(etcds) == 1:
             self.etcd = Etcd(self.root, hosts["etcd"], prefix=self.net.prefix("etcd") if self.net else (),
                              port=port(hosts["etcd"]), peer_port=port(hosts["etcd"]), start=False)
+        elif self.store == "etcd":
+            self.etcd = EtcdCluster(self.root, {m: (hosts[m], self.net.prefix(m) if self.net else (), port(hosts[m]),
+                                                    port(hosts[m])) for m in etcds})
         kvs = self.etcd.uri if self.etcd else self.shared_kvs
         for i in range(nodes):
             host = hosts[f"n{i}"]
@@ -659,8 +802,20 @@ class Cluster:
         if start:
             if self.etcd:
                 self.etcd.start()
-            for n in self.nodes:
+            self.start_nodes(self.nodes)
+
+    def start_nodes(self, nodes, workers=8):
+        """Starts the services of `nodes`, several at a time (each start
+        waits for its service to answer); the first failure is raised."""
+        nodes = list(nodes)
+        if len(nodes) <= 2:
+            for n in nodes:
                 n.start()
+            return
+        import concurrent.futures
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(nodes))) as pool:
+            for f in [pool.submit(n.start) for n in nodes]:
+                f.result()
 
     @property
     def namespaces(self):

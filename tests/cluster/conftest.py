@@ -22,6 +22,18 @@ def _terminate(signum, frame):
 signal.signal(signal.SIGTERM, _terminate)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # The outcome of each phase, for fixtures (item.rep_call.failed).
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "long: many nodes or chaos: `make test-long` (ctest -L long) only")
+
+
 def require_store(store):
     # etcd is a dependency (scripts/install-deps.sh) and every dyadd has the
     # etcd backend: their absence is a failure, not a reason to skip.
@@ -39,15 +51,16 @@ def _tail(path, lines=40):
 
 
 @pytest.fixture
-def make_cluster():
+def make_cluster(request):
     """make_cluster(nodes, store, dyadd_args=()) -> a started harness.Cluster
     of `nodes` namespaces (and one for etcd with store="etcd"), removed after
     the test whatever its outcome; the tails of its logs are printed then
-    (pytest shows them when the test failed)."""
+    when the test failed (pytest shows them)."""
     made = []
 
-    def make(nodes, store, dyadd_args=(), start=True, etcd_only=False):
-        """etcd_only: a cluster whose etcd starts, its dyadds not (any dyadd)."""
+    def make(nodes, store, dyadd_args=(), start=True, etcd_only=False, etcd_members=1):
+        """etcd_only: a cluster whose etcd starts, its dyadds not (any dyadd).
+        etcd_members: with store="etcd", the members of its etcd cluster."""
         if etcd_only:
             if not os.access(harness.ETCD, os.X_OK):
                 pytest.skip(f"etcd is not installed ({harness.ETCD}): run scripts/install-deps.sh")
@@ -58,7 +71,7 @@ def make_cluster():
             pytest.skip(reason)
         try:
             c = harness.Cluster(nodes=nodes, netns="require", store=store, dyadd_args=dyadd_args,
-                                start=start and not etcd_only)
+                                start=start and not etcd_only, etcd_members=etcd_members)
         except harness.NetnsUnavailable as e:
             pytest.skip(str(e))
         made.append(c)
@@ -68,9 +81,11 @@ def make_cluster():
 
     yield make
     for c in made:
-        logs = [n.log_path for n in c.nodes] + ([c.etcd.log] if c.etcd else [])
+        etcd_logs = (c.etcd.logs if isinstance(c.etcd, harness.EtcdCluster) else [c.etcd.log]) if c.etcd else []
+        logs = [n.log_path for n in c.nodes][:8] + etcd_logs  # the first 8 nodes' of a large cluster
+        rep = getattr(request.node, "rep_call", None)
         try:
-            for path in logs:
-                print(f"--- {os.path.basename(path)} (last lines)\n{_tail(path)}")
+            for path in (logs if rep is None or rep.failed else []):
+                print(f"--- {os.path.relpath(path, c.root)} (last lines)\n{_tail(path)}")
         finally:
             c.cleanup()
