@@ -802,7 +802,9 @@ class Cluster:
         if start:
             if self.etcd:
                 self.etcd.start()
-            self.start_nodes(self.nodes)
+            elif not self.shared_kvs:  # node0 hosts the store: it runs before the others register
+                self.nodes[0].start()
+            self.start_nodes(n for n in self.nodes if n.proc is None)
 
     def start_nodes(self, nodes, workers=8):
         """Starts the services of `nodes`, several at a time (each start
