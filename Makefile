@@ -5,7 +5,7 @@ BUILD ?= build
 PY ?= /usr/bin/python3
 CMAKE_FLAGS ?= -DDYAD_WARNINGS_AS_ERRORS=ON
 
-.PHONY: all deps configure build install test test-long test-asan fuzz fuzz-deps fuzz-merge demo bench bench-plot format check-format clean
+.PHONY: all deps configure build install test test-long test-asan fuzz fuzz-deps fuzz-merge demo bench bench-scale bench-plot format check-format clean
 
 all: build
 
@@ -99,6 +99,11 @@ bench: build
 	$(BENCH_ENV) $(PY) bench/origin_bench.py
 	$(BENCH_ENV) $(PY) bench/goals.py
 	$(PY) bench/plot.py $(BENCH_OUT)
+
+# How the metadata path grows with N = 4, 16, 64 nodes (bench/README.md;
+# about 10 minutes): $(BENCH_OUT)/scale.md, scale.json, scale_*.png.
+bench-scale: build
+	$(BENCH_ENV) $(PY) bench/scale_bench.py
 
 # Charts again from the JSON in $(BENCH_OUT) (no measurement). For the
 # tracked reference results: $(PY) bench/plot.py bench/results (PNGs in

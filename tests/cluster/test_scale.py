@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import random
+import re
 import subprocess
 import threading
 import time
@@ -197,6 +198,19 @@ def test_sixteen_nodes_etcd_cluster(make_cluster):
     assert len(st) == 3, f"not every etcd member answers: {st}"
     status = c[5].status()
     assert ",".join(c.etcd.endpoints) in json.dumps(status), "a dyadd does not know all three etcd members"
+    # The services spread over the members (each picks one at random): not
+    # all on the first (with 16 services at random, a member serves 13 or more
+    # with a probability of about 3e-4).
+    streams = {m.name: watch_streams(c.etcd, m) for m in c.etcd.members}
+    print(f"watch streams per etcd member: {streams}")
+    assert sum(streams.values()) == 16, streams
+    assert max(streams.values()) <= 12, f"the dyadds crowd on one etcd member: {streams}"
+
+
+def watch_streams(etcd, member):
+    """The watch streams an etcd member serves (one per dyadd that uses it)."""
+    m = re.search(r"^etcd_debugging_mvcc_watch_stream_total (\S+)$", etcd.metrics(member), re.M)
+    return int(float(m.group(1)))
 
 
 def test_sixteen_nodes_embedded(make_cluster):

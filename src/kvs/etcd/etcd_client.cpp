@@ -4,6 +4,8 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 
+#include <algorithm>
+#include <random>
 #include <thread>
 
 namespace dyad::kvs::etcd {
@@ -61,7 +63,7 @@ Result<std::string> resolve(const std::string& ep, bool* v6) {
 
 Result<std::unique_ptr<Client>> Client::open(const std::vector<std::string>& endpoints) {
     if (endpoints.empty()) return Status(DYAD_RC_BAD_CLI_PARSE, "no etcd endpoint given", EINVAL);
-    std::string target;
+    std::vector<std::string> addresses;
     std::optional<bool> family_v6;
     auto c = std::unique_ptr<Client>(new Client());
     for (const auto& ep : endpoints) {
@@ -72,9 +74,17 @@ Result<std::unique_ptr<Client>> Client::open(const std::vector<std::string>& end
             return Status(DYAD_RC_BAD_CLI_PARSE,
                           "etcd endpoints mix IPv4 and IPv6 addresses: give one family", EINVAL);
         family_v6 = v6;
-        target += (target.empty() ? "" : ",") + a.value();
+        addresses.push_back(a.value());
         c->where_ += (c->where_.empty() ? "" : ",") + ep;
     }
+    // pick_first takes the first address that answers: in the order given,
+    // every service of a job (same --kvs) would hold its watch stream, lease
+    // keep-alive and reads on the first member. Each service shuffles the
+    // list instead, so that the services spread over the members (and still
+    // go to the next one when theirs fails).
+    std::shuffle(addresses.begin(), addresses.end(), std::mt19937(std::random_device{}()));
+    std::string target;
+    for (const auto& a : addresses) target += (target.empty() ? "" : ",") + a;
     target = (*family_v6 ? "ipv6:" : "ipv4:") + target;
     grpc::ChannelArguments args;
     // Reconnect quickly after an etcd member restarts: waiting calls and

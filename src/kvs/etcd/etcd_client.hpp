@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The connection to etcd shared by the store's parts: one gRPC channel over
-// every endpoint (pick_first: the first that answers; reconnecting with a
+// every endpoint (pick_first over them in an order shuffled per service, so
+// that a job's services spread over the members; reconnecting with a
 // short backoff, so calls ride through a restart of an etcd member), its
 // stubs, the mapping of gRPC errors to ours, and whether etcd answers.
 #pragma once
@@ -30,7 +31,8 @@ std::string prefix_end(const std::string& p);
 
 class Client {
   public:
-    // endpoints: HOST:PORT; resolved once (pick_first over the addresses).
+    // endpoints: HOST:PORT; resolved once (pick_first over the addresses,
+    // in a random order).
     static Result<std::unique_ptr<Client>> open(const std::vector<std::string>& endpoints);
 
     const std::string& where() const { return where_; }
