@@ -14,6 +14,7 @@
 #include "common/log.hpp"
 #include "common/settings.hpp"
 #include "kvs/etcd/etcd_store.hpp"
+#include "ledger_journal.hpp"
 #include "metrics_http.hpp"
 #include "rpc/wire.hpp"
 #include "service.hpp"
@@ -380,6 +381,7 @@ int serve(Args& a, const sigset_t& old) {
     // The service holds the only reference to an external store: it ends
     // the store's threads before its own loop goes (a wait answered after
     // that would post to a destroyed loop).
+    a.o.open_journal = dyad::service::open_sqlite_journal;
     dyad::service::Service svc(std::move(a.o));
     std::unique_ptr<dyad::service::MetricsHttp> metrics;
     if (!a.metrics_listen.empty()) {

@@ -3,6 +3,8 @@
 
 #include <cerrno>
 
+#include "common/log.hpp"
+#include "common/rate_limit.hpp"
 #include "kvs/record.hpp"
 
 namespace dyad::service {
@@ -39,6 +41,38 @@ bool Published::unchanged(const struct stat& sb) const {
            (ctime_ns == 0 || ns_of(sb.st_ctim) == ctime_ns);
 }
 
+void PublishLedger::attach(std::unique_ptr<LedgerJournal> journal) {
+    std::lock_guard<std::mutex> lk(mu_);
+    journal_ = std::move(journal);
+}
+
+void PublishLedger::restore(const std::string& up, const Published& pub) {
+    std::lock_guard<std::mutex> lk(mu_);
+    by_upath_[up] = pub;
+    journal_locked(up);
+}
+
+uint64_t PublishLedger::journal_errors() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return journal_errors_;
+}
+
+void PublishLedger::journal_locked(const std::string& up) {
+    if (!journal_) return;
+    auto it = by_upath_.find(up);
+    // Generation 0: the store has not answered; nothing to keep yet.
+    Status s = it != by_upath_.end() && it->second.generation != 0 ? journal_->save(up, it->second)
+                                                                   : journal_->erase(up);
+    if (s) return;
+    ++journal_errors_;
+    static log::RateLimit limit("dyadd", "publish ledger saves");
+    if (limit.allow())
+        DYAD_WARN("dyadd",
+                  "cannot keep '%s' in the publish ledger %s: %s (published all the same; a "
+                  "restart of this dyadd would not publish it again: produce it again then)",
+                  up.c_str(), journal_->describe().c_str(), s.to_string().c_str());
+}
+
 std::optional<Published> PublishLedger::begin(const std::string& up, const Published& pub) {
     std::lock_guard<std::mutex> lk(mu_);
     std::optional<Published> before;
@@ -59,6 +93,7 @@ void PublishLedger::end(const std::string& up, Published pub, const Result<uint6
     } else {
         by_upath_.erase(up);
     }
+    journal_locked(up);
 }
 
 std::optional<Published> PublishLedger::find(const std::string& up) const {
@@ -71,6 +106,7 @@ std::optional<Published> PublishLedger::find(const std::string& up) const {
 void PublishLedger::forget(const std::string& up) {
     std::lock_guard<std::mutex> lk(mu_);
     by_upath_.erase(up);
+    journal_locked(up);
 }
 
 size_t PublishLedger::size() const {
@@ -143,7 +179,10 @@ bool PublishLedger::current(const std::string& up, uint64_t generation) const {
 void PublishLedger::republished(const std::string& up, uint64_t was, uint64_t now) {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = by_upath_.find(up);
-    if (it != by_upath_.end() && it->second.generation == was) it->second.generation = now;
+    if (it != by_upath_.end() && it->second.generation == was) {
+        it->second.generation = now;
+        journal_locked(up);
+    }
 }
 
 }  // namespace dyad::service

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
@@ -36,6 +37,26 @@ struct Published {
     // Whether the file as `sb` says it is now is still this one (ctime too,
     // when known: a rewrite that puts the old mtime back still changes it).
     bool unchanged(const struct stat& sb) const;
+};
+
+// A durable copy of a ledger (docs/design.md, "The embedded store across
+// restarts"): what the service published, kept in its state directory so
+// that the store host publishes it again when it starts. dyadd's is SQLite
+// (ledger_journal.hpp, linked into dyadd alone). Called under the ledger's
+// lock, so its writes are in the ledger's order.
+class LedgerJournal {
+  public:
+    using Rows = std::vector<std::pair<std::string, Published>>;
+    virtual ~LedgerJournal() = default;
+    // What was saved (by this service, for its producer directory).
+    virtual Result<Rows> load() = 0;
+    // `up` is now `pub` (inserted or replaced).
+    virtual Status save(const std::string& up, const Published& pub) = 0;
+    virtual Status erase(const std::string& up) = 0;
+    // Forgets every row of this service.
+    virtual Status clear() = 0;
+    // The file, for messages.
+    virtual std::string describe() const = 0;
 };
 
 // A file with more than one name can be a link to one outside the producer
@@ -72,6 +93,14 @@ class PublishLedger {
     void end(const std::string& up, Published pub, const Result<uint64_t>& version,
              const std::optional<Published>& before);
 
+    // Keeps a durable copy in `journal` from now on (every change is saved
+    // there; a failed save is logged and counted, the publish stands).
+    void attach(std::unique_ptr<LedgerJournal> journal);
+    // Notes `up` as `pub` (restored at start, generation known).
+    void restore(const std::string& up, const Published& pub);
+    // Saves that failed (the durable copy lacks a change).
+    uint64_t journal_errors() const;
+
     std::optional<Published> find(const std::string& up) const;
     // Unpublished: `up` is no longer this service's to serve.
     void forget(const std::string& up);
@@ -94,8 +123,13 @@ class PublishLedger {
     void republished(const std::string& up, uint64_t was, uint64_t now);
 
   private:
+    // Under mu_: saves `up` as noted now (or erases it when not noted).
+    void journal_locked(const std::string& up);
+
     mutable std::mutex mu_;
     std::unordered_map<std::string, Published> by_upath_;
+    std::unique_ptr<LedgerJournal> journal_;
+    uint64_t journal_errors_ = 0;
     std::shared_mutex gate_;
 };
 
