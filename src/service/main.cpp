@@ -62,6 +62,7 @@ struct Args {
     std::string store_max, store_ns_bytes, rank, memory_per_peer;
     std::string request_bytes_per_peer, request_bytes;
     double lease_ttl = 10;
+    bool no_publish_ledger = false;  // --no-publish-ledger
     // Where --metrics-listen binds (parsed from it).
     std::string metrics_host;
     uint16_t metrics_port = 0;
@@ -170,8 +171,13 @@ void add_store_options(CLI::App& app, Args& a) {
                    "100M (default: --store-max); puts beyond it are refused (EDQUOT)");
     app.add_option("--state-dir", o.state_dir,
                    "where the embedded store keeps its epoch file (store-epoch), so that "
-                   "generations never repeat across restarts; keep it as long as consumers keep "
-                   "copies (default: PRODUCER_DIR/.dyad)");
+                   "generations never repeat across restarts, and this service its publish "
+                   "ledger (published.sqlite), so that the store's host publishes its files "
+                   "again when it restarts; keep it as long as consumers keep copies (default: "
+                   "PRODUCER_DIR/.dyad)");
+    app.add_flag("--no-publish-ledger", a.no_publish_ledger,
+                 "keep what this service published in memory only: restarted, the store's host "
+                 "then forgets its own files' records (produce them again)");
 }
 
 // What one peer may hold (docs/security.md), and the key.
@@ -381,7 +387,7 @@ int serve(Args& a, const sigset_t& old) {
     // The service holds the only reference to an external store: it ends
     // the store's threads before its own loop goes (a wait answered after
     // that would post to a destroyed loop).
-    a.o.open_journal = dyad::service::open_sqlite_journal;
+    if (!a.no_publish_ledger) a.o.open_journal = dyad::service::open_sqlite_journal;
     dyad::service::Service svc(std::move(a.o));
     std::unique_ptr<dyad::service::MetricsHttp> metrics;
     if (!a.metrics_listen.empty()) {
