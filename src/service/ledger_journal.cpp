@@ -112,6 +112,17 @@ class SqliteJournal final : public LedgerJournal {
 
     Status clear() override { return run(bind_owner(clear_), "cannot write"); }
 
+    Status replace(const Rows& rows) override {
+        if (int rc = sqlite3_exec(db_.get(), "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+            rc != SQLITE_OK)
+            return fail("cannot write", rc);
+        Status s = clear();
+        for (size_t i = 0; s && i < rows.size(); ++i) s = save(rows[i].first, rows[i].second);
+        int rc = sqlite3_exec(db_.get(), s ? "COMMIT" : "ROLLBACK", nullptr, nullptr, nullptr);
+        if (s && rc != SQLITE_OK) return fail("cannot write", rc);
+        return s;
+    }
+
     std::string describe() const override { return "'" + path_ + "'"; }
 
   private:

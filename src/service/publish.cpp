@@ -225,20 +225,22 @@ Status Service::restore_published() {
     // service published before goes back in, each file only if it is still
     // exactly as published (it would not be served otherwise), with its
     // record as publish() would write it now (endpoints may have changed) and
-    // a generation of the new epoch, above every earlier one.
-    ledger_.attach(std::move(journal));
+    // a generation of the new epoch, above every earlier one. Nothing is
+    // served yet; the durable copy is replaced in one transaction at the end
+    // (a crash before it finds the old rows again).
     uint64_t again = 0, changed = 0, failed = 0;
+    LedgerJournal::Rows kept;
+    kept.reserve(rows->size());
     for (auto& [up, pub] : rows.value()) {
         auto fd = open_served_file(up);
         struct stat sb;
         if (!fd || ::fstat(fd->get(), &sb) != 0 || !pub.unchanged(sb) || !one_name(up, sb)) {
             ++changed;
-            ledger_.forget(up);
             static log::RateLimit limit(kSub, "files not published again");
             if (limit.allow())
                 DYAD_INFO(kSub,
-                          "'%s' changed or went away since it was published (generation %llu): not "
-                          "published again (produce it again to serve it)",
+                          "'%s' changed or went away since it was published (generation %llu): "
+                          "not published again (produce it again to serve it)",
                           up.c_str(), static_cast<unsigned long long>(pub.generation));
             continue;
         }
@@ -247,15 +249,17 @@ Status Service::restore_published() {
             store_put(pub.ns, pub.key, rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), 0);
         if (!put) {
             ++failed;
-            ledger_.forget(up);
             DYAD_WARN(kSub, "cannot publish '%s' again: %s (produce it again)", up.c_str(),
                       put.status().to_string().c_str());
             continue;
         }
         pub.generation = put.value();
         ledger_.restore(up, pub);
+        kept.emplace_back(up, std::move(pub));
         ++again;
     }
+    if (Status s = journal->replace(kept); !s) return s;
+    ledger_.attach(std::move(journal));
     if (again + changed + failed > 0)
         DYAD_INFO(kSub,
                   "published again %llu files this service published before it restarted (from "

@@ -55,6 +55,8 @@ class LedgerJournal {
     virtual Status erase(const std::string& up) = 0;
     // Forgets every row of this service.
     virtual Status clear() = 0;
+    // Every row of this service is now one of `rows`: one transaction.
+    virtual Status replace(const Rows& rows) = 0;
     // The file, for messages.
     virtual std::string describe() const = 0;
 };

@@ -104,6 +104,13 @@ TEST(LedgerJournal, OnlyThisServiceAndDirectory) {
     ASSERT_TRUE(rows);
     ASSERT_EQ(rows->size(), 1u);
     EXPECT_EQ(rows->front().first, "x");
+    Published w = Published::of(file(9, 9, 9), "ns", "key/w");
+    w.generation = 5;
+    ASSERT_TRUE(j->replace({{"w", w}}));
+    rows = j->load();
+    ASSERT_EQ(rows->size(), 1u);
+    EXPECT_EQ(rows->front().first, "w");
+    EXPECT_EQ(rows->front().second.generation, 5u);
     ASSERT_TRUE(j->clear());
     EXPECT_TRUE(j->load()->empty());
     EXPECT_EQ(open(d.path, "n1", "/p")->load()->size(), 1u);
