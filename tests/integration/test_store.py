@@ -393,3 +393,21 @@ def test_the_host_keeps_its_records_over_two_restarts_and_an_unpublish(cluster):
         gens.append(rows["a.bin"]["generation"])
         assert consume(other, other.path("b.bin"))["action"] in ("fetched", "present")
     assert gens[1] > gens[0]
+
+
+def test_unusable_publish_ledger_stops_the_start_and_says_why(tmp_path):
+    """Going on would drop the host's records without a word."""
+    with harness.Cluster(nodes=1, start=False) as c:
+        node = c[0]
+        state = tmp_path / "state"
+        state.mkdir()
+        (state / "published.sqlite").write_bytes(b"not a database\n" * 300)
+        node.log_path = str(tmp_path / "dyadd.log")
+        try:
+            node.start(["--state-dir", str(state)])
+        except RuntimeError:
+            pass
+        assert node.proc.wait(timeout=30) == 6
+        log = open(node.log_path).read()
+        assert str(state / "published.sqlite") in log and "--state-dir" in log, log
+        node.proc = None
