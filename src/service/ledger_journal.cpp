@@ -112,6 +112,16 @@ class SqliteJournal final : public LedgerJournal {
 
     Status clear() override { return run(bind_owner(clear_), "cannot write"); }
 
+    Status apply(const std::vector<LedgerChange>& changes) override {
+        if (int rc = sqlite3_exec(db_.get(), "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+            rc != SQLITE_OK)
+            return fail("cannot write", rc);
+        Status s = LedgerJournal::apply(changes);
+        int rc = sqlite3_exec(db_.get(), s ? "COMMIT" : "ROLLBACK", nullptr, nullptr, nullptr);
+        if (s && rc != SQLITE_OK) return fail("cannot write", rc);
+        return s;
+    }
+
     Status replace(const Rows& rows) override {
         if (int rc = sqlite3_exec(db_.get(), "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
             rc != SQLITE_OK)

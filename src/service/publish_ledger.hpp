@@ -8,6 +8,8 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +17,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -39,11 +42,17 @@ struct Published {
     bool unchanged(const struct stat& sb) const;
 };
 
+// One change of a ledger: `up` is now `pub`, or no longer noted.
+struct LedgerChange {
+    std::string up;
+    std::optional<Published> pub;
+};
+
 // A durable copy of a ledger (docs/design.md, "The embedded store across
 // restarts"): what the service published, kept in its state directory so
 // that the store host publishes it again when it starts. dyadd's is SQLite
-// (ledger_journal.hpp, linked into dyadd alone). Called under the ledger's
-// lock, so its writes are in the ledger's order.
+// (ledger_journal.hpp, linked into dyadd alone). Used from one thread at a
+// time: the ledger's writer, once attached.
 class LedgerJournal {
   public:
     using Rows = std::vector<std::pair<std::string, Published>>;
@@ -53,6 +62,12 @@ class LedgerJournal {
     // `up` is now `pub` (inserted or replaced).
     virtual Status save(const std::string& up, const Published& pub) = 0;
     virtual Status erase(const std::string& up) = 0;
+    // The changes, in order (SQLite: in one transaction).
+    virtual Status apply(const std::vector<LedgerChange>& changes) {
+        for (const auto& c : changes)
+            if (Status s = c.pub ? save(c.up, *c.pub) : erase(c.up); !s) return s;
+        return Status::ok();
+    }
     // Forgets every row of this service.
     virtual Status clear() = 0;
     // Every row of this service is now one of `rows`: one transaction.
@@ -95,9 +110,19 @@ class PublishLedger {
     void end(const std::string& up, Published pub, const Result<uint64_t>& version,
              const std::optional<Published>& before);
 
-    // Keeps a durable copy in `journal` from now on (every change is saved
-    // there; a failed save is logged and counted, the publish stands).
+    PublishLedger() = default;
+    PublishLedger(const PublishLedger&) = delete;
+    PublishLedger& operator=(const PublishLedger&) = delete;
+    // Saves what is still queued for the journal, then ends its writer.
+    ~PublishLedger();
+
+    // Keeps a durable copy in `journal` from now on: every change is queued,
+    // in the ledger's order, and a writer thread saves what is queued in one
+    // transaction at a time (a publish does not wait for the disk). A failed
+    // save is logged and counted; the publish stands.
     void attach(std::unique_ptr<LedgerJournal> journal);
+    // Waits until every change queued so far is saved (or failed).
+    void flush();
     // Notes `up` as `pub` (restored at start, generation known).
     void restore(const std::string& up, const Published& pub);
     // Saves that failed (the durable copy lacks a change).
@@ -125,13 +150,22 @@ class PublishLedger {
     void republished(const std::string& up, uint64_t was, uint64_t now);
 
   private:
-    // Under mu_: saves `up` as noted now (or erases it when not noted).
+    // Under mu_: queues `up` as noted now (or its erasure when not noted).
     void journal_locked(const std::string& up);
+    void write_loop();
 
     mutable std::mutex mu_;
     std::unordered_map<std::string, Published> by_upath_;
+    // The journal's writer: queue_ under qmu_; queued_ and saved_ count
+    // changes, for flush().
     std::unique_ptr<LedgerJournal> journal_;
-    uint64_t journal_errors_ = 0;
+    std::mutex qmu_;
+    std::condition_variable qcv_;
+    std::vector<LedgerChange> queue_;
+    uint64_t queued_ = 0, saved_ = 0;
+    bool stop_ = false;
+    std::atomic<uint64_t> journal_errors_{0};
+    std::thread writer_;
     std::shared_mutex gate_;
 };
 

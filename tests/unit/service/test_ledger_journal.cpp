@@ -72,7 +72,14 @@ TEST(LedgerJournal, WhatWasPublishedOutlivesTheLedger) {
         publish(l, "d.bin", file(14, 1, 1),
                 Result<uint64_t>(Status(DYAD_RC_CONNFAIL, "store down", EIO)));  // failed
         l.republished("a.bin", 1, (uint64_t{1} << 32) | 1);
+        l.flush();
         EXPECT_EQ(l.journal_errors(), 0u);
+        // Saved once flushed, while the ledger lives.
+        auto now = open(d.path)->load();
+        ASSERT_TRUE(now);
+        EXPECT_EQ(now->size(), 2u);
+        publish(l, "e.bin", file(15, 1, 1), Result<uint64_t>(uint64_t{1}));
+        l.forget("e.bin");
     }
     auto rows = open(d.path)->load();
     ASSERT_TRUE(rows) << rows.status().to_string();
@@ -99,6 +106,7 @@ TEST(LedgerJournal, OnlyThisServiceAndDirectory) {
     publish(mine, "x", file(1, 1, 1), Result<uint64_t>(uint64_t{1}));
     publish(other_id, "y", file(2, 1, 1), Result<uint64_t>(uint64_t{1}));
     publish(other_dir, "z", file(3, 1, 1), Result<uint64_t>(uint64_t{1}));
+    for (auto* l : {&mine, &other_id, &other_dir}) l->flush();
     auto j = open(d.path, "n0", "/p");
     auto rows = j->load();
     ASSERT_TRUE(rows);
