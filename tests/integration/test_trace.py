@@ -174,3 +174,38 @@ def test_a_trace_file_is_capped_and_counts_what_it_dropped(tmp_path):
     # The events within the cap; the head and the last event besides.
     assert os.path.getsize(files[0]) < 4096 + 1024
     assert p.stderr.count("DYAD_TRACE_MAX_SIZE") >= 1, p.stderr
+
+
+TIMELINE = os.path.join(harness.ROOT, "bench", "workflow", "timeline.py")
+
+
+def test_timeline_draws_every_process_and_merges_for_perfetto(tmp_path):
+    d = tmp_path / "trace"
+    d.mkdir()
+
+    def ev(name, ts, dur, pid, tid, **args):
+        return {"name": name, "cat": "client", "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
+
+    def meta(pid, name):
+        return {"name": "process_name", "ph": "M", "pid": pid, "tid": pid, "args": {"name": name}}
+
+    # A closed file (dyadd), and a client that crashed: no "]", its last event cut.
+    closed = [meta(10, "dyadd (n0)"), ev("service.fetch", 1_000_500, 300, 10, 10, bytes=5)]
+    (d / "dyad-n0-10.json").write_text("[\n" + ",\n".join(json.dumps(e) for e in closed) + "\n]\n")
+    crashed = [meta(20, "cat (n1)"), ev("consume", 1_000_000, 1000, 20, 20),
+               ev("transfer", 1_000_400, 500, 20, 20, bytes=5)]
+    (d / "dyad-n1-20.json").write_text("[\n" + ",\n".join(json.dumps(e) for e in crashed) + ',\n{"name":"com')
+    png, merged = tmp_path / "t.png", tmp_path / "m.json"
+    p = subprocess.run(["/usr/bin/python3", TIMELINE, str(d), str(png), "--merge", str(merged)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    events = json.loads(merged.read_text())["traceEvents"]
+    assert sorted(e["name"] for e in events if e["ph"] == "X") == ["consume", "service.fetch", "transfer"]
+    assert "3 events" in p.stdout and "transfer" in p.stdout
+    # A directory without traces is a clear error.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = subprocess.run(["/usr/bin/python3", TIMELINE, str(empty), str(png)], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode != 0 and "DYAD_TRACE" in p.stderr
