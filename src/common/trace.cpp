@@ -53,7 +53,10 @@ struct Writer {
     Clock::time_point oldest;
     uint64_t events = 0, dropped = 0, bytes = 0;
     bool warned_full = false;
+    bool flush_outermost = false;  // a client: write when an outermost span ends
 };
+
+thread_local int t_open_spans = 0;  // spans open on this thread
 
 Writer& writer() {
     static Writer* w = new Writer;
@@ -207,7 +210,7 @@ void after_fork_child() {
     w.mu.unlock();
 }
 
-void emit(std::string event) {
+void emit(std::string event, bool outermost) {
     Writer& w = writer();
     std::lock_guard<std::mutex> lk(w.mu);
     if (w.closed) return;
@@ -229,7 +232,7 @@ void emit(std::string event) {
     w.bytes += event.size() + 2;
     w.events++;
     w.buffered++;
-    if (w.buffered >= kFlushEvents ||
+    if (w.buffered >= kFlushEvents || (outermost && w.flush_outermost) ||
         std::chrono::duration<double>(now - w.oldest).count() >= kFlushAge)
         write_buffer(w);
 }
@@ -279,6 +282,7 @@ void start_from_settings(const std::string& role) {
         w.dir = dir;
         w.node = node.empty() ? "node" : node;
         w.role = role;
+        w.flush_outermost = role.empty();
         w.max_bytes = cap.value();
         if (!open_file(w)) return;
         std::atexit(at_exit);
@@ -304,21 +308,23 @@ void complete(const char* name, const char* cat, int64_t ts_us, double dur_us,
               const nlohmann::json& args) {
     if (!on()) return;
     try {
-        emit(event_text(name, cat, ts_us, dur_us, args));
+        emit(event_text(name, cat, ts_us, dur_us, args), false);
     } catch (...) {  // no memory for the event: it is not written
     }
 }
 
 void Span::begin() {
+    outermost_ = t_open_spans++ == 0;
     ts_us_ = now_us();
     t0_ = Clock::now();
 }
 
 void Span::end() {
     double dur = std::chrono::duration<double, std::micro>(Clock::now() - t0_).count();
+    --t_open_spans;
     if (!on()) return;
     try {
-        emit(event_text(name_, cat_, ts_us_, dur, args_));
+        emit(event_text(name_, cat_, ts_us_, dur, args_), outermost_);
     } catch (...) {  // no memory for the event: it is not written
     }
 }

@@ -10,8 +10,11 @@
 // by ",", then "]" at exit): a process that crashes or leaves by _exit
 // leaves the array without its closing bracket, which Perfetto and
 // chrome://tracing accept (and a reader repairs by appending "]"). Events are
-// buffered and written whole: at most kFlushEvents of them or kFlushAge
-// seconds old, at exit, and before a fork. A file holds at most
+// buffered and written whole: in a client, when an outermost span ends (a
+// consume, a produce: a process that leaves by _exit, as Python's
+// multiprocessing workers do, loses no finished operation); in dyadd, every
+// kFlushEvents events or when the oldest is kFlushAge seconds old; and at
+// exit and before a fork. A file holds at most
 // DYAD_TRACE_MAX_SIZE bytes of events: later ones are dropped and counted,
 // the count written in its last event ("trace_end") and logged once.
 //
@@ -117,6 +120,7 @@ class Span {
     const char* name_;
     const char* cat_;
     bool active_;
+    bool outermost_ = false;  // no other span open on this thread
     int64_t ts_us_ = 0;
     std::chrono::steady_clock::time_point t0_;
     nlohmann::json args_;

@@ -209,3 +209,46 @@ def test_timeline_draws_every_process_and_merges_for_perfetto(tmp_path):
     p = subprocess.run(["/usr/bin/python3", TIMELINE, str(empty), str(png)], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode != 0 and "DYAD_TRACE" in p.stderr
+
+
+PYDYAD_FORK = r"""
+import os, sys
+from pydyad import Dyad
+d = Dyad()
+d.init_env()
+d.consume(sys.argv[1])
+pid = os.fork()
+if pid == 0:
+    d.consume(sys.argv[2])
+    os._exit(0)  # no atexit: the child's array stays open
+_, status = os.waitpid(pid, 0)
+d.consume(sys.argv[3])
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_pydyad_and_a_forked_child_that_leaves_by_exit_each_write_their_own_file(tmp_path):
+    d = str(tmp_path / "trace")
+    with harness.Cluster(nodes=2) as c:
+        for name in ("a", "b", "c"):
+            c[0].produce_text(f"{name}.txt", name * 1000)
+        env = c[1].env(DYAD_TRACE=d, PYTHONPATH=os.path.join(harness.ROOT, "python"),
+                       DYAD_LIBRARY=os.path.join(harness.BUILD, "lib", "libdyad.so"))
+        p = subprocess.run(["/usr/bin/python3", "-c", PYDYAD_FORK, *[c[1].path(f"{n}.txt") for n in "abc"]],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+    files = sorted(glob.glob(os.path.join(d, "dyad-*.json")), key=os.path.getmtime)
+    assert len(files) == 2, files
+    by_consumed = {}
+    for f in files:
+        text = open(f).read()
+        events = load(f, strict=False)
+        consumed = sorted(os.path.basename(e["args"]["path"]) for e in events if e["name"] == "consume")
+        by_consumed[tuple(consumed)] = (text, events)
+    assert set(by_consumed) == {("a.txt", "c.txt"), ("b.txt",)}, list(by_consumed)
+    parent_text, parent = by_consumed[("a.txt", "c.txt")]
+    child_text, child = by_consumed[("b.txt",)]
+    assert parent_text.rstrip().endswith("]") and not child_text.rstrip().endswith("]")
+    assert child[0]["name"] == "process_name" and child[0]["pid"] != parent[0]["pid"]
+    one(child, "transfer", path="b.txt", bytes=1000)
+    one(child, "commit", path="b.txt", bytes=1000)
