@@ -301,7 +301,16 @@ void flush() {
 Stats stats() {
     Writer& w = writer();
     std::lock_guard<std::mutex> lk(w.mu);
-    return Stats{w.closed ? "" : w.file, w.events, w.dropped, w.bytes};
+    return Stats{w.closed ? "" : w.file, w.events, w.dropped, w.bytes, w.max_bytes};
+}
+
+nlohmann::json stats_json() {
+    Stats s = stats();
+    return {{"file", s.file},
+            {"events", s.events},
+            {"dropped", s.dropped},
+            {"bytes", s.bytes},
+            {"max_bytes", s.max_bytes}};
 }
 
 void complete(const char* name, const char* cat, int64_t ts_us, double dur_us,

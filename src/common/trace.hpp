@@ -54,12 +54,15 @@ void flush();
 
 // What this process's trace did (tests, `dyad service status`).
 struct Stats {
-    std::string file;      // "" when not tracing
-    uint64_t events = 0;   // written (or buffered)
-    uint64_t dropped = 0;  // over DYAD_TRACE_MAX_SIZE
-    uint64_t bytes = 0;    // of events written (or buffered)
+    std::string file;        // "" when not tracing
+    uint64_t events = 0;     // written (or buffered)
+    uint64_t dropped = 0;    // over DYAD_TRACE_MAX_SIZE
+    uint64_t bytes = 0;      // of events written (or buffered)
+    uint64_t max_bytes = 0;  // DYAD_TRACE_MAX_SIZE
 };
 Stats stats();
+// The same as JSON (dyadd's status: "trace").
+nlohmann::json stats_json();
 
 // Microseconds since the Unix epoch (the events' clock).
 int64_t now_us();

@@ -62,6 +62,9 @@ def test_produce_and_consume_across_two_services_are_traced(tmp_path):
         harness.write_file(src, SIZE)
         c[0].dyad("produce", src, env_extra={"DYAD_TRACE": d})
         c[1].dyad("consume", c[1].path("frames/f0.bin"), env_extra={"DYAD_TRACE": d})
+        st = c[0].status()["trace"]  # dyadd reports its file and counters
+        assert st["file"].startswith(d + "/dyad-node0-") and st["events"] >= 2 and st["dropped"] == 0, st
+        assert st["max_bytes"] == 64 << 20
         c.stop()  # the services write their last events and close their files
     tr = traces(d)
     # Two services, one producer, one consumer: a file each.
