@@ -38,6 +38,7 @@ def main(argv=None):
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--trace-dir", help="where the traces go (default: a temporary directory)")
     ap.add_argument("--reference-build", help="a build directory whose libdyad_wrapper.so is the reference")
     a = ap.parse_args(argv)
     variants = []
@@ -64,7 +65,7 @@ def main(argv=None):
                     os.makedirs(cons)
                     extra = {"LD_PRELOAD": lib, "DYAD_PATH_CONSUMER": cons}
                     if trace:
-                        extra["DYAD_TRACE"] = os.path.join(tmp, f"t{run}")
+                        extra["DYAD_TRACE"] = os.path.join(a.trace_dir or tmp, f"dyad-trace-bench-{os.getpid()}-{run}")
                     env = c[1].env(producer=False, consumer=False, **extra)
                     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     t0 = time.perf_counter()
@@ -77,6 +78,8 @@ def main(argv=None):
                         raise SystemExit(f"{name}: cat failed: {p.stderr[-2000:]}")
                     times[name].append(dt)
                     shutil.rmtree(cons, ignore_errors=True)
+                    if trace:
+                        shutil.rmtree(extra["DYAD_TRACE"], ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     base = "reference" if a.reference_build else "off"
