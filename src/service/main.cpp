@@ -13,6 +13,7 @@
 #include "common/config.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
+#include "common/trace.hpp"
 #include "kvs/etcd/etcd_store.hpp"
 #include "ledger_journal.hpp"
 #include "metrics_http.hpp"
@@ -58,7 +59,7 @@ int start_failure_code(const dyad::Status& s) {
 struct Args {
     dyad::service::Options o;
     std::vector<std::string> allow_uids;
-    std::string info_log, error_log, memory, metrics_listen, transports;
+    std::string info_log, error_log, memory, metrics_listen, transports, trace;
     std::string store_max, store_ns_bytes, rank, memory_per_peer;
     std::string request_bytes_per_peer, request_bytes;
     double lease_ttl = 10;
@@ -104,6 +105,9 @@ void add_service_options(CLI::App& app, Args& a) {
         ->capture_default_str();
     app.add_option("-i,--info_log", info_log, "write info/debug log lines to FILE");
     app.add_option("-e,--error_log", error_log, "write warning/error log lines to FILE");
+    app.add_option("--trace", a.trace,
+                   "write a Chrome trace-event file of what this dyadd serves (publishes, "
+                   "fetches, store requests) into DIR, for Perfetto (default: $DYAD_TRACE)");
     app.add_option("--namespace", o.ns,
                    "metadata namespace (default: $DYAD_KVS_NAMESPACE or 'dyad')");
     app.add_option("--node", o.node,
@@ -267,6 +271,7 @@ int apply_settings(const CLI::App& app, Args& a) {
     if (app.count("producer_dir")) settings::set_option("DYAD_PATH_PRODUCER", o.producer_dir);
     if (app.count("--auth-key")) settings::set_option("DYAD_AUTH_KEY_FILE", o.auth_key);
     if (app.count("--rank")) settings::set_option("DYAD_NODE_RANK", a.rank);
+    if (app.count("--trace")) settings::set_option("DYAD_TRACE", a.trace);
     if (dyad::Status s = settings::check("dyadd"); !s) return fail(kUsage, s.message());
     auto m = settings::size("DYAD_SERVICE_MEMORY");
     if (!m) return fail(kUsage, m.status().message());
@@ -440,6 +445,7 @@ int main(int argc, char** argv) {
     if (int rc = apply_settings(app, a); rc >= 0) return rc;
     if (int rc = apply_rank(app, a.o); rc >= 0) return rc;
     if (int rc = apply_logging(a); rc >= 0) return rc;
+    dyad::trace::start_from_settings("dyadd");  // DYAD_TRACE / --trace: a warning at worst
     if (int rc = check_metrics_listen(a); rc >= 0) return rc;
     // SIGTERM/SIGINT wait (blocked, in every thread the service starts)
     // until start-up is over: some transport libraries install handlers of

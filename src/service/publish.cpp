@@ -10,6 +10,7 @@
 #include "common/log.hpp"
 #include "common/paths.hpp"
 #include "common/rate_limit.hpp"
+#include "common/trace.hpp"
 #include "kvs/record.hpp"
 #include "proto/publish.hpp"
 #include "service.hpp"
@@ -18,6 +19,18 @@ namespace dyad::service {
 namespace {
 constexpr const char* kSub = "dyadd";
 constexpr double kStoreTimeout = 30.0;  // a publish's or a lookup's store request
+// The trace event of a publish: the file, its key, size and generation.
+void trace_published(trace::Span& sp, const std::string& up, const Result<nlohmann::json>& res) {
+    sp.arg("path", up).fail(res.status());
+    if (!res) return;
+    auto a = proto::PublishAnswer::parse(res.value());
+    if (!a) return;
+    sp.arg("key", a->key).arg("generation", a->version);
+    auto size = a->record.find("size");
+    if (size != a->record.end() && size->is_number_unsigned())
+        sp.arg("size", size->get<uint64_t>());
+}
+
 }  // namespace
 
 void Service::on_publish(std::shared_ptr<rpc::Request> r) {
@@ -32,8 +45,10 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
     const uint64_t depth = req->key_depth, bins = req->key_bins, replaces = req->replaces;
     asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces] {
         if (r->finished()) return;
+        trace::Span sp("service.publish", "service");
         auto res =
             publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins), replaces);
+        if (sp.active()) trace_published(sp, up, res);
         asio::post(io_, [r, res] {
             if (res) return r->end(res.value());
             Status st = res.status();
