@@ -168,8 +168,15 @@ void StoreServer::Topics::on_list(const std::shared_ptr<rpc::Request>& r) {
         for (auto& [k, e] : page->entries)
             if (!built.add(std::move(k), std::move(e))) break;
         Page p = built.take();
+        const bool more = p.more || page->more;
+        if (a.raw) {  // the compact answer: the entries in the data
+            std::string data;
+            for (auto& [k, e] : p.entries)
+                wire::ListAnswer::append_raw(&data, {std::move(k), std::move(e.value), e.version});
+            return r->end(wire::ListAnswer::build_raw(p.entries.size(), more), std::move(data));
+        }
         wire::ListAnswer out;
-        out.more = p.more || page->more;
+        out.more = more;
         out.entries.reserve(p.entries.size());
         for (auto& [k, e] : p.entries)
             out.entries.push_back({std::move(k), std::move(e.value), e.version});
