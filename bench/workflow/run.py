@@ -30,6 +30,10 @@ UNET3D_SIZE = 146_600_628  # DLIO's unet3d record_length (~140 MB)
 RESNET50_SIZE = 150_528  # 224 x 224 x 3
 
 
+COLORS = {"local": "tab:gray", "dyad-wrapper": "tab:blue", "pydyad": "tab:cyan", "gfs-poll": "tab:red",
+          "gfs-barrier": "tab:orange"}
+
+
 def pct(values, q):
     v = sorted(values)
     if not v:
@@ -227,12 +231,12 @@ def charts(outdir, md, dl):
             w = 0.8 / max(1, len(methods))
             for j, m in enumerate(methods):
                 vals = [base[k].get(m, {}).get(fig_key) or 0 for k in base]
-                ax.bar([i + j * w for i in range(len(labels))], vals, w, label=m)
+                ax.bar([i + j * w for i in range(len(labels))], vals, w, label=m, color=COLORS[m])
             ax.set_xticks([i + 0.4 - w / 2 for i in range(len(labels))])
             ax.set_xticklabels(labels)
             ax.set_yscale("log")
             ax.set_title(title)
-        axes[0].legend(fontsize=8)
+            ax.legend(fontsize=8)
         fig.suptitle("MD pipeline, 1 pair on 2 namespace nodes: DYAD vs GlusterFS (FUSE), one 2-core machine")
         fig.tight_layout()
         fig.savefig(os.path.join(outdir, "md.png"), dpi=110)
