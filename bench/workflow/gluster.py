@@ -16,6 +16,7 @@ Debian 12's glusterfs-server and glusterfs-client (scripts/install-deps.sh,
 which leaves their services disabled). unavailable_reason() says why the
 volume cannot start here (not root, no /dev/fuse, packages missing).
 """
+import atexit
 import os
 import shutil
 import signal
@@ -26,6 +27,16 @@ GLUSTERD = shutil.which("glusterd") or "/usr/sbin/glusterd"
 GLUSTER = shutil.which("gluster") or "/usr/sbin/gluster"
 MOUNT_HELPER = "/sbin/mount.glusterfs"
 VOLUME = "wfvol"
+_live = set()  # volumes not stopped yet: stopped at exit (before the harness removes the namespaces)
+
+
+@atexit.register
+def _stop_live():
+    for v in list(_live):
+        try:
+            v.stop()
+        except Exception as e:  # keep stopping the others
+            print(f"gluster: stop at exit: {e}")
 
 
 def unavailable_reason():
@@ -75,6 +86,7 @@ class Volume:
         self.glusterd = None
         self.mounts = {}  # node name -> mount point
         self.started = False
+        _live.add(self)
 
     def _ns(self):
         return ["nsenter", f"--net=/run/netns/{self.netns}"]
@@ -155,6 +167,7 @@ class Volume:
                 pass
             self.glusterd.wait()
         self.glusterd = None
+        _live.discard(self)
 
     def __enter__(self):
         return self

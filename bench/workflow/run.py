@@ -17,6 +17,7 @@ the rounds.
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -288,7 +289,14 @@ def traced_run(outdir, frames, log):
     return png
 
 
+def _terminate(signum, frame):
+    # SIGTERM (a ctest or CI stop, kill): unwind, so that the volume is
+    # unmounted and stopped and the namespaces removed.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main():
+    signal.signal(signal.SIGTERM, _terminate)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=int(os.environ.get("BENCH_WORKFLOW_ROUNDS", 3)))
     p.add_argument("--frames", type=int, default=128, help="frames per pair (HiCOMB 2024: 128)")

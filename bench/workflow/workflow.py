@@ -100,24 +100,36 @@ class Env:
         return subprocess.Popen(node.prefix + cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+def _tail(log, lines=8):
+    log.flush()
+    with open(log.name, errors="replace") as f:
+        return "".join(f.readlines()[-lines:]).strip()
+
+
 def _finish(procs, logs, timeout):
+    """Waits for every process; as soon as one fails (or at the deadline)
+    the others are killed: a consumer must not wait out its timeout for a
+    producer that is gone. Raises with the failures' last lines."""
     deadline = time.monotonic() + timeout
     failed = []
-    for (what, p), log in zip(procs, logs):
-        try:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            failed.append(f"{what}: still running after {timeout:.0f} s (killed)")
-            continue
-        if p.returncode != 0:
-            log.flush()
-            with open(log.name, errors="replace") as f:
-                tail = "".join(f.readlines()[-8:])
-            failed.append(f"{what}: exit {p.returncode}: {tail.strip()}")
-    for log in logs:
-        log.close()
+    try:
+        while True:
+            running = [(w, p, log) for (w, p), log in zip(procs, logs) if p.poll() is None]
+            failed = [f"{w}: exit {p.returncode}: {_tail(log)}" for (w, p), log in zip(procs, logs)
+                      if p.returncode not in (None, 0)]
+            if failed or not running:
+                break
+            if time.monotonic() > deadline:
+                failed = [f"{w}: still running after {timeout:.0f} s (killed)" for w, _, _ in running]
+                break
+            time.sleep(0.02)
+    finally:
+        for _, p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for log in logs:
+            log.close()
     if failed:
         raise RuntimeError("workflow: " + "; ".join(failed))
 
@@ -137,6 +149,12 @@ def run_md(env, method, size, frames, pairs=1, nodes=2, sim=0.0, poll=0.005, kee
     os.makedirs(work)
     procs, logs, outs, dirs = [], [], [], []
     common = ["--frames", str(frames), "--size", str(size)]
+    if method.startswith("gfs"):
+        # The run's and the pairs' directories exist before the programs
+        # start: concurrent mkdir of one path from several GlusterFS FUSE
+        # clients was seen to fail (EEXIST, and then no such directory).
+        for p in range(pairs):
+            os.makedirs(os.path.join(env.mounts[env.nodes[0].name], run, f"pair{p}"))
     for p, (prod, cons) in enumerate(pair_nodes(env, pairs, nodes)):
         if method == "local":
             pd, cd, pmode, cmode, penv, cenv = env.local[prod.name], None, "plain", None, env.plain_env(), None
@@ -210,6 +228,7 @@ def produce_dl(env, method, count, size, producers, reader, run):
         spots = [(n, os.path.join(n.dir, run), "pydyad", env.dyad_env(n)) for n in producers]
     else:
         spots = [(n, os.path.join(env.mounts[n.name], run), "plain", env.plain_env()) for n in producers]
+        os.makedirs(os.path.join(spots[0][1], "samples"))  # once, before the producers (run_md says why)
     share = -(-count // len(spots))
     for k, (n, d, mode, e) in enumerate(spots):
         first, c = k * share, max(0, min(share, count - k * share))
