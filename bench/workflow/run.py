@@ -285,7 +285,9 @@ def traced_run(outdir, frames, log):
     if p.returncode != 0:
         log(f"timeline: {tl} failed ({p.returncode}): {p.stderr.strip()[-500:]}")
         return None
-    log(f"timeline: {png}")
+    with open(os.path.join(outdir, "timeline.txt"), "w") as fh:
+        fh.write(p.stdout)
+    log(f"timeline: {png}; per event kind (timeline.txt):\n{p.stdout.strip()}")
     return png
 
 
