@@ -5,7 +5,7 @@ BUILD ?= build
 PY ?= /usr/bin/python3
 CMAKE_FLAGS ?= -DDYAD_WARNINGS_AS_ERRORS=ON
 
-.PHONY: all deps configure build install test test-long test-asan fuzz fuzz-deps fuzz-merge demo bench bench-scale bench-plot format check-format clean
+.PHONY: all deps configure build install test test-long test-asan fuzz fuzz-deps fuzz-merge demo bench bench-scale bench-workflow bench-plot format check-format clean
 
 all: build
 
@@ -105,6 +105,14 @@ bench: build
 # about 10 minutes): $(BENCH_OUT)/scale.md, scale.json, scale_*.png.
 bench-scale: build
 	$(BENCH_ENV) $(PY) bench/scale_bench.py
+
+# DYAD against a real GlusterFS volume on DYAD's own workloads (the MD
+# pipeline, DLIO-like training reads) across network-namespace nodes: minutes,
+# as root. Tables (markdown), charts (PNG) and results.json in
+# $(BENCH_OUT)/workflow; docs/workflow-bench.md says how and what it is not.
+# BENCH_WORKFLOW_ARGS passes options (bench/workflow/run.py --help).
+bench-workflow: build
+	$(BENCH_ENV) $(PY) bench/workflow/run.py $(BENCH_WORKFLOW_ARGS)
 
 # Charts again from the JSON in $(BENCH_OUT) (no measurement). For the
 # tracked reference results: $(PY) bench/plot.py bench/results (PNGs in

@@ -49,6 +49,9 @@ PKGS=(
   python3-h5py         # pydyad.hdf and its tests
   python3-torch        # pydyad.torch and its tests
   python3-matplotlib   # bench/plot.py: the PNG charts of make bench
+  glusterfs-server     # make bench-workflow and its smoke test: the GlusterFS baseline (bench/workflow/gluster.py
+                       # runs its own glusterd in a namespace); the distribution's services are disabled below
+  glusterfs-client     # mount -t glusterfs (FUSE) on every namespace node of that bench
   # -- Slurm: the SPANK plugin (src/slurm) and its tests (tests/slurm) --
   libslurm-dev         # <slurm/spank.h>: dyad_spank.so is built only where it is found
   slurmctld            # the tests' controller (their own, in the root namespace); its service is disabled below
@@ -138,6 +141,19 @@ for p in "${missing[@]}"; do
     munge | slurmd | slurmctld)
       disable_service "$p"
       echo "install-deps: $p installed; its system service is stopped and disabled (tests/slurm runs its own)"
+      ;;
+    # glusterfs-server ships glusterd and glustereventsd units (Debian 12
+    # leaves them disabled, no SysV script): make sure, the systemd units
+    # only. bench/workflow starts its own glusterd in a namespace.
+    glusterfs-server)
+      for unit in glusterd glustereventsd; do
+        if [ -d /run/systemd/system ]; then
+          $SUDO systemctl disable --now --quiet "$unit.service" || true
+        elif command -v systemctl >/dev/null; then
+          $SUDO systemctl disable --quiet "$unit.service" || true
+        fi
+      done
+      echo "install-deps: glusterfs-server installed; glusterd stays disabled (make bench-workflow runs its own)"
       ;;
   esac
 done
