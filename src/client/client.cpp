@@ -23,6 +23,7 @@
 #include "common/keygen.hpp"
 #include "common/log.hpp"
 #include "fetch_channel.hpp"
+#include "kvs/outage.hpp"
 #include "proto/publish.hpp"
 
 namespace dyad::client {
@@ -284,6 +285,11 @@ std::string Client::store_uri(const ServiceInfo& svc) const {
 
 Status Client::store_failure(const Status& e, const ServiceInfo& svc) const {
     if (e.rc() != DYAD_RC_CONNFAIL) return e;
+    // The node's service says its store (etcd) is down: its message names
+    // the store, since when and why.
+    if (kvs::Outage::unreachable(e)) return e;
+    const std::string retried = "; DYAD retried until the wait's deadline (DYAD_WAIT_TIMEOUT)";
+    const bool until_deadline = e.message().find(retried) != std::string::npos;
     std::string uri = store_uri(svc);
     std::string what = svc.kvs == "local"
                            ? "the node's service (" + svc.id + ") hosts it: is it stopping?"
@@ -291,7 +297,8 @@ Status Client::store_failure(const Status& e, const ServiceInfo& svc) const {
                              "correct --kvs of this node's dyadd (" +
                                  svc.id + ")";
     return Status(DYAD_RC_CONNFAIL,
-                  "the metadata store at " + uri + " is unreachable (" + cause_of(e) + "): " + what,
+                  "the metadata store at " + uri + " is unreachable (" + cause_of(e) +
+                      "): " + what + (until_deadline ? retried : std::string()),
                   e.err());
 }
 
