@@ -114,12 +114,14 @@ Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Dead
                             (connect_failed && !reached && d.infinite())))
             return st;
         down = st;
+        const bool lost = reached || !connect_failed;  // it went away under us
         if (!store_down) reached = true;
         if (!warned) {
             DYAD_WARN("client",
                       "metadata store at %s %s while waiting for '%s' (%s): trying again until "
                       "the wait's deadline",
-                      uri_.c_str(), store_down ? "reports its store down" : "unreachable",
+                      uri_.c_str(),
+                      store_down ? "reports its store down" : (lost ? "lost" : "unreachable"),
                       key.c_str(), st.message().c_str());
             warned = true;
         }
