@@ -72,6 +72,33 @@ def check_got(cons, owner, rel, proc):
     assert harness.sha256(cons.path(rel)) == harness.sha256(owner.path(rel)), rel
 
 
+HOLDER = """
+import sys
+from pydyad import Dyad
+d = Dyad()
+d.init_env()
+m = d.get_metadata(sys.argv[1], should_wait=True)
+print("held", flush=True)
+sys.stdin.readline()
+d.consume_w_metadata(sys.argv[1], m)
+print("fetched", flush=True)
+"""
+
+
+def hold_record(node, rel):
+    """A pydyad consumer on `node` that gets the record of `rel` now and
+    fetches it with that record (consume_w_metadata: no lookup) when told."""
+    env = node.env()
+    env["PYTHONPATH"] = os.path.join(harness.ROOT, "python")
+    env["DYAD_LIBRARY"] = os.path.join(harness.BUILD, "lib", "libdyad.so")
+    env["DYAD_WAIT_TIMEOUT"] = str(WAIT)
+    p = subprocess.Popen(node.prefix + ["/usr/bin/python3", "-c", HOLDER, node.path(rel)], env=env,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line == "held\n", f"the record of {rel} was not had: {line!r} {p.communicate(timeout=30)}"
+    return p
+
+
 def log_text(node):
     with open(node.log_path, errors="replace") as f:
         return f.read()
@@ -89,6 +116,9 @@ def test_etcd_outage(make_cluster):
     rider = harness.NodeView(cons, os.path.join(c.root, "rider"))
     waiting = consume_async(rider, "during.txt", WAIT)
     cons.wait_waiters(1, procs=[waiting])
+    prod.produce_text("held.txt", "its record is held by a consumer\n")
+    holder_node = harness.NodeView(cons, os.path.join(c.root, "holder"))
+    holder = hold_record(holder_node, "held.txt")
 
     c.etcd.kill()
     for n in (prod, cons):
@@ -104,6 +134,11 @@ def test_etcd_outage(make_cluster):
         assert metric(text, "dyad_store_up") == 0
         assert metric(text, "dyad_store_errors_total") >= 1
         assert metric(text, "dyad_store_outages_total") == 1
+
+    # A consumer holding the record fetches the file without the store.
+    out, err = holder.communicate("go\n", timeout=60)
+    assert holder.returncode == 0 and out == "fetched\n", (out, err)
+    assert harness.sha256(holder_node.path("held.txt")) == harness.sha256(prod.path("held.txt"))
 
     # A consumer with a short deadline, of a file that was produced: the
     # error names the store, not a missing file or a dead service.
