@@ -157,6 +157,8 @@ def test_etcd_outage(make_cluster):
     prod.produce_text("during.txt", "published after the store came back\n")
     check_got(rider, prod, "during.txt", waiting)
     check_got(started_down, prod, "before.txt", p2)
+    code, text = http_get(cons, "/metrics")
+    assert metric(text, "dyad_kvs_store_down_total") >= 1, text[:500]
     for n in (prod, cons):
         st = harness.wait_for(lambda: (lambda s: s if s["metadata_store"]["reachable"] else None)(status(n)), 20,
                               what=f"{n.name}'s store reachable again", interval=0.2)
@@ -164,6 +166,8 @@ def test_etcd_outage(make_cluster):
         assert http_get(n, "/healthz") == (200, "ok\n")
         log = log_text(n)
         assert log.count(f"metadata store at {uri} unreachable since") == 1, log[-3000:]
+        # Not once per request refused meanwhile (the consumers asked again and again).
+        assert f"{uri} is unreachable since" not in log, log[-3000:]
         assert re.search(rf"metadata store at {re.escape(uri)} reachable again after [0-9.]+ s; \d+ waits resumed",
                          log), log[-3000:]
 
