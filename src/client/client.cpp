@@ -364,8 +364,26 @@ Status Client::produce(const std::string& path) {
     if (auto from = installed_from(full); from && from->owner != svc->id)
         req.replaces = from->generation;
     bool connect_failed = false;
-    auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(),
-                         Deadline::after(kControlTimeout), 0, false, &connect_failed);
+    const Deadline until = Deadline::after(kControlTimeout);
+    auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
+                         &connect_failed);
+    // The service's metadata store is down: asked again until the deadline
+    // (a restart of etcd takes seconds), then its error, naming the store.
+    for (double pause = 0.05;
+         !v && !connect_failed && kvs::Outage::unreachable(v.status()) && until.remaining() > pause;
+         pause = std::min(pause * 2, 1.0)) {
+        if (pause == 0.05)
+            DYAD_WARN(kSub, "publishing '%s' waits for the metadata store: %s", full.c_str(),
+                      v.status().message().c_str());
+        std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+        v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
+                        &connect_failed);
+    }
+    if (!v && !connect_failed && kvs::Outage::unreachable(v.status()))
+        return Status(v.status().rc(),
+                      "cannot publish '" + full + "': " + v.status().message() +
+                          "; DYAD retried for " + seconds_text(kControlTimeout) + " s",
+                      v.status().err());
     if (!v && connect_failed)
         return Status(DYAD_RC_CONNFAIL, "cannot publish '" + full + "': " + v.status().to_string(),
                       v.status().err());

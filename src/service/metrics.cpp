@@ -13,9 +13,11 @@
 
 namespace dyad::service {
 namespace {
-// The store's topics (kvs.get_many counts as "other").
+// Requests refused at once while the metadata store is down: the store's
+// topics (kvs.get_many counts as "other") and publishes.
 bool is_kvs(Kind k) {
-    return k == Kind::kvs_get || k == Kind::kvs_wait || k == Kind::kvs_list || k == Kind::other;
+    return k == Kind::kvs_get || k == Kind::kvs_wait || k == Kind::kvs_list || k == Kind::other ||
+           k == Kind::publish;
 }
 
 constexpr const char* kSub = "dyadd";

@@ -153,10 +153,18 @@ def test_etcd_outage(make_cluster):
     started_down = harness.NodeView(cons, os.path.join(c.root, "started_down"))
     p2 = consume_async(started_down, "before.txt", WAIT)
 
+    # A publish during the outage waits for the store (its own 30 s).
+    with open(prod.path("rode.txt"), "w") as f:
+        f.write("published through the outage\n")
+    publishing = prod.dyad_async("produce", prod.path("rode.txt"))
+
     c.etcd.start()
+    out, err = publishing.communicate(timeout=60)
+    assert publishing.returncode == 0, err
     prod.produce_text("during.txt", "published after the store came back\n")
     check_got(rider, prod, "during.txt", waiting)
     check_got(started_down, prod, "before.txt", p2)
+    check_got(late, prod, "rode.txt", late.dyad_async("consume", "--timeout", str(WAIT), late.path("rode.txt")))
     code, text = http_get(cons, "/metrics")
     assert metric(text, "dyad_kvs_store_down_total") >= 1, text[:500]
     for n in (prod, cons):
