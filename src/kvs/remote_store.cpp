@@ -152,8 +152,7 @@ void RemoteStore::run() {
         auto e = rpc_.get(kServicesNamespace, id_, Deadline::after(kProbeTimeout));
         bool gone = !e && e.status().rc() == DYAD_RC_NOTFOUND;
         bool ok = e || gone;
-        std::string why;
-        if (!ok) why = "metadata store at " + uri_ + " does not answer: " + m_of(e.status());
+        std::string why;  // "degraded: metadata store at URI unreachable since ..."
         if (ok) {
             outage_.answered();
         } else {

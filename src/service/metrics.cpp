@@ -15,7 +15,7 @@ namespace dyad::service {
 namespace {
 // Requests refused at once while the metadata store is down: the store's
 // topics (kvs.get_many counts as "other") and publishes.
-bool is_kvs(Kind k) {
+bool store_refusable(Kind k) {
     return k == Kind::kvs_get || k == Kind::kvs_wait || k == Kind::kvs_list || k == Kind::other ||
            k == Kind::publish;
 }
@@ -257,7 +257,8 @@ void RequestMetrics::finished(const rpc::Request& r, const rpc::Outcome& o) {
             if (kind == Kind::kvs_get && o.errnum == ENOENT) {
                 result = "not_found";
                 not_found_++;
-            } else if (is_kvs(kind) && o.errnum == EHOSTUNREACH && o.rc == DYAD_RC_CONNFAIL) {
+            } else if (store_refusable(kind) && o.errnum == EHOSTUNREACH &&
+                       o.rc == DYAD_RC_CONNFAIL) {
                 // Refused while the store is down (kvs/outage.hpp): the
                 // outage is logged once and counted by the store's figures,
                 // not once per request a waiting client repeats.
