@@ -93,6 +93,7 @@ bench: build
 	$(BENCH_ENV) $(PY) bench/auto_bench.py
 	$(BENCH_ENV) $(PY) bench/fairness_bench.py
 	$(BENCH_ENV) $(PY) bench/auth_bench.py
+	$(BENCH_ENV) $(PY) bench/ledger_bench.py
 	$(BENCH_ENV) $(PY) bench/tail_bench.py
 	$(BENCH_ENV) $(PY) bench/store_bench.py
 	$(BENCH_ENV) $(PY) bench/range_bench.py

@@ -20,6 +20,7 @@ PKGS=(
   libcli11-dev         # command lines of dyadd and dyad
   libxxhash-dev        # checksums and key hashing (src/common)
   libsodium-dev        # the job key's authentication (src/common/auth.cpp)
+  libsqlite3-dev       # the publish ledger kept across dyadd restarts (src/service/ledger_journal.cpp, dyadd only)
   libgtest-dev         # unit tests (tests/CMakeLists.txt: GTest::gtest_main)
   # -- the etcd backend of the metadata store (src/kvs/etcd, dyadd only) --
   libgrpc++-dev        # etcd's v3 API is gRPC

@@ -25,6 +25,7 @@
 #include "fetch_channel.hpp"
 #include "kvs/outage.hpp"
 #include "proto/publish.hpp"
+#include "trace_points.hpp"
 
 namespace dyad::client {
 namespace {
@@ -143,6 +144,7 @@ size_t Client::idle_per_owner() const {
 }
 
 Result<std::unique_ptr<Client>> Client::create(Config cfg, FileSystem* fs) {
+    trace::start_from_settings();  // DYAD_TRACE: once per process
     const dtl::Backend* fixed = nullptr;
     auto mode = dtl::canonical_mode(cfg.dtl_mode);
     if (!mode) return mode.status();
@@ -319,6 +321,8 @@ std::string Client::ns(const ServiceInfo& svc) const {
 }
 
 Status Client::produce(const std::string& path) {
+    trace::Span sp("produce", "client");
+    sp.arg("path", path);
     if (prod_.empty())
         return Status(
             DYAD_RC_BADMANAGEDPATH,
@@ -364,6 +368,7 @@ Status Client::produce(const std::string& path) {
     if (auto from = installed_from(full); from && from->owner != svc->id)
         req.replaces = from->generation;
     bool connect_failed = false;
+    trace::Span publishing("publish", "client");
     const Deadline until = Deadline::after(kControlTimeout);
     auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
                          &connect_failed);
@@ -379,6 +384,8 @@ Status Client::produce(const std::string& path) {
         v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
                         &connect_failed);
     }
+    if (publishing.active()) trace_publish(publishing, up.value(), v);
+    sp.fail(v.status());
     if (!v && !connect_failed && kvs::Outage::unreachable(v.status()))
         return Status(v.status().rc(),
                       "cannot publish '" + full + "': " + v.status().message() +
@@ -395,6 +402,7 @@ Status Client::produce(const std::string& path) {
     // Published: no longer a cache copy, never evicted (cache.hpp).
     if (auto cu = cons_.empty() ? std::nullopt : consumer_upath(full)) cache_.forget(*cu);
     auto answer = proto::PublishAnswer::parse(v.value());
+    if (sp.active() && answer) trace_produced(sp, up.value(), answer.value());
     DYAD_DEBUG(kSub, "produced %s as %s (generation %llu)", up->c_str(),
                answer ? answer->key.c_str() : "",
                static_cast<unsigned long long>(answer ? answer->version : 0));
@@ -462,9 +470,12 @@ Result<Record> Client::lookup_upath(const std::string& upath, bool should_wait, 
     if (!st) return st.status();
     // A wait whose deadline passed already looks once.
     bool look_once = should_wait && deadline.expired();
+    trace::Span sp(should_wait && !look_once ? "wait-for-create" : "lookup", "client");
+    sp.arg("path", upath).arg("key", key.value());
     auto e = should_wait && !look_once
                  ? st.value()->wait(ns(svc.value()), key.value(), deadline)
                  : st.value()->get(ns(svc.value()), key.value(), Deadline::after(kControlTimeout));
+    sp.fail(e.status());
     if (!e) {
         Status s = e.status();
         if (look_once && s.rc() == DYAD_RC_NOTFOUND) s = Status(DYAD_RC_TIMEOUT, "", ETIMEDOUT);
@@ -483,6 +494,7 @@ Result<Record> Client::lookup_upath(const std::string& upath, bool should_wait, 
     }
     auto r = Record::from_json(e->value, e->version);
     if (!r) return r.status();
+    if (sp.active()) trace_record(sp, r.value(), key.value());
     if (r->upath != up.value())
         return Status(DYAD_RC_BADMETADATA,
                       "metadata under key " + key.value() + " names '" + r->upath + "', not '" +
@@ -493,12 +505,19 @@ Result<Record> Client::lookup_upath(const std::string& upath, bool should_wait, 
 }
 
 Status Client::consume(const std::string& path, ConsumeReport* report) {
+    trace::Span sp("consume", "client");
+    ConsumeReport local;
+    ConsumeReport* rep = report ? report : &local;
     auto t0 = std::chrono::steady_clock::now();
     const Deadline deadline = wait_deadline();
     auto rec = get_metadata(path, true);
-    if (!rec) return rec.status();
-    if (report) report->wait_s = since(t0);
-    return consume_record(path, std::move(rec.value()), report, deadline);
+    Status s = rec.status();
+    if (rec) {
+        rep->wait_s = since(t0);
+        s = consume_record(path, std::move(rec.value()), rep, deadline);
+    }
+    if (sp.active()) trace_consume(sp, path, *rep, s);
+    return s;
 }
 
 Status Client::consume_record(const std::string& path, Record rec, ConsumeReport* report,
@@ -543,7 +562,12 @@ Status Client::retry_stale(const std::string& path, Record rec, Deadline deadlin
 }
 
 Status Client::consume_with(const std::string& path, const Record& rec, ConsumeReport* report) {
-    return consume_record(path, rec, report, wait_deadline());
+    trace::Span sp("consume", "client");
+    ConsumeReport local;
+    ConsumeReport* rep = report ? report : &local;
+    Status s = consume_record(path, rec, rep, wait_deadline());
+    if (sp.active()) trace_consume(sp, path, *rep, s);
+    return s;
 }
 
 Status Client::consume_once(const std::string& path, const Record& rec, ConsumeReport* report,

@@ -27,6 +27,7 @@
 #include "common/checksum.hpp"
 #include "common/fs.hpp"
 #include "fetch_channel.hpp"
+#include "trace_points.hpp"
 
 namespace dyad::client {
 
@@ -119,9 +120,14 @@ Status Client::stage_commit(const std::string& upath, const Record& rec, int loc
     auto staging = cstore_.stage(upath, lock_fd);
     if (!staging) return staging.status();
     FileSink& sink = staging.value()->sink();
+    trace::Span moving("transfer", "client");
     auto trailer = fill(sink);
+    if (moving.active())
+        trace_transfer(moving, rec, key_of(upath), rep->transport, sink.bytes(), trailer.status());
     if (!trailer) return trailer.status();
+    trace::Span committing("commit", "client");
     Status s = staging.value()->commit(trailer.value(), rec);
+    if (committing.active()) trace_commit(committing, rec, key_of(upath), sink.bytes(), s);
     if (!s) return s;
     rep->action = "fetched";
     rep->bytes = sink.bytes();

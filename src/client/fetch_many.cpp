@@ -12,6 +12,7 @@
 #include "common/log.hpp"
 #include "dtl/fetch_many.hpp"
 #include "fetch_channel.hpp"
+#include "trace_points.hpp"
 
 namespace dyad::client {
 
@@ -110,6 +111,8 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
     std::string owner = records[asked.front()].owner;
     for (size_t i : asked)
         if (records[i].owner != owner) owner.clear();
+    trace::Span sp("fetch_many", "client");
+    sp.arg("files", static_cast<uint64_t>(asked.size())).arg("owner", owner).arg("endpoint", ep);
     auto conn = pool_->get(ep, Deadline::after(kControlTimeout), owner);
     if (!conn) return asked;  // alone, each says why
     RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
@@ -166,7 +169,10 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
 Status Client::install_answer(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                               const Sent& sent, const std::string& bytes, ConsumeReport* rep) {
     // Unnamed file, linked into place: no lock, nothing to clean up.
+    trace::Span committing("commit", "client");
     auto whole = cstore_.install_whole(upath, rec, sent, bytes.data(), bytes.size());
+    if (committing.active())
+        trace_commit(committing, rec, key_of(upath), bytes.size(), whole.status());
     if (!whole) return whole.status();
     Status s;
     if (whole.value()) {

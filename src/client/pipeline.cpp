@@ -32,6 +32,7 @@
 #include "client.hpp"
 #include "common/keygen.hpp"
 #include "common/log.hpp"
+#include "common/trace.hpp"
 #include "kvs/get_many.hpp"
 #include "work_queue.hpp"
 
@@ -113,6 +114,8 @@ std::vector<Status> Client::consume_many(const std::vector<std::string>& paths,
 }
 
 std::vector<Status> Pipeline::run() {
+    trace::Span sp("consume_many", "client");
+    sp.arg("files", static_cast<uint64_t>(n_));
     std::vector<size_t> valid = keyed();
     if (valid.empty()) return std::move(results_);
     auto svc = c_.service();
@@ -194,7 +197,10 @@ void Pipeline::batch_lookup(const std::vector<size_t>& which, std::vector<size_t
         size_t end = std::min(which.size(), at + kBatch);
         std::vector<std::string> ks;
         for (size_t j = at; j < end; ++j) ks.push_back(keys_[which[j]]);
+        trace::Span sp("lookup_many", "client");
+        sp.arg("keys", static_cast<uint64_t>(ks.size()));
         auto got = store_->get_many(nspace_, ks, Deadline::after(kLookupTimeout));
+        sp.fail(got.status());
         if (!got) {
             // An older service (ENOSYS) or a store that is not a dyadd's:
             // every file is looked up on its own instead.

@@ -13,7 +13,9 @@
 #include "common/config.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
+#include "common/trace.hpp"
 #include "kvs/etcd/etcd_store.hpp"
+#include "ledger_journal.hpp"
 #include "metrics_http.hpp"
 #include "rpc/wire.hpp"
 #include "service.hpp"
@@ -57,10 +59,11 @@ int start_failure_code(const dyad::Status& s) {
 struct Args {
     dyad::service::Options o;
     std::vector<std::string> allow_uids;
-    std::string info_log, error_log, memory, metrics_listen, transports;
+    std::string info_log, error_log, memory, metrics_listen, transports, trace;
     std::string store_max, store_ns_bytes, rank, memory_per_peer;
     std::string request_bytes_per_peer, request_bytes;
     double lease_ttl = 10;
+    bool no_publish_ledger = false;  // --no-publish-ledger
     // Where --metrics-listen binds (parsed from it).
     std::string metrics_host;
     uint16_t metrics_port = 0;
@@ -102,6 +105,9 @@ void add_service_options(CLI::App& app, Args& a) {
         ->capture_default_str();
     app.add_option("-i,--info_log", info_log, "write info/debug log lines to FILE");
     app.add_option("-e,--error_log", error_log, "write warning/error log lines to FILE");
+    app.add_option("--trace", a.trace,
+                   "write a Chrome trace-event file of what this dyadd serves (publishes, "
+                   "fetches, store requests) into DIR, for Perfetto (default: $DYAD_TRACE)");
     app.add_option("--namespace", o.ns,
                    "metadata namespace (default: $DYAD_KVS_NAMESPACE or 'dyad')");
     app.add_option("--node", o.node,
@@ -169,8 +175,13 @@ void add_store_options(CLI::App& app, Args& a) {
                    "100M (default: --store-max); puts beyond it are refused (EDQUOT)");
     app.add_option("--state-dir", o.state_dir,
                    "where the embedded store keeps its epoch file (store-epoch), so that "
-                   "generations never repeat across restarts; keep it as long as consumers keep "
-                   "copies (default: PRODUCER_DIR/.dyad)");
+                   "generations never repeat across restarts, and this service its publish "
+                   "ledger (published.sqlite), so that the store's host publishes its files "
+                   "again when it restarts; keep it as long as consumers keep copies (default: "
+                   "PRODUCER_DIR/.dyad)");
+    app.add_flag("--no-publish-ledger", a.no_publish_ledger,
+                 "keep what this service published in memory only: restarted, the store's host "
+                 "then forgets its own files' records (produce them again)");
 }
 
 // What one peer may hold (docs/security.md), and the key.
@@ -260,6 +271,7 @@ int apply_settings(const CLI::App& app, Args& a) {
     if (app.count("producer_dir")) settings::set_option("DYAD_PATH_PRODUCER", o.producer_dir);
     if (app.count("--auth-key")) settings::set_option("DYAD_AUTH_KEY_FILE", o.auth_key);
     if (app.count("--rank")) settings::set_option("DYAD_NODE_RANK", a.rank);
+    if (app.count("--trace")) settings::set_option("DYAD_TRACE", a.trace);
     if (dyad::Status s = settings::check("dyadd"); !s) return fail(kUsage, s.message());
     auto m = settings::size("DYAD_SERVICE_MEMORY");
     if (!m) return fail(kUsage, m.status().message());
@@ -380,6 +392,7 @@ int serve(Args& a, const sigset_t& old) {
     // The service holds the only reference to an external store: it ends
     // the store's threads before its own loop goes (a wait answered after
     // that would post to a destroyed loop).
+    if (!a.no_publish_ledger) a.o.open_journal = dyad::service::open_sqlite_journal;
     dyad::service::Service svc(std::move(a.o));
     std::unique_ptr<dyad::service::MetricsHttp> metrics;
     if (!a.metrics_listen.empty()) {
@@ -432,6 +445,7 @@ int main(int argc, char** argv) {
     if (int rc = apply_settings(app, a); rc >= 0) return rc;
     if (int rc = apply_rank(app, a.o); rc >= 0) return rc;
     if (int rc = apply_logging(a); rc >= 0) return rc;
+    dyad::trace::start_from_settings("dyadd");  // DYAD_TRACE / --trace: a warning at worst
     if (int rc = check_metrics_listen(a); rc >= 0) return rc;
     // SIGTERM/SIGINT wait (blocked, in every thread the service starts)
     // until start-up is over: some transport libraries install handlers of

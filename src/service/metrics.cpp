@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "common/trace.hpp"
 
 namespace dyad::service {
 namespace {
@@ -59,6 +60,45 @@ const std::string* str_arg(const nlohmann::json& a, const char* name) {
     auto it = a.find(name);
     if (it == a.end() || !it->is_string()) return nullptr;
     return &it->get_ref<const std::string&>();
+}
+
+// The trace event of a request this service served (DYAD_TRACE): serving a
+// fetch, a batch, or a store operation, with what the peer asked (cut at
+// 1 KiB: a peer chooses its strings) and what was sent.
+void trace_request(const rpc::Request& r, Kind kind, const std::string& transport, uint64_t bytes,
+                   double secs, const char* result) {
+    const char* name = nullptr;
+    switch (kind) {
+        case Kind::fetch:
+            name = "service.fetch";
+            break;
+        case Kind::fetch_many:
+            name = "service.fetch_many";
+            break;
+        case Kind::kvs_put:
+            name = "store.put";
+            break;
+        case Kind::kvs_get:
+            name = "store.get";
+            break;
+        case Kind::kvs_wait:
+            name = "store.wait";
+            break;
+        default:
+            return;  // dyad.publish has its own event (publish.cpp)
+    }
+    nlohmann::json args = {{"result", result}, {"peer_pid", r.peer().pid}};
+    for (const char* k : {"upath", "key", "ns"})
+        if (const std::string* v = str_arg(r.args(), k)) args[k] = v->substr(0, 1024);
+    if (auto g = r.args().find("generation"); g != r.args().end() && g->is_number_unsigned())
+        args["generation"] = g->get<uint64_t>();
+    if (auto f = r.args().find("files"); f != r.args().end() && f->is_array())
+        args["files"] = f->size();
+    if (!r.peer_service().empty()) args["peer_service"] = r.peer_service().substr(0, 1024);
+    if (!transport.empty()) args["transport"] = transport;
+    if (kind == Kind::fetch || kind == Kind::fetch_many) args["bytes"] = bytes;
+    const double us = secs * 1e6;
+    trace::complete(name, "service", trace::now_us() - static_cast<int64_t>(us), us, args);
 }
 
 const char* errno_name(int e) {
@@ -284,6 +324,7 @@ void RequestMetrics::finished(const rpc::Request& r, const rpc::Outcome& o) {
             break;
     }
     if (failed) k.errors++;
+    if (trace::on()) trace_request(r, kind, note.transport, note.bytes, secs, result);
     if (o.how == How::ended && kind == Kind::kvs_wait) wait_for_create_.observe(secs);
     if (o.how == How::ended || (o.how == How::error && !failed)) {
         if (kind == Kind::kvs_put) store_ops_[0].observe(secs);

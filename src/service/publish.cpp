@@ -9,6 +9,8 @@
 #include "common/keygen.hpp"
 #include "common/log.hpp"
 #include "common/paths.hpp"
+#include "common/rate_limit.hpp"
+#include "common/trace.hpp"
 #include "kvs/record.hpp"
 #include "proto/publish.hpp"
 #include "service.hpp"
@@ -20,6 +22,18 @@ constexpr const char* kSub = "dyadd";
 // (kControlTimeout), so that a store that stops answering meanwhile is what
 // its error names, not the request's deadline.
 constexpr double kStoreTimeout = 25.0;
+// The trace event of a publish: the file, its key, size and generation.
+void trace_published(trace::Span& sp, const std::string& up, const Result<nlohmann::json>& res) {
+    sp.arg("path", up).fail(res.status());
+    if (!res) return;
+    auto a = proto::PublishAnswer::parse(res.value());
+    if (!a) return;
+    sp.arg("key", a->key).arg("generation", a->version);
+    auto size = a->record.find("size");
+    if (size != a->record.end() && size->is_number_unsigned())
+        sp.arg("size", size->get<uint64_t>());
+}
+
 }  // namespace
 
 void Service::on_publish(std::shared_ptr<rpc::Request> r) {
@@ -38,8 +52,10 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
     if (auto down = store_->down()) return r->error(down->err(), down->message(), down->rc());
     asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces] {
         if (r->finished()) return;
+        trace::Span sp("service.publish", "service");
         auto res =
             publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins), replaces);
+        if (sp.active()) trace_published(sp, up, res);
         asio::post(io_, [r, res] {
             if (res) return r->end(res.value());
             Status st = res.status();
@@ -206,6 +222,74 @@ bool Service::rejoin(const std::function<bool()>& stopping, uint64_t& republishe
               opts_.kvs_uri.c_str(), static_cast<unsigned long long>(again),
               static_cast<unsigned long long>(changed), static_cast<unsigned long long>(failed));
     return true;
+}
+
+// ---- the store's host across its own restart ----
+
+Status Service::restore_published() {
+    if (!opts_.open_journal) return Status::ok();
+    const std::string dir =
+        opts_.state_dir.empty() ? prod_dir_ + "/" + kReservedDir : opts_.state_dir;
+    auto opened = opts_.open_journal(dir, id_, prod_dir_);
+    if (!opened) return opened.status();
+    auto journal = std::move(opened.value());
+    auto rows = journal->load();
+    if (!rows) return rows.status();
+    const std::string where = journal->describe();
+    if (!store_->hosted()) {
+        // Another dyadd's store or etcd keeps this service's records across
+        // this restart: the durable copy starts again from this run's publishes.
+        if (Status c = journal->clear(); !c) return c;
+        ledger_.attach(std::move(journal));
+        return Status::ok();
+    }
+    // The store this service hosts started empty (a new epoch): what this
+    // service published before goes back in, each file only if it is still
+    // exactly as published (it would not be served otherwise), with its
+    // record as publish() would write it now (endpoints may have changed) and
+    // a generation of the new epoch, above every earlier one. Nothing is
+    // served yet; the durable copy is replaced in one transaction at the end
+    // (a crash before it finds the old rows again).
+    uint64_t again = 0, changed = 0, failed = 0;
+    LedgerJournal::Rows kept;
+    kept.reserve(rows->size());
+    for (auto& [up, pub] : rows.value()) {
+        auto fd = open_served_file(up);
+        struct stat sb;
+        if (!fd || ::fstat(fd->get(), &sb) != 0 || !pub.unchanged(sb) || !one_name(up, sb)) {
+            ++changed;
+            static log::RateLimit limit(kSub, "files not published again");
+            if (limit.allow())
+                DYAD_INFO(kSub,
+                          "'%s' changed or went away since it was published (generation %llu): "
+                          "not published again (produce it again to serve it)",
+                          up.c_str(), static_cast<unsigned long long>(pub.generation));
+            continue;
+        }
+        auto rec = record_of(up, sb);
+        auto put =
+            store_put(pub.ns, pub.key, rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), 0);
+        if (!put) {
+            ++failed;
+            DYAD_WARN(kSub, "cannot publish '%s' again: %s (produce it again)", up.c_str(),
+                      put.status().to_string().c_str());
+            continue;
+        }
+        pub.generation = put.value();
+        ledger_.restore(up, pub);
+        kept.emplace_back(up, std::move(pub));
+        ++again;
+    }
+    if (Status s = journal->replace(kept); !s) return s;
+    ledger_.attach(std::move(journal));
+    if (again + changed + failed > 0)
+        DYAD_INFO(kSub,
+                  "published again %llu files this service published before it restarted (from "
+                  "%s; %llu changed or removed since, not published; %llu failed)",
+                  static_cast<unsigned long long>(again), where.c_str(),
+                  static_cast<unsigned long long>(changed),
+                  static_cast<unsigned long long>(failed));
+    return Status::ok();
 }
 
 }  // namespace dyad::service

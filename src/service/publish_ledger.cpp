@@ -3,6 +3,8 @@
 
 #include <cerrno>
 
+#include "common/log.hpp"
+#include "common/rate_limit.hpp"
 #include "kvs/record.hpp"
 
 namespace dyad::service {
@@ -39,6 +41,81 @@ bool Published::unchanged(const struct stat& sb) const {
            (ctime_ns == 0 || ns_of(sb.st_ctim) == ctime_ns);
 }
 
+PublishLedger::~PublishLedger() {
+    {
+        std::lock_guard<std::mutex> q(qmu_);
+        stop_ = true;
+    }
+    qcv_.notify_all();
+    if (writer_.joinable()) writer_.join();
+}
+
+void PublishLedger::attach(std::unique_ptr<LedgerJournal> journal) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (journal_ || !journal) return;  // once
+    journal_ = std::move(journal);
+    writer_ = std::thread([this] { write_loop(); });
+}
+
+void PublishLedger::flush() {
+    std::unique_lock<std::mutex> q(qmu_);
+    const uint64_t upto = queued_;
+    qcv_.wait(q, [&] { return saved_ >= upto; });
+}
+
+void PublishLedger::restore(const std::string& up, const Published& pub) {
+    std::lock_guard<std::mutex> lk(mu_);
+    by_upath_[up] = pub;
+    journal_locked(up);
+}
+
+uint64_t PublishLedger::journal_errors() const {
+    return journal_errors_.load();
+}
+
+void PublishLedger::journal_locked(const std::string& up) {
+    if (!journal_) return;
+    LedgerChange c{up, std::nullopt};
+    auto it = by_upath_.find(up);
+    // Generation 0: the store has not answered; nothing to keep yet.
+    if (it != by_upath_.end() && it->second.generation != 0) c.pub = it->second;
+    {
+        std::lock_guard<std::mutex> q(qmu_);
+        queue_.push_back(std::move(c));
+        ++queued_;
+    }
+    qcv_.notify_all();
+}
+
+void PublishLedger::write_loop() {
+    std::vector<LedgerChange> batch;
+    std::unique_lock<std::mutex> q(qmu_);
+    for (;;) {
+        qcv_.wait(q, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, everything saved
+        batch.swap(queue_);
+        q.unlock();
+        // journal_ is set once, before this thread starts.
+        Status s = journal_->apply(batch);
+        if (!s) {
+            journal_errors_ += batch.size();
+            static log::RateLimit limit("dyadd", "publish ledger saves");
+            if (limit.allow())
+                DYAD_WARN("dyadd",
+                          "cannot keep %zu changes (the first: '%s') in the publish ledger %s: %s "
+                          "(published all the same; a restart of this dyadd would not publish "
+                          "them again: produce them again then)",
+                          batch.size(), batch.front().up.c_str(), journal_->describe().c_str(),
+                          s.to_string().c_str());
+        }
+        const size_t n = batch.size();
+        batch.clear();
+        q.lock();
+        saved_ += n;
+        qcv_.notify_all();
+    }
+}
+
 std::optional<Published> PublishLedger::begin(const std::string& up, const Published& pub) {
     std::lock_guard<std::mutex> lk(mu_);
     std::optional<Published> before;
@@ -59,6 +136,7 @@ void PublishLedger::end(const std::string& up, Published pub, const Result<uint6
     } else {
         by_upath_.erase(up);
     }
+    journal_locked(up);
 }
 
 std::optional<Published> PublishLedger::find(const std::string& up) const {
@@ -71,6 +149,7 @@ std::optional<Published> PublishLedger::find(const std::string& up) const {
 void PublishLedger::forget(const std::string& up) {
     std::lock_guard<std::mutex> lk(mu_);
     by_upath_.erase(up);
+    journal_locked(up);
 }
 
 size_t PublishLedger::size() const {
@@ -143,7 +222,10 @@ bool PublishLedger::current(const std::string& up, uint64_t generation) const {
 void PublishLedger::republished(const std::string& up, uint64_t was, uint64_t now) {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = by_upath_.find(up);
-    if (it != by_upath_.end() && it->second.generation == was) it->second.generation = now;
+    if (it != by_upath_.end() && it->second.generation == was) {
+        it->second.generation = now;
+        journal_locked(up);
+    }
 }
 
 }  // namespace dyad::service

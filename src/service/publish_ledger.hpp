@@ -8,12 +8,16 @@
 
 #include <sys/stat.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -36,6 +40,40 @@ struct Published {
     // Whether the file as `sb` says it is now is still this one (ctime too,
     // when known: a rewrite that puts the old mtime back still changes it).
     bool unchanged(const struct stat& sb) const;
+};
+
+// One change of a ledger: `up` is now `pub`, or no longer noted.
+struct LedgerChange {
+    std::string up;
+    std::optional<Published> pub;
+};
+
+// A durable copy of a ledger (docs/design.md, "The embedded store across
+// restarts"): what the service published, kept in its state directory so
+// that the store host publishes it again when it starts. dyadd's is SQLite
+// (ledger_journal.hpp, linked into dyadd alone). Used from one thread at a
+// time: the ledger's writer, once attached.
+class LedgerJournal {
+  public:
+    using Rows = std::vector<std::pair<std::string, Published>>;
+    virtual ~LedgerJournal() = default;
+    // What was saved (by this service, for its producer directory).
+    virtual Result<Rows> load() = 0;
+    // `up` is now `pub` (inserted or replaced).
+    virtual Status save(const std::string& up, const Published& pub) = 0;
+    virtual Status erase(const std::string& up) = 0;
+    // The changes, in order (SQLite: in one transaction).
+    virtual Status apply(const std::vector<LedgerChange>& changes) {
+        for (const auto& c : changes)
+            if (Status s = c.pub ? save(c.up, *c.pub) : erase(c.up); !s) return s;
+        return Status::ok();
+    }
+    // Forgets every row of this service.
+    virtual Status clear() = 0;
+    // Every row of this service is now one of `rows`: one transaction.
+    virtual Status replace(const Rows& rows) = 0;
+    // The file, for messages.
+    virtual std::string describe() const = 0;
 };
 
 // A file with more than one name can be a link to one outside the producer
@@ -72,6 +110,24 @@ class PublishLedger {
     void end(const std::string& up, Published pub, const Result<uint64_t>& version,
              const std::optional<Published>& before);
 
+    PublishLedger() = default;
+    PublishLedger(const PublishLedger&) = delete;
+    PublishLedger& operator=(const PublishLedger&) = delete;
+    // Saves what is still queued for the journal, then ends its writer.
+    ~PublishLedger();
+
+    // Keeps a durable copy in `journal` from now on: every change is queued,
+    // in the ledger's order, and a writer thread saves what is queued in one
+    // transaction at a time (a publish does not wait for the disk). A failed
+    // save is logged and counted; the publish stands.
+    void attach(std::unique_ptr<LedgerJournal> journal);
+    // Waits until every change queued so far is saved (or failed).
+    void flush();
+    // Notes `up` as `pub` (restored at start, generation known).
+    void restore(const std::string& up, const Published& pub);
+    // Saves that failed (the durable copy lacks a change).
+    uint64_t journal_errors() const;
+
     std::optional<Published> find(const std::string& up) const;
     // Unpublished: `up` is no longer this service's to serve.
     void forget(const std::string& up);
@@ -94,8 +150,22 @@ class PublishLedger {
     void republished(const std::string& up, uint64_t was, uint64_t now);
 
   private:
+    // Under mu_: queues `up` as noted now (or its erasure when not noted).
+    void journal_locked(const std::string& up);
+    void write_loop();
+
     mutable std::mutex mu_;
     std::unordered_map<std::string, Published> by_upath_;
+    // The journal's writer: queue_ under qmu_; queued_ and saved_ count
+    // changes, for flush().
+    std::unique_ptr<LedgerJournal> journal_;
+    std::mutex qmu_;
+    std::condition_variable qcv_;
+    std::vector<LedgerChange> queue_;
+    uint64_t queued_ = 0, saved_ = 0;
+    bool stop_ = false;
+    std::atomic<uint64_t> journal_errors_{0};
+    std::thread writer_;
     std::shared_mutex gate_;
 };
 

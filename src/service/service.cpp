@@ -418,6 +418,7 @@ Status Service::start() {
     if (Status s = start_senders(mode.value()); !s) return s;
     if (Status s = start_server(); !s) return s;
     if (Status s = start_store(); !s) return s;
+    if (Status s = restore_published(); !s) return s;
     if (!rank_)
         DYAD_WARN(kSub,
                   "this node has no rank (give --rank N): owner_rank of its files is a "

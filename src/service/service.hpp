@@ -58,6 +58,11 @@ struct Options {
     // Where the embedded store keeps its epoch (--state-dir; "": the
     // producer directory's .dyad/).
     std::string state_dir;
+    // Opens the publish ledger's durable copy in the state directory (dyadd:
+    // SQLite, ledger_journal.hpp; unset: the ledger is in memory only).
+    std::function<Result<std::unique_ptr<LedgerJournal>>(
+        const std::string& state_dir, const std::string& id, const std::string& producer_dir)>
+        open_journal;
     unsigned io_threads = 4;
     double send_timeout = 60;             // seconds without progress before a transfer is abandoned
     std::vector<std::string> transports;  // serve only these (empty: every built one)
@@ -203,6 +208,10 @@ class Service {
     Status start_senders(const std::string& mode);
     Status start_server();
     Status start_store();
+    // After start_store, before serving: opens the ledger's durable copy;
+    // the store's host publishes again what it published before it
+    // restarted (docs/design.md, "The embedded store across restarts").
+    Status restore_published();
     // Without a key, a peer that is not this service's uid nor root is
     // served only a file its own uid could read (docs/security.md,
     // "Keyless peers read what their uid may read").

@@ -7,6 +7,7 @@
 #include <dyad/dyad_version.h>
 
 #include "common/settings.hpp"
+#include "common/trace.hpp"
 #include "service.hpp"
 
 namespace dyad::service {
@@ -74,6 +75,7 @@ nlohmann::json Service::status_json() const {
     }
     j["peers"] = peers;
     if (budget_) j["memory"] = budget_->stats();
+    if (trace::on()) j["trace"] = trace::stats_json();  // --trace: its file and counters
     j["uptime_s"] =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     if (auto h = store_ ? store_->hosted() : std::nullopt)

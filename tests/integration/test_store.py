@@ -4,11 +4,13 @@ never repeat, services come back on their own, waiting consumers ride
 through), listing in pages, and stat/ls from a node with one directory."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
 
 import harness
+import pytest
 
 GEN_BITS = 32  # generation = (epoch << 32) | count (docs/design.md)
 
@@ -309,3 +311,103 @@ def test_the_number_of_namespaces_is_capped():
         assert st["refused_namespaces"] >= 1 and st["namespaces"] <= 20, st
     finally:
         c.cleanup()
+
+
+def ls(node):
+    rows = [json.loads(line) for line in node.dyad("--json", "ls").stdout.splitlines()]
+    return {r["path"]: r for r in rows}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_the_store_host_publishes_its_own_files_again_after_a_restart(cluster, sig):
+    """docs/design.md, "The embedded store across restarts": the host's own
+    records come back (its durable ledger), the other services' too (their
+    re-join); a file changed or removed while the host was down is not
+    listed nor served with its old record; a waiting consumer finishes."""
+    host, other = cluster[0], cluster[1]
+    mine = [f"h/{i:03d}.bin" if i % 4 else f"h/sub/{i:03d}.bin" for i in range(40)]
+    theirs = [f"o/{i:03d}.bin" for i in range(10)]
+    for i, name in enumerate(mine + ["h/changed.bin", "h/gone.bin", "h/touched.bin"]):
+        harness.write_file(host.path(name), 100 + 37 * i, seed=i)
+    host.dyad("produce", *[host.path(n) for n in mine + ["h/changed.bin", "h/gone.bin", "h/touched.bin"]])
+    for i, name in enumerate(theirs):
+        harness.write_file(other.path(name), 3000 + i, seed=100 + i)
+    other.dyad("produce", *[other.path(n) for n in theirs])
+    before = ls(other)
+    assert len(before) == len(mine) + len(theirs) + 3
+    waiting = other.dyad_async("--json", "consume", other.path("h/late.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 120})
+    assert other.wait_waiters(1, procs=[waiting]) is not None, waiting.communicate()
+
+    assert host.stop(sig) == (-signal.SIGKILL if sig == signal.SIGKILL else 0)
+    # While the host is down: one file rewritten (same size), one removed,
+    # one rewritten with its old mtime put back (its ctime still changes).
+    st = os.stat(host.path("h/touched.bin"))
+    harness.write_file(host.path("h/changed.bin"), os.path.getsize(host.path("h/changed.bin")), seed=999)
+    os.unlink(host.path("h/gone.bin"))
+    harness.write_file(host.path("h/touched.bin"), st.st_size, seed=998)
+    os.utime(host.path("h/touched.bin"), ns=(st.st_atime_ns, st.st_mtime_ns))
+    host.start()
+    other.wait_status(lambda s: s["metadata_store"]["rejoined"] >= 1, "registered again")
+
+    after = ls(other)
+    stale = {"h/changed.bin", "h/gone.bin", "h/touched.bin"}
+    assert set(after) == set(before) - stale, sorted(set(after) ^ (set(before) - stale))
+    for name in mine + theirs:
+        assert after[name]["owner"] == before[name]["owner"]
+        assert after[name]["generation"] > before[name]["generation"], name  # a new epoch
+        assert after[name]["size"] == before[name]["size"]
+    for name in stale:
+        p = other.dyad("stat", other.path(name), check=False)
+        assert p.returncode == 2, (name, p.stdout, p.stderr)
+    # Consumers of the host's files get them byte-identical.
+    other.dyad("consume", *[other.path(n) for n in mine], env_extra={"DYAD_WAIT_TIMEOUT": 60})
+    for name in mine:
+        assert harness.sha256(other.path(name)) == harness.sha256(host.path(name)), name
+    # Produced again, a changed file is served with a newer generation.
+    host.dyad("produce", host.path("h/changed.bin"))
+    rec = stat(other, other.path("h/changed.bin"))
+    assert rec["generation"] > before["h/changed.bin"]["generation"]
+    consume(other, other.path("h/changed.bin"))
+    assert harness.sha256(other.path("h/changed.bin")) == harness.sha256(host.path("h/changed.bin"))
+    # The consumer that waited through the restart gets its file.
+    harness.write_file(host.path("h/late.bin"), 5000, seed=7)
+    host.dyad("produce", host.path("h/late.bin"))
+    out, err = waiting.communicate(timeout=120)
+    assert waiting.returncode == 0, err
+    assert json.loads(out)["action"] == "fetched"
+    assert harness.sha256(other.path("h/late.bin")) == harness.sha256(host.path("h/late.bin"))
+
+
+def test_the_host_keeps_its_records_over_two_restarts_and_an_unpublish(cluster):
+    host, other = cluster[0], cluster[1]
+    for name in ("a.bin", "b.bin", "c.bin"):
+        harness.write_file(host.path(name), 1000, seed=len(name))
+    host.dyad("produce", host.path("a.bin"), host.path("b.bin"), host.path("c.bin"))
+    host.dyad("rm", host.path("c.bin"))
+    gens = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        host.stop(sig)
+        host.start()
+        rows = ls(other)
+        assert set(rows) == {"a.bin", "b.bin"}, rows
+        gens.append(rows["a.bin"]["generation"])
+        assert consume(other, other.path("b.bin"))["action"] in ("fetched", "present")
+    assert gens[1] > gens[0]
+
+
+def test_unusable_publish_ledger_stops_the_start_and_says_why(tmp_path):
+    """Going on would drop the host's records without a word."""
+    with harness.Cluster(nodes=1, start=False) as c:
+        node = c[0]
+        state = tmp_path / "state"
+        state.mkdir()
+        (state / "published.sqlite").write_bytes(b"not a database\n" * 300)
+        node.log_path = str(tmp_path / "dyadd.log")
+        try:
+            node.start(["--state-dir", str(state)])
+        except RuntimeError:
+            pass
+        assert node.proc.wait(timeout=30) == 6
+        log = open(node.log_path).read()
+        assert str(state / "published.sqlite") in log and "--state-dir" in log, log
+        node.proc = None
