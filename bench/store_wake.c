@@ -3,6 +3,7 @@
  * DYAD's C API in the node's environment (DYAD_SERVICE_URI, DYAD_PATH_*).
  * Reads one relative name per line on stdin and answers one line each:
  *   produce: writes the file, publishes it: "T0 T1" (before, after dyad_produce)
+ *   publish: publishes the file (written already): "T0 T1"
  *   consume: "ready", then waits for the file's metadata: "T" (woken)
  *   lookup:  metadata without waiting: "T0 T1 RC"
  * Times are CLOCK_MONOTONIC seconds, comparable between processes. */
@@ -21,7 +22,7 @@ static double now(void) {
 
 int main(int argc, char** argv) {
     if (argc != 3) {
-        fprintf(stderr, "usage: %s produce|consume|lookup DIR\n", argv[0]);
+        fprintf(stderr, "usage: %s produce|publish|consume|lookup DIR\n", argv[0]);
         return 2;
     }
     const char* mode = argv[1];
@@ -35,14 +36,16 @@ int main(int argc, char** argv) {
     while (fgets(line, sizeof line, stdin)) {
         line[strcspn(line, "\n")] = 0;
         snprintf(path, sizeof path, "%s/%s", dir, line);
-        if (!strcmp(mode, "produce")) {
-            FILE* f = fopen(path, "w");
-            if (!f) {
-                perror(path);
-                return 1;
+        if (!strcmp(mode, "produce") || !strcmp(mode, "publish")) {
+            if (!strcmp(mode, "produce")) {
+                FILE* f = fopen(path, "w");
+                if (!f) {
+                    perror(path);
+                    return 1;
+                }
+                fputs("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", f);
+                fclose(f);
             }
-            fputs("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", f);
-            fclose(f);
             double t0 = now();
             dyad_rc_t rc = dyad_produce(ctx, path);
             double t1 = now();

@@ -251,6 +251,9 @@ bool is_directory(const std::string& path) {
     return ::stat(path.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
+// Publishes of `dyad produce FILE...` in flight at once.
+constexpr size_t kProduceWindow = 16;
+
 int run_produce(dyad::client::Client& c, const Cli& o) {
     int rc = 0;
     std::vector<std::string> files;
@@ -277,12 +280,45 @@ int run_produce(dyad::client::Client& c, const Cli& o) {
                          f.c_str());
         files.insert(files.end(), under.begin(), under.end());
     }
-    for (size_t i = 0; i < files.size(); ++i) {
-        const auto& f = files[i];
-        dyad::Status s = c.produce(f);
+    // Several publishes in flight, so that the node's service batches
+    // their records (into one etcd transaction: docs/design.md, "etcd at
+    // etcd's speed"); lines and errors in the order of the files. An error
+    // every file would meet (the service cannot be reached) stops the
+    // command: the files not sent yet are counted, not attempted.
+    const size_t n = files.size();
+    std::vector<std::optional<dyad::Status>> done(n);
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t next = 0, running = 0;
+    bool stop = false;
+    auto worker = [&] {
+        std::unique_lock<std::mutex> lk(mu);
+        while (!stop && next < n) {
+            const size_t i = next++;
+            lk.unlock();
+            dyad::Status s = c.produce(files[i]);
+            const bool fatal = !s && service_failure(c, s);
+            lk.lock();
+            done[i] = std::move(s);
+            if (fatal) stop = true;
+            cv.notify_all();
+        }
+        --running;
+        cv.notify_all();
+    };
+    std::vector<std::thread> workers;
+    running = std::min(n, kProduceWindow);
+    for (size_t k = 0; k < running; ++k) workers.emplace_back(worker);
+    size_t printed = 0;
+    for (; printed < n; ++printed) {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return done[printed].has_value() || running == 0; });
+        if (!done[printed]) break;  // never sent
+        dyad::Status s = std::move(*done[printed]);
+        lk.unlock();
+        const auto& f = files[printed];
         if (!s) {
             rc = report(s, f);
-            if (service_failure(c, s)) return not_attempted(files.size() - i - 1), rc;
         } else if (o.json) {
             std::cout << nlohmann::json{{"file", f}, {"action", "produced"}, {"ok", true}}.dump(
                              -1, ' ', false, kBadUtf8Replaced)
@@ -291,6 +327,11 @@ int run_produce(dyad::client::Client& c, const Cli& o) {
             std::cout << "produced " << f << "\n";
         }
     }
+    for (auto& t : workers) t.join();
+    // Every file handed to a worker has its line above: the rest were
+    // never sent.
+    const size_t left = n - printed;
+    not_attempted(left);
     return rc;
 }
 

@@ -44,15 +44,16 @@ Status Client::sync(const SyncOptions& options, uint64_t* consumed) {
     double pause = kPollFirst;
     auto wanted = [&] { return options.count ? options.count - total : UINT64_MAX; };
     for (;;) {
-        auto l = list();
-        if (!l) return l.status();
+        // Page by page: only the records to consume are kept, not the
+        // namespace.
         std::vector<Record> todo;
-        for (auto& r : l.value()) {
-            if (!under_prefix(r.upath, options.prefix)) continue;
+        Status listed = list("", [&](const Record& r) {
+            if (!under_prefix(r.upath, options.prefix)) return true;
             auto it = done.find(r.upath);
-            if (it != done.end() && it->second >= r.generation) continue;
-            todo.push_back(std::move(r));
-        }
+            if (it == done.end() || it->second < r.generation) todo.push_back(r);
+            return true;
+        });
+        if (!listed) return listed;
         std::sort(todo.begin(), todo.end(),
                   [](const Record& a, const Record& b) { return a.upath < b.upath; });
         if (options.follow && todo.size() > wanted()) todo.resize(wanted());

@@ -135,10 +135,20 @@ Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Dead
 
 Result<Page> RpcStore::list_page(const std::string& ns, const std::string& prefix,
                                  const std::string& after, uint64_t limit, Deadline d) {
-    auto r = call(wire::kList, wire::ListArgs{ns, prefix, after, limit}.build(), d, 0);
+    // The compact answer (an older service answers in the meta).
+    wire::ListArgs args{ns, prefix, after, limit, true};
+    bool failed = false;
+    std::string data;
+    auto r = pool_->call(uri_, wire::kList, args.build(), d, 0, true, &failed, &data);
+    if (!r && failed) return Status(r.status()).wrap("metadata store");
     if (!r) return r.status();
     auto a = wire::ListAnswer::parse(std::move(r.value()));
     if (!a) return Status(a.status()).wrap("the metadata store at " + uri_);
+    if (a->raw) {
+        auto got = wire::ListAnswer::parse_raw(data, a->count);
+        if (!got) return Status(got.status()).wrap("the metadata store at " + uri_);
+        a->entries = std::move(got.value());
+    }
     Page page;
     page.entries.reserve(a->entries.size());
     for (auto& e : a->entries)

@@ -179,8 +179,15 @@ void StoreServer::Topics::on_list(const std::shared_ptr<rpc::Request>& r) {
         for (auto& [k, e] : page->entries)
             if (!built.add(std::move(k), std::move(e))) break;
         Page p = built.take();
+        const bool more = p.more || page->more;
+        if (a.raw) {  // the compact answer: the entries in the data
+            std::string data;
+            for (auto& [k, e] : p.entries)
+                wire::ListAnswer::append_raw(&data, {std::move(k), std::move(e.value), e.version});
+            return r->end(wire::ListAnswer::build_raw(p.entries.size(), more), std::move(data));
+        }
         wire::ListAnswer out;
-        out.more = p.more || page->more;
+        out.more = more;
         out.entries.reserve(p.entries.size());
         for (auto& [k, e] : p.entries)
             out.entries.push_back({std::move(k), std::move(e.value), e.version});
@@ -195,23 +202,16 @@ void StoreServer::Topics::on_get_many(const std::shared_ptr<rpc::Request>& r) {
     run([store = store, r, a = std::move(a.value())] {
         // Within kGetManyAnswerBudget bytes of values: the keys past it are
         // "later" (asked for again).
-        std::vector<Lookup> found(a.keys.size());
-        size_t budget = kGetManyAnswerBudget;
-        for (size_t i = 0; i < a.keys.size() && budget; ++i) {
-            auto e = store->get(a.ns, a.keys[i], Deadline::after(kCallTimeout));
-            if (!e && e.status().rc() != DYAD_RC_NOTFOUND) return fail(r, e.status());
-            if (!e) {
-                found[i].state = Lookup::State::missing;
-                continue;
-            }
-            if (e->value.size() + 32 > budget) {
-                budget = 0;
-                break;
-            }
-            budget -= e->value.size() + 32;
-            found[i].state = Lookup::State::found;
-            found[i].entry = std::move(e.value());
-        }
+        auto got =
+            store->get_many(a.ns, a.keys, kGetManyAnswerBudget, Deadline::after(kCallTimeout));
+        if (!got) return fail(r, got.status());
+        std::vector<Lookup>& found = got.value();
+        if (found.size() != a.keys.size())
+            return fail(r, Status(DYAD_RC_BADRPC,
+                                  "the metadata store answered a lookup of " +
+                                      std::to_string(a.keys.size()) + " keys with " +
+                                      std::to_string(found.size()) + " entries",
+                                  EPROTO));
         // The compact answer: the entries in the end frame's data.
         if (a.raw) {
             std::string data;

@@ -7,6 +7,28 @@
 
 namespace dyad::kvs {
 
+Result<std::vector<Lookup>> ServiceStore::get_many(const std::string& ns,
+                                                   const std::vector<std::string>& keys,
+                                                   size_t budget, Deadline d) {
+    std::vector<Lookup> out(keys.size());
+    bool first = true;
+    for (size_t i = 0; i < keys.size(); ++i) {
+        auto e = get(ns, keys[i], d);
+        if (!e && e.status().rc() != DYAD_RC_NOTFOUND) return e.status();
+        if (!e) {
+            out[i].state = Lookup::State::missing;
+            continue;
+        }
+        const size_t cost = e->value.size() + 32;
+        if (!first && cost > budget) break;  // this one and the rest: later
+        budget = cost > budget ? 0 : budget - cost;
+        first = false;
+        out[i].state = Lookup::State::found;
+        out[i].entry = std::move(e.value());
+    }
+    return out;
+}
+
 Result<std::shared_ptr<ServiceStore>> make_service_store(StoreSetup s) {
     if (s.external) return std::move(s.external);
     if (s.uri.empty()) {

@@ -59,6 +59,14 @@ class ServiceStore {
                           Deadline d) = 0;
     // NOTFOUND when absent.
     virtual Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) = 0;
+    // Many keys of one namespace without waiting (kvs.get_many): one Lookup
+    // per key, in order, each found or missing as get() would say, or
+    // "later" once the values found reach `budget` bytes (each counted with
+    // 32 bytes more; the first one found is always answered). By default
+    // one get() per key; etcd reads them in a few transactions.
+    virtual Result<std::vector<Lookup>> get_many(const std::string& ns,
+                                                 const std::vector<std::string>& keys,
+                                                 size_t budget, Deadline d);
     // Wait-for-create: calls `done` once, with the entry as soon as the key
     // exists (at once if it does), or TIMEOUT at `d` (the embedded store
     // leaves that to its caller's cancel: its requests carry their own

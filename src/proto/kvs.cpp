@@ -85,7 +85,7 @@ nlohmann::json EntryAnswer::build() const {
 }
 
 std::vector<std::string> ListArgs::names() {
-    return {"ns", "prefix", "after", "limit"};
+    return {"ns", "prefix", "after", "limit", "answer"};
 }
 
 Result<ListArgs> ListArgs::parse(const nlohmann::json& j) {
@@ -95,6 +95,7 @@ Result<ListArgs> ListArgs::parse(const nlohmann::json& j) {
     a.prefix = f.opt_str("prefix").value_or("");
     a.after = f.opt_str("after").value_or("");
     a.limit = f.opt_u64("limit").value_or(0);
+    a.raw = f.opt_str("answer").value_or("") == "raw";
     return finish(f, std::move(a));
 }
 
@@ -102,14 +103,21 @@ nlohmann::json ListArgs::build() const {
     nlohmann::json j = {{"ns", ns}, {"prefix", prefix}};
     if (!after.empty()) j["after"] = after;
     if (limit) j["limit"] = limit;
+    if (raw) j["answer"] = "raw";
     return j;
 }
 
 Result<ListAnswer> ListAnswer::parse(nlohmann::json&& j) {
     Fields f(j, "kvs.list answer");
-    (void)f.array("entries");
     ListAnswer a;
     a.more = f.opt_bool("more").value_or(false);
+    if (auto format = f.opt_str("format")) {
+        if (*format != "raw") f.fail("format", "is not \"raw\"");
+        a.raw = true;
+        a.count = f.u64("count");
+        return finish(f, std::move(a));
+    }
+    (void)f.array("entries");
     if (!f.ok()) return f.status();
     auto& arr = j["entries"];
     a.entries.reserve(arr.size());
@@ -123,6 +131,60 @@ Result<ListAnswer> ListAnswer::parse(nlohmann::json&& j) {
             {std::move(*key), std::move(*value), ef.opt_u64("version").value_or(0)});
     }
     return a;
+}
+
+nlohmann::json ListAnswer::build_raw(uint64_t count, bool more) {
+    return {{"format", "raw"}, {"count", count}, {"more", more}};
+}
+
+namespace {
+void put_le(std::string* out, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t get_le(const char* p, int bytes) {
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i)
+        v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+    return v;
+}
+}  // namespace
+
+void ListAnswer::append_raw(std::string* data, const ListEntry& e) {
+    put_le(data, e.key.size(), 4);
+    data->append(e.key);
+    put_le(data, e.version, 8);
+    put_le(data, e.value.size(), 4);
+    data->append(e.value);
+}
+
+Result<std::vector<ListEntry>> ListAnswer::parse_raw(const std::string& data, uint64_t count) {
+    auto bad = [](const std::string& why) {
+        return Status(DYAD_RC_BADRPC, "malformed kvs.list answer: " + why, EPROTO);
+    };
+    // Each entry takes 16 bytes at least: a count past that is a lie.
+    if (count > data.size() / 16) return bad("more entries than its data holds");
+    std::vector<ListEntry> out;
+    out.reserve(static_cast<size_t>(count));
+    size_t at = 0;
+    for (uint64_t i = 0; i < count; ++i) {
+        ListEntry e;
+        if (data.size() - at < 4) return bad("an entry cut short");
+        const uint64_t klen = get_le(data.data() + at, 4);
+        at += 4;
+        if (klen > kMaxText) return bad("a key of " + std::to_string(klen) + " bytes");
+        if (data.size() - at < klen + 12) return bad("an entry cut short");
+        e.key.assign(data, at, static_cast<size_t>(klen));
+        at += static_cast<size_t>(klen);
+        e.version = get_le(data.data() + at, 8);
+        const uint64_t vlen = get_le(data.data() + at + 8, 4);
+        at += 12;
+        if (vlen > kMaxValue || data.size() - at < vlen) return bad("a value cut short");
+        e.value.assign(data, at, static_cast<size_t>(vlen));
+        at += static_cast<size_t>(vlen);
+        out.push_back(std::move(e));
+    }
+    if (at != data.size()) return bad("bytes after the last entry");
+    return out;
 }
 
 nlohmann::json ListAnswer::build() const {

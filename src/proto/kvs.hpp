@@ -71,6 +71,7 @@ struct EntryAnswer {
 struct ListArgs {
     std::string ns, prefix, after;  // after: "" from the first
     uint64_t limit = 0;             // 0: the store's default
+    bool raw = false;               // "answer": "raw": the compact answer
     static std::vector<std::string> names();
     static Result<ListArgs> parse(const nlohmann::json& j);
     nlohmann::json build() const;
@@ -81,11 +82,24 @@ struct ListEntry {
     uint64_t version = 0;
 };
 
+// The answer of kvs.list: the entries in the meta, or (a request with
+// "answer": "raw") the compact form, {"format": "raw", "count": n, "more":
+// m} with the entries in the frame's data, each: the key's length (u32,
+// little-endian), the key, the version (u64), the value's length (u32), the
+// value; so that a value, a record's JSON, is not escaped into the meta and
+// parsed twice (docs/wire-protocol.md, "Listing in pages").
 struct ListAnswer {
     std::vector<ListEntry> entries;
     bool more = false;  // ask again with after = the last key
+    bool raw = false;   // parsed: the entries are in the data (count of them)
+    uint64_t count = 0;
     static Result<ListAnswer> parse(nlohmann::json&& j);
     nlohmann::json build() const;
+    static nlohmann::json build_raw(uint64_t count, bool more);
+    static void append_raw(std::string* data, const ListEntry& e);
+    // `count` entries that fill `data` exactly (keys of kMaxText bytes at
+    // most, values of kMaxValue).
+    static Result<std::vector<ListEntry>> parse_raw(const std::string& data, uint64_t count);
 };
 
 struct GetManyArgs {

@@ -296,3 +296,60 @@ def test_rm_with_etcd_removes_only_the_owners_record(two):
     os.unlink(b.path("rme/x.bin"))
     p = b.dyad("consume", "--timeout", "1", b.path("rme/x.bin"), check=False)
     assert p.returncode != 0 and not os.path.exists(b.path("rme/x.bin")), p.stderr
+
+
+def test_get_many_on_etcd_answers_as_get_does(etcd, two):
+    """A consumer's batched lookups (kvs.get_many) are read from etcd in
+    transactions of many reads, not one request per file: files produced
+    (across many key bins) are found at their generation, the others are
+    missing (and waited for, until the timeout)."""
+    prod, cons = two[0], two[1]
+    names = [f"gm/f{i:03d}" for i in range(200)]
+    for i, n in enumerate(names):
+        harness.write_file(prod.path(n), 100 + i, seed=i)
+    prod.dyad("produce", *[prod.path(n) for n in names])
+    missing = [f"gm/none{i}" for i in range(5)]
+    before = cons.status()["metadata_store"]["get_many_transactions"]
+    p = cons.dyad("--json", "consume", "--timeout", "2", *[cons.path(n) for n in names + missing],
+                  check=False)
+    assert p.returncode != 0
+    for n in names:
+        assert sha(cons.path(n)) == sha(prod.path(n)), n
+    for n in missing:
+        assert n in p.stderr and not os.path.exists(cons.path(n))
+    st = cons.status()["metadata_store"]
+    # 205 keys in kvs.get_many requests of at most 512, read 128 a transaction.
+    assert 2 <= st["get_many_transactions"] - before <= 20, st
+    # What a lookup of one key says, get_many says too: the generation of a
+    # record fetched is its etcd mod_revision.
+    got = etcd_json(etcd, "get", "--prefix", "/dyad/ns/dyad/files/")
+    revs = {json.loads(__import__("base64").b64decode(kv["value"]))["path"]: kv["mod_revision"]
+            for kv in got["kvs"]}
+    stat = json.loads(cons.dyad("--json", "stat", cons.path(names[7])).stdout)
+    assert stat["generation"] == revs[names[7]]
+
+
+def test_batched_produce_publishes_all_and_names_the_failed_file(etcd, two):
+    """dyad produce FILE... keeps several publishes in flight and the service
+    puts their records in one etcd transaction; a file of the batch that
+    cannot be published (another node's path) fails alone, by name."""
+    a, b = two[0], two[1]
+    names = [f"bp/f{i:03d}" for i in range(200)]
+    harness.write_file(b.path("bp/f050"), 10, seed=99)
+    b.dyad("produce", b.path("bp/f050"))
+    for i, n in enumerate(names):
+        harness.write_file(a.path(n), 50 + i, seed=i)
+    p = a.dyad("produce", *[a.path(n) for n in names], check=False)
+    assert p.returncode != 0
+    assert "bp/f050" in p.stderr and "node1" in p.stderr, p.stderr
+    produced = [l.split(" ", 1)[1] for l in p.stdout.splitlines() if l.startswith("produced ")]
+    assert produced == [a.path(n) for n in names if n != "bp/f050"]  # in the files' order
+    got = etcd_json(etcd, "get", "--prefix", "/dyad/ns/dyad/files/")
+    owners = {}
+    for kv in got["kvs"]:
+        rec = json.loads(__import__("base64").b64decode(kv["value"]))
+        owners[rec["path"]] = rec["owner"]
+    assert owners == {n: ("node1" if n == "bp/f050" else "node0") for n in names}
+    st = a.status()["metadata_store"]
+    assert st["puts_batched"] > 0 and st["largest_put_batch"] > 1, st
+    assert st["put_transactions"] < len(names), st

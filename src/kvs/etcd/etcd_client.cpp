@@ -105,9 +105,11 @@ void Client::prepare(grpc::ClientContext* ctx, Deadline d) {
 }
 
 Result<pb::RangeResponse> Client::range(const std::string& key, const std::string& end,
-                                        int64_t limit, bool count_only, Deadline d) {
+                                        int64_t limit, bool count_only, Deadline d,
+                                        bool serializable) {
     pb::RangeRequest q;
     q.set_key(key);
+    q.set_serializable(serializable);
     if (!end.empty()) q.set_range_end(end);
     q.set_limit(limit);
     q.set_count_only(count_only);

@@ -64,8 +64,12 @@ class Client {
         }
     }
 
+    // serializable: answered by the member the channel talks to from what
+    // it has applied, without a round of the cluster's consensus (may lag
+    // the leader by what is in flight; docs/design.md, "etcd at etcd's
+    // speed", says where that is safe).
     Result<pb::RangeResponse> range(const std::string& key, const std::string& end, int64_t limit,
-                                    bool count_only, Deadline d);
+                                    bool count_only, Deadline d, bool serializable = false);
     Result<pb::TxnResponse> txn(const pb::TxnRequest& q, Deadline d);
 
     // Health, for status: etcd answered / failed (with why). The outage and

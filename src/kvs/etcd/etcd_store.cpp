@@ -3,6 +3,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <set>
 #include <thread>
 
 #include "common/log.hpp"
@@ -22,6 +23,11 @@ constexpr int kPutAttempts = 16;  // compare-and-put rounds lost to other writer
 // The lookup of a wait: an etcd that does not answer within this is down
 // for the waiter (it asks again), not a pool thread held for 30 s.
 constexpr double kWaitLookup = 3.0;
+// Operations of one transaction (etcd's --max-txn-ops, 128 by default) and
+// bytes of keys and values of the puts batched into one (its
+// --max-request-bytes is 1.5 MiB by default).
+constexpr size_t kTxnOps = 128;
+constexpr size_t kBatchBytes = 1u << 20;
 
 std::string unescape(const std::string& s) {
     std::string out;
@@ -154,9 +160,11 @@ class EtcdStore final : public ServiceStore {
         return o_.root + "/ns/" + escape(ns) + "/files/";
     }
 
-    // The entry of an etcd key now, and the revision it was read at.
-    Result<std::pair<std::optional<Entry>, int64_t>> lookup(const std::string& k, Deadline d) {
-        auto r = c_->range(k, "", 1, false, d);
+    // The entry of an etcd key now, and the revision it was read at
+    // (serializable: as the member the channel talks to has it).
+    Result<std::pair<std::optional<Entry>, int64_t>> lookup(const std::string& k, Deadline d,
+                                                            bool serializable = false) {
+        auto r = c_->range(k, "", 1, false, d, serializable);
         if (!r) return r.status();
         std::optional<Entry> e;
         if (r->kvs_size() > 0)
@@ -213,20 +221,17 @@ class EtcdStore final : public ServiceStore {
         for (int attempt = 0; attempt < kPutAttempts; ++attempt) {
             Status q = check_quota(ns, k, d);
             if (!q) return q;
-            // Create it if nobody has; else read who has.
-            pb::TxnRequest t;
-            *t.add_compare() = compare_rev(k, pb::Compare::CREATE, 0);
-            add_put(t.mutable_success(), k, value);
-            add_range(t.mutable_failure(), k);
-            auto r = c_->txn(t, d);
-            if (!r) return r.status();
-            if (r->succeeded()) {
+            // Create it if nobody has (in one transaction with the creates
+            // of other threads meanwhile); else read who has.
+            Create c{k, value, d};
+            Status cs = create(c);
+            if (!cs) return cs;
+            if (c.created) {
                 counted(ns, 1);
-                return static_cast<uint64_t>(r->header().revision());
+                return static_cast<uint64_t>(c.revision);
             }
-            const auto& got = r->responses(0).response_range();
-            if (got.kvs_size() == 0) continue;  // deleted meanwhile: create it again
-            const auto& kv = got.kvs(0);
+            if (!c.had) continue;  // deleted meanwhile: create it again
+            const pb::KeyValue& kv = *c.had;
             const std::string owner = owner_of(kv.value());
             const auto gen = static_cast<uint64_t>(kv.mod_revision());
             auto won = ns == kServicesNamespace ? Result<bool>(false)
@@ -295,8 +300,10 @@ class EtcdStore final : public ServiceStore {
                       EBUSY);
     }
 
+    // Records are read serializably (no consensus round per lookup); the
+    // registry linearizably (whether an owner is still registered).
     Result<Entry> get(const std::string& ns, const std::string& key, Deadline d) override {
-        auto r = lookup(key_of(ns, key), d);
+        auto r = lookup(key_of(ns, key), d, ns != kServicesNamespace);
         if (!r) return r.status();
         if (!r->first)
             return Status(DYAD_RC_NOTFOUND, "key '" + key + "' not found in namespace '" + ns + "'",
@@ -304,12 +311,67 @@ class EtcdStore final : public ServiceStore {
         return *r->first;
     }
 
+    // One transaction of serializable reads per kTxnOps keys (a read-only
+    // transaction whose reads are all serializable is answered by the
+    // member itself, as a serializable range).
+    Result<std::vector<Lookup>> get_many(const std::string& ns,
+                                         const std::vector<std::string>& keys, size_t budget,
+                                         Deadline d) override {
+        const bool serializable = ns != kServicesNamespace;
+        std::vector<Lookup> out(keys.size());
+        bool first = true;
+        for (size_t at = 0; at < keys.size(); at += kTxnOps) {
+            const size_t end = std::min(keys.size(), at + kTxnOps);
+            pb::TxnRequest t;
+            std::vector<size_t> asked;  // a key longer than a put allows is never there
+            for (size_t i = at; i < end; ++i) {
+                if (keys[i].size() > o_.limits.max_key || ns.size() > o_.limits.max_key) {
+                    out[i].state = Lookup::State::missing;
+                    continue;
+                }
+                asked.push_back(i);
+                auto* q = t.add_success()->mutable_request_range();
+                q->set_key(key_of(ns, keys[i]));
+                q->set_limit(1);
+                q->set_serializable(serializable);
+            }
+            if (asked.empty()) continue;
+            auto r = c_->txn(t, d);
+            if (!r) return r.status();
+            ++get_many_txns_;
+            if (static_cast<size_t>(r->responses_size()) != asked.size())
+                return Status(DYAD_RC_BADRPC,
+                              "etcd at " + c_->where() + " answered a transaction of " +
+                                  std::to_string(asked.size()) + " reads with " +
+                                  std::to_string(r->responses_size()) + " answers",
+                              EPROTO);
+            for (size_t j = 0; j < asked.size(); ++j) {
+                const size_t i = asked[j];
+                const auto& got = r->responses(static_cast<int>(j)).response_range();
+                if (got.kvs_size() == 0) {
+                    out[i].state = Lookup::State::missing;
+                    continue;
+                }
+                const auto& kv = got.kvs(0);
+                const size_t cost = kv.value().size() + 32;
+                if (!first && cost > budget) return out;  // this one and the rest: later
+                budget = cost > budget ? 0 : budget - cost;
+                first = false;
+                out[i].state = Lookup::State::found;
+                out[i].entry = Entry{kv.value(), static_cast<uint64_t>(kv.mod_revision()), ""};
+            }
+        }
+        return out;
+    }
+
     uint64_t wait(const std::string& ns, const std::string& key, Deadline d, Done done) override {
         const std::string k = key_of(ns, key);
-        // Not a pool thread held until the deadline by an etcd that does
-        // not answer: the client hears that the store is down and asks
-        // again (until its own deadline).
-        auto r = lookup(k, d.min(Deadline::after(kWaitLookup)));
+        // Serializable is safe here: the watch starts after the revision
+        // read, whichever member answered, so no later put is missed. Not a
+        // pool thread held until the deadline by an etcd that does not
+        // answer: the client hears that the store is down and asks again
+        // (until its own deadline).
+        auto r = lookup(k, d.min(Deadline::after(kWaitLookup)), ns != kServicesNamespace);
         if (!r) {
             done(c_->reachable() ? r.status() : c_->outage().unreachable_status());
             return 0;
@@ -327,10 +389,13 @@ class EtcdStore final : public ServiceStore {
 
     // etcd 3.4 walks every key of a range's index to answer it, whatever
     // its limit: a listing in pages of 1000 would cost a walk of the whole
-    // remaining range per page (quadratic: 100 s for 1,000,000 records). So
-    // the service reads kListChunk entries per range and keeps what it has
-    // not sent yet, keyed by the page's last key, for the listing's next
-    // page (at most kListCursors listings, each for kListCursorSeconds).
+    // remaining range per page (quadratic: 100 s for 1,000,000 records),
+    // and so would chunks of 10,000 to the end of the namespace (13.8 s of
+    // etcd's CPU for 1,000,000). So the service reads kListChunk entries at
+    // most per range, each range bounded by a prefix of its first key (the
+    // walk: about a chunk), and keeps what it has not sent yet, keyed by the
+    // page's last key, for the listing's next page (at most kListCursors
+    // listings, each for kListCursorSeconds).
     Result<Page> list(const std::string& ns, const std::string& prefix, const std::string& after,
                       uint64_t limit, Deadline d) override {
         const std::string base = ns_base(ns);
@@ -348,22 +413,48 @@ class EtcdStore final : public ServiceStore {
                 cached = true;
             }
         }
+        const std::string lo = base + (registry ? escape(prefix) : prefix);
+        const std::string end = prefix_end(lo);
         if (!cached) {
-            std::string from = base + (registry ? escape(prefix) : prefix);
-            const std::string end = prefix_end(from);
+            std::string from = lo;
             if (!after.empty()) {
                 std::string a = base + (registry ? escape(after) : after) + std::string(1, '\0');
                 if (a > from) from = a;
             }
-            auto r = c_->range(
-                from, end, static_cast<int64_t>(std::max<uint64_t>(limit, kListChunk)), false, d);
+            cur.next = from;
+            cur.more = true;
+            cur.depth = lo.size() + 1;
+        }
+        // Bounded ranges (see kListChunk): [next, the end of the keys that
+        // share next's first `depth` bytes), narrower (depth + 1) after one
+        // that held more than a chunk, wider after one that held few. They
+        // follow each other without a gap, so every key is read once.
+        while (cur.more && cur.rest.size() < std::max<uint64_t>(limit, kListChunk / 2)) {
+            std::string bound = end;
+            if (cur.depth > lo.size()) {
+                std::string b = prefix_end(cur.next.substr(0, cur.depth));
+                if (b.size() > 1 || b[0] != '\0') bound = std::min(b, end);
+            }
+            auto r = c_->range(cur.next, bound,
+                               static_cast<int64_t>(std::max<uint64_t>(limit, kListChunk)), false,
+                               d, !registry);
             if (!r) return r.status();
-            cur.more = r->more();
+            ++list_ranges_;
             for (const auto& kv : r->kvs()) {
                 std::string k = kv.key().substr(base.size());
                 if (registry) k = unescape(k);
                 cur.rest.emplace_back(
                     std::move(k), Entry{kv.value(), static_cast<uint64_t>(kv.mod_revision()), ""});
+            }
+            if (r->more() && r->kvs_size() > 0) {
+                cur.next = r->kvs(r->kvs_size() - 1).key() + std::string(1, '\0');
+                cur.depth = std::min(cur.depth + 1, cur.next.size());
+            } else {
+                cur.next = bound;
+                cur.more = bound != end;
+                if (static_cast<size_t>(r->kvs_size()) < kListChunk / 8 &&
+                    cur.depth > lo.size() + 1)
+                    --cur.depth;
             }
         }
         Page p;
@@ -372,7 +463,7 @@ class EtcdStore final : public ServiceStore {
             cur.rest.pop_front();
         }
         p.more = !cur.rest.empty() || cur.more;
-        if (!cur.rest.empty() && !p.entries.empty()) {
+        if (p.more && !p.entries.empty()) {
             cur.at = std::chrono::steady_clock::now();
             std::lock_guard<std::mutex> lk(cursor_mu_);
             if (cursors_.size() >= kListCursors) cursors_.erase(cursors_.begin());
@@ -405,6 +496,13 @@ class EtcdStore final : public ServiceStore {
         j["lease_ttl"] = o_.lease_ttl;
         j["registrations"] = registrations_;
         j["refused_too_large"] = refused_too_large_.load();
+        // Creates: transactions sent, records created in a transaction
+        // with others, the most in one; kvs.get_many's transactions.
+        j["put_transactions"] = put_txns_.load();
+        j["puts_batched"] = batched_puts_.load();
+        j["largest_put_batch"] = largest_batch_.load();
+        j["get_many_transactions"] = get_many_txns_.load();
+        j["list_ranges"] = list_ranges_.load();
         j["refused_namespace_records"] = refused_records_.load();
         j["max_records_per_namespace"] = o_.limits.max_records_per_ns;
         return j;
@@ -564,9 +662,94 @@ class EtcdStore final : public ServiceStore {
         if (it != counts_.end() && it->second.known) it->second.count += n;
     }
 
+    // Group commit of creates: a put's create-if-absent waits in queue_
+    // while a transaction is in flight; the thread whose create is first
+    // then sends the waiting ones (distinct keys, at most kTxnOps and
+    // kBatchBytes) as one transaction: created all, if none of the keys
+    // exists; else none, each told what its key holds (from the failure's
+    // reads), and those whose key is free try again. One service's puts
+    // thus cost one etcd round trip per batch, not per record.
+    struct Create {
+        const std::string& key;
+        const std::string& value;
+        Deadline deadline;
+        bool done = false;
+        Status status;
+        bool created = false;
+        int64_t revision = 0;
+        std::optional<pb::KeyValue> had;  // not created: what the key holds (none: free)
+    };
+    Status create(Create& c) {
+        std::unique_lock<std::mutex> lk(batch_mu_);
+        queue_.push_back(&c);
+        while (!c.done) {
+            if (committing_) {
+                batch_cv_.wait(lk);
+                continue;
+            }
+            committing_ = true;
+            std::vector<Create*> batch;
+            std::set<std::string> keys;
+            size_t bytes = 0;
+            for (auto it = queue_.begin(); it != queue_.end() && batch.size() < kTxnOps;) {
+                const size_t n = (*it)->key.size() + (*it)->value.size();
+                if (!batch.empty() && bytes + n > kBatchBytes) break;
+                if (!keys.insert((*it)->key).second) {  // the same key: in a later batch
+                    ++it;
+                    continue;
+                }
+                bytes += n;
+                batch.push_back(*it);
+                it = queue_.erase(it);
+            }
+            lk.unlock();
+            commit(batch);
+            lk.lock();
+            committing_ = false;
+            batch_cv_.notify_all();
+        }
+        return c.status;
+    }
+    void commit(const std::vector<Create*>& batch) {
+        Deadline d = batch.front()->deadline;
+        pb::TxnRequest t;
+        for (Create* c : batch) {
+            if (c->deadline.remaining() < d.remaining()) d = c->deadline;
+            *t.add_compare() = compare_rev(c->key, pb::Compare::CREATE, 0);
+            add_put(t.mutable_success(), c->key, c->value);
+            add_range(t.mutable_failure(), c->key);
+        }
+        auto r = c_->txn(t, d);
+        ++put_txns_;
+        if (batch.size() > 1) batched_puts_ += batch.size();
+        if (batch.size() > largest_batch_) largest_batch_ = batch.size();
+        if (r && !r->succeeded() && static_cast<size_t>(r->responses_size()) != batch.size())
+            r = Status(DYAD_RC_BADRPC,
+                       "etcd at " + c_->where() + " answered a transaction of " +
+                           std::to_string(batch.size()) + " reads with " +
+                           std::to_string(r->responses_size()) + " answers",
+                       EPROTO);
+        std::lock_guard<std::mutex> lk(batch_mu_);
+        for (size_t i = 0; i < batch.size(); ++i) {
+            Create* c = batch[i];
+            c->done = true;
+            if (!r) {
+                c->status = r.status();
+            } else if (r->succeeded()) {
+                c->created = true;
+                c->revision = r->header().revision();
+            } else {
+                const auto& got = r->responses(static_cast<int>(i)).response_range();
+                if (got.kvs_size() > 0) c->had = got.kvs(0);
+            }
+        }
+    }
+
     struct Cursor {
         std::deque<std::pair<std::string, Entry>> rest;  // read, not yet sent
         bool more = false;                               // etcd has more after rest
+        std::string next;                                // from which etcd key
+        size_t depth = 0;                                // bytes of next bounding a range
         std::chrono::steady_clock::time_point at;
     };
     static constexpr size_t kListChunk = 10000;
@@ -602,6 +785,12 @@ class EtcdStore final : public ServiceStore {
     };
     std::mutex count_mu_;
     std::map<std::string, Count> counts_;
+    std::mutex batch_mu_;  // queue_, committing_
+    std::condition_variable batch_cv_;
+    std::deque<Create*> queue_;
+    bool committing_ = false;
+    std::atomic<uint64_t> put_txns_{0}, batched_puts_{0}, largest_batch_{0}, get_many_txns_{0},
+        list_ranges_{0};
     std::atomic<uint64_t> refused_too_large_{0}, refused_records_{0};
 };
 

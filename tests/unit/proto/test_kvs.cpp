@@ -86,3 +86,30 @@ TEST(KvsMessages, ParseRefusesWhatIsMalformed) {
     ASSERT_TRUE(la.is_ok());
     EXPECT_EQ(la->entries.size(), 1u);
 }
+
+// kvs.list's compact answer: the entries in the data, read back as written;
+// data that does not hold what the meta says is refused, not read past.
+TEST(ProtoKvs, ListRawAnswer) {
+    auto args = ListArgs::parse(ListArgs{"ns", "", "a", 10, true}.build());
+    ASSERT_TRUE(args.is_ok());
+    EXPECT_TRUE(args->raw);
+    std::string data;
+    ListAnswer::append_raw(&data, {"k1", "{\"path\":\"a\"}", 7});
+    ListAnswer::append_raw(&data, {"k2", "", 1ull << 40});
+    auto meta = ListAnswer::parse(ListAnswer::build_raw(2, true));
+    ASSERT_TRUE(meta.is_ok());
+    EXPECT_TRUE(meta->raw && meta->more);
+    EXPECT_EQ(meta->count, 2u);
+    auto got = ListAnswer::parse_raw(data, 2);
+    ASSERT_TRUE(got.is_ok());
+    ASSERT_EQ(got->size(), 2u);
+    EXPECT_EQ((*got)[0].key, "k1");
+    EXPECT_EQ((*got)[0].value, "{\"path\":\"a\"}");
+    EXPECT_EQ((*got)[0].version, 7u);
+    EXPECT_EQ((*got)[1].version, 1ull << 40);
+    EXPECT_FALSE(ListAnswer::parse_raw(data, 3).is_ok());                     // fewer than said
+    EXPECT_FALSE(ListAnswer::parse_raw(data, 1).is_ok());                     // bytes left over
+    EXPECT_FALSE(ListAnswer::parse_raw(data.substr(0, 20), 2).is_ok());       // cut short
+    EXPECT_FALSE(ListAnswer::parse_raw(std::string(16, '\xff'), 1).is_ok());  // huge key
+    EXPECT_FALSE(ListAnswer::parse(json{{"format", "zip"}, {"count", 1}}).is_ok());
+}
