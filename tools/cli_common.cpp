@@ -79,7 +79,10 @@ bool errno_said(const dyad::Status& s) {
         case DYAD_RC_BADUNPACK:
             return e == EPROTO || e == EINVAL;
         case DYAD_RC_CONNFAIL:
-            return e == EPROTO;  // not a DYAD service: the message says how
+            // Not a DYAD service, or its metadata store is down
+            // (kvs/outage.hpp): the message says how.
+            return e == EPROTO || (e == EHOSTUNREACH &&
+                                   s.message().find(" is unreachable since ") != std::string::npos);
         case DYAD_RC_NOAUTH:
             return e == EACCES || e == EPERM;
         case DYAD_RC_BADFETCH:

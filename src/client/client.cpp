@@ -23,6 +23,7 @@
 #include "common/keygen.hpp"
 #include "common/log.hpp"
 #include "fetch_channel.hpp"
+#include "kvs/outage.hpp"
 #include "proto/publish.hpp"
 #include "trace_points.hpp"
 
@@ -286,6 +287,11 @@ std::string Client::store_uri(const ServiceInfo& svc) const {
 
 Status Client::store_failure(const Status& e, const ServiceInfo& svc) const {
     if (e.rc() != DYAD_RC_CONNFAIL) return e;
+    // The node's service says its store (etcd) is down: its message names
+    // the store, since when and why.
+    if (kvs::Outage::unreachable(e)) return e;
+    const std::string retried = "; DYAD retried until the wait's deadline (DYAD_WAIT_TIMEOUT)";
+    const bool until_deadline = e.message().find(retried) != std::string::npos;
     std::string uri = store_uri(svc);
     std::string what = svc.kvs == "local"
                            ? "the node's service (" + svc.id + ") hosts it: is it stopping?"
@@ -293,7 +299,8 @@ Status Client::store_failure(const Status& e, const ServiceInfo& svc) const {
                              "correct --kvs of this node's dyadd (" +
                                  svc.id + ")";
     return Status(DYAD_RC_CONNFAIL,
-                  "the metadata store at " + uri + " is unreachable (" + cause_of(e) + "): " + what,
+                  "the metadata store at " + uri + " is unreachable (" + cause_of(e) +
+                      "): " + what + (until_deadline ? retried : std::string()),
                   e.err());
 }
 
@@ -362,10 +369,28 @@ Status Client::produce(const std::string& path) {
         req.replaces = from->generation;
     bool connect_failed = false;
     trace::Span publishing("publish", "client");
-    auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(),
-                         Deadline::after(kControlTimeout), 0, false, &connect_failed);
+    const Deadline until = Deadline::after(kControlTimeout);
+    auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
+                         &connect_failed);
+    // The service's metadata store is down: asked again until the deadline
+    // (a restart of etcd takes seconds), then its error, naming the store.
+    for (double pause = 0.05;
+         !v && !connect_failed && kvs::Outage::unreachable(v.status()) && until.remaining() > pause;
+         pause = std::min(pause * 2, 1.0)) {
+        if (pause == 0.05)
+            DYAD_WARN(kSub, "publishing '%s' waits for the metadata store: %s", full.c_str(),
+                      v.status().message().c_str());
+        std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+        v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
+                        &connect_failed);
+    }
     if (publishing.active()) trace_publish(publishing, up.value(), v);
     sp.fail(v.status());
+    if (!v && !connect_failed && kvs::Outage::unreachable(v.status()))
+        return Status(v.status().rc(),
+                      "cannot publish '" + full + "': " + v.status().message() +
+                          "; DYAD retried for " + seconds_text(kControlTimeout) + " s",
+                      v.status().err());
     if (!v && connect_failed)
         return Status(DYAD_RC_CONNFAIL, "cannot publish '" + full + "': " + v.status().to_string(),
                       v.status().err());

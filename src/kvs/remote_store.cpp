@@ -6,6 +6,12 @@
 namespace dyad::kvs {
 namespace {
 constexpr const char* kSub = "dyadd";
+// A failed call's message without the "metadata store: " RpcStore puts first.
+std::string m_of(const Status& s) {
+    std::string m = s.message();
+    if (m.rfind("metadata store: ", 0) == 0) m.erase(0, 16);
+    return m;
+}
 }  // namespace
 
 RemoteStore::RemoteStore(std::string uri, std::string id, rpc::Credentials credentials,
@@ -87,8 +93,11 @@ void RemoteStore::start() {
 }
 
 void RemoteStore::answered() {
-    std::lock_guard<std::mutex> lk(mu_);
-    last_ok_ = std::chrono::steady_clock::now();
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        last_ok_ = std::chrono::steady_clock::now();
+    }
+    outage_.answered();
 }
 
 void RemoteStore::check(std::function<void(bool, std::string)> done) {
@@ -101,7 +110,7 @@ void RemoteStore::check(std::function<void(bool, std::string)> done) {
         return done(true, "");
     }
     if (!ok_newer && last_fail_ && now - *last_fail_ < kFresh) {
-        std::string why = error_;
+        std::string why = outage_.up() ? error_ : outage_.health_text();
         lk.unlock();
         return done(false, why);
     }
@@ -124,6 +133,13 @@ nlohmann::json RemoteStore::status() const {
     j["backend"] = "remote embedded";
     j["endpoint"] = uri_;
     j["republished"] = republished_;
+    auto v = outage_.view();
+    j["store_errors"] = v.errors;
+    j["store_outages"] = v.outages;
+    if (!v.up) {
+        j["unreachable_since"] = v.since;
+        j["down_s"] = v.down_s;
+    }
     return j;
 }
 
@@ -136,11 +152,12 @@ void RemoteStore::run() {
         auto e = rpc_.get(kServicesNamespace, id_, Deadline::after(kProbeTimeout));
         bool gone = !e && e.status().rc() == DYAD_RC_NOTFOUND;
         bool ok = e || gone;
-        std::string why;
-        if (!ok) {
-            std::string m = e.status().message();
-            if (m.rfind("metadata store: ", 0) == 0) m.erase(0, 16);
-            why = "metadata store at " + uri_ + " does not answer: " + m;
+        std::string why;  // "degraded: metadata store at URI unreachable since ..."
+        if (ok) {
+            outage_.answered();
+        } else {
+            outage_.failed(m_of(e.status()));
+            why = outage_.health_text();
         }
         lk.lock();
         auto now = std::chrono::steady_clock::now();

@@ -56,6 +56,7 @@ class RemoteStore final : public ServiceStore {
     // Reachable as last seen, seconds since the last answer, how often the
     // service was put back and how many files it published again.
     nlohmann::json status() const override;
+    std::optional<OutageView> outage() const override { return outage_.view(); }
     // The uri (the errors about it name it so).
     std::string describe() const override { return uri_; }
 
@@ -78,6 +79,7 @@ class RemoteStore final : public ServiceStore {
     std::vector<std::function<void(bool, std::string)>> waiting_;
     uint64_t rejoins_ = 0;
     uint64_t republished_ = 0;
+    Outage outage_{uri_};  // what the probes and the service's calls saw
     std::thread thread_, rejoiner_;
 };
 

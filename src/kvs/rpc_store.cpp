@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "common/log.hpp"
+#include "outage.hpp"
 #include "proto/kvs.hpp"
 #include "store.hpp"
 
@@ -14,6 +16,8 @@ constexpr double kGrace = 5.0;       // extra client-side time for the answer to
 // A waiting consumer whose store connection fails (its host restarting)
 // tries again after these pauses (doubling), until its own deadline.
 constexpr double kRetryFirst = 0.05, kRetryMax = 1.0;
+// At the deadline of a wait, the look whether the store is down (seconds).
+constexpr double kLastLook = 1.0;
 }  // namespace
 
 Result<nlohmann::json> RpcStore::call(const std::string& topic, nlohmann::json args, Deadline d,
@@ -56,6 +60,16 @@ Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Dead
     double pause = kRetryFirst;
     bool warned = false;
     bool reached = false;  // this wait got to the store (a request went out on a connection)
+    // Why the store did not answer, last: said at the deadline instead of a
+    // file "not produced" (it may well have been).
+    std::optional<Status> down;
+    auto at_deadline = [&](const Status& st) -> Status {
+        if (!down) return st;
+        return Status(
+            down->rc(),
+            down->message() + "; DYAD retried until the wait's deadline (DYAD_WAIT_TIMEOUT)",
+            down->err());
+    };
     for (;;) {
         Deadline slice = d.min(Deadline::after(kWaitSlice));
         bool connect_failed = false;
@@ -64,6 +78,9 @@ Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Dead
         if (r) {
             auto a = wire::EntryAnswer::parse(r.value());
             if (!a) return Status(a.status()).wrap("the metadata store at " + uri_);
+            if (warned)
+                DYAD_WARN("client", "metadata store answers again: waiting for '%s' goes on",
+                          key.c_str());
             return Entry{std::move(a->value), a->version};
         }
         const Status& st = r.status();
@@ -72,25 +89,47 @@ Result<Entry> RpcStore::wait(const std::string& ns, const std::string& key, Dead
             pause = kRetryFirst;
             continue;
         }
+        // The service answered that its store (etcd) is down: asked again
+        // until our own deadline.
+        const bool store_down = !connect_failed && Outage::unreachable(st);
         // The store went away under a waiting request (its dyadd
-        // restarting): wait for it to come back, until our own deadline. A
-        // store unreachable from the start is said at once, and a peer that
-        // refuses us or is no DYAD service is final.
-        if (st.rc() != DYAD_RC_CONNFAIL || rpc::Connection::not_dyad(st) || d.expired() ||
-            (connect_failed && !reached))
+        // restarting), or is down now: wait for it to come back, until our
+        // own deadline. A store unreachable from the start is said at once
+        // to a wait without a deadline (a configuration error far more often
+        // than a restart); a wait with one waits for it until then. A peer
+        // that refuses us or is no DYAD service is final.
+        if (d.expired()) {
+            // A wait held by the service until our deadline may have been
+            // held through an outage of its store: one quick look says
+            // whether it is down now, so the error names the cause.
+            if (st.rc() == DYAD_RC_TIMEOUT && !down) {
+                bool cf = false;
+                auto now = call(wire::kGet, wire::GetArgs{ns, key, false}.build(),
+                                Deadline::after(kLastLook), 0, &cf);
+                if (!now && !cf && Outage::unreachable(now.status())) down = now.status();
+            }
+            return at_deadline(st);
+        }
+        if (!store_down && (st.rc() != DYAD_RC_CONNFAIL || rpc::Connection::not_dyad(st) ||
+                            (connect_failed && !reached && d.infinite())))
             return st;
-        reached = true;
+        down = st;
+        const bool lost = reached || !connect_failed;  // it went away under us
+        if (!store_down) reached = true;
         if (!warned) {
             DYAD_WARN("client",
-                      "metadata store at %s lost while waiting for '%s' (%s): trying again until "
+                      "metadata store at %s %s while waiting for '%s' (%s): trying again until "
                       "the wait's deadline",
-                      uri_.c_str(), key.c_str(), st.message().c_str());
+                      uri_.c_str(),
+                      store_down ? "reports its store down" : (lost ? "lost" : "unreachable"),
+                      key.c_str(), st.message().c_str());
             warned = true;
         }
         double left = d.remaining();
         std::this_thread::sleep_for(std::chrono::duration<double>(std::min(pause, left)));
         pause = std::min(pause * 2, kRetryMax);
-        if (d.expired()) return Status(DYAD_RC_TIMEOUT, "no answer before the deadline", ETIMEDOUT);
+        if (d.expired())
+            return at_deadline(Status(DYAD_RC_TIMEOUT, "no answer before the deadline", ETIMEDOUT));
     }
 }
 

@@ -54,6 +54,15 @@ struct StoreServer::Topics {
         else
             fn();
     }
+    // While the store is known to be down, a client's lookup or listing is
+    // told so at once (naming the store; the client asks again until its
+    // deadline) instead of holding a thread of the pool until then.
+    bool refused_down(const std::shared_ptr<rpc::Request>& r) const {
+        auto down = store->down();
+        if (!down) return false;
+        fail(r, *down);
+        return true;
+    }
     void on_put(const std::shared_ptr<rpc::Request>& r);
     void on_get(const std::shared_ptr<rpc::Request>& r);
     void on_remove(const std::shared_ptr<rpc::Request>& r);
@@ -144,6 +153,7 @@ void StoreServer::Topics::on_get(const std::shared_ptr<rpc::Request>& r) {
     // Every wait ends: at its client's deadline, at most --max-wait
     // (ETIMEDOUT; the client asks again).
     if (a->wait) r->cap_deadline(server.max_wait());
+    if (refused_down(r)) return;
     run([store = store, r, a = std::move(a.value())] {
         if (!a.wait)
             return answer_entry(r, a.ns, a.key,
@@ -159,6 +169,7 @@ void StoreServer::Topics::on_get(const std::shared_ptr<rpc::Request>& r) {
 void StoreServer::Topics::on_list(const std::shared_ptr<rpc::Request>& r) {
     auto a = wire::ListArgs::parse(r->args());
     if (!a) return bad_args(r, a.status());
+    if (refused_down(r)) return;
     run([store = store, r, a = std::move(a.value())] {
         PageBuilder built(a.limit);
         auto page =
@@ -187,6 +198,7 @@ void StoreServer::Topics::on_list(const std::shared_ptr<rpc::Request>& r) {
 void StoreServer::Topics::on_get_many(const std::shared_ptr<rpc::Request>& r) {
     auto a = wire::GetManyArgs::parse(r->args());
     if (!a) return bad_args(r, a.status());
+    if (refused_down(r)) return;
     run([store = store, r, a = std::move(a.value())] {
         // Within kGetManyAnswerBudget bytes of values: the keys past it are
         // "later" (asked for again).

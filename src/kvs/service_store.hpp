@@ -17,6 +17,7 @@
 
 #include "common/deadline.hpp"
 #include "common/status.hpp"
+#include "outage.hpp"
 #include "rpc/client.hpp"
 #include "store.hpp"
 
@@ -100,6 +101,13 @@ class ServiceStore {
     // Whether the store answers: done(ok, why), at once or from a probe's
     // thread.
     virtual void check(std::function<void(bool, std::string)> done) { done(true, ""); }
+    // While the store is known not to answer: the error clients' requests
+    // get at once (Outage::unreachable_status), rather than a wait for it on
+    // a thread of the pool until their deadlines.
+    virtual std::optional<Status> down() const { return std::nullopt; }
+    // Whether it answers, its errors and outages (kvs/outage.hpp), for
+    // status and metrics; none for the embedded store (it is the service).
+    virtual std::optional<OutageView> outage() const { return std::nullopt; }
     // {backend, endpoint, reachable?, error?, ...} for dyad service status;
     // without "reachable", check() says it.
     virtual nlohmann::json status() const = 0;

@@ -14,6 +14,12 @@
 
 namespace dyad::service {
 namespace {
+// Requests refused at once while the metadata store is down: the store's
+// topics (kvs.get_many counts as "other") and publishes.
+bool store_refusable(Kind k) {
+    return k == Kind::kvs_get || k == Kind::kvs_wait || k == Kind::kvs_list || k == Kind::other ||
+           k == Kind::publish;
+}
 
 constexpr const char* kSub = "dyadd";
 
@@ -291,6 +297,13 @@ void RequestMetrics::finished(const rpc::Request& r, const rpc::Outcome& o) {
             if (kind == Kind::kvs_get && o.errnum == ENOENT) {
                 result = "not_found";
                 not_found_++;
+            } else if (store_refusable(kind) && o.errnum == EHOSTUNREACH &&
+                       o.rc == DYAD_RC_CONNFAIL) {
+                // Refused while the store is down (kvs/outage.hpp): the
+                // outage is logged once and counted by the store's figures,
+                // not once per request a waiting client repeats.
+                result = "store_down";
+                store_down_++;
             } else {
                 result = "error";
                 failed = true;
@@ -381,6 +394,10 @@ void RequestMetrics::render(PromText& t) const {
                  kinds_[i].in_flight);
     t.counter("dyad_kvs_get_not_found_total",
               "metadata lookups (kvs.get without wait) of an absent key", not_found_);
+    t.counter("dyad_kvs_store_down_total",
+              "metadata requests answered at once that the metadata store is unreachable (the "
+              "client asks again until its deadline)",
+              store_down_);
     t.counter("dyad_kvs_wait_expired_total",
               "waits for a key (kvs.get with wait) whose deadline passed before the key was put "
               "(a consumer waiting longer asks again)",

@@ -137,6 +137,7 @@ class RequestMetrics : public rpc::RequestObserver {
     // counted in the status anyway. Debug logs them all.
     log::RateLimit failed_lines_{"dyadd", "failed requests"};
     uint64_t not_found_ = 0;     // kvs.get of an absent key
+    uint64_t store_down_ = 0;    // kvs.* refused while the store is down
     uint64_t wait_expired_ = 0;  // kvs.get with wait whose deadline passed first
     std::unordered_map<const rpc::Request*, Note> notes_;
     Histogram wait_for_create_;

@@ -18,7 +18,10 @@
 namespace dyad::service {
 namespace {
 constexpr const char* kSub = "dyadd";
-constexpr double kStoreTimeout = 30.0;  // a publish's or a lookup's store request
+// A publish's or a lookup's store request: within the client's 30 s
+// (kControlTimeout), so that a store that stops answering meanwhile is what
+// its error names, not the request's deadline.
+constexpr double kStoreTimeout = 25.0;
 // The trace event of a publish: the file, its key, size and generation.
 void trace_published(trace::Span& sp, const std::string& up, const Result<nlohmann::json>& res) {
     sp.arg("path", up).fail(res.status());
@@ -43,6 +46,10 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
         return r->error(EINVAL, "publish into namespace '" + ns + "' refused", DYAD_RC_BADUNPACK);
     if (Status ok = req->check(); !ok) return r->error(EINVAL, ok.message(), DYAD_RC_BADUNPACK);
     const uint64_t depth = req->key_depth, bins = req->key_bins, replaces = req->replaces;
+    // The store is known to be down: said at once (the client asks again
+    // until its deadline), not a file thread held until then, which fetches
+    // of files already published need.
+    if (auto down = store_->down()) return r->error(down->err(), down->message(), down->rc());
     asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces] {
         if (r->finished()) return;
         trace::Span sp("service.publish", "service");

@@ -201,9 +201,23 @@ void render_memory(PromText& t, const dtl::MemoryBudget& budget) {
 
 // The metadata store: the embedded one's figures, and this service's calls.
 void render_store(PromText& t, const std::optional<kvs::HostedFigures>& hosted,
-                  const Histogram (&calls)[2]) {
+                  const std::optional<kvs::OutageView>& outage, const Histogram (&calls)[2]) {
     t.gauge("dyad_store_embedded", "1 when this service hosts the metadata store, 0 with --kvs",
             hosted ? 1 : 0);
+    // The embedded store is the service itself: up while this answers.
+    const kvs::OutageView o = outage.value_or(kvs::OutageView{});
+    t.gauge("dyad_store_up",
+            "1 when the metadata store answers this service (etcd, or the store host with "
+            "--kvs tcp://), 0 while it is unreachable",
+            o.up ? 1 : 0);
+    t.gauge("dyad_store_down_seconds", "seconds the metadata store has been unreachable (0: up)",
+            o.up ? 0.0 : o.down_s);
+    t.counter("dyad_store_errors_total",
+              "calls and streams of this service to its metadata store that failed (unreachable, "
+              "no answer in time)",
+              o.errors);
+    t.counter("dyad_store_outages_total",
+              "times the metadata store went from answering to unreachable", o.outages);
     if (hosted) {
         t.gauge("dyad_store_records", "records (keys) in the embedded metadata store",
                 static_cast<double>(hosted->records));
@@ -284,7 +298,8 @@ std::string Service::metrics_text() const {
 
     render_connections(t, server_.get(), caps_.get());
     if (budget_) render_memory(t, *budget_);
-    render_store(t, store_ ? store_->hosted() : std::nullopt, store_calls_);
+    render_store(t, store_ ? store_->hosted() : std::nullopt,
+                 store_ ? store_->outage() : std::nullopt, store_calls_);
     return std::move(t.str());
 }
 

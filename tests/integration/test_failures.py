@@ -37,11 +37,14 @@ def test_producer_killed_mid_transfer_then_restarted(cluster3):
 def test_metadata_host_gone_ends_the_wait_at_its_deadline_not_before(cluster3):
     # A waiting consumer rides through a restart of the store host (see
     # test_store.py); one that never comes back ends the wait at the
-    # consumer's own deadline: a timeout (3) that says the store was lost.
+    # consumer's own deadline, with an error (4: the store could not be
+    # reached) that names the store, not "not produced" (issue 33).
     meta, prod, cons = cluster3[0], cluster3[1], cluster3[2]
     consumer = cons.dyad_async("consume", cons.path("later.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 3})
     cons.wait_waiters(1, procs=[consumer])  # it waits on the metadata host's store
     meta.kill()
     out, err = consumer.communicate(timeout=60)
-    assert consumer.returncode == 3, err
-    assert "lost while waiting" in err and "was not produced within 3 s" in err, err
+    assert consumer.returncode == 4, err
+    assert "lost while waiting" in err and "was not produced" not in err, err
+    assert f"the metadata store at {meta.uri} is unreachable" in err, err
+    assert "DYAD retried until the wait's deadline" in err, err

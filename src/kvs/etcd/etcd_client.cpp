@@ -99,6 +99,7 @@ Result<std::unique_ptr<Client>> Client::open(const std::vector<std::string>& end
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetLoadBalancingPolicyName("pick_first");
+    c->outage_ = std::make_unique<Outage>("etcd://" + c->where_);
     c->channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
     c->kv_ = pb::KV::NewStub(c->channel_);
     c->lease_ = pb::Lease::NewStub(c->channel_);
@@ -150,14 +151,13 @@ Result<pb::TxnResponse> Client::txn(const pb::TxnRequest& q, Deadline d) {
 }
 
 void Client::answered() {
-    reachable_ = true;
+    answered_once_ = true;
     last_answer_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
+    outage_->answered(resumed_);
 }
 
 void Client::failed(const std::string& why) {
-    reachable_ = false;
-    std::lock_guard<std::mutex> lk(mu_);
-    error_ = why;
+    outage_->failed(why);
 }
 
 Status Client::failed(const grpc::Status& s, const std::string& what) {
@@ -187,11 +187,6 @@ Status Client::failed(const grpc::Status& s, const std::string& what) {
             return Status(DYAD_RC_BADRPC, what + ": " + at + " answered: " + s.error_message(),
                           EPROTO);
     }
-}
-
-std::string Client::last_error() const {
-    std::lock_guard<std::mutex> lk(mu_);
-    return error_;
 }
 
 double Client::seconds_since_answer() const {

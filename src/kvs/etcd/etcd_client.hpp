@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -20,6 +21,7 @@
 #include "common/deadline.hpp"
 #include "common/status.hpp"
 #include "etcd.grpc.pb.h"
+#include "kvs/outage.hpp"
 
 namespace dyad::kvs::etcd {
 
@@ -72,12 +74,16 @@ class Client {
                                     bool count_only, Deadline d, bool serializable = false);
     Result<pb::TxnResponse> txn(const pb::TxnRequest& q, Deadline d);
 
-    // Health, for status: etcd answered / failed (with why).
+    // Health, for status: etcd answered / failed (with why). The outage and
+    // the recovery are logged once (kvs/outage.hpp); resumed(): the waits
+    // that resume when it answers again.
     void answered();
     Status failed(const grpc::Status& s, const std::string& what);
     void failed(const std::string& why);
-    bool reachable() const { return reachable_.load(); }
-    std::string last_error() const;
+    bool reachable() const { return answered_once_.load() && outage_->up(); }
+    const Outage& outage() const { return *outage_; }
+    void on_recovery(std::function<uint64_t()> resumed) { resumed_ = std::move(resumed); }
+    std::string last_error() const { return outage_->view().error; }
     double seconds_since_answer() const;
 
   private:
@@ -86,10 +92,10 @@ class Client {
     std::unique_ptr<pb::KV::Stub> kv_;
     std::unique_ptr<pb::Lease::Stub> lease_;
     std::unique_ptr<pb::Watch::Stub> watch_;
-    std::atomic<bool> reachable_{false};
+    std::atomic<bool> answered_once_{false};
     std::atomic<int64_t> last_answer_ns_{0};
-    mutable std::mutex mu_;
-    std::string error_;
+    std::unique_ptr<Outage> outage_;     // made by open()
+    std::function<uint64_t()> resumed_;  // set before the first call
 };
 
 }  // namespace dyad::kvs::etcd

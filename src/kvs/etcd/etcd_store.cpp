@@ -20,6 +20,9 @@ const char* kSub = "etcd";
 // is counted again, when a put would reach the quota.
 constexpr double kCountFresh = 2.0;
 constexpr int kPutAttempts = 16;  // compare-and-put rounds lost to other writers
+// The lookup of a wait: an etcd that does not answer within this is down
+// for the waiter (it asks again), not a pool thread held for 30 s.
+constexpr double kWaitLookup = 3.0;
 // Operations of one transaction (etcd's --max-txn-ops, 128 by default) and
 // bytes of keys and values of the puts batched into one (its
 // --max-request-bytes is 1.5 MiB by default).
@@ -115,7 +118,9 @@ class EtcdStore final : public ServiceStore {
     EtcdStore(Options o, std::unique_ptr<Client> c)
         : o_(std::move(o)),
           c_(std::move(c)),
-          watcher_(*c_, [this](const std::string& k) { return lookup(k, Deadline::after(30)); }) {}
+          watcher_(*c_, [this](const std::string& k) { return lookup(k, Deadline::after(30)); }) {
+        c_->on_recovery([this] { return watcher_.waiters(); });
+    }
 
     ~EtcdStore() override {
         {
@@ -362,10 +367,13 @@ class EtcdStore final : public ServiceStore {
     uint64_t wait(const std::string& ns, const std::string& key, Deadline d, Done done) override {
         const std::string k = key_of(ns, key);
         // Serializable is safe here: the watch starts after the revision
-        // read, whichever member answered, so no later put is missed.
-        auto r = lookup(k, d, ns != kServicesNamespace);
+        // read, whichever member answered, so no later put is missed. Not a
+        // pool thread held until the deadline by an etcd that does not
+        // answer: the client hears that the store is down and asks again
+        // (until its own deadline).
+        auto r = lookup(k, d.min(Deadline::after(kWaitLookup)), ns != kServicesNamespace);
         if (!r) {
-            done(r.status());
+            done(c_->reachable() ? r.status() : c_->outage().unreachable_status());
             return 0;
         }
         if (r->first) {
@@ -464,14 +472,25 @@ class EtcdStore final : public ServiceStore {
         return p;
     }
 
+    std::optional<Status> down() const override {
+        if (c_->outage().up()) return std::nullopt;
+        return c_->outage().unreachable_status();
+    }
+    std::optional<OutageView> outage() const override { return c_->outage().view(); }
+    void check(std::function<void(bool, std::string)> done) override {
+        if (c_->outage().up()) return done(true, "");
+        done(false, c_->outage().health_text());
+    }
+
     nlohmann::json status() const override {
         nlohmann::json j = watcher_.status();
         j["backend"] = "etcd";
         j["endpoint"] = c_->where();
+        j["uri"] = "etcd://" + c_->where();
+        c_->outage().describe(j);
         j["reachable"] = c_->reachable();
         double since = c_->seconds_since_answer();
         if (since >= 0) j["seconds_since_answer"] = since;
-        if (!c_->reachable()) j["error"] = c_->last_error();
         std::lock_guard<std::mutex> lk(lease_mu_);
         j["lease_id"] = lease_id_;
         j["lease_ttl"] = o_.lease_ttl;

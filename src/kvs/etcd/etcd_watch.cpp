@@ -144,12 +144,18 @@ void Watcher::run() {
     for (;;) {
         grpc::ClientContext ctx;
         ctx.set_wait_for_ready(true);
-        std::unique_ptr<Stream> stream;
         {
             std::lock_guard<std::mutex> lk(mu_);
             if (stop_) return;
-            ctx_ = &ctx;
-            stream = c_.watch().Watch(&ctx);
+            ctx_ = &ctx;  // stop() cancels it, also while Watch() waits
+        }
+        // Opening the stream waits for etcd (wait_for_ready, no deadline):
+        // never under mu_, which status(), add(), cancel() and the sweeper
+        // take. (Opened under it, a status of the service waited for etcd
+        // to come back, and its loop with it.)
+        std::unique_ptr<Stream> stream = c_.watch().Watch(&ctx);
+        {
+            std::lock_guard<std::mutex> lk(mu_);
             stream_ = stream.get();
             cancels_.clear();
             creates_.clear();
@@ -293,6 +299,11 @@ void Watcher::sweep() {
                      ETIMEDOUT));
         lk.lock();
     }
+}
+
+uint64_t Watcher::waiters() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return waiters_.size();
 }
 
 nlohmann::json Watcher::status() const {

@@ -39,6 +39,7 @@ class Watcher {
     uint64_t add(const std::string& key, int64_t seen, Deadline d, Done done);
     void cancel(uint64_t id);
     nlohmann::json status() const;
+    uint64_t waiters() const;  // waits held now
 
   private:
     struct KeyWatch {
