@@ -356,9 +356,14 @@ Status Client::produce(const std::string& path) {
     // if that version is no longer current (docs/security.md).
     if (auto from = installed_from(full); from && from->owner != svc->id)
         req.replaces = from->generation;
+    if (cfg_.replicas) req.replicas = *cfg_.replicas;
+    req.replicas_sync = cfg_.replicas_sync;
     bool connect_failed = false;
-    auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(),
-                         Deadline::after(kControlTimeout), 0, false, &connect_failed);
+    // DYAD_REPLICAS_SYNC: the answer waits for the copies (each a transfer).
+    const double limit =
+        kControlTimeout + (cfg_.replicas_sync ? 16 * cfg_.transfer_timeout : 0.0);
+    auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), Deadline::after(limit), 0,
+                         false, &connect_failed);
     if (!v && connect_failed)
         return Status(DYAD_RC_CONNFAIL, "cannot publish '" + full + "': " + v.status().to_string(),
                       v.status().err());
@@ -370,6 +375,9 @@ Status Client::produce(const std::string& path) {
     // Published: no longer a cache copy, never evicted (cache.hpp).
     if (auto cu = cons_.empty() ? std::nullopt : consumer_upath(full)) cache_.forget(*cu);
     auto answer = proto::PublishAnswer::parse(v.value());
+    if (v->is_object() && v->contains("replicas_warning") && (*v)["replicas_warning"].is_string())
+        DYAD_WARN(kSub, "'%s': %s", full.c_str(),
+                  (*v)["replicas_warning"].get<std::string>().c_str());
     DYAD_DEBUG(kSub, "produced %s as %s (generation %llu)", up->c_str(),
                answer ? answer->key.c_str() : "",
                static_cast<unsigned long long>(answer ? answer->version : 0));
@@ -666,9 +674,8 @@ std::string Client::owner_endpoint(const Record& rec, const ServiceInfo& svc) co
     return tcp;
 }
 
-Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                     ConsumeReport* rep, int lock_fd) {
-    if (is_origin(rec)) return read_through(upath, rec, svc, rep, lock_fd);
+Status Client::fetch_owner(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                           ConsumeReport* rep, int lock_fd) {
     Status s;
     const std::string ep = owner_endpoint(rec, svc);
     if (ep.empty())

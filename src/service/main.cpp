@@ -15,6 +15,8 @@
 #include "common/settings.hpp"
 #include "kvs/etcd/etcd_store.hpp"
 #include "metrics_http.hpp"
+#include "proto/publish.hpp"
+#include "replica_pull.hpp"
 #include "rpc/wire.hpp"
 #include "service.hpp"
 
@@ -60,6 +62,7 @@ struct Args {
     std::string info_log, error_log, memory, metrics_listen, transports;
     std::string store_max, store_ns_bytes, rank, memory_per_peer;
     std::string request_bytes_per_peer, request_bytes;
+    std::string replica_space;
     double lease_ttl = 10;
     // Where --metrics-listen binds (parsed from it).
     std::string metrics_host;
@@ -171,6 +174,14 @@ void add_store_options(CLI::App& app, Args& a) {
                    "where the embedded store keeps its epoch file (store-epoch), so that "
                    "generations never repeat across restarts; keep it as long as consumers keep "
                    "copies (default: PRODUCER_DIR/.dyad)");
+    app.add_option("--replicas", o.replicas,
+                   "copies of every file published here kept by other services, unless its "
+                   "producer sets DYAD_REPLICAS (0: none; docs/design.md, \"Replicas\")")
+        ->capture_default_str()
+        ->check(CLI::Range(uint64_t{0}, dyad::proto::kMaxReplicas));
+    app.add_option("--replica-space", a.replica_space,
+                   "bytes of other services' files this service keeps as replicas, e.g. 20G "
+                   "(default 8G); beyond it new replicas are refused (warned, counted)");
 }
 
 // What one peer may hold (docs/security.md), and the key.
@@ -270,7 +281,8 @@ int apply_settings(const CLI::App& app, Args& a) {
         {"--memory-per-peer", {&a.memory_per_peer, &o.memory_per_peer}},
         {"--max-request-bytes-per-peer",
          {&a.request_bytes_per_peer, &o.max_request_bytes_per_peer}},
-        {"--max-request-bytes", {&a.request_bytes, &o.max_request_bytes}}};
+        {"--max-request-bytes", {&a.request_bytes, &o.max_request_bytes}},
+        {"--replica-space", {&a.replica_space, &o.replica_space}}};
     for (const auto& [name, v] : sizes) {
         if (v.first->empty()) continue;
         auto n = dyad::parse_size(name, *v.first);
@@ -380,6 +392,7 @@ int serve(Args& a, const sigset_t& old) {
     // The service holds the only reference to an external store: it ends
     // the store's threads before its own loop goes (a wait answered after
     // that would post to a destroyed loop).
+    a.o.pull_replica = dyad::service::make_replica_puller(a.o.send_timeout);
     dyad::service::Service svc(std::move(a.o));
     std::unique_ptr<dyad::service::MetricsHttp> metrics;
     if (!a.metrics_listen.empty()) {

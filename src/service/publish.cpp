@@ -29,10 +29,13 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
         return r->error(EINVAL, "publish into namespace '" + ns + "' refused", DYAD_RC_BADUNPACK);
     if (Status ok = req->check(); !ok) return r->error(EINVAL, ok.message(), DYAD_RC_BADUNPACK);
     const uint64_t depth = req->key_depth, bins = req->key_bins, replaces = req->replaces;
-    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces] {
+    const uint64_t copies = req->replicas.value_or(opts_.replicas);
+    const bool sync = req->replicas_sync;
+    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces, copies, sync] {
         if (r->finished()) return;
         auto res =
             publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins), replaces);
+        if (res && copies) return replicate_then_answer(r, res.value(), ns, copies, sync);
         asio::post(io_, [r, res] {
             if (res) return r->end(res.value());
             Status st = res.status();
