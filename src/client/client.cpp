@@ -360,8 +360,7 @@ Status Client::produce(const std::string& path) {
     req.replicas_sync = cfg_.replicas_sync;
     bool connect_failed = false;
     // DYAD_REPLICAS_SYNC: the answer waits for the copies (each a transfer).
-    const double limit =
-        kControlTimeout + (cfg_.replicas_sync ? 16 * cfg_.transfer_timeout : 0.0);
+    const double limit = kControlTimeout + (cfg_.replicas_sync ? 16 * cfg_.transfer_timeout : 0.0);
     auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), Deadline::after(limit), 0,
                          false, &connect_failed);
     if (!v && connect_failed)
