@@ -19,7 +19,8 @@ namespace {
 constexpr const char* kSub = "replicas";
 constexpr double kAskTimeout = 60.0;      // a dyad.replicate, plus the time below
 constexpr double kBytesPerSecond = 20e6;  // the slowest pull a deadline allows for
-constexpr double kStoreTimeout = 30.0;
+// How old the registry the owner places replicas by may be.
+constexpr auto kRegistryAge = std::chrono::seconds(2);
 
 int64_t mtime_of(const struct stat& sb) {
     return static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
@@ -137,15 +138,21 @@ void Replicas::run() {
 }
 
 uint64_t Replicas::push_one(const Job& j) {
-    auto services = hooks_.services();
-    if (!services) {
-        n_.push_failed++;
-        DYAD_WARN(kSub, "no replica of '%s': the registry could not be read: %s",
-                  j.rec.upath.c_str(), services.status().to_string().c_str());
-        return 0;
+    const auto now = std::chrono::steady_clock::now();
+    if (services_.empty() || now - services_at_ > kRegistryAge) {
+        auto fresh = hooks_.services();
+        if (!fresh) {
+            n_.push_failed++;
+            DYAD_WARN(kSub, "no replica of '%s': the registry could not be read: %s",
+                      j.rec.upath.c_str(), fresh.status().to_string().c_str());
+            return 0;
+        }
+        services_ = std::move(fresh.value());
+        services_at_ = now;
     }
+    auto& services = services_;
     std::vector<std::string> ids;
-    for (const auto& [id, eps] : services.value()) ids.push_back(id);
+    for (const auto& [id, eps] : services) ids.push_back(id);
     // Every other service in rendezvous order: the first k that take it.
     auto order = proto::replica_holders(j.key, ids, self_, ids.size());
     proto::ReplicateRequest req{j.ns, j.key, j.rec.upath, j.rec.generation, j.rec.size};
@@ -154,7 +161,7 @@ uint64_t Replicas::push_one(const Job& j) {
     std::string why;
     for (const auto& id : order) {
         if (copies >= j.k) break;
-        const std::string ep = tcp_endpoint(services.value()[id]);
+        const std::string ep = tcp_endpoint(services[id]);
         if (ep.empty()) continue;
         auto a = pool_.call(ep, "dyad.replicate", req.build(), Deadline::after(timeout));
         if (a && a->is_object() && a->value("holder", std::string()) == id) {

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -146,6 +147,10 @@ class Replicas {
     std::map<std::string, Held> held_;  // ns '\0' upath
     uint64_t bytes_held_ = 0, bytes_reserved_ = 0;
     std::atomic<unsigned> pulls_{0};
+    // The registry as the worker last read it (at most kRegistryAge old):
+    // one store listing per file would cost the owner more than the push.
+    std::map<std::string, std::vector<std::string>> services_;
+    std::chrono::steady_clock::time_point services_at_{};
     std::thread worker_;
 };
 
