@@ -26,6 +26,9 @@
 #include "proto/publish.hpp"
 
 namespace dyad::client {
+
+thread_local double t_connect_limit = 0;
+
 namespace {
 
 constexpr const char* kSub = "client";
@@ -741,7 +744,10 @@ Result<nlohmann::json> Client::receive_via(const dtl::Backend& b, proto::FetchRe
     }
     // Only the record's owner may answer at its endpoint (with a key, it
     // proves it in the hello).
-    auto conn = pool_->get(ep, Deadline::after(kControlTimeout), rec.owner);
+    // (Shorter while a replica could serve the file instead: failover.cpp.)
+    const double connect_s =
+        t_connect_limit > 0 ? std::min(kControlTimeout, t_connect_limit) : kControlTimeout;
+    auto conn = pool_->get(ep, Deadline::after(connect_s), rec.owner);
     if (!conn) {
         if (!owner_registered(rec.owner))
             return Status(DYAD_RC_CONNFAIL,

@@ -103,6 +103,11 @@ struct SyncOptions {
 // Does `upath` fall under a SyncOptions::prefix?
 bool under_prefix(const std::string& upath, const std::string& prefix);
 
+// Seconds a fetch of this thread may spend connecting to a record's owner
+// (0: the usual 30 s); set while a replica could serve the file instead
+// (failover.cpp).
+extern thread_local double t_connect_limit;
+
 class Client {
   public:
     // `fs`: the file-system seam for the consumer store (tests inject

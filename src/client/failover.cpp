@@ -24,6 +24,9 @@ constexpr double kListTimeout = 30.0;
 // How long an owner that could not be reached is skipped (its files go to a
 // replica first): a lost node does not cost one connect timeout per file.
 constexpr auto kDownFor = std::chrono::seconds(5);
+// Seconds the first connect to an owner may take before its replicas are
+// tried (a cut-off owner does not refuse: its connect would wait 30 s).
+constexpr double kQuickConnect = 2.0;
 
 // Failures a replica can remedy: the owner unreachable, the transfer cut or
 // corrupted. Not: the file changed (ESTALE: produced again, looked up
@@ -80,10 +83,26 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
         if (!s && s.rc() == DYAD_RC_CONNFAIL) note_owner_down(rec.owner);
         return s ? s : Status(s.rc(), s.message() + "; " + r.message(), s.err());
     }
-    Status s = fetch_owner(upath, rec, svc, rep, lock_fd);
-    if (s || !cfg_.replica_failover || !fails_over(s)) return s;
+    if (!cfg_.replica_failover) return fetch_owner(upath, rec, svc, rep, lock_fd);
+    // An owner cut off (its link down) does not refuse: its connect would
+    // wait 30 s. The first attempt waits kQuickConnect, then a replica; with
+    // none, the owner again with the usual deadline.
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s;
+    {
+        const double before = t_connect_limit;
+        t_connect_limit = kQuickConnect;
+        s = fetch_owner(upath, rec, svc, rep, lock_fd);
+        t_connect_limit = before;
+    }
+    if (s || !fails_over(s)) return s;
     if (s.rc() == DYAD_RC_CONNFAIL) note_owner_down(rec.owner);
-    return fetch_replica(upath, rec, svc, rep, lock_fd, s);
+    Status r = fetch_replica(upath, rec, svc, rep, lock_fd, s);
+    if (r || s.rc() != DYAD_RC_CONNFAIL ||
+        std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(kQuickConnect * 0.9))
+        return r;
+    Status again = fetch_owner(upath, rec, svc, rep, lock_fd);
+    return again ? again : Status(again.rc(), again.message() + "; " + r.message(), again.err());
 }
 
 Status Client::fetch_replica(const std::string& upath, const Record& rec, const ServiceInfo& svc,

@@ -110,8 +110,15 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
     std::string owner = records[asked.front()].owner;
     for (size_t i : asked)
         if (records[i].owner != owner) owner.clear();
-    auto conn = pool_->get(ep, Deadline::after(kControlTimeout), owner);
-    if (!conn) return asked;  // alone, each says why
+    // With replicas to fail over to (failover.cpp): an owner just found
+    // unreachable is not tried again, and a cut-off one costs 2 s, not 30.
+    const bool failover = cfg_.replica_failover && !owner.empty();
+    if (failover && owner_down(owner)) return asked;
+    auto conn = pool_->get(ep, Deadline::after(failover ? 2.0 : kControlTimeout), owner);
+    if (!conn) {
+        if (failover) note_owner_down(owner);
+        return asked;  // alone, each says why
+    }
     RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
     Status opened = ch.open(batch_request(asked, upaths, records, svc).build(),
                             Deadline::after(kControlTimeout), "dyad.fetch_many");
