@@ -28,6 +28,9 @@
 #include "trace_points.hpp"
 
 namespace dyad::client {
+
+thread_local double t_connect_limit = 0;
+
 namespace {
 
 constexpr const char* kSub = "client";
@@ -367,9 +370,13 @@ Status Client::produce(const std::string& path) {
     // if that version is no longer current (docs/security.md).
     if (auto from = installed_from(full); from && from->owner != svc->id)
         req.replaces = from->generation;
+    if (cfg_.replicas) req.replicas = *cfg_.replicas;
+    req.replicas_sync = cfg_.replicas_sync;
     bool connect_failed = false;
     trace::Span publishing("publish", "client");
-    const Deadline until = Deadline::after(kControlTimeout);
+    // DYAD_REPLICAS_SYNC: the answer waits for the copies (each a transfer).
+    const double limit = kControlTimeout + (cfg_.replicas_sync ? 16 * cfg_.transfer_timeout : 0.0);
+    const Deadline until = Deadline::after(limit);
     auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
                          &connect_failed);
     // The service's metadata store is down: asked again until the deadline
@@ -403,6 +410,9 @@ Status Client::produce(const std::string& path) {
     if (auto cu = cons_.empty() ? std::nullopt : consumer_upath(full)) cache_.forget(*cu);
     auto answer = proto::PublishAnswer::parse(v.value());
     if (sp.active() && answer) trace_produced(sp, up.value(), answer.value());
+    if (v->is_object() && v->contains("replicas_warning") && (*v)["replicas_warning"].is_string())
+        DYAD_WARN(kSub, "'%s': %s", full.c_str(),
+                  (*v)["replicas_warning"].get<std::string>().c_str());
     DYAD_DEBUG(kSub, "produced %s as %s (generation %llu)", up->c_str(),
                answer ? answer->key.c_str() : "",
                static_cast<unsigned long long>(answer ? answer->version : 0));
@@ -715,9 +725,8 @@ std::string Client::owner_endpoint(const Record& rec, const ServiceInfo& svc) co
     return tcp;
 }
 
-Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                     ConsumeReport* rep, int lock_fd) {
-    if (is_origin(rec)) return read_through(upath, rec, svc, rep, lock_fd);
+Status Client::fetch_owner(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                           ConsumeReport* rep, int lock_fd) {
     Status s;
     const std::string ep = owner_endpoint(rec, svc);
     if (ep.empty())
@@ -784,7 +793,10 @@ Result<nlohmann::json> Client::receive_via(const dtl::Backend& b, proto::FetchRe
     }
     // Only the record's owner may answer at its endpoint (with a key, it
     // proves it in the hello).
-    auto conn = pool_->get(ep, Deadline::after(kControlTimeout), rec.owner);
+    // (Shorter while a replica could serve the file instead: failover.cpp.)
+    const double connect_s =
+        t_connect_limit > 0 ? std::min(kControlTimeout, t_connect_limit) : kControlTimeout;
+    auto conn = pool_->get(ep, Deadline::after(connect_s), rec.owner);
     if (!conn) {
         if (!owner_registered(rec.owner))
             return Status(DYAD_RC_CONNFAIL,

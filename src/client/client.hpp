@@ -103,6 +103,11 @@ struct SyncOptions {
 // Does `upath` fall under a SyncOptions::prefix?
 bool under_prefix(const std::string& upath, const std::string& prefix);
 
+// Seconds a fetch of this thread may spend connecting to a record's owner
+// (0: the usual 30 s); set while a replica could serve the file instead
+// (failover.cpp).
+extern thread_local double t_connect_limit;
+
 class Client {
   public:
     // `fs`: the file-system seam for the consumer store (tests inject
@@ -252,8 +257,19 @@ class Client {
     Status store_failure(const Status& e, const ServiceInfo& svc) const;
     std::string ns(const ServiceInfo& svc) const;
     // lock_fd: the file's lock (ConsumerStore::lock), held meanwhile.
+    // From the owner, then, if it is gone or the fetch fails mid-way, from a
+    // replica of the same generation (failover.cpp; docs/design.md,
+    // "Replicas").
     Status fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                  ConsumeReport* report, int lock_fd);
+    Status fetch_owner(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                       ConsumeReport* report, int lock_fd);
+    Status fetch_replica(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                         ConsumeReport* report, int lock_fd, const Status& why);
+    // Owners whose endpoint could not be reached lately (failover.cpp):
+    // their files go to a replica first for a few seconds.
+    bool owner_down(const std::string& owner);
+    void note_owner_down(const std::string& owner);
     // One attempt over one transport; *retry says another may still work
     // (nothing was received and the failure is this transport's).
     Status fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
@@ -321,6 +337,7 @@ class Client {
     bool owner_registered(const std::string& owner);
     std::map<std::string, nlohmann::json> owners_;  // under mu_
     std::map<std::string, std::string> unusable_;   // transport -> why (under mu_)
+    std::map<std::string, std::chrono::steady_clock::time_point> down_;  // owner -> when (mu_)
     // AUTO's choice for an (owner, size): many files of one size from one
     // owner are chosen for once (the scores' arithmetic and the
     // explanation's formatting cost as much as a small file's transfer).

@@ -113,8 +113,15 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
         if (records[i].owner != owner) owner.clear();
     trace::Span sp("fetch_many", "client");
     sp.arg("files", static_cast<uint64_t>(asked.size())).arg("owner", owner).arg("endpoint", ep);
-    auto conn = pool_->get(ep, Deadline::after(kControlTimeout), owner);
-    if (!conn) return asked;  // alone, each says why
+    // With replicas to fail over to (failover.cpp): an owner just found
+    // unreachable is not tried again, and a cut-off one costs 2 s, not 30.
+    const bool failover = cfg_.replica_failover && !owner.empty();
+    if (failover && owner_down(owner)) return asked;
+    auto conn = pool_->get(ep, Deadline::after(failover ? 2.0 : kControlTimeout), owner);
+    if (!conn) {
+        if (failover) note_owner_down(owner);
+        return asked;  // alone, each says why
+    }
     RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
     Status opened = ch.open(batch_request(asked, upaths, records, svc).build(),
                             Deadline::after(kControlTimeout), "dyad.fetch_many");

@@ -192,6 +192,14 @@ Result<Config> Config::from_env() {
     auto publish = settings::flag("DYAD_ORIGIN_PUBLISH");
     if (!publish) return publish.status();
     c.origin_publish = publish.value();
+    if (settings::lookup("DYAD_REPLICAS").set()) {
+        auto k = settings::count("DYAD_REPLICAS", 0, 16);
+        if (!k) return k.status();
+        c.replicas = k.value();
+    }
+    auto rsync = settings::flag("DYAD_REPLICAS_SYNC");
+    if (!rsync) return rsync.status();
+    c.replicas_sync = rsync.value();
     auto workers = settings::count("DYAD_FETCH_WORKER_THREADS", 0, 1024);
     if (!workers) return workers.status();
     c.fetch_worker_threads = workers.value();
@@ -240,6 +248,8 @@ nlohmann::json Config::to_json() const {
     j["DYAD_WAIT_TIMEOUT"] = wait_timeout ? nlohmann::json(*wait_timeout) : nlohmann::json(nullptr);
     j["DYAD_TRANSFER_TIMEOUT"] = transfer_timeout;
     j["DYAD_LOG_LEVEL"] = log::level_name(log_level);
+    j["DYAD_REPLICAS"] = replicas ? nlohmann::json(*replicas) : nlohmann::json(nullptr);
+    j["DYAD_REPLICAS_SYNC"] = replicas_sync;
     j["DYAD_CACHE_CAPACITY"] = cache_capacity;
     j["DYAD_CACHE_POLICY"] = cache_policy;
     j["DYAD_CACHE_LOW_WATERMARK"] = cache_low_watermark;

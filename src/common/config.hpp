@@ -71,6 +71,14 @@ struct Config {
     // DYAD_FETCH_WORKER_THREADS: accepted for upstream's users; above 0 it
     // sets consume_window when DYAD_CONSUME_WINDOW is not set.
     unsigned fetch_worker_threads = 0;
+    // A fetch whose owner is gone or fails mid-way is taken from a replica
+    // of the same generation (docs/design.md, "Replicas"). Off in dyadd's
+    // own pulls of replicas. DYAD_REPLICAS / DYAD_REPLICAS_SYNC: copies a
+    // produce asks for (unset: the service's --replicas) and whether
+    // dyad_produce waits for them.
+    bool replica_failover = true;
+    std::optional<unsigned> replicas;
+    bool replicas_sync = false;
 
     static Result<Config> from_env();
     nlohmann::json to_json() const;

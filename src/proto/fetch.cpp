@@ -26,6 +26,8 @@ Result<FetchRequest> FetchRequest::parse(const nlohmann::json& args) {
     r.generation = lenient_u64(args, "generation").value_or(0);
     r.ns = lenient_str(args, "ns");
     r.key = lenient_str(args, "key");
+    r.replica = args.is_object() && args.contains("replica") && args["replica"].is_boolean() &&
+                args["replica"].get<bool>();
     const bool has_off = args.is_object() && args.contains("offset");
     const bool has_len = args.is_object() && args.contains("length");
     if (has_off || has_len) {
@@ -47,6 +49,7 @@ void FetchRequest::build_into(nlohmann::json& args) const {
     args["generation"] = generation;
     if (ns) args["ns"] = *ns;
     if (key) args["key"] = *key;
+    if (replica) args["replica"] = true;
     if (offset && length) {
         args["offset"] = *offset;
         args["length"] = *length;

@@ -27,6 +27,10 @@ struct FetchRequest {
     // the file, clipped to its size, is sent. Both or neither; absent: the
     // whole file.
     std::optional<uint64_t> offset, length;
+    // Asks a replica holder for its copy of generation `generation`
+    // (docs/design.md, "Replicas"); an older service ignores the field and
+    // refuses the file as not published by it.
+    bool replica = false;
 
     // The transport a request asks for ("" when absent or not a string);
     // read before the rest, so an unknown transport is the error a peer sees first.

@@ -15,12 +15,19 @@ Result<PublishRequest> PublishRequest::parse(const nlohmann::json& args) {
     r.key_depth = lenient_u64(args, "key_depth").value_or(3);
     r.key_bins = lenient_u64(args, "key_bins").value_or(1024);
     r.replaces = lenient_u64(args, "replaces").value_or(0);
+    r.replicas = lenient_u64(args, "replicas");
+    r.replicas_sync = args.is_object() && args.contains("replicas_sync") &&
+                      args["replicas_sync"].is_boolean() && args["replicas_sync"].get<bool>();
     return r;
 }
 
 Status PublishRequest::check() const {
     if (key_depth > 64 || key_bins == 0 || key_bins > (1u << 30))
         return Status(DYAD_RC_BADUNPACK, "key_depth must be 0..64 and key_bins 1..2^30", EINVAL);
+    if (replicas && *replicas > kMaxReplicas)
+        return Status(DYAD_RC_BADUNPACK,
+                      "replicas must be 0.." + std::to_string(kMaxReplicas) + " (DYAD_REPLICAS)",
+                      EINVAL);
     return Status::ok();
 }
 
@@ -28,6 +35,8 @@ nlohmann::json PublishRequest::build() const {
     nlohmann::json a = {{"upath", upath}, {"key_depth", key_depth}, {"key_bins", key_bins}};
     if (ns) a["ns"] = *ns;
     if (replaces) a["replaces"] = replaces;
+    if (replicas) a["replicas"] = *replicas;
+    if (replicas_sync) a["replicas_sync"] = true;
     return a;
 }
 

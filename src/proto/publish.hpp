@@ -13,12 +13,20 @@
 
 namespace dyad::proto {
 
+// The most replicas one file may have (DYAD_REPLICAS, dyadd --replicas).
+inline constexpr uint64_t kMaxReplicas = 16;
+
 struct PublishRequest {
     std::string upath;              // relative to the producer directory
     std::optional<std::string> ns;  // absent: the service's namespace
     uint64_t key_depth = 3;
     uint64_t key_bins = 1024;
     uint64_t replaces = 0;  // the version of another owner's record this takes over
+    // Replicas of the file on other services (DYAD_REPLICAS; absent: the
+    // service's --replicas), and whether the answer waits for them
+    // (DYAD_REPLICAS_SYNC).
+    std::optional<uint64_t> replicas;
+    bool replicas_sync = false;
 
     // EINVAL / BADUNPACK "publish request without 'upath'"; numbers absent
     // or not unsigned integers take their defaults (the protocol's rule);

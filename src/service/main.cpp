@@ -17,6 +17,8 @@
 #include "kvs/etcd/etcd_store.hpp"
 #include "ledger_journal.hpp"
 #include "metrics_http.hpp"
+#include "proto/publish.hpp"
+#include "replica_pull.hpp"
 #include "rpc/wire.hpp"
 #include "service.hpp"
 
@@ -62,6 +64,7 @@ struct Args {
     std::string info_log, error_log, memory, metrics_listen, transports, trace;
     std::string store_max, store_ns_bytes, rank, memory_per_peer;
     std::string request_bytes_per_peer, request_bytes;
+    std::string replica_space;
     double lease_ttl = 10;
     bool no_publish_ledger = false;  // --no-publish-ledger
     // Where --metrics-listen binds (parsed from it).
@@ -182,6 +185,14 @@ void add_store_options(CLI::App& app, Args& a) {
     app.add_flag("--no-publish-ledger", a.no_publish_ledger,
                  "keep what this service published in memory only: restarted, the store's host "
                  "then forgets its own files' records (produce them again)");
+    app.add_option("--replicas", o.replicas,
+                   "copies of every file published here kept by other services, unless its "
+                   "producer sets DYAD_REPLICAS (0: none; docs/design.md, \"Replicas\")")
+        ->capture_default_str()
+        ->check(CLI::Range(uint64_t{0}, dyad::proto::kMaxReplicas));
+    app.add_option("--replica-space", a.replica_space,
+                   "bytes of other services' files this service keeps as replicas, e.g. 20G "
+                   "(default 8G); beyond it new replicas are refused (warned, counted)");
 }
 
 // What one peer may hold (docs/security.md), and the key.
@@ -282,7 +293,8 @@ int apply_settings(const CLI::App& app, Args& a) {
         {"--memory-per-peer", {&a.memory_per_peer, &o.memory_per_peer}},
         {"--max-request-bytes-per-peer",
          {&a.request_bytes_per_peer, &o.max_request_bytes_per_peer}},
-        {"--max-request-bytes", {&a.request_bytes, &o.max_request_bytes}}};
+        {"--max-request-bytes", {&a.request_bytes, &o.max_request_bytes}},
+        {"--replica-space", {&a.replica_space, &o.replica_space}}};
     for (const auto& [name, v] : sizes) {
         if (v.first->empty()) continue;
         auto n = dyad::parse_size(name, *v.first);
@@ -393,6 +405,7 @@ int serve(Args& a, const sigset_t& old) {
     // the store's threads before its own loop goes (a wait answered after
     // that would post to a destroyed loop).
     if (!a.no_publish_ledger) a.o.open_journal = dyad::service::open_sqlite_journal;
+    a.o.pull_replica = dyad::service::make_replica_puller(a.o.send_timeout);
     dyad::service::Service svc(std::move(a.o));
     std::unique_ptr<dyad::service::MetricsHttp> metrics;
     if (!a.metrics_listen.empty()) {

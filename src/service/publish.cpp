@@ -50,12 +50,15 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
     // until its deadline), not a file thread held until then, which fetches
     // of files already published need.
     if (auto down = store_->down()) return r->error(down->err(), down->message(), down->rc());
-    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces] {
+    const uint64_t copies = req->replicas.value_or(opts_.replicas);
+    const bool sync = req->replicas_sync;
+    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces, copies, sync] {
         if (r->finished()) return;
         trace::Span sp("service.publish", "service");
         auto res =
             publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins), replaces);
         if (sp.active()) trace_published(sp, up, res);
+        if (res && copies) return replicate_then_answer(r, res.value(), ns, copies, sync);
         asio::post(io_, [r, res] {
             if (res) return r->end(res.value());
             Status st = res.status();

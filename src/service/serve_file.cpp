@@ -85,7 +85,13 @@ Status Service::take_served(ServedFile& f, const proto::FetchRequest& req, const
                             Snapshot* snap) {
     Status ok = f.take();
     if (!ok) return ok;
-    ok = check_served(req, f.stat(), f.upath(), snap);
+    if (req.replica) {
+        ok = replicas_ && req.ns ? replicas_->check(*req.ns, f.upath(), req.generation, f.stat())
+                                 : Status(DYAD_RC_BADFETCH, "no replica held here", ENOENT);
+        *snap = Snapshot::of(f.stat());
+    } else {
+        ok = check_served(req, f.stat(), f.upath(), snap);
+    }
     if (ok) ok = readable_by(peer, f.stat(), f.upath());
     if (ok.err() == ESTALE) refused_stale_++;
     if (ok.err() == ENOENT) refused_unproduced_++;

@@ -194,6 +194,9 @@ Service::~Service() {
     stop();
     file_pool_.stop();
     file_pool_.join();
+    replica_pool_.stop();  // (a pull in progress ends first)
+    replica_pool_.join();
+    replicas_.reset();
     store_server_.reset();
     // The store's own threads (etcd's watch, lease and sweeper) end with its
     // last reference (here, or the served topics' in server_'s handlers),
@@ -393,6 +396,8 @@ Status Service::start_server() {
                     [this](std::shared_ptr<rpc::Request> r) { on_publish(std::move(r)); });
     server_->handle("dyad.unpublish",
                     [this](std::shared_ptr<rpc::Request> r) { on_unpublish(std::move(r)); });
+    server_->handle("dyad.replicate",
+                    [this](std::shared_ptr<rpc::Request> r) { on_replicate(std::move(r)); });
     return Status::ok();
 }
 
@@ -419,6 +424,7 @@ Status Service::start() {
     if (Status s = start_server(); !s) return s;
     if (Status s = start_store(); !s) return s;
     if (Status s = restore_published(); !s) return s;
+    if (Status s = start_replicas(); !s) return s;
     if (!rank_)
         DYAD_WARN(kSub,
                   "this node has no rank (give --rank N): owner_rank of its files is a "

@@ -33,6 +33,7 @@
 #include "metrics.hpp"
 #include "peer_caps.hpp"
 #include "publish_ledger.hpp"
+#include "replicas.hpp"
 #include "rpc/server.hpp"
 
 namespace dyad::proto {
@@ -99,6 +100,13 @@ struct Options {
     // rank); unset: the store assigns one in registration order.
     std::optional<uint32_t> rank;
     std::string rank_source;  // where `rank` came from, for status and logs
+    // Replicas (docs/design.md, "Replicas"): copies per file unless the
+    // producer says (--replicas), bytes of others' replicas this service
+    // keeps (--replica-space), and how it pulls one (dyadd's main: the
+    // client's fetch path; empty: this service holds no replicas).
+    uint64_t replicas = 0;
+    uint64_t replica_space = 8ull << 30;
+    PullFn pull_replica;
 };
 
 // True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost).
@@ -190,6 +198,15 @@ class Service {
     Status take_served(ServedFile& f, const proto::FetchRequest& req, const rpc::Peer& peer,
                        Snapshot* snap);
     void on_publish(std::shared_ptr<rpc::Request> r);
+    // Replicas (replicas.hpp): the holder's dyad.replicate; the owner's
+    // pushes after a publish (answers r, at once or once k copies are
+    // durable with `sync`).
+    void on_replicate(std::shared_ptr<rpc::Request> r);
+    void replicate_then_answer(const std::shared_ptr<rpc::Request>& r, nlohmann::json answer,
+                               const std::string& ns, uint64_t k, bool sync);
+    Status start_replicas();
+    // A replica fetch's file, beneath the namespace's replica directory.
+    Result<ServedFile> open_replica(const proto::FetchRequest& req);
     void on_unpublish(std::shared_ptr<rpc::Request> r);
     Result<nlohmann::json> unpublish(const std::string& upath, const std::string& ns,
                                      unsigned depth, unsigned bins);
@@ -297,6 +314,9 @@ class Service {
     std::shared_ptr<kvs::ServiceStore> store_;
     std::unique_ptr<kvs::StoreServer> store_server_;
     PublishLedger ledger_;  // what this service published
+    std::unique_ptr<Replicas> replicas_;
+    // Pulls of replicas (they block for a whole transfer: not file_pool_).
+    asio::thread_pool replica_pool_{2};
     std::atomic<uint64_t> published_count_{0}, refused_unproduced_{0}, refused_stale_{0};
     std::atomic<uint64_t> refused_unreadable_{0};  // keyless peers refused a file (readable_by)
     std::vector<std::string> endpoints_;

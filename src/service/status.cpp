@@ -56,6 +56,7 @@ nlohmann::json Service::status_json() const {
         {"per_transport", per},
         {"per_kind", metrics_->to_json()}};
     j["connections"] = server_ ? server_->session_count() : 0;
+    if (replicas_) j["replicas"] = replicas_->status();
     // The caps per peer (docs/security.md) and how close to them peers are.
     nlohmann::json peers = caps_ ? caps_->stats() : nlohmann::json::object();
     peers["with_connections"] = server_ ? server_->peer_count() : 0;
@@ -300,6 +301,7 @@ std::string Service::metrics_text() const {
     if (budget_) render_memory(t, *budget_);
     render_store(t, store_ ? store_->hosted() : std::nullopt,
                  store_ ? store_->outage() : std::nullopt, store_calls_);
+    if (replicas_) replicas_->metrics(t);
     return std::move(t.str());
 }
 

@@ -242,9 +242,6 @@ def test_etcd_leader_killed(make_cluster):
     assert len(c.etcd.status()) == 3
 
 
-@pytest.mark.xfail(strict=True, reason="issue 33 item 1: RpcStore::wait (src/kvs/rpc_store.cpp) ends a wait "
-                   "whose store connection was lost with TIMEOUT 'no answer before the deadline', which "
-                   "Client::lookup_upath reports as 'was not produced within N s'")
 def test_consumers_service_killed_while_waiting(make_cluster):
     """Found by the chaos test: a consumer waits through its own service
     (with etcd, the service is its metadata store); that service is killed

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// Replicas: dyad.replicate, the holders' entries, the placement rule
+// (replica.hpp).
+#include "replica.hpp"
+
+#include <algorithm>
+
+#include "common/checksum.hpp"
+#include "fields.hpp"
+
+namespace dyad::proto {
+
+std::string replica_namespace(const std::string& ns) {
+    return ns + ".replicas";
+}
+
+std::string replica_prefix(const std::string& key) {
+    return key + "@";
+}
+
+std::string replica_key(const std::string& key, const std::string& holder) {
+    return replica_prefix(key) + holder;
+}
+
+Result<ReplicateRequest> ReplicateRequest::parse(const nlohmann::json& args) {
+    Fields f(args, "dyad.replicate");
+    ReplicateRequest r;
+    r.ns = f.str("ns");
+    r.key = f.str("key");
+    r.upath = f.str("upath");
+    r.generation = f.u64("generation");
+    r.size = f.u64("size");
+    if (!f.ok()) return f.status();
+    if (r.ns.empty() || r.key.empty() || r.upath.empty() || r.generation == 0)
+        return Status(DYAD_RC_BADRPC,
+                      "dyad.replicate: ns, key and upath must not be empty, generation not 0",
+                      EPROTO);
+    return r;
+}
+
+nlohmann::json ReplicateRequest::build() const {
+    return {{"ns", ns}, {"key", key}, {"upath", upath}, {"generation", generation}, {"size", size}};
+}
+
+nlohmann::json ReplicaEntry::to_json() const {
+    return {{"path", upath},          {"owner", holder},     {"node", node},
+            {"endpoints", endpoints}, {"replica_of", of},    {"generation", generation},
+            {"size", size},           {"mtime_ns", mtime_ns}};
+}
+
+Result<ReplicaEntry> ReplicaEntry::parse(const std::string& text) {
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+        return Status(DYAD_RC_BADMETADATA, "a replica entry is not a JSON object", EPROTO);
+    Fields f(j, "a replica entry");
+    ReplicaEntry e;
+    e.upath = f.str("path");
+    e.holder = f.str("owner");
+    e.node = f.str("node");
+    e.endpoints = f.strings("endpoints", 16, kMaxText);
+    e.of = f.str("replica_of");
+    e.generation = f.u64("generation");
+    e.size = f.u64("size");
+    e.mtime_ns = f.i64("mtime_ns");
+    if (!f.ok()) return Status(DYAD_RC_BADMETADATA, f.status().message(), EPROTO);
+    return e;
+}
+
+std::vector<std::string> replica_holders(const std::string& key, std::vector<std::string> ids,
+                                         const std::string& self, size_t k) {
+    ids.erase(std::remove(ids.begin(), ids.end(), self), ids.end());
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    auto weight = [&key](const std::string& id) {
+        std::string s = key;
+        s.push_back('\0');
+        s += id;
+        return Xxh3::of(s.data(), s.size());
+    };
+    std::vector<std::pair<uint64_t, std::string>> w;
+    w.reserve(ids.size());
+    for (auto& id : ids) w.emplace_back(weight(id), std::move(id));
+    std::sort(w.begin(), w.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    std::vector<std::string> out;
+    for (size_t i = 0; i < w.size() && i < k; ++i) out.push_back(std::move(w[i].second));
+    return out;
+}
+
+}  // namespace dyad::proto

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: Apache-2.0
+// Replicas: the owner's queue of pushes and the holder's pulls, table and
+// check (replicas.hpp; docs/design.md, "Replicas").
+#include "replicas.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
+#include "common/deadline.hpp"
+#include "common/log.hpp"
+
+namespace dyad::service {
+namespace {
+constexpr const char* kSub = "replicas";
+constexpr double kAskTimeout = 60.0;      // a dyad.replicate, plus the time below
+constexpr double kBytesPerSecond = 20e6;  // the slowest pull a deadline allows for
+// How old the registry the owner places replicas by may be.
+constexpr auto kRegistryAge = std::chrono::seconds(2);
+
+int64_t mtime_of(const struct stat& sb) {
+    return static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
+}
+
+// A namespace as one directory name: letters, digits, '-', '_' and '.'
+// (not leading) as they are, anything else %XX.
+std::string dir_name(const std::string& ns) {
+    static const char* hex = "0123456789ABCDEF";
+    std::string out;
+    for (size_t i = 0; i < ns.size(); ++i) {
+        unsigned char c = static_cast<unsigned char>(ns[i]);
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                     c == '-' || c == '_' || (c == '.' && i > 0);
+        if (plain) {
+            out.push_back(static_cast<char>(c));
+        } else {
+            out.push_back('%');
+            out.push_back(hex[c >> 4]);
+            out.push_back(hex[c & 15]);
+        }
+    }
+    return out;
+}
+
+Status mkdir_one(const std::string& p) {
+    if (::mkdir(p.c_str(), 0700) == 0 || errno == EEXIST) {
+        struct stat sb;
+        if (::lstat(p.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return Status(DYAD_RC_SYSFAIL, "replica directory " + p + " is not a directory",
+                          ENOTDIR);
+        return Status::ok();
+    }
+    return Status(DYAD_RC_SYSFAIL, "cannot make the replica directory " + p, errno);
+}
+
+// This service as its own client reaches it: its Unix socket, else TCP.
+std::string own_uri(const std::vector<std::string>& eps) {
+    for (const auto& e : eps)
+        if (e.rfind("unix:", 0) == 0) return e;
+    return eps.empty() ? std::string() : eps.front();
+}
+
+std::string tcp_endpoint(const std::vector<std::string>& eps) {
+    for (const auto& e : eps)
+        if (e.rfind("tcp://", 0) == 0) return e;
+    return eps.empty() ? std::string() : eps.front();
+}
+}  // namespace
+
+Replicas::Replicas(std::string self, std::string node, std::vector<std::string> endpoints,
+                   ReplicaOptions opts, Hooks hooks, rpc::Credentials creds, PullFn pull)
+    : self_(std::move(self)),
+      node_(std::move(node)),
+      endpoints_(std::move(endpoints)),
+      opts_(std::move(opts)),
+      hooks_(std::move(hooks)),
+      pull_(std::move(pull)),
+      pool_(std::move(creds), 4) {
+    worker_ = std::thread([this] { run(); });
+}
+
+Replicas::~Replicas() {
+    {
+        std::lock_guard<std::mutex> lk(qmu_);
+        stopping_ = true;
+    }
+    qcv_.notify_all();
+    room_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    for (auto& j : queue_)
+        if (j.done) j.done(Status(DYAD_RC_CONNFAIL, "the service stopped", ECANCELED));
+}
+
+void Replicas::push(const std::string& ns, const std::string& key, const kvs::Record& rec,
+                    uint64_t k, Done done) {
+    std::unique_lock<std::mutex> lk(qmu_);
+    // A full queue delays the producer by at most queue_wait, then this
+    // file goes without replicas (warned, counted): never longer.
+    bool room = room_.wait_for(lk, std::chrono::duration<double>(opts_.queue_wait),
+                               [this] { return stopping_ || queue_.size() < opts_.queue; });
+    if (!room || stopping_) {
+        lk.unlock();
+        n_.queue_full++;
+        DYAD_WARN(kSub,
+                  "the replication queue is full (%zu files waiting): '%s' gets no replica; the "
+                  "services that hold replicas are slower than the producers",
+                  opts_.queue, rec.upath.c_str());
+        if (done)
+            done(Status(DYAD_RC_SYSFAIL,
+                        "the replication queue is full: '" + rec.upath + "' gets no replica",
+                        EAGAIN));
+        return;
+    }
+    queue_.push_back(Job{ns, key, rec, k, std::move(done)});
+    n_.queued++;
+    lk.unlock();
+    qcv_.notify_one();
+}
+
+void Replicas::run() {
+    for (;;) {
+        Job j;
+        {
+            std::unique_lock<std::mutex> lk(qmu_);
+            qcv_.wait(lk, [this] { return stopping_ || !queue_.empty(); });
+            if (stopping_) return;
+            j = std::move(queue_.front());
+            queue_.pop_front();
+        }
+        room_.notify_one();
+        uint64_t copies = push_one(j);
+        if (j.done) j.done(copies);
+    }
+}
+
+uint64_t Replicas::push_one(const Job& j) {
+    const auto now = std::chrono::steady_clock::now();
+    if (services_.empty() || now - services_at_ > kRegistryAge) {
+        auto fresh = hooks_.services();
+        if (!fresh) {
+            n_.push_failed++;
+            DYAD_WARN(kSub, "no replica of '%s': the registry could not be read: %s",
+                      j.rec.upath.c_str(), fresh.status().to_string().c_str());
+            return 0;
+        }
+        services_ = std::move(fresh.value());
+        services_at_ = now;
+    }
+    auto& services = services_;
+    std::vector<std::string> ids;
+    for (const auto& [id, eps] : services) ids.push_back(id);
+    // Every other service in rendezvous order: the first k that take it.
+    auto order = proto::replica_holders(j.key, ids, self_, ids.size());
+    proto::ReplicateRequest req{j.ns, j.key, j.rec.upath, j.rec.generation, j.rec.size};
+    const double timeout = kAskTimeout + static_cast<double>(j.rec.size) / kBytesPerSecond;
+    uint64_t copies = 0;
+    std::string why;
+    for (const auto& id : order) {
+        if (copies >= j.k) break;
+        const std::string ep = tcp_endpoint(services[id]);
+        if (ep.empty()) continue;
+        auto a = pool_.call(ep, "dyad.replicate", req.build(), Deadline::after(timeout));
+        if (a && a->is_object() && a->value("holder", std::string()) == id) {
+            ++copies;
+            n_.pushed++;
+            continue;
+        }
+        n_.push_failed++;
+        std::string e = a ? std::string("an answer not naming it") : a.status().message();
+        why += (why.empty() ? "" : "; ") + id + ": " + e;
+        DYAD_INFO(kSub, "%s did not take a replica of '%s': %s", id.c_str(), j.rec.upath.c_str(),
+                  e.c_str());
+    }
+    if (copies < j.k) {
+        n_.short_of_services++;
+        DYAD_WARN(kSub,
+                  "'%s' (generation %llu) has %llu of the %llu replicas asked for: %zu other "
+                  "services are registered%s%s",
+                  j.rec.upath.c_str(), static_cast<unsigned long long>(j.rec.generation),
+                  static_cast<unsigned long long>(copies), static_cast<unsigned long long>(j.k),
+                  order.size(), why.empty() ? "" : "; ", why.c_str());
+    }
+    return copies;
+}
+
+Result<std::shared_ptr<void>> Replicas::take_pull_slot() {
+    unsigned now = pulls_.fetch_add(1) + 1;
+    if (now > opts_.max_pulls) {
+        pulls_.fetch_sub(1);
+        n_.refused_busy++;
+        return Status(DYAD_RC_SYSFAIL,
+                      "service " + self_ + " is already pulling " +
+                          std::to_string(opts_.max_pulls) + " replicas: asked again later",
+                      EBUSY);
+    }
+    return std::shared_ptr<void>(nullptr, [this](void*) { pulls_.fetch_sub(1); });
+}
+
+Result<std::string> Replicas::make_dir(const std::string& ns) {
+    if (Status s = mkdir_one(opts_.root); !s) return s;
+    std::string d = opts_.root + "/" + dir_name(ns);
+    if (Status s = mkdir_one(d); !s) return s;
+    return d;
+}
+
+std::string Replicas::dir_of(const std::string& ns) const {
+    return opts_.root + "/" + dir_name(ns);
+}
+
+Result<nlohmann::json> Replicas::hold(const proto::ReplicateRequest& req, const std::string& from) {
+    const std::string id = req.ns + std::string(1, '\0') + req.upath;
+    uint64_t had = 0;
+    {
+        // Reserve the bytes first: a holder out of --replica-space refuses.
+        std::lock_guard<std::mutex> lk(mu_);
+        auto it = held_.find(id);
+        if (it != held_.end()) had = it->second.size;
+        if (it == held_.end() && held_.size() >= opts_.max_held) {
+            n_.refused_space++;
+            return Status(DYAD_RC_SYSFAIL,
+                          "service " + self_ + " holds " + std::to_string(held_.size()) +
+                              " replicas, the most it keeps",
+                          ENOSPC);
+        }
+        const uint64_t after = bytes_held_ + bytes_reserved_ + req.size;
+        if (after < req.size || after > opts_.space) {
+            n_.refused_space++;
+            DYAD_WARN(kSub,
+                      "no replica of '%s' (%llu bytes) from %s: this service holds %llu bytes of "
+                      "replicas and may hold %llu (--replica-space)",
+                      req.upath.c_str(), static_cast<unsigned long long>(req.size), from.c_str(),
+                      static_cast<unsigned long long>(bytes_held_ + bytes_reserved_),
+                      static_cast<unsigned long long>(opts_.space));
+            return Status(DYAD_RC_SYSFAIL,
+                          "service " + self_ + " is out of replica space (" +
+                              std::to_string(bytes_held_ + bytes_reserved_) + " of " +
+                              std::to_string(opts_.space) +
+                              " bytes, --replica-space): no replica of '" + req.upath + "'",
+                          ENOSPC);
+        }
+        bytes_reserved_ += req.size;
+    }
+    auto release = [this, &req] {
+        std::lock_guard<std::mutex> lk(mu_);
+        bytes_reserved_ -= req.size;
+    };
+    auto fail = [this, &release](Status s) {
+        release();
+        n_.pull_failed++;
+        return s;
+    };
+    // The record as the store has it, not as the peer says: its owner must
+    // be the asking service and its generation the one asked for.
+    auto e = hooks_.get(req.ns, req.key);
+    if (!e) return fail(Status(e.status()).wrap("replica of '" + req.upath + "'"));
+    auto rec = kvs::Record::from_json(e->value, e->version);
+    if (!rec) return fail(Status(rec.status()).wrap("replica of '" + req.upath + "'"));
+    if (rec->owner != from || rec->upath != req.upath || rec->generation != req.generation ||
+        rec->size != req.size)
+        return fail(Status(DYAD_RC_BADFETCH,
+                           "replica of '" + req.upath + "' generation " +
+                               std::to_string(req.generation) + " asked by " + from +
+                               ": the store holds generation " + std::to_string(rec->generation) +
+                               " of '" + rec->upath + "' by " + rec->owner + ": not pulled",
+                           ESTALE));
+    auto dir = make_dir(req.ns);
+    if (!dir) return fail(dir.status());
+    Status s = pull_(PullJob{dir.value(), req.ns, rec.value(), own_uri(endpoints_)});
+    if (!s) return fail(Status(s).wrap("replica of '" + req.upath + "' from " + from));
+    // The copy as installed (renamed into place, stamped with the
+    // generation): what check() compares every replica fetch with.
+    struct stat sb;
+    const std::string path = dir.value() + "/" + req.upath;
+    if (::lstat(path.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode) ||
+        static_cast<uint64_t>(sb.st_size) != rec->size || mtime_of(sb) != rec->mtime_ns)
+        return fail(Status(DYAD_RC_BADFIO,
+                           "replica of '" + req.upath + "' is not as pulled at " + path, EIO));
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        bytes_reserved_ -= req.size;
+        auto& h = held_[id];
+        bytes_held_ -= std::min(bytes_held_, h.size);
+        h = Held{rec->generation, rec->size, static_cast<uint64_t>(sb.st_ino), rec->mtime_ns,
+                 rec->owner};
+        bytes_held_ += rec->size;
+    }
+    (void)had;
+    // Recorded only now that the copy is durable: a holder killed before
+    // this line leaves no entry (and its staging file is no replica).
+    proto::ReplicaEntry entry{rec->upath, self_,           node_,     endpoints_,
+                              rec->owner, rec->generation, rec->size, rec->mtime_ns};
+    auto put = hooks_.put(proto::replica_namespace(req.ns), proto::replica_key(req.key, self_),
+                          entry.to_json().dump());
+    if (!put) {
+        n_.pull_failed++;
+        return Status(put.status()).wrap("replica entry of '" + req.upath + "'");
+    }
+    n_.pulled++;
+    DYAD_INFO(kSub, "holds a replica of '%s' generation %llu from %s (%llu bytes)",
+              req.upath.c_str(), static_cast<unsigned long long>(rec->generation), from.c_str(),
+              static_cast<unsigned long long>(rec->size));
+    return nlohmann::json{{"holder", self_}, {"generation", rec->generation}, {"bytes", rec->size}};
+}
+
+Status Replicas::check(const std::string& ns, const std::string& upath, uint64_t generation,
+                       const struct stat& sb) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = held_.find(ns + std::string(1, '\0') + upath);
+    if (it == held_.end()) {
+        n_.refused_generation++;
+        return Status(DYAD_RC_BADFETCH, "service " + self_ + " holds no replica of '" + upath + "'",
+                      ENOENT);
+    }
+    const Held& h = it->second;
+    if (h.generation != generation || static_cast<uint64_t>(sb.st_ino) != h.ino ||
+        static_cast<uint64_t>(sb.st_size) != h.size || mtime_of(sb) != h.mtime_ns) {
+        n_.refused_generation++;
+        return Status(DYAD_RC_BADFETCH,
+                      "service " + self_ + " holds generation " + std::to_string(h.generation) +
+                          " of '" + upath + "', not " + std::to_string(generation) + ": not served",
+                      ENOENT);
+    }
+    n_.served++;
+    return Status::ok();
+}
+
+nlohmann::json Replicas::status() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return {{"default_copies", opts_.k},
+            {"held", held_.size()},
+            {"bytes", bytes_held_},
+            {"space", opts_.space},
+            {"pushed", n_.pushed.load()},
+            {"push_failed", n_.push_failed.load()},
+            {"short_of_services", n_.short_of_services.load()},
+            {"queue_full", n_.queue_full.load()},
+            {"pulled", n_.pulled.load()},
+            {"pull_failed", n_.pull_failed.load()},
+            {"refused_space", n_.refused_space.load()},
+            {"refused_busy", n_.refused_busy.load()},
+            {"served", n_.served.load()},
+            {"refused_generation", n_.refused_generation.load()}};
+}
+
+void Replicas::metrics(PromText& t) const {
+    nlohmann::json s = status();
+    t.gauge("dyad_replica_files", "replicas of other services' files this service holds",
+            static_cast<double>(s["held"].get<uint64_t>()));
+    t.gauge("dyad_replica_bytes", "bytes of the replicas this service holds",
+            static_cast<double>(s["bytes"].get<uint64_t>()));
+    t.counter("dyad_replica_pushes_total", "replicas of this service's files other services took",
+              n_.pushed.load());
+    t.counter("dyad_replica_push_failures_total",
+              "services that did not take a replica of this service's files when asked",
+              n_.push_failed.load());
+    t.counter("dyad_replica_short_total",
+              "files published with fewer replicas than asked for (too few services took one)",
+              n_.short_of_services.load());
+    t.counter("dyad_replica_queue_full_total",
+              "files published without replicas because the replication queue stayed full",
+              n_.queue_full.load());
+    t.counter("dyad_replica_pulls_total", "replicas this service pulled and holds",
+              n_.pulled.load());
+    t.counter("dyad_replica_pull_failures_total", "replicas this service failed to pull",
+              n_.pull_failed.load());
+    t.counter("dyad_replica_refused_space_total",
+              "replicas refused for lack of replica space (--replica-space)",
+              n_.refused_space.load());
+    t.counter("dyad_replica_refused_busy_total",
+              "replicas refused because too many pulls were in progress", n_.refused_busy.load());
+    t.counter("dyad_replica_served_total", "replica fetches served (consumers that failed over)",
+              n_.served.load());
+    t.counter("dyad_replica_refused_generation_total",
+              "replica fetches refused: no replica held, or one of another generation",
+              n_.refused_generation.load());
+}
+
+}  // namespace dyad::service

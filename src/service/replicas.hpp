@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+// Replicas of produced files on other services (docs/design.md,
+// "Replicas"). Both sides of one mechanism live here:
+//
+//   owner   after a publish, push(): a bounded queue, one worker thread;
+//           for each file the k services of the rendezvous rule
+//           (proto::replica_holders), asked in turn (dyad.replicate) until
+//           k hold a copy or none is left to ask;
+//   holder  hold(): the file pulled from its owner the normal way (a
+//           consumer of the owner: the client's fetch path, checksum and
+//           generation stamp, into <state dir>/replicas/<ns>/), then its
+//           entry written in the store (only once the copy is durable);
+//           check(): whether a replica fetch may be served (the copy held
+//           is of the generation asked for and unchanged).
+//
+// Every resource a peer can make a holder keep is capped: bytes held
+// (--replica-space), pulls in progress, entries of the table.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.hpp"
+#include "kvs/record.hpp"
+#include "kvs/store.hpp"
+#include "metrics.hpp"
+#include "proto/replica.hpp"
+#include "rpc/client.hpp"
+
+namespace dyad::service {
+
+// One pull (holder side), for the puller dyadd's main supplies (it links
+// the client): fetch `record` from its owner into the consumer directory
+// `dir`, as a consumer of the key scheme (depth, bins) would.
+struct PullJob {
+    std::string dir;  // the replica directory of the namespace (exists)
+    std::string ns;
+    kvs::Record record;
+    std::string service_uri;  // this service (the puller's client says hello to it)
+};
+using PullFn = std::function<Status(const PullJob&)>;
+
+struct ReplicaOptions {
+    uint64_t k = 0;               // --replicas: copies per file unless the producer says
+    uint64_t space = 8ull << 30;  // --replica-space: bytes of replicas this service holds
+    size_t queue = 1024;          // files waiting to be pushed
+    double queue_wait = 1.0;      // seconds a publish waits for room in a full queue
+    unsigned max_pulls = 8;       // dyad.replicate in progress at once
+    size_t max_held = 1000000;    // replicas in the table
+    std::string root;             // <state dir>/replicas
+};
+
+class Replicas {
+  public:
+    // What the service lends: its metadata store (as its own writer) and
+    // the registry.
+    struct Hooks {
+        std::function<Result<kvs::Entry>(const std::string& ns, const std::string& key)> get;
+        std::function<Result<uint64_t>(const std::string& ns, const std::string& key,
+                                       const std::string& value)>
+            put;
+        // Registered services: id -> endpoints.
+        std::function<Result<std::map<std::string, std::vector<std::string>>>()> services;
+    };
+    struct Counters {
+        std::atomic<uint64_t> pushed{0}, push_failed{0}, short_of_services{0}, queue_full{0},
+            queued{0}, pulled{0}, pull_failed{0}, refused_space{0}, refused_busy{0}, served{0},
+            refused_generation{0};
+    };
+    Replicas(std::string self, std::string node, std::vector<std::string> endpoints,
+             ReplicaOptions opts, Hooks hooks, rpc::Credentials creds, PullFn pull);
+    ~Replicas();
+    Replicas(const Replicas&) = delete;
+    Replicas& operator=(const Replicas&) = delete;
+
+    // Owner: the file just published (its record, generation set) gets `k`
+    // replicas. `done` (may be empty) is called once, from the worker, with
+    // how many holders took it (or the queue's refusal, at once).
+    using Done = std::function<void(Result<uint64_t> copies)>;
+    void push(const std::string& ns, const std::string& key, const kvs::Record& rec, uint64_t k,
+              Done done);
+    uint64_t default_k() const { return opts_.k; }
+
+    // Holder: dyad.replicate from service `from` (blocks: a file thread of
+    // its own). The answer: {"holder", "generation", "bytes"}.
+    Result<nlohmann::json> hold(const proto::ReplicateRequest& req, const std::string& from);
+    // A pull slot for a dyad.replicate (EBUSY when all are taken), released
+    // by the returned holder.
+    Result<std::shared_ptr<void>> take_pull_slot();
+
+    // Holder: the directory a replica fetch of `ns` opens files beneath
+    // ("" if none was made).
+    std::string dir_of(const std::string& ns) const;
+    // Holder: whether the file `sb` (opened beneath dir_of(ns)) is the
+    // replica of `upath` at `generation`. ENOENT naming what is held
+    // otherwise.
+    Status check(const std::string& ns, const std::string& upath, uint64_t generation,
+                 const struct stat& sb);
+
+    nlohmann::json status() const;
+    // The dyad_replica_* metrics.
+    void metrics(PromText& t) const;
+
+  private:
+    struct Job {
+        std::string ns, key;
+        kvs::Record rec;
+        uint64_t k = 0;
+        Done done;
+    };
+    struct Held {
+        uint64_t generation = 0, size = 0, ino = 0;
+        int64_t mtime_ns = 0;
+        std::string of;
+    };
+    void run();
+    uint64_t push_one(const Job& j);
+    Result<std::string> make_dir(const std::string& ns);
+
+    const std::string self_, node_;
+    const std::vector<std::string> endpoints_;
+    const ReplicaOptions opts_;
+    const Hooks hooks_;
+    const PullFn pull_;
+    rpc::ConnectionPool pool_;
+    Counters n_;
+
+    std::mutex qmu_;
+    std::condition_variable qcv_, room_;
+    std::deque<Job> queue_;
+    bool stopping_ = false;
+
+    mutable std::mutex mu_;
+    std::map<std::string, Held> held_;  // ns '\0' upath
+    uint64_t bytes_held_ = 0, bytes_reserved_ = 0;
+    std::atomic<unsigned> pulls_{0};
+    // The registry as the worker last read it (at most kRegistryAge old):
+    // one store listing per file would cost the owner more than the push.
+    std::map<std::string, std::vector<std::string>> services_;
+    std::chrono::steady_clock::time_point services_at_{};
+    std::thread worker_;
+};
+
+}  // namespace dyad::service
