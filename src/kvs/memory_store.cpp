@@ -138,6 +138,18 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
     // The key's next version: the first of this epoch, or one more.
     const uint64_t base = static_cast<uint64_t>(epoch_) << 32;
     uint64_t version = base | 1;
+    // A key removed and put again never repeats a version it had (a
+    // consumer's copy or another service's replica of the removed file
+    // names that version): a new key starts above every removed one.
+    if (found == space.end() && removed_high_ >= version) {
+        if ((removed_high_ & 0xffffffffu) == 0xffffffffu)
+            return Status(DYAD_RC_BADCOMMIT,
+                          "'" + key + "' in namespace '" + ns +
+                              "': the store ran out of generations since it started: restart "
+                              "the store's dyadd to publish it again",
+                          EOVERFLOW);
+        version = removed_high_ + 1;
+    }
     if (found != space.end() && found->second.version > base) {
         if ((found->second.version & 0xffffffffu) == 0xffffffffu)
             return Status(DYAD_RC_BADCOMMIT,
@@ -269,6 +281,7 @@ Status MemoryStore::remove(const std::string& ns, const std::string& key,
     u.bytes -= cost;
     bytes_ -= cost;
     if (ns == kServicesNamespace) registry_bytes_ -= cost;
+    removed_high_ = std::max(removed_high_, k->second.version);
     nsit->second.erase(k);
     return Status::ok();
 }

@@ -231,6 +231,7 @@ class MemoryStore {
     void assign_rank(const std::string& key, std::string& value) const;
     StoreLimits limits_;
     uint32_t epoch_ = 0;
+    uint64_t removed_high_ = 0;    // the highest version of a removed key (put())
     uint64_t bytes_ = 0;           // memory held, as charged (StoreLimits::max_bytes)
     uint64_t registry_bytes_ = 0;  // of which in the registry (not charged to max_bytes)
     StoreRefusals refused_;        // puts over a limit

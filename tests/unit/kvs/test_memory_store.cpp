@@ -36,6 +36,20 @@ TEST(Kvs, VersionsCarryTheEpoch) {
     EXPECT_EQ(s.put("ns", "k", owned("other", 3), "other", base | 2).value(), base | 3);
 }
 
+// A key removed and published again never gets a version it had: a copy
+// or a replica of the removed file names that version (issue 35).
+TEST(Kvs, RemovedKeyNeverRepeatsAVersion) {
+    kvs::MemoryStore s(kvs::StoreLimits(), 3);
+    const uint64_t base = uint64_t{3} << 32;
+    EXPECT_EQ(s.put("ns", "k", owned("svc", 1), "svc").value(), base | 1);
+    EXPECT_EQ(s.put("ns", "k", owned("svc", 2), "svc").value(), base | 2);
+    ASSERT_TRUE(s.remove("ns", "k", "svc").is_ok());
+    EXPECT_EQ(s.put("ns", "k", owned("svc", 3), "svc").value(), base | 3);
+    // Any new key starts above the removed one, then counts on its own.
+    EXPECT_EQ(s.put("ns", "j", owned("svc", 1), "svc").value(), base | 3);
+    EXPECT_EQ(s.put("ns", "j", owned("svc", 2), "svc").value(), base | 4);
+}
+
 // DYAD's key of "data0.txt" at depth 3 is that of a file named
 // "17f.204.15b.data0.txt" at depth 0: the deeper key's record holds it.
 TEST(Kvs, KeyDepthCollisionsGoToTheDeeperKey) {
