@@ -77,7 +77,10 @@ def main():
             etcds.append(e)
             subprocess.run(e.prefix + [RAW, e.endpoint, "fill", str(size), "/dyad/ns/dyad/files/fill/", value],
                            check=True, capture_output=True)
-            clusters.append(harness.Cluster(nodes=2, kvs=e.uri))
+            c = harness.Cluster(nodes=2, kvs=e.uri, start=False)
+            clusters.append(c)
+            for n in c.nodes:  # (the quota past the records filled)
+                n.start(["--store-max-records-per-namespace", str(2 * size + 1000)])
         acc = {s: {"follow": [], "list": []} for s in SIZES}
         for r in range(ROUNDS):  # interleaved
             for size, c in zip(SIZES, clusters):
