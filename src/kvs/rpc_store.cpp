@@ -177,4 +177,32 @@ Result<std::vector<std::pair<std::string, Entry>>> RpcStore::list(const std::str
     }
 }
 
+Result<Changes> Store::changes(const std::string&, uint64_t, double, Deadline) {
+    return Status(DYAD_RC_BADRPC, describe() + " does not answer kvs.changes: list it", ENOSYS);
+}
+
+Result<Changes> RpcStore::changes(const std::string& ns, uint64_t after, double wait, Deadline d) {
+    wire::ChangesArgs args{ns, after, wait};
+    bool failed = false;
+    auto r = pool_->call(uri_, wire::kChanges, args.build(), d, 0, true, &failed);
+    if (!r && failed) return Status(r.status()).wrap("metadata store");
+    if (!r) return r.status();
+    auto a = wire::ChangesAnswer::parse(std::move(r.value()));
+    if (!a) return Status(a.status()).wrap("the metadata store at " + uri_);
+    // A cursor that goes back would repeat changes forever.
+    if (!a->compacted && a->next < after)
+        return Status(DYAD_RC_BADRPC,
+                      "the metadata store at " + uri_ + " answered kvs.changes after " +
+                          std::to_string(after) + " with an earlier revision " +
+                          std::to_string(a->next),
+                      EPROTO);
+    Changes c;
+    c.next = a->next;
+    c.compacted = a->compacted;
+    c.entries.reserve(a->entries.size());
+    for (auto& e : a->entries)
+        c.entries.emplace_back(std::move(e.key), Entry{std::move(e.value), e.version});
+    return c;
+}
+
 }  // namespace dyad::kvs

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "serve.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <mutex>
 
 #include <asio/post.hpp>
 
@@ -17,6 +20,10 @@ namespace {
 // again until its own deadline (it slices its waits at 30 s).
 constexpr double kWaitAnswer = 30.0;
 constexpr double kCallTimeout = 30.0;  // a lookup, a put or a page
+// kvs.changes requests served at once (each holds a thread of their own
+// pool and an etcd watch for up to its wait, kChangesMaxWait); more are
+// refused (EBUSY: the client lists instead).
+constexpr int kMaxChanges = 4;
 
 void fail(const std::shared_ptr<rpc::Request>& r, const Status& s) {
     r->error(s.err() ? s.err() : EIO, s.message(), s.rc());
@@ -42,9 +49,15 @@ void answer_entry(const std::shared_ptr<rpc::Request>& r, const std::string& ns,
 }  // namespace
 
 struct StoreServer::Topics {
+    Topics(rpc::Server& s, std::shared_ptr<ServiceStore> st) : server(s), store(std::move(st)) {}
     rpc::Server& server;
     std::shared_ptr<ServiceStore> store;
     std::unique_ptr<asio::thread_pool> pool;  // for a store whose calls block
+    // kvs.changes: their own pool (made at the first), so that their waits
+    // never hold the threads of lookups and puts; requests in it.
+    std::once_flag changes_once;
+    std::unique_ptr<asio::thread_pool> changes_pool;
+    std::atomic<int> changes_in_flight{0};
 
     // Runs fn where the store may be called: on the loop for a store that
     // never blocks, on the pool otherwise.
@@ -68,13 +81,13 @@ struct StoreServer::Topics {
     void on_remove(const std::shared_ptr<rpc::Request>& r);
     void on_list(const std::shared_ptr<rpc::Request>& r);
     void on_get_many(const std::shared_ptr<rpc::Request>& r);
+    void on_changes(const std::shared_ptr<rpc::Request>& r);
 };
 
 namespace {
 std::shared_ptr<StoreServer::Topics> attach(rpc::Server& server,
                                             std::shared_ptr<ServiceStore> store) {
-    auto t = std::make_shared<StoreServer::Topics>(
-        StoreServer::Topics{server, std::move(store), nullptr});
+    auto t = std::make_shared<StoreServer::Topics>(server, std::move(store));
     if (t->store->blocks()) t->pool = std::make_unique<asio::thread_pool>(4);
     using Req = std::shared_ptr<rpc::Request>;
     server.reads_args(wire::kPut, wire::PutArgs::names());
@@ -88,6 +101,8 @@ std::shared_ptr<StoreServer::Topics> attach(rpc::Server& server,
     server.handle(wire::kList, [t](Req r) { t->on_list(r); });
     server.reads_args(wire::kGetMany, wire::GetManyArgs::names());
     server.handle(wire::kGetMany, [t](Req r) { t->on_get_many(r); });
+    server.reads_args(wire::kChanges, wire::ChangesArgs::names());
+    server.handle(wire::kChanges, [t](Req r) { t->on_changes(r); });
     return t;
 }
 }  // namespace
@@ -96,6 +111,10 @@ StoreServer::StoreServer(rpc::Server& server, std::shared_ptr<ServiceStore> stor
     : topics_(attach(server, std::move(store))) {}
 
 StoreServer::~StoreServer() {
+    if (topics_->changes_pool) {
+        topics_->changes_pool->stop();
+        topics_->changes_pool->join();
+    }
     if (topics_->pool) {
         topics_->pool->stop();
         topics_->pool->join();
@@ -229,6 +248,40 @@ void StoreServer::Topics::on_get_many(const std::shared_ptr<rpc::Request>& r) {
                 out.push_back(nullptr);
         }
         r->end(wire::GetManyAnswer::build_entries(std::move(out)));
+    });
+}
+
+void StoreServer::Topics::on_changes(const std::shared_ptr<rpc::Request>& r) {
+    auto a = wire::ChangesArgs::parse(r->args());
+    if (!a) return bad_args(r, a.status());
+    // A store without revisions says so at once (its clients list).
+    if (!store->blocks()) {
+        auto c = store->changes(a->ns, a->after, 0, Deadline::after(kCallTimeout));
+        return fail(r, c ? Status(DYAD_RC_BADRPC, "kvs.changes not served", ENOSYS) : c.status());
+    }
+    if (changes_in_flight.fetch_add(1) >= kMaxChanges) {
+        changes_in_flight.fetch_sub(1);
+        store->changes_refused();
+        return r->error(EBUSY,
+                        "this service already answers " + std::to_string(kMaxChanges) +
+                            " kvs.changes requests at once (list the namespace instead)",
+                        DYAD_RC_BADRPC);
+    }
+    r->cap_deadline(server.max_wait());
+    std::call_once(changes_once,
+                   [this] { changes_pool = std::make_unique<asio::thread_pool>(kMaxChanges); });
+    const double wait = std::min(a->wait, kChangesMaxWait);
+    asio::post(*changes_pool, [this, r, a = std::move(a.value()), wait] {
+        auto c = store->changes(a.ns, a.after, wait, Deadline::after(kCallTimeout));
+        changes_in_flight.fetch_sub(1);
+        if (!c) return fail(r, c.status());
+        wire::ChangesAnswer out;
+        out.next = c->next;
+        out.compacted = c->compacted;
+        out.entries.reserve(c->entries.size());
+        for (auto& [k, e] : c->entries)
+            out.entries.push_back({std::move(k), std::move(e.value), e.version});
+        r->end(out.build());
     });
 }
 

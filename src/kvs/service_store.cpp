@@ -7,6 +7,12 @@
 
 namespace dyad::kvs {
 
+Result<Changes> ServiceStore::changes(const std::string&, uint64_t, double, Deadline) {
+    return Status(DYAD_RC_BADRPC,
+                  describe() + " keeps no revisions to ask changes from (kvs.changes): list it",
+                  ENOSYS);
+}
+
 Result<std::vector<Lookup>> ServiceStore::get_many(const std::string& ns,
                                                    const std::vector<std::string>& keys,
                                                    size_t budget, Deadline d) {

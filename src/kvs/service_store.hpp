@@ -79,6 +79,15 @@ class ServiceStore {
     virtual Result<Page> list(const std::string& ns, const std::string& prefix,
                               const std::string& after, uint64_t limit, Deadline d) = 0;
 
+    // The records put in `ns` after revision `after` (kvs.changes), waiting
+    // up to `wait` seconds for the first; after 0: none, the revision now.
+    // By default ENOSYS (DYAD_RC_BADRPC): the store has no revisions to ask
+    // from (the embedded store), its clients list.
+    virtual Result<Changes> changes(const std::string& ns, uint64_t after, double wait, Deadline d);
+    // A kvs.changes request refused: the service already served its most
+    // at once (counted for status).
+    virtual void changes_refused() {}
+
     // Whether this service answers its clients' kvs.* itself ("kvs": "local"
     // in its hello): the embedded and the etcd stores; a remote store's
     // clients ask its host.

@@ -72,6 +72,20 @@ class PageBuilder {
     Page page_;
 };
 
+// The records put in a namespace after a revision (kvs.changes): entries in
+// the order they were put; next: the revision to ask from next; compacted:
+// the store no longer holds the changes asked for (list again).
+struct Changes {
+    std::vector<std::pair<std::string, Entry>> entries;
+    uint64_t next = 0;
+    bool compacted = false;
+};
+
+// What one kvs.changes answer holds at most: about a page (kPageLimit
+// entries, kPageBytes), past which it ends at a whole revision.
+// A wait longer than this is cut to it.
+constexpr double kChangesMaxWait = 5.0;
+
 // What one key of a lookup of many turned out to be (Store::get_many).
 struct Lookup {
     enum class State { found, missing, later } state = State::later;
@@ -107,6 +121,11 @@ class Store {
     virtual Result<std::vector<Lookup>> get_many(const std::string& ns,
                                                  const std::vector<std::string>& keys,
                                                  Deadline deadline);
+    // The records put in `ns` after revision `after`, waiting up to `wait`
+    // seconds for the first; after 0: none, only the revision to list from.
+    // A store that has no revisions: DYAD_RC_BADRPC with errno ENOSYS (list).
+    virtual Result<Changes> changes(const std::string& ns, uint64_t after, double wait,
+                                    Deadline deadline);
     virtual std::string describe() const = 0;
 };
 
@@ -129,6 +148,10 @@ class RpcStore : public Store {
     // does not know it: DYAD_RC_BADRPC with errno ENOSYS.
     Result<std::vector<Lookup>> get_many(const std::string& ns,
                                          const std::vector<std::string>& keys, Deadline d) override;
+    // One kvs.changes request; a service that does not know it, or whose
+    // store has no revisions: DYAD_RC_BADRPC with errno ENOSYS.
+    Result<Changes> changes(const std::string& ns, uint64_t after, double wait,
+                            Deadline d) override;
     std::string describe() const override { return "embedded store at " + uri_; }
 
   private:

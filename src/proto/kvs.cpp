@@ -239,4 +239,52 @@ nlohmann::json GetManyAnswer::build_entries(nlohmann::json entries) {
     return {{"entries", std::move(entries)}};
 }
 
+std::vector<std::string> ChangesArgs::names() {
+    return {"ns", "after", "wait"};
+}
+
+Result<ChangesArgs> ChangesArgs::parse(const nlohmann::json& j) {
+    Fields f(j, kChanges);
+    ChangesArgs a;
+    a.ns = f.str("ns", kMaxText);
+    a.after = f.opt_u64("after").value_or(0);
+    a.wait = f.opt_number("wait").value_or(0);
+    if (!(a.wait >= 0) || a.wait > 3600) f.fail("wait", "is not a number of seconds in 0..3600");
+    return finish(f, std::move(a));
+}
+
+nlohmann::json ChangesArgs::build() const {
+    nlohmann::json j = {{"ns", ns}, {"after", after}};
+    if (wait > 0) j["wait"] = wait;
+    return j;
+}
+
+Result<ChangesAnswer> ChangesAnswer::parse(nlohmann::json&& j) {
+    Fields f(j, "kvs.changes answer");
+    ChangesAnswer a;
+    a.next = f.u64("next");
+    a.compacted = f.opt_bool("compacted").value_or(false);
+    (void)f.array("entries");
+    if (!f.ok()) return f.status();
+    auto& arr = j["entries"];
+    a.entries.reserve(arr.size());
+    for (auto& e : arr) {
+        Fields ef(e, "kvs.changes answer entry");
+        ListEntry le;
+        le.key = ef.str("key", kMaxText);
+        le.value = ef.str("value", kMaxValue);
+        le.version = ef.u64("version");
+        if (!ef.ok()) return ef.status();
+        a.entries.push_back(std::move(le));
+    }
+    return a;
+}
+
+nlohmann::json ChangesAnswer::build() const {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& e : entries)
+        arr.push_back({{"key", e.key}, {"value", e.value}, {"version", e.version}});
+    return {{"entries", std::move(arr)}, {"next", next}, {"compacted", compacted}};
+}
+
 }  // namespace dyad::proto::kvs

@@ -23,6 +23,9 @@ inline constexpr const char* kList = "kvs.list";
 inline constexpr const char* kGetMany = "kvs.get_many";
 // Unpublish: a service removes a key it wrote (the answer: {}).
 inline constexpr const char* kRemove = "kvs.remove";
+// The records put in a namespace after a revision (etcd; `dyad sync
+// --follow`): docs/wire-protocol.md, "Changes after a revision".
+inline constexpr const char* kChanges = "kvs.changes";
 
 // Bounds of what a peer sends.
 // A put's key and value are bounded by the store, whose refusal says its
@@ -121,6 +124,30 @@ struct GetManyAnswer {
     static Result<GetManyAnswer> parse(nlohmann::json&& j);
     static nlohmann::json build_raw(uint64_t count);
     static nlohmann::json build_entries(nlohmann::json entries);
+};
+
+// kvs.changes: the records put in `ns` after revision `after` (0: none, only
+// the revision now, to list from), waiting up to `wait` seconds for the
+// first (the service caps it).
+struct ChangesArgs {
+    std::string ns;
+    uint64_t after = 0;
+    double wait = 0;
+    static std::vector<std::string> names();
+    static Result<ChangesArgs> parse(const nlohmann::json& j);
+    nlohmann::json build() const;
+};
+
+// Its answer: {"entries": [{key, value, version}...], "next": R,
+// "compacted": bool}: every record put after `after` up to revision `next`
+// (ask again with after = next); compacted: the store no longer holds the
+// changes after `after` (list again).
+struct ChangesAnswer {
+    std::vector<ListEntry> entries;
+    uint64_t next = 0;
+    bool compacted = false;
+    static Result<ChangesAnswer> parse(nlohmann::json&& j);
+    nlohmann::json build() const;
 };
 
 }  // namespace dyad::proto::kvs

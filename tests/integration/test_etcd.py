@@ -7,6 +7,7 @@ rules and quotas of the embedded store, paging."""
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -353,3 +354,74 @@ def test_batched_produce_publishes_all_and_names_the_failed_file(etcd, two):
     st = a.status()["metadata_store"]
     assert st["puts_batched"] > 0 and st["largest_put_batch"] > 1, st
     assert st["put_transactions"] < len(names), st
+
+
+def follow_figures(node):
+    st = node.status()["metadata_store"]
+    return {k: st[k] for k in ("list_ranges", "changes_requests", "changes_records", "changes_compacted")}
+
+
+def wait_files(node, names, proc, what):
+    harness.wait_for(lambda: all(os.path.exists(node.path(n)) for n in names) or proc.poll() is not None,
+                     timeout=60, what=what)
+    assert proc.poll() is None, proc.communicate()
+
+
+def test_sync_follow_on_etcd_asks_for_changes_not_listings(etcd, two):
+    """After its first listing, `dyad sync --follow` on etcd learns of new
+    records from kvs.changes (a watch of the namespace from the revision it
+    reached): the service answers the new records and lists nothing more."""
+    prod, cons = two[0], two[1]
+    first = [f"fw/a{i}" for i in range(5)]
+    for i, n in enumerate(first):
+        harness.write_file(prod.path(n), 100 + i, seed=i)
+    prod.dyad("produce", *[prod.path(n) for n in first])
+    sync = cons.dyad_async("--json", "sync", "--follow", "--count", "15", "fw")
+    wait_files(cons, first, sync, "the first files in the consumer directory")
+    before = follow_figures(cons)
+    later = [f"fw/b{i}" for i in range(10)]
+    for i, n in enumerate(later):
+        harness.write_file(prod.path(n), 200 + i, seed=50 + i)
+        prod.dyad("produce", prod.path(n))
+    out, err = sync.communicate(timeout=120)
+    assert sync.returncode == 0, err
+    assert len(out.splitlines()) == 15, (out, err)
+    for n in first + later:
+        assert sha(cons.path(n)) == sha(prod.path(n)), n
+    after = follow_figures(cons)
+    assert after["changes_records"] - before["changes_records"] >= len(later), (before, after)
+    assert after["list_ranges"] == before["list_ranges"], (before, after)
+    assert after["changes_compacted"] == before["changes_compacted"]
+
+
+def test_sync_follow_lists_again_when_etcd_compacted_past_its_cursor(etcd, two):
+    """A follow whose cursor etcd compacted away ("compacted": the changes
+    after it are gone) lists the namespace again and misses no record."""
+    prod, cons = two[0], two[1]
+    harness.write_file(prod.path("cp/a0"), 100, seed=1)
+    prod.dyad("produce", prod.path("cp/a0"))
+    sync = cons.dyad_async("--json", "sync", "--follow", "--count", "6", "cp")
+    wait_files(cons, ["cp/a0"], sync, "cp/a0 in the consumer directory")
+    # Held still past its changes' wait (so the one in flight ends empty),
+    # while files are produced and etcd compacts past its cursor.
+    sync.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(1.5)
+        before = follow_figures(cons)
+        later = [f"cp/b{i}" for i in range(5)]
+        for i, n in enumerate(later):
+            harness.write_file(prod.path(n), 300 + i, seed=10 + i)
+        prod.dyad("produce", *[prod.path(n) for n in later])
+        for i in range(2):  # (the compaction passes the last record's revision)
+            etcd.ctl("put", f"/elsewhere/k{i}", "x")
+        rev = etcd_json(etcd, "get", "/elsewhere/k1")["header"]["revision"]
+        etcd.ctl("compact", str(rev))
+    finally:
+        sync.send_signal(signal.SIGCONT)
+    out, err = sync.communicate(timeout=120)
+    assert sync.returncode == 0, err
+    for n in ["cp/a0"] + later:
+        assert sha(cons.path(n)) == sha(prod.path(n)), n
+    after = follow_figures(cons)
+    assert after["changes_compacted"] > before["changes_compacted"], (before, after)
+    assert after["list_ranges"] > before["list_ranges"], (before, after)

@@ -482,6 +482,143 @@ class EtcdStore final : public ServiceStore {
         done(false, c_->outage().health_text());
     }
 
+    // The records put in a namespace after revision `after` (kvs.changes;
+    // `dyad sync --follow`): a watch of the namespace's prefix from after + 1,
+    // on a stream of its own that lives for this request only (at most
+    // `wait` seconds). etcd answers a watch that starts in the past from its
+    // revision-ordered history (it syncs such watches every 100 ms), so the
+    // cost is that of the changes since `after`, not of the namespace. The
+    // answer ends at a whole revision: the first answer etcd sends (all it
+    // had), cut before the revision that would pass about a page
+    // (kPageLimit entries, kPageBytes).
+    Result<Changes> changes(const std::string& ns, uint64_t after, double wait,
+                            Deadline d) override {
+        ++changes_requests_;
+        if (ns == kServicesNamespace)
+            return Status(DYAD_RC_BADRPC, "kvs.changes does not serve the registry", ENOSYS);
+        const std::string base = ns_base(ns);
+        Changes out;
+        if (after == 0) {
+            // The revision now: a listing started after this holds every
+            // record put up to it.
+            auto r = c_->range(base, "", 1, true, d, true);
+            if (!r) return r.status();
+            out.next = static_cast<uint64_t>(r->header().revision());
+            return out;
+        }
+        if (after >= static_cast<uint64_t>(INT64_MAX))
+            return Status(DYAD_RC_BADUNPACK,
+                          "kvs.changes: after " + std::to_string(after) + " is no etcd revision",
+                          EINVAL);
+        const double most = std::max(0.2, std::min(wait, d.remaining()));
+        grpc::ClientContext ctx;
+        ctx.set_wait_for_ready(true);
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::microseconds(static_cast<int64_t>(most * 1e6)));
+        auto stream = c_->watch().Watch(&ctx);
+        pb::WatchRequest q;
+        auto* cr = q.mutable_create_request();
+        cr->set_key(base);
+        cr->set_range_end(prefix_end(base));
+        cr->set_start_revision(static_cast<int64_t>(after) + 1);
+        cr->add_filters(pb::WatchCreateRequest::NODELETE);
+        cr->set_fragment(true);
+        bool created = false, whole = true;
+        std::string refused;  // etcd cancelled the watch (why)
+        size_t bytes = 0;
+        const size_t hard = 3 * kPageBytes;  // one revision larger: list again
+        int64_t last = 0;
+        auto trim_last = [&] {  // drops the events of the last revision
+            while (!out.entries.empty() &&
+                   out.entries.back().second.version == static_cast<uint64_t>(last))
+                out.entries.pop_back();
+            last =
+                out.entries.empty() ? 0 : static_cast<int64_t>(out.entries.back().second.version);
+        };
+        if (stream->Write(q)) {
+            pb::WatchResponse a;
+            bool done = false;
+            while (!done && stream->Read(&a)) {
+                c_->answered();
+                if (a.compact_revision() > 0) {
+                    out.compacted = true;
+                    break;
+                }
+                if (a.canceled()) {
+                    refused = a.cancel_reason();
+                    break;
+                }
+                if (a.created()) {
+                    created = true;
+                    // etcd's history restarted below the cursor (its data
+                    // replaced): the cursor means nothing there.
+                    if (a.header().revision() < static_cast<int64_t>(after)) {
+                        out.compacted = true;
+                        break;
+                    }
+                    continue;
+                }
+                whole = !a.fragment();
+                for (const auto& ev : a.events()) {
+                    const auto& kv = ev.kv();
+                    const int64_t rev = kv.mod_revision();
+                    if (rev != last && (out.entries.size() >= kPageLimit || bytes >= kPageBytes)) {
+                        done = true;  // about a page, at a whole revision
+                        whole = true;
+                        break;
+                    }
+                    if (kv.key().size() < base.size() || rev <= static_cast<int64_t>(after))
+                        continue;
+                    bytes += kv.key().size() + kv.value().size();
+                    if (bytes > hard) {
+                        if (out.entries.empty() ||
+                            out.entries.front().second.version == static_cast<uint64_t>(rev)) {
+                            out.entries.clear();
+                            out.compacted = true;  // one revision past an answer: list
+                        } else {
+                            last = rev;
+                            trim_last();
+                            whole = true;
+                        }
+                        done = true;
+                        break;
+                    }
+                    out.entries.emplace_back(kv.key().substr(base.size()),
+                                             Entry{kv.value(), static_cast<uint64_t>(rev), ""});
+                    last = rev;
+                }
+                // etcd's whole answer (all it had from after + 1): enough.
+                if (!out.entries.empty() && whole) done = true;
+            }
+        }
+        ctx.TryCancel();
+        grpc::Status fin = stream->Finish();
+        if (!whole && !out.compacted) trim_last();  // a revision cut short
+        if (!refused.empty())
+            return Status(DYAD_RC_BADRPC,
+                          "etcd at " + c_->where() + " refused a watch of '" + ns +
+                              "' from revision " + std::to_string(after + 1) + ": " + refused,
+                          EIO);
+        if (!created && !out.compacted) {
+            if (fin.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+                return Status(DYAD_RC_BADRPC,
+                              "etcd at " + c_->where() + " did not start a watch within " +
+                                  std::to_string(most) + " s",
+                              ETIMEDOUT);
+            return c_->failed(fin, "watch");
+        }
+        if (out.compacted) {
+            ++changes_compacted_;
+            out.entries.clear();
+            out.next = after;
+            return out;
+        }
+        out.next = out.entries.empty() ? after : static_cast<uint64_t>(last);
+        changes_records_ += out.entries.size();
+        return out;
+    }
+    void changes_refused() override { ++changes_refused_; }
+
     nlohmann::json status() const override {
         nlohmann::json j = watcher_.status();
         j["backend"] = "etcd";
@@ -503,6 +640,10 @@ class EtcdStore final : public ServiceStore {
         j["largest_put_batch"] = largest_batch_.load();
         j["get_many_transactions"] = get_many_txns_.load();
         j["list_ranges"] = list_ranges_.load();
+        j["changes_requests"] = changes_requests_.load();
+        j["changes_records"] = changes_records_.load();
+        j["changes_compacted"] = changes_compacted_.load();
+        j["changes_refused"] = changes_refused_.load();
         j["refused_namespace_records"] = refused_records_.load();
         j["max_records_per_namespace"] = o_.limits.max_records_per_ns;
         return j;
@@ -791,6 +932,11 @@ class EtcdStore final : public ServiceStore {
     bool committing_ = false;
     std::atomic<uint64_t> put_txns_{0}, batched_puts_{0}, largest_batch_{0}, get_many_txns_{0},
         list_ranges_{0};
+    // kvs.changes: requests, records answered, "list again" answers (etcd
+    // compacted past the cursor, or a revision too large for one answer),
+    // requests refused (too many at once).
+    std::atomic<uint64_t> changes_requests_{0}, changes_records_{0}, changes_compacted_{0},
+        changes_refused_{0};
     std::atomic<uint64_t> refused_too_large_{0}, refused_records_{0};
 };
 

@@ -227,6 +227,23 @@ TEST(StoreServer, ServesAnyStoreWithOneCheckAndOnePagingRule) {
     EXPECT_EQ(huge.status().err(), EMSGSIZE);
 }
 
+// kvs.changes: a store without revisions (the embedded one, served on the
+// loop, and any other by default, served from the pool) answers ENOSYS, so
+// that its clients list; bad arguments are refused as every topic's.
+TEST(StoreServer, ChangesOfAStoreWithoutRevisionsAreENOSYS) {
+    SlowLoop l;
+    kvs::RpcStore s(l.uri, std::make_shared<rpc::ConnectionPool>(as_service("svc")));
+    auto c = s.changes("ns", 5, 0.2, Deadline::after(5));
+    EXPECT_EQ(c.status().err(), ENOSYS) << c.status().to_string();
+    Loop e;
+    kvs::RpcStore es(e.uri, std::make_shared<rpc::ConnectionPool>(as_service("svc")));
+    auto ec = es.changes("ns", 0, 0, Deadline::after(5));
+    EXPECT_EQ(ec.status().err(), ENOSYS) << ec.status().to_string();
+    auto conn = rpc::Connection::connect(l.uri, Deadline::after(5)).value();
+    auto bad = conn->call("kvs.changes", {{"ns", "ns"}, {"wait", "soon"}}, Deadline::after(5));
+    EXPECT_EQ(bad.status().rc(), DYAD_RC_BADUNPACK) << bad.status().to_string();
+}
+
 TEST(StoreServer, PagesStopAtTheirBytes) {
     SlowLoop l;
     const std::string blob(100000, 'x');

@@ -113,3 +113,30 @@ TEST(ProtoKvs, ListRawAnswer) {
     EXPECT_FALSE(ListAnswer::parse_raw(std::string(16, '\xff'), 1).is_ok());  // huge key
     EXPECT_FALSE(ListAnswer::parse(json{{"format", "zip"}, {"count", 1}}).is_ok());
 }
+
+// kvs.changes: its arguments and answer round-trip; a wait out of range, an
+// entry without its version and an answer without its revision are refused.
+TEST(ProtoKvs, ChangesArgsAndAnswer) {
+    auto args = ChangesArgs::parse(ChangesArgs{"ns", 42, 0.5}.build());
+    ASSERT_TRUE(args.is_ok());
+    EXPECT_EQ(args->after, 42u);
+    EXPECT_DOUBLE_EQ(args->wait, 0.5);
+    EXPECT_FALSE(ChangesArgs::parse(json{{"ns", "n"}, {"wait", -1}}).is_ok());
+    EXPECT_FALSE(ChangesArgs::parse(json{{"ns", "n"}, {"wait", 1e9}}).is_ok());
+    EXPECT_FALSE(ChangesArgs::parse(json{{"ns", "n"}, {"after", -3}}).is_ok());
+    EXPECT_FALSE(ChangesArgs::parse(json{{"after", 3}}).is_ok());
+    ChangesAnswer a;
+    a.next = 99;
+    a.entries.push_back({"k", "{\"path\":\"a\"}", 98});
+    auto back = ChangesAnswer::parse(a.build());
+    ASSERT_TRUE(back.is_ok());
+    EXPECT_EQ(back->next, 99u);
+    EXPECT_FALSE(back->compacted);
+    ASSERT_EQ(back->entries.size(), 1u);
+    EXPECT_EQ(back->entries[0].version, 98u);
+    EXPECT_FALSE(
+        ChangesAnswer::parse(
+            json{{"next", 1}, {"entries", json::array({json{{"key", "k"}, {"value", "v"}}})}})
+            .is_ok());
+    EXPECT_FALSE(ChangesAnswer::parse(json{{"entries", json::array()}}).is_ok());
+}
