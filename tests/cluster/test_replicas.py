@@ -247,3 +247,28 @@ def test_wrapper_and_python_fail_over(make_cluster):
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     same(cons, owner, (2, 3))
+
+
+def stat_json(node, rel):
+    p = node.dyad("--json", "stat", node.path(rel), check=False)
+    return p, (json.loads(p.stdout) if p.returncode == 0 else None)
+
+
+def test_stat_lists_the_copies(make_cluster):
+    """k=1: `dyad stat` (human and --json) names the owner and the replica
+    holder of the record's generation, as failover would use it."""
+    c = make_cluster(4, "embedded")
+    owner = c[PRODUCER]
+    produce(owner, [3])
+    held = replica_entries(c[0])[name(3)]
+    assert len(held) == 1 and held[0] != owner.name, held
+    p, j = stat_json(c[2], name(3))
+    assert p.returncode == 0, p.stderr
+    print(p.stdout)
+    assert j["owner"] == owner.name, j
+    assert [r["holder"] for r in j["replicas"]] == held, j
+    assert j["replicas"][0]["generation"] == j["generation"], j
+    human = c[3].dyad("stat", c[3].path(name(3))).stdout
+    print(human)
+    assert f"owner: {owner.name}" in human, human
+    assert f"replica: {held[0]} on node " in human, human
