@@ -111,8 +111,9 @@ void add_file_commands(CLI::App& app, Cli& o, Commands& c) {
     c.produce->add_flag("-r,--recursive", o.recursive,
                         "a directory: publish every regular file under it (not DYAD's own .dyad/ "
                         "nor the temporaries of rsync and sed -i)");
-    c.rm = app.add_subcommand(
-        "rm", "unpublish files this node produced (their records go; the files stay on disk)");
+    c.rm = app.add_subcommand("rm",
+                              "unpublish files this node produced (their records go, then their "
+                              "replicas on other nodes; the files stay on disk)");
     c.rm->add_option("FILE", o.files, "files of DYAD_PATH_PRODUCER to unpublish")->required();
     auto* consume =
         app.add_subcommand("consume", "wait for files and bring them into DYAD_PATH_CONSUMER");

@@ -127,6 +127,17 @@ int run_stat(dyad::client::Client& c, const Cli& o) {
     j["generation"] = r->generation;
     j["owner_rank"] = r->owner_rank();
     j["key"] = c.key_of(r->upath);
+    // Where the other copies are: the replicas failover would use (of this
+    // generation); the owner's copy is the record's owner and node.
+    nlohmann::json reps = nlohmann::json::array();
+    auto found = c.replicas(r->upath, r.value());
+    if (found) {
+        for (const auto& e : found.value())
+            reps.push_back({{"holder", e.holder}, {"node", e.node}, {"generation", e.generation}});
+        j["replicas"] = reps;
+    } else {
+        j["replicas_error"] = "replicas not looked up: " + found.status().message();
+    }
     if (o.json) {
         std::cout << j.dump(2, ' ', false, kBadUtf8Replaced) << "\n";
         return 0;
@@ -134,7 +145,13 @@ int run_stat(dyad::client::Client& c, const Cli& o) {
     for (auto& [k, v] : j.items()) {
         if (k == "mode" && v.is_number_unsigned())
             std::cout << "mode: " << octal_mode(v.get<uint64_t>()) << "\n";
-        else if (k == "mtime_ns" && v.is_number_integer())
+        else if (k == "replicas") {
+            if (v.empty()) std::cout << "replicas: none\n";
+            for (const auto& e : v)
+                std::cout << "replica: " << e["holder"].get<std::string>() << " on node "
+                          << e["node"].get<std::string>() << ", generation "
+                          << e["generation"].get<uint64_t>() << "\n";
+        } else if (k == "mtime_ns" && v.is_number_integer())
             std::cout << "mtime: " << iso_time(v.get<int64_t>()) << "\n";
         else
             std::cout << k << ": "

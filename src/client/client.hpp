@@ -22,6 +22,7 @@
 #include "dtl/dtl.hpp"
 #include "kvs/store.hpp"
 #include "proto/fetch.hpp"
+#include "proto/replica.hpp"
 #include "rpc/client.hpp"
 #include "record.hpp"
 #include "cache.hpp"
@@ -163,6 +164,10 @@ class Client {
     // The metadata of a path in the consumer or the producer directory
     // (whichever holds it: a node with only one of them set), without waiting.
     Result<Record> stat(const std::string& path);
+    // The replicas of `rec` (the record of `upath`, as stat() gave it): the
+    // entries of `<ns>.replicas` under `<key>@` that failover would use (the
+    // same path, owner, generation, size and mtime; failover.cpp).
+    Result<std::vector<proto::ReplicaEntry>> replicas(const std::string& upath, const Record& rec);
     // The records whose relative path starts with `prefix`, in key order,
     // fetched page by page (kvs.list): `each` sees every one as its page
     // arrives and returns false to stop.
@@ -266,6 +271,9 @@ class Client {
                        ConsumeReport* report, int lock_fd);
     Status fetch_replica(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                          ConsumeReport* report, int lock_fd, const Status& why);
+    // The matching replica entries (replicas() with the service known).
+    Result<std::vector<proto::ReplicaEntry>> replicas(const std::string& upath, const Record& rec,
+                                                      const ServiceInfo& svc);
     // Owners whose endpoint could not be reached lately (failover.cpp):
     // their files go to a replica first for a few seconds.
     bool owner_down(const std::string& owner);

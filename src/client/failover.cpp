@@ -105,27 +105,46 @@ Status Client::fetch(const std::string& upath, const Record& rec, const ServiceI
     return again ? again : Status(again.rc(), again.message() + "; " + r.message(), again.err());
 }
 
-Status Client::fetch_replica(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                             ConsumeReport* rep, int lock_fd, const Status& why) {
-    auto no_replica = [&](const std::string& more) {
-        return Status(why.rc(), why.message() + "; " + more, why.err());
-    };
+Result<std::vector<proto::ReplicaEntry>> Client::replicas(const std::string& upath,
+                                                          const Record& rec) {
+    auto svc = service();
+    if (!svc) return svc.status();
+    return replicas(upath, rec, svc.value());
+}
+
+Result<std::vector<proto::ReplicaEntry>> Client::replicas(const std::string& upath,
+                                                          const Record& rec,
+                                                          const ServiceInfo& svc) {
     auto st = store();
-    if (!st) return no_replica("no replica looked up: " + st.status().message());
-    const std::string key = key_of(upath);
-    auto page = st.value()->list_page(proto::replica_namespace(ns(svc)), proto::replica_prefix(key),
-                                      "", 0, Deadline::after(kListTimeout));
-    if (!page) return no_replica("no replica looked up: " + page.status().message());
-    std::string tried;
-    const std::string& gen = std::to_string(rec.generation);
+    if (!st) return st.status();
+    auto page = st.value()->list_page(proto::replica_namespace(ns(svc)),
+                                      proto::replica_prefix(key_of(upath)), "", 0,
+                                      Deadline::after(kListTimeout));
+    if (!page) return page.status();
+    std::vector<proto::ReplicaEntry> out;
     for (const auto& entry : page->entries) {
-        const kvs::Entry& e = entry.second;
-        auto r = proto::ReplicaEntry::parse(e.value);
+        auto r = proto::ReplicaEntry::parse(entry.second.value);
         // Only a copy of this very produce: the owner's generation, size
-        // and mtime (the holder checks the generation again).
+        // and mtime (the holder checks the generation again when serving).
         if (!r || r->upath != upath || r->of != rec.owner || r->holder == rec.owner ||
             r->generation != rec.generation || r->size != rec.size || r->mtime_ns != rec.mtime_ns)
             continue;
+        out.push_back(std::move(r.value()));
+    }
+    return out;
+}
+
+Status Client::fetch_replica(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                             ConsumeReport* rep, int lock_fd, const Status& why) {
+    auto found = replicas(upath, rec, svc);
+    if (!found)
+        return Status(why.rc(),
+                      why.message() + "; no replica looked up: " + found.status().message(),
+                      why.err());
+    std::string tried;
+    const std::string& gen = std::to_string(rec.generation);
+    for (const auto& replica : found.value()) {
+        const proto::ReplicaEntry* r = &replica;
         Record from = rec;
         from.owner = r->holder;
         from.node = r->node;

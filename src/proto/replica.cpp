@@ -42,6 +42,25 @@ nlohmann::json ReplicateRequest::build() const {
     return {{"ns", ns}, {"key", key}, {"upath", upath}, {"generation", generation}, {"size", size}};
 }
 
+Result<UnreplicateRequest> UnreplicateRequest::parse(const nlohmann::json& args) {
+    Fields f(args, "dyad.unreplicate");
+    UnreplicateRequest r;
+    r.ns = f.str("ns");
+    r.key = f.str("key");
+    r.upath = f.str("upath");
+    r.generation = f.u64("generation");
+    if (!f.ok()) return f.status();
+    if (r.ns.empty() || r.key.empty() || r.upath.empty() || r.generation == 0)
+        return Status(DYAD_RC_BADRPC,
+                      "dyad.unreplicate: ns, key and upath must not be empty, generation not 0",
+                      EPROTO);
+    return r;
+}
+
+nlohmann::json UnreplicateRequest::build() const {
+    return {{"ns", ns}, {"key", key}, {"upath", upath}, {"generation", generation}};
+}
+
 nlohmann::json ReplicaEntry::to_json() const {
     return {{"path", upath},          {"owner", holder},     {"node", node},
             {"endpoints", endpoints}, {"replica_of", of},    {"generation", generation},

@@ -34,6 +34,17 @@ struct ReplicateRequest {
     nlohmann::json build() const;
 };
 
+// dyad.unreplicate: the owner of `upath` (record `key` in `ns`), having
+// removed its record of generation `generation`, asks a holder to drop its
+// replica of that generation (its copy and its entry).
+struct UnreplicateRequest {
+    std::string ns, key, upath;
+    uint64_t generation = 0;
+    // BADRPC naming the field when one is missing or of another type.
+    static Result<UnreplicateRequest> parse(const nlohmann::json& args);
+    nlohmann::json build() const;
+};
+
 // A holder's entry: where a copy of generation `generation` of `upath`
 // (produced by `of`) is served from.
 struct ReplicaEntry {

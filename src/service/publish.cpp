@@ -148,6 +148,8 @@ Result<nlohmann::json> Service::unpublish(const std::string& up, const std::stri
                       ENOENT);
     if (!s) return Status(s).wrap("cannot unpublish '" + up + "'");
     ledger_.forget(up);
+    // Its replicas go too, after the answer (replicas.hpp, forget()).
+    if (replicas_ && rec_up) replicas_->forget(ns, key.value(), rec_up.value());
     DYAD_INFO(kSub, "unpublished '%s' (key %s in namespace %s); the file stays on disk", up.c_str(),
               key->c_str(), ns.c_str());
     return nlohmann::json{{"key", key.value()}, {"version", e->version}};

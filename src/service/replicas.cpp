@@ -21,6 +21,7 @@ constexpr double kAskTimeout = 60.0;      // a dyad.replicate, plus the time bel
 constexpr double kBytesPerSecond = 20e6;  // the slowest pull a deadline allows for
 // How old the registry the owner places replicas by may be.
 constexpr auto kRegistryAge = std::chrono::seconds(2);
+constexpr double kDropTimeout = 10.0;  // a dyad.unreplicate
 
 int64_t mtime_of(const struct stat& sb) {
     return static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
@@ -132,6 +133,10 @@ void Replicas::run() {
             queue_.pop_front();
         }
         room_.notify_one();
+        if (j.drop) {
+            drop_one(j);
+            continue;
+        }
         uint64_t copies = push_one(j);
         if (j.done) j.done(copies);
     }
@@ -185,6 +190,136 @@ uint64_t Replicas::push_one(const Job& j) {
                   order.size(), why.empty() ? "" : "; ", why.c_str());
     }
     return copies;
+}
+
+void Replicas::forget(const std::string& ns, const std::string& key, const kvs::Record& rec) {
+    std::unique_lock<std::mutex> lk(qmu_);
+    bool room = room_.wait_for(lk, std::chrono::duration<double>(opts_.queue_wait),
+                               [this] { return stopping_ || queue_.size() < opts_.queue; });
+    if (!room || stopping_) {
+        lk.unlock();
+        n_.unreplicate_failed++;
+        DYAD_WARN(kSub,
+                  "the replication queue is full (%zu files waiting): the replicas of the "
+                  "removed '%s' stay (they never match a new record)",
+                  opts_.queue, rec.upath.c_str());
+        return;
+    }
+    Job j{ns, key, rec, 0, nullptr};
+    j.drop = true;
+    queue_.push_back(std::move(j));
+    lk.unlock();
+    qcv_.notify_one();
+}
+
+void Replicas::drop_one(const Job& j) {
+    auto entries = hooks_.list(proto::replica_namespace(j.ns), proto::replica_prefix(j.key));
+    if (!entries) {
+        n_.unreplicate_failed++;
+        DYAD_WARN(kSub,
+                  "the replicas of the removed '%s' stay: their entries could not be listed: %s",
+                  j.rec.upath.c_str(), entries.status().to_string().c_str());
+        return;
+    }
+    for (const auto& [k, v] : entries.value()) {
+        auto e = proto::ReplicaEntry::parse(v.value);
+        // This service's file, of the removed generation or an older one
+        // (a holder asked to drop generation G keeps a copy of another).
+        if (!e || e->of != self_ || e->holder == self_ || e->upath != j.rec.upath ||
+            e->generation > j.rec.generation || k != proto::replica_key(j.key, e->holder))
+            continue;
+        const std::string ep = tcp_endpoint(e->endpoints);
+        if (ep.empty()) continue;
+        proto::UnreplicateRequest req{j.ns, j.key, j.rec.upath, e->generation};
+        auto a = pool_.call(ep, "dyad.unreplicate", req.build(), Deadline::after(kDropTimeout));
+        if (a && a->is_object() && a->value("holder", std::string()) == e->holder) {
+            n_.unreplicated++;
+            continue;
+        }
+        n_.unreplicate_failed++;
+        DYAD_INFO(kSub,
+                  "%s did not drop its replica of the removed '%s' (generation %llu): %s; its "
+                  "entry never matches a new record",
+                  e->holder.c_str(), j.rec.upath.c_str(),
+                  static_cast<unsigned long long>(e->generation),
+                  a ? "an answer not naming it" : a.status().message().c_str());
+    }
+}
+
+Result<nlohmann::json> Replicas::unhold(const proto::UnreplicateRequest& req,
+                                        const std::string& from) {
+    const std::string id = req.ns + std::string(1, '\0') + req.upath;
+    const std::string ens = proto::replica_namespace(req.ns);
+    const std::string ekey = proto::replica_key(req.key, self_);
+    // Who owns the copy and which generation it is: the table, else (a
+    // restarted holder forgot it) this service's own entry in the store.
+    std::string of;
+    uint64_t generation = 0;
+    bool in_table = false;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        auto it = held_.find(id);
+        if (it != held_.end()) {
+            of = it->second.of;
+            generation = it->second.generation;
+            in_table = true;
+        }
+    }
+    auto entry = hooks_.get(ens, ekey);
+    Result<proto::ReplicaEntry> rec = entry ? proto::ReplicaEntry::parse(entry->value)
+                                            : Result<proto::ReplicaEntry>(entry.status());
+    const bool entry_matches = rec && rec->holder == self_ && rec->upath == req.upath &&
+                               rec->of == from && rec->generation == req.generation;
+    if (!in_table && rec) {
+        of = rec->of;
+        generation = rec->generation;
+    }
+    if (!in_table && !rec)
+        return Status(DYAD_RC_NOTFOUND,
+                      "service " + self_ + " holds no replica of '" + req.upath + "'", ENOENT);
+    if (of != from)
+        return Status(DYAD_RC_NOAUTH,
+                      "service " + self_ + " holds the replica of '" + req.upath + "' for " + of +
+                          ", not for " + from + ": not dropped",
+                      EPERM);
+    if (generation != req.generation)
+        return Status(DYAD_RC_NOTFOUND,
+                      "service " + self_ + " holds generation " + std::to_string(generation) +
+                          " of '" + req.upath + "', not " + std::to_string(req.generation) +
+                          ": not dropped",
+                      ENOENT);
+    {
+        // The file goes first (a consumer's check() then fails), under the
+        // table's lock, and only the copy installed for that generation.
+        std::lock_guard<std::mutex> lk(mu_);
+        const std::string path = dir_of(req.ns) + "/" + req.upath;
+        auto it = held_.find(id);
+        struct stat sb;
+        const bool present = ::lstat(path.c_str(), &sb) == 0 && S_ISREG(sb.st_mode);
+        if (it != held_.end()) {
+            if (it->second.generation != req.generation)
+                return Status(DYAD_RC_NOTFOUND,
+                              "service " + self_ + " now holds generation " +
+                                  std::to_string(it->second.generation) + " of '" + req.upath +
+                                  "': not dropped",
+                              ENOENT);
+            if (present && static_cast<uint64_t>(sb.st_ino) == it->second.ino)
+                ::unlink(path.c_str());
+            bytes_held_ -= std::min(bytes_held_, it->second.size);
+            held_.erase(it);
+        } else if (present && rec && static_cast<uint64_t>(sb.st_size) == rec->size &&
+                   mtime_of(sb) == rec->mtime_ns) {
+            ::unlink(path.c_str());
+        }
+    }
+    if (entry_matches) {
+        if (Status s = hooks_.remove(ens, ekey); !s && s.rc() != DYAD_RC_NOTFOUND)
+            return Status(s).wrap("replica entry of '" + req.upath + "'");
+    }
+    n_.dropped++;
+    DYAD_INFO(kSub, "dropped the replica of '%s' generation %llu: removed by its owner %s",
+              req.upath.c_str(), static_cast<unsigned long long>(req.generation), from.c_str());
+    return nlohmann::json{{"holder", self_}, {"dropped", true}};
 }
 
 Result<std::shared_ptr<void>> Replicas::take_pull_slot() {
@@ -343,7 +478,10 @@ nlohmann::json Replicas::status() const {
             {"refused_space", n_.refused_space.load()},
             {"refused_busy", n_.refused_busy.load()},
             {"served", n_.served.load()},
-            {"refused_generation", n_.refused_generation.load()}};
+            {"refused_generation", n_.refused_generation.load()},
+            {"unreplicated", n_.unreplicated.load()},
+            {"unreplicate_failed", n_.unreplicate_failed.load()},
+            {"dropped", n_.dropped.load()}};
 }
 
 void Replicas::metrics(PromText& t) const {
@@ -377,6 +515,15 @@ void Replicas::metrics(PromText& t) const {
     t.counter("dyad_replica_refused_generation_total",
               "replica fetches refused: no replica held, or one of another generation",
               n_.refused_generation.load());
+    t.counter("dyad_replica_unreplicated_total",
+              "replicas of this service's removed files their holders dropped when asked",
+              n_.unreplicated.load());
+    t.counter("dyad_replica_unreplicate_failures_total",
+              "replicas of this service's removed files not dropped (holder down or refusing)",
+              n_.unreplicate_failed.load());
+    t.counter("dyad_replica_dropped_total",
+              "replicas this service dropped because their owner removed the file",
+              n_.dropped.load());
 }
 
 }  // namespace dyad::service

@@ -74,11 +74,18 @@ class Replicas {
             put;
         // Registered services: id -> endpoints.
         std::function<Result<std::map<std::string, std::vector<std::string>>>()> services;
+        // This service's own entry removed (dyad.unreplicate).
+        std::function<Status(const std::string& ns, const std::string& key)> remove;
+        // The entries of `ns` under `prefix` (one page: a file has at most
+        // one entry per service).
+        std::function<Result<std::vector<std::pair<std::string, kvs::Entry>>>(
+            const std::string& ns, const std::string& prefix)>
+            list;
     };
     struct Counters {
         std::atomic<uint64_t> pushed{0}, push_failed{0}, short_of_services{0}, queue_full{0},
             queued{0}, pulled{0}, pull_failed{0}, refused_space{0}, refused_busy{0}, served{0},
-            refused_generation{0};
+            refused_generation{0}, unreplicated{0}, unreplicate_failed{0}, dropped{0};
     };
     Replicas(std::string self, std::string node, std::vector<std::string> endpoints,
              ReplicaOptions opts, Hooks hooks, rpc::Credentials creds, PullFn pull);
@@ -93,6 +100,13 @@ class Replicas {
     void push(const std::string& ns, const std::string& key, const kvs::Record& rec, uint64_t k,
               Done done);
     uint64_t default_k() const { return opts_.k; }
+    // Owner: the record `rec` (of `key` in `ns`) was just removed (dyad
+    // rm). Asynchronously (the same queue and worker as the pushes), every
+    // holder whose entry names this service as the owner, at the record's
+    // generation or an older one, is asked to drop its replica
+    // (dyad.unreplicate, a deadline each). A holder that cannot be reached
+    // keeps its entry; it never matches again (generations never repeat).
+    void forget(const std::string& ns, const std::string& key, const kvs::Record& rec);
 
     // Holder: dyad.replicate from service `from` (blocks: a file thread of
     // its own). The answer: {"holder", "generation", "bytes"}.
@@ -100,6 +114,12 @@ class Replicas {
     // A pull slot for a dyad.replicate (EBUSY when all are taken), released
     // by the returned holder.
     Result<std::shared_ptr<void>> take_pull_slot();
+    // Holder: dyad.unreplicate from service `from`: the replica of
+    // req.upath is dropped (its file, its entry, its bytes) if `from` is the
+    // owner recorded for it and it is of req.generation. The answer:
+    // {"holder", "dropped": true}; ENOENT when nothing of that generation is
+    // held, EPERM when `from` is not its owner.
+    Result<nlohmann::json> unhold(const proto::UnreplicateRequest& req, const std::string& from);
 
     // Holder: the directory a replica fetch of `ns` opens files beneath
     // ("" if none was made).
@@ -120,6 +140,7 @@ class Replicas {
         kvs::Record rec;
         uint64_t k = 0;
         Done done;
+        bool drop = false;  // forget(), not push()
     };
     struct Held {
         uint64_t generation = 0, size = 0, ino = 0;
@@ -128,6 +149,7 @@ class Replicas {
     };
     void run();
     uint64_t push_one(const Job& j);
+    void drop_one(const Job& j);
     Result<std::string> make_dir(const std::string& ns);
 
     const std::string self_, node_;

@@ -32,6 +32,15 @@ Status Service::start_replicas() {
     hooks.put = [this](const std::string& ns, const std::string& key, const std::string& value) {
         return store_put(ns, key, value);
     };
+    hooks.remove = [this](const std::string& ns, const std::string& key) {
+        return store_->remove(ns, key, id_, Deadline::after(kStoreTimeout));
+    };
+    hooks.list = [this](const std::string& ns, const std::string& prefix)
+        -> Result<std::vector<std::pair<std::string, kvs::Entry>>> {
+        auto page = store_->list(ns, prefix, "", kvs::kPageLimit, Deadline::after(kStoreTimeout));
+        if (!page) return page.status();
+        return std::move(page->entries);
+    };
     hooks.services = [this]() -> Result<std::map<std::string, std::vector<std::string>>> {
         std::map<std::string, std::vector<std::string>> out;
         std::string after;
@@ -102,6 +111,31 @@ void Service::on_replicate(std::shared_ptr<rpc::Request> r) {
                        r->error(st.err() ? st.err() : EIO, st.message(), st.rc());
                    });
                });
+}
+
+void Service::on_unreplicate(std::shared_ptr<rpc::Request> r) {
+    // Only another service, proving it with the job's key; the holder then
+    // checks it is the owner it recorded for the replica.
+    const std::string from = r->peer_service();
+    if (from.empty() || from == id_)
+        return r->error(EPERM, "dyad.unreplicate is a request of one service to another",
+                        DYAD_RC_NOAUTH);
+    if (!replicas_)
+        return r->error(EOPNOTSUPP, "service " + id_ + " holds no replicas", DYAD_RC_BADRPC);
+    auto req = proto::UnreplicateRequest::parse(r->args());
+    if (!req) return r->error(EPROTO, req.status().message(), req.status().rc());
+    auto up = normalize_upath(req->upath);
+    if (!up) return r->error(up.status().err(), up.status().message(), up.status().rc());
+    req->upath = up.value();
+    asio::post(replica_pool_, [this, r, req = std::move(req.value()), from] {
+        if (r->finished()) return;
+        auto res = replicas_->unhold(req, from);
+        asio::post(io_, [r, res] {
+            if (res) return r->end(res.value());
+            Status st = res.status();
+            r->error(st.err() ? st.err() : EIO, st.message(), st.rc());
+        });
+    });
 }
 
 void Service::replicate_then_answer(const std::shared_ptr<rpc::Request>& r, nlohmann::json answer,

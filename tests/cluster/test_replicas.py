@@ -247,3 +247,64 @@ def test_wrapper_and_python_fail_over(make_cluster):
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     same(cons, owner, (2, 3))
+
+
+def stat_json(node, rel):
+    p = node.dyad("--json", "stat", node.path(rel), check=False)
+    return p, (json.loads(p.stdout) if p.returncode == 0 else None)
+
+
+def test_stat_lists_the_copies(make_cluster):
+    """k=1: `dyad stat` (human and --json) names the owner and the replica
+    holder of the record's generation, as failover would use it."""
+    c = make_cluster(4, "embedded")
+    owner = c[PRODUCER]
+    produce(owner, [3])
+    held = replica_entries(c[0])[name(3)]
+    assert len(held) == 1 and held[0] != owner.name, held
+    p, j = stat_json(c[2], name(3))
+    assert p.returncode == 0, p.stderr
+    print(p.stdout)
+    assert j["owner"] == owner.name, j
+    assert [r["holder"] for r in j["replicas"]] == held, j
+    assert j["replicas"][0]["generation"] == j["generation"], j
+    human = c[3].dyad("stat", c[3].path(name(3))).stdout
+    print(human)
+    assert f"owner: {owner.name}" in human, human
+    assert f"replica: {held[0]} on node " in human, human
+
+
+def test_rm_removes_the_replicas(make_cluster):
+    """k=1: `dyad rm` on the owner; its dyadd then asks the holder to drop
+    its copy (dyad.unreplicate, after the rm answers): the replica file
+    leaves the holder's state directory, its entry leaves the store, the
+    counters say so, and stat finds no copy left."""
+    c = make_cluster(4, "embedded")
+    owner = c[PRODUCER]
+    produce(owner, [3, 4])
+    held = replica_entries(c[0])
+    holder = next(n for n in c if n.name == held[name(3)][0])
+    copy = os.path.join(holder.dir, ".dyad", "replicas", "dyad", name(3))
+    assert os.path.exists(copy), copy
+    p = owner.dyad("rm", owner.path(name(3)))
+    print(p.stdout, p.stderr)
+
+    def dropped():
+        return not os.path.exists(copy) and name(3) not in replica_entries(c[0])
+
+    harness.wait_for(dropped, 20, interval=0.1, what="the holder to drop the replica of the removed file")
+    # The other file keeps its replica.
+    assert replica_entries(c[0]).get(name(4)) == held[name(4)]
+    p, j = stat_json(c[2], name(3))
+    assert p.returncode != 0 and "not" in p.stderr, (p.stdout, p.stderr)
+    st = json.loads(owner.dyad("--json", "service", "status").stdout)
+    print(st.get("replicas"))
+    assert st["replicas"]["unreplicated"] == 1, st["replicas"]
+    st = json.loads(holder.dyad("--json", "service", "status").stdout)
+    keeps = held[name(4)].count(holder.name)  # f004's replica may be on the same holder
+    assert st["replicas"]["dropped"] == 1 and st["replicas"]["held"] == keeps, st["replicas"]
+    # Produced again: the new generation is replicated and listed by stat.
+    produce(owner, [3], seed=7)
+    p, j = stat_json(c[2], name(3))
+    assert p.returncode == 0, p.stderr
+    assert [r["generation"] for r in j["replicas"]] == [j["generation"]], j

@@ -77,4 +77,22 @@ TEST(ReplicateRequest, RefusesEmptyOrMissing) {
     EXPECT_EQ(replica_namespace("dyad"), "dyad.replicas");
 }
 
+TEST(UnreplicateRequest, RoundTripAndRefusals) {
+    UnreplicateRequest r{"dyad", "k", "f", 7};
+    auto back = UnreplicateRequest::parse(r.build());
+    ASSERT_TRUE(back.is_ok());
+    EXPECT_EQ(back->generation, 7u);
+    EXPECT_EQ(back->upath, "f");
+    auto j = r.build();
+    j["generation"] = 0;
+    EXPECT_EQ(UnreplicateRequest::parse(j).status().rc(), DYAD_RC_BADRPC);
+    j = r.build();
+    j["key"] = 5;
+    EXPECT_FALSE(UnreplicateRequest::parse(j).is_ok());
+    j = r.build();
+    j.erase("ns");
+    EXPECT_FALSE(UnreplicateRequest::parse(j).is_ok());
+    EXPECT_FALSE(UnreplicateRequest::parse(nlohmann::json::array()).is_ok());
+}
+
 }  // namespace
