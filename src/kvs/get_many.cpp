@@ -4,6 +4,7 @@
 #include <cerrno>
 
 #include "proto/kvs.hpp"
+#include "proto/little_endian.hpp"
 
 namespace dyad::kvs {
 
@@ -11,16 +12,8 @@ namespace {
 
 enum : uint8_t { kRawMissing = 0, kRawFound = 1, kRawLater = 2 };
 
-void put_le(std::string* out, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-uint64_t get_le(const char* p, int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i)
-        v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-    return v;
-}
+using proto::get_le;
+using proto::put_le;
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 #include "proto/kvs.hpp"
 
 #include "proto/fields.hpp"
+#include "proto/little_endian.hpp"
 
 namespace dyad::proto::kvs {
 
@@ -136,18 +137,6 @@ Result<ListAnswer> ListAnswer::parse(nlohmann::json&& j) {
 nlohmann::json ListAnswer::build_raw(uint64_t count, bool more) {
     return {{"format", "raw"}, {"count", count}, {"more", more}};
 }
-
-namespace {
-void put_le(std::string* out, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-uint64_t get_le(const char* p, int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i)
-        v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-    return v;
-}
-}  // namespace
 
 void ListAnswer::append_raw(std::string* data, const ListEntry& e) {
     put_le(data, e.key.size(), 4);
