@@ -463,25 +463,56 @@ Status Replicas::check(const std::string& ns, const std::string& upath, uint64_t
     return Status::ok();
 }
 
+namespace {
+// Each counter once: its name in `dyad service status` ("replicas"), its
+// metric and what it counts.
+struct CounterRow {
+    const char* status;
+    const char* metric;
+    const char* help;
+    std::atomic<uint64_t> Replicas::Counters::*member;
+};
+using C = Replicas::Counters;
+constexpr CounterRow kCounterRows[] = {
+    {"pushed", "dyad_replica_pushes_total", "replicas of this service's files other services took",
+     &C::pushed},
+    {"push_failed", "dyad_replica_push_failures_total",
+     "services that did not take a replica of this service's files when asked", &C::push_failed},
+    {"short_of_services", "dyad_replica_short_total",
+     "files published with fewer replicas than asked for (too few services took one)",
+     &C::short_of_services},
+    {"queue_full", "dyad_replica_queue_full_total",
+     "files published without replicas because the replication queue stayed full", &C::queue_full},
+    {"pulled", "dyad_replica_pulls_total", "replicas this service pulled and holds", &C::pulled},
+    {"pull_failed", "dyad_replica_pull_failures_total", "replicas this service failed to pull",
+     &C::pull_failed},
+    {"refused_space", "dyad_replica_refused_space_total",
+     "replicas refused for lack of replica space (--replica-space)", &C::refused_space},
+    {"refused_busy", "dyad_replica_refused_busy_total",
+     "replicas refused because too many pulls were in progress", &C::refused_busy},
+    {"served", "dyad_replica_served_total", "replica fetches served (consumers that failed over)",
+     &C::served},
+    {"refused_generation", "dyad_replica_refused_generation_total",
+     "replica fetches refused: no replica held, or one of another generation",
+     &C::refused_generation},
+    {"unreplicated", "dyad_replica_unreplicated_total",
+     "replicas of this service's removed files their holders dropped when asked", &C::unreplicated},
+    {"unreplicate_failed", "dyad_replica_unreplicate_failures_total",
+     "replicas of this service's removed files not dropped (holder down or refusing)",
+     &C::unreplicate_failed},
+    {"dropped", "dyad_replica_dropped_total",
+     "replicas this service dropped because their owner removed the file", &C::dropped},
+};
+}  // namespace
+
 nlohmann::json Replicas::status() const {
     std::lock_guard<std::mutex> lk(mu_);
-    return {{"default_copies", opts_.k},
-            {"held", held_.size()},
-            {"bytes", bytes_held_},
-            {"space", opts_.space},
-            {"pushed", n_.pushed.load()},
-            {"push_failed", n_.push_failed.load()},
-            {"short_of_services", n_.short_of_services.load()},
-            {"queue_full", n_.queue_full.load()},
-            {"pulled", n_.pulled.load()},
-            {"pull_failed", n_.pull_failed.load()},
-            {"refused_space", n_.refused_space.load()},
-            {"refused_busy", n_.refused_busy.load()},
-            {"served", n_.served.load()},
-            {"refused_generation", n_.refused_generation.load()},
-            {"unreplicated", n_.unreplicated.load()},
-            {"unreplicate_failed", n_.unreplicate_failed.load()},
-            {"dropped", n_.dropped.load()}};
+    nlohmann::json s = {{"default_copies", opts_.k},
+                        {"held", held_.size()},
+                        {"bytes", bytes_held_},
+                        {"space", opts_.space}};
+    for (const CounterRow& row : kCounterRows) s[row.status] = (n_.*row.member).load();
+    return s;
 }
 
 void Replicas::metrics(PromText& t) const {
@@ -490,40 +521,8 @@ void Replicas::metrics(PromText& t) const {
             static_cast<double>(s["held"].get<uint64_t>()));
     t.gauge("dyad_replica_bytes", "bytes of the replicas this service holds",
             static_cast<double>(s["bytes"].get<uint64_t>()));
-    t.counter("dyad_replica_pushes_total", "replicas of this service's files other services took",
-              n_.pushed.load());
-    t.counter("dyad_replica_push_failures_total",
-              "services that did not take a replica of this service's files when asked",
-              n_.push_failed.load());
-    t.counter("dyad_replica_short_total",
-              "files published with fewer replicas than asked for (too few services took one)",
-              n_.short_of_services.load());
-    t.counter("dyad_replica_queue_full_total",
-              "files published without replicas because the replication queue stayed full",
-              n_.queue_full.load());
-    t.counter("dyad_replica_pulls_total", "replicas this service pulled and holds",
-              n_.pulled.load());
-    t.counter("dyad_replica_pull_failures_total", "replicas this service failed to pull",
-              n_.pull_failed.load());
-    t.counter("dyad_replica_refused_space_total",
-              "replicas refused for lack of replica space (--replica-space)",
-              n_.refused_space.load());
-    t.counter("dyad_replica_refused_busy_total",
-              "replicas refused because too many pulls were in progress", n_.refused_busy.load());
-    t.counter("dyad_replica_served_total", "replica fetches served (consumers that failed over)",
-              n_.served.load());
-    t.counter("dyad_replica_refused_generation_total",
-              "replica fetches refused: no replica held, or one of another generation",
-              n_.refused_generation.load());
-    t.counter("dyad_replica_unreplicated_total",
-              "replicas of this service's removed files their holders dropped when asked",
-              n_.unreplicated.load());
-    t.counter("dyad_replica_unreplicate_failures_total",
-              "replicas of this service's removed files not dropped (holder down or refusing)",
-              n_.unreplicate_failed.load());
-    t.counter("dyad_replica_dropped_total",
-              "replicas this service dropped because their owner removed the file",
-              n_.dropped.load());
+    for (const CounterRow& row : kCounterRows)
+        t.counter(row.metric, row.help, (n_.*row.member).load());
 }
 
 }  // namespace dyad::service
