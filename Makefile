@@ -5,17 +5,29 @@ BUILD ?= build
 PY ?= /usr/bin/python3
 CMAKE_FLAGS ?= -DDYAD_WARNINGS_AS_ERRORS=ON
 
-.PHONY: all deps configure build install test test-long test-asan fuzz fuzz-deps fuzz-merge demo bench bench-scale bench-workflow bench-plot format check-format clean
+.PHONY: all deps deps-build deps-test deps-bench configure build install test test-long test-asan fuzz fuzz-deps fuzz-merge demo bench bench-scale bench-workflow bench-plot format check-format clean
 
 all: build
 
+# Each target installs only the Debian packages it needs (scripts/install-deps.sh
+# says which): `make demo` the build's, `make test` adds the test suite's
+# (etcd, Slurm, GlusterFS, PyTorch ...), `make bench` the baselines'.
 deps:
-	bash scripts/install-deps.sh
+	bash scripts/install-deps.sh all
 
-$(BUILD)/build.ninja: | deps
+deps-build:
+	bash scripts/install-deps.sh build
+
+deps-test:
+	bash scripts/install-deps.sh test
+
+deps-bench:
+	bash scripts/install-deps.sh bench
+
+$(BUILD)/build.ninja: | deps-build
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
 
-configure: deps
+configure: deps-build
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
 
 build: $(BUILD)/build.ninja
@@ -26,19 +38,19 @@ build: $(BUILD)/build.ninja
 # lib/x86_64-linux-gnu for /usr on Debian) and the programs' RUNPATH
 # points there.
 PREFIX ?= /usr/local
-install: | deps
+install: | deps-build
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 	cmake --build $(BUILD) -j2
 	DESTDIR="$(DESTDIR)" cmake --install $(BUILD)
 
-test: build
+test: build | deps-test
 	cd $(BUILD) && ctest --output-on-failure -LE long --timeout 600
 
-test-long: build
+test-long: build | deps-test
 	cd $(BUILD) && ctest --output-on-failure -L long --timeout 3000
 
 # The whole suite with AddressSanitizer, LeakSanitizer and UBSan.
-test-asan: deps
+test-asan: deps-test
 	cmake -S . -B build-asan -G Ninja -DDYAD_ENABLE_ASAN=ON -DCMAKE_BUILD_TYPE=Debug
 	cmake --build build-asan -j2
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure -LE long --timeout 900
@@ -52,7 +64,7 @@ FUZZ_JOBS ?= 2
 FUZZ_TARGETS = frame hello request record address
 # clang and libFuzzer's runtime (Debian 12: clang, libclang-rt-14-dev), for
 # `make fuzz` only: `make test` never needs clang.
-fuzz-deps: | deps
+fuzz-deps: | deps-build
 	@printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n' | \
 	  clang++ -fsanitize=fuzzer -x c++ - -o /dev/null 2>/dev/null || \
 	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev
@@ -85,7 +97,7 @@ demo: build
 BENCH_OUT ?= $(BUILD)/bench
 BENCH_ENV = BENCH_OUT=$(abspath $(BENCH_OUT)) DYAD_BUILD_DIR=$(abspath $(BUILD))
 
-bench: build
+bench: build | deps-bench
 	$(BENCH_ENV) $(PY) bench/bench.py
 	$(BENCH_ENV) $(PY) bench/wrapper_overhead.py
 	$(BENCH_ENV) $(PY) bench/ucx_bench.py
@@ -103,7 +115,7 @@ bench: build
 
 # How the metadata path grows with N = 4, 16, 64 nodes (bench/README.md;
 # about 10 minutes): $(BENCH_OUT)/scale.md, scale.json, scale_*.png.
-bench-scale: build
+bench-scale: build | deps-bench
 	$(BENCH_ENV) $(PY) bench/scale_bench.py
 
 # DYAD against a real GlusterFS volume on DYAD's own workloads (the MD
@@ -111,7 +123,7 @@ bench-scale: build
 # as root. Tables (markdown), charts (PNG) and results.json in
 # $(BENCH_OUT)/workflow; docs/workflow-bench.md says how and what it is not.
 # BENCH_WORKFLOW_ARGS passes options (bench/workflow/run.py --help).
-bench-workflow: build
+bench-workflow: build | deps-bench
 	$(BENCH_ENV) $(PY) bench/workflow/run.py $(BENCH_WORKFLOW_ARGS)
 
 # Charts again from the JSON in $(BENCH_OUT) (no measurement). For the

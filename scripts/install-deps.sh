@@ -1,12 +1,30 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Installs exactly the Debian 12 packages the build, tests, demo and
-# benchmarks use, and enables or starts no system service.
-# Idempotent: skips apt entirely when everything is already present.
+# Installs exactly the Debian 12 packages DYAD uses, and enables or starts no
+# system service. One argument says for what (default: all):
+#   build  the build and `make demo` (compilers, the libraries DYAD links, ip,
+#          python3): about 100 packages, a few minutes on a fresh machine
+#   test   build + what `make test` runs beside DYAD (etcd, Slurm and munge,
+#          GlusterFS, PyTorch, h5py, pytest, rsync, ...)
+#   bench  test + the baselines and charts of `make bench` (iperf3, socat,
+#          strace, matplotlib)
+#   all    everything (= bench)
+# The Makefile asks for the smallest set a target needs, so `make demo` does
+# not wait for PyTorch and GlusterFS. Idempotent: skips apt entirely when
+# everything asked for is already present.
 set -euo pipefail
 
-PKGS=(
-  # -- build (CMakeLists.txt, Makefile) --
+PROFILE=${1:-all}
+case "$PROFILE" in
+  build | test | bench | all) ;;
+  *)
+    echo "install-deps: unknown set '$PROFILE' (use build, test, bench or all)" >&2
+    exit 2
+    ;;
+esac
+
+PKGS_BUILD=(
+  # -- build (CMakeLists.txt, Makefile) and make demo --
   build-essential      # gcc/g++, make; also binutils (readelf, nm: tests/integration)
   cmake                # the build system
   ninja-build          # cmake -G Ninja (Makefile)
@@ -21,7 +39,8 @@ PKGS=(
   libxxhash-dev        # checksums and key hashing (src/common)
   libsodium-dev        # the job key's authentication (src/common/auth.cpp)
   libsqlite3-dev       # the publish ledger kept across dyadd restarts (src/service/ledger_journal.cpp, dyadd only)
-  libgtest-dev         # unit tests (tests/CMakeLists.txt: GTest::gtest_main)
+  libgtest-dev         # unit tests (tests/CMakeLists.txt: GTest::gtest_main), built with everything else
+  libslurm-dev         # <slurm/spank.h>: dyad_spank.so is built only where it is found (headers only)
   # -- the etcd backend of the metadata store (src/kvs/etcd, dyadd only) --
   libgrpc++-dev        # etcd's v3 API is gRPC
   libprotobuf-dev      # its messages
@@ -29,36 +48,47 @@ PKGS=(
   protobuf-compiler-grpc  # grpc_cpp_plugin: the gRPC stubs
   # -- transports --
   libucx-dev           # DYAD_DTL_MODE=UCX (src/dtl)
-  ucx-utils            # ucx_info (tests), ucx_perftest (bench/ucx_bench.py)
   libfabric-dev        # DYAD_DTL_MODE=MARGO/OFI (src/dtl, bench/ofi_read_bw.cpp)
-  libfabric-bin        # fi_info (tests/integration)
-  # -- tests, demo, benchmarks --
+  # -- make demo --
   iproute2             # ip, ss: the harness's loopback addresses and network namespaces (scripts/harness.py)
+  python3              # the demo, tests, benchmarks, pydyad
+)
+
+PKGS_TEST=(
+  ucx-utils            # ucx_info (tests), ucx_perftest (bench/ucx_bench.py)
+  libfabric-bin        # fi_info (tests/integration)
   etcd-server          # /usr/bin/etcd: the etcd metadata store (dyadd --kvs etcd://); tests and benchmarks
                        # start their own (scripts/harness.py Etcd); the distribution's service is disabled below
   etcd-client          # etcdctl: health checks of the tests' etcd, the etcdctl baseline of make bench
-  iperf3               # TCP baseline of make bench (bench/bench.py); its daemon stays off
   rsync                # rsync daemon baseline of make bench (bench/references.py, its own daemon on a free
-                       # port); the distribution's service is disabled below
-  socat                # tar | socat baseline of make bench (bench/references.py)
-  strace               # syscall accounting of make bench (strace -f -c, bench/accounting.py)
-  python3              # tests, demo, benchmarks, pydyad
+                       # port), rsync in job scripts (tests); the distribution's service is disabled below
   python3-pytest       # every Python test (ctest runs pytest)
   python3-venv         # pip install ./python into a fresh venv (tests/python/test_pydyad_install.py)
   python3-numpy        # examples/python, pydyad.torch
   python3-h5py         # pydyad.hdf and its tests
   python3-torch        # pydyad.torch and its tests
-  python3-matplotlib   # bench/plot.py: the PNG charts of make bench
+  python3-matplotlib   # bench/plot.py: the PNG charts of make bench (and its test)
   glusterfs-server     # make bench-workflow and its smoke test: the GlusterFS baseline (bench/workflow/gluster.py
                        # runs its own glusterd in a namespace); the distribution's services are disabled below
   glusterfs-client     # mount -t glusterfs (FUSE) on every namespace node of that bench
-  # -- Slurm: the SPANK plugin (src/slurm) and its tests (tests/slurm) --
-  libslurm-dev         # <slurm/spank.h>: dyad_spank.so is built only where it is found
+  # -- Slurm: the SPANK plugin's tests (tests/slurm) --
   slurmctld            # the tests' controller (their own, in the root namespace); its service is disabled below
   slurmd               # the tests' node daemons (one per network namespace); its service is disabled below
   slurm-client         # sbatch, srun, salloc, scancel, squeue, scontrol
   munge                # Slurm's authentication: the tests run their own munged; its service is disabled below
 )
+
+PKGS_BENCH=(
+  iperf3               # TCP baseline of make bench (bench/bench.py); its daemon stays off
+  socat                # tar | socat baseline of make bench (bench/references.py)
+  strace               # syscall accounting of make bench (strace -f -c, bench/accounting.py)
+)
+
+PKGS=("${PKGS_BUILD[@]}")
+case "$PROFILE" in
+  test) PKGS+=("${PKGS_TEST[@]}") ;;
+  bench | all) PKGS+=("${PKGS_TEST[@]}" "${PKGS_BENCH[@]}") ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -68,7 +98,7 @@ for p in "${PKGS[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PKGS[@]} packages present"
+  echo "install-deps: all ${#PKGS[@]} packages of the '$PROFILE' set present"
   exit 0
 fi
 
