@@ -48,7 +48,12 @@ PullFn make_replica_puller(double transfer_timeout) {
         std::vector<std::string> paths;
         paths.reserve(j.records.size());
         for (const auto& rec : j.records) paths.push_back(j.dir + "/" + rec.upath);
-        return c->consume_many(paths);
+        // Two in flight: a replica is background work, and a small window
+        // makes each dyad.fetch_many carry more files (fewer requests for
+        // the owner, less CPU taken from its producers).
+        client::ConsumeManyOptions o;
+        o.window = 2;
+        return c->consume_many(paths, o);
     };
 }
 

@@ -18,6 +18,9 @@ namespace dyad::service {
 namespace {
 constexpr const char* kSub = "replicas";
 constexpr double kDropTimeout = 10.0;  // a dyad.unreplicate
+// How long the worker waits for more pushes to join a batch (linger()).
+constexpr auto kLingerQuiet = std::chrono::milliseconds(10);
+constexpr auto kLingerMost = std::chrono::milliseconds(100);
 
 int64_t mtime_of(const struct stat& sb) {
     return static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
@@ -119,6 +122,24 @@ void Replicas::push(const std::string& ns, const std::string& key, const kvs::Re
     qcv_.notify_one();
 }
 
+void Replicas::linger(std::unique_lock<std::mutex>& lk) {
+    // A burst of publishes goes in few batches: while pushes keep coming
+    // (one at least every kLingerQuiet), wait for them, up to kLingerMost
+    // and a full batch. Never for a producer that waits for its replicas
+    // (DYAD_REPLICAS_SYNC: a `done` to call).
+    const auto until = std::chrono::steady_clock::now() + kLingerMost;
+    size_t seen = queue_.size();
+    auto waiting_producer = [this] {
+        return std::any_of(queue_.begin(), queue_.end(), [](const Job& j) { return bool(j.done); });
+    };
+    while (!stopping_ && seen < proto::ReplicateBatch::kMaxFiles && !queue_.front().drop &&
+           !waiting_producer() && std::chrono::steady_clock::now() < until) {
+        qcv_.wait_for(lk, kLingerQuiet, [&] { return stopping_ || queue_.size() != seen; });
+        if (queue_.size() == seen) break;
+        seen = queue_.size();
+    }
+}
+
 void Replicas::run() {
     for (;;) {
         std::vector<Job> batch;
@@ -126,6 +147,7 @@ void Replicas::run() {
         {
             std::unique_lock<std::mutex> lk(qmu_);
             qcv_.wait(lk, [this] { return stopping_ || !queue_.empty(); });
+            linger(lk);
             if (stopping_) return;
             // The pushes waiting now, in order, up to a drop (which must
             // follow the pushes queued before it): one batch.

@@ -158,6 +158,8 @@ class Replicas {
         std::string of;
     };
     void run();
+    // Waits (queue lock held) while a burst of pushes is still arriving.
+    void linger(std::unique_lock<std::mutex>& lk);
     // Owner (replica_push.cpp): the copies each job of `jobs` got. The
     // files are asked of their holders in rounds, each round one
     // dyad.replicate_many per holder (a holder that does not know it: one
