@@ -42,6 +42,85 @@ nlohmann::json ReplicateRequest::build() const {
     return {{"ns", ns}, {"key", key}, {"upath", upath}, {"generation", generation}, {"size", size}};
 }
 
+Result<ReplicateBatch> ReplicateBatch::parse(const nlohmann::json& args) {
+    if (!args.is_object() || !args.contains("ns") || !args["ns"].is_string() ||
+        !args.contains("files") || !args["files"].is_array())
+        return Status(DYAD_RC_BADRPC,
+                      "dyad.replicate_many: needs ns (a string) and files (an array)", EPROTO);
+    ReplicateBatch b;
+    b.ns = args["ns"].get<std::string>();
+    const auto& files = args["files"];
+    if (files.empty() || files.size() > kMaxFiles)
+        return Status(DYAD_RC_BADRPC,
+                      "dyad.replicate_many: " + std::to_string(files.size()) +
+                          " files; a batch has 1 to " + std::to_string(kMaxFiles),
+                      EPROTO);
+    b.files.reserve(files.size());
+    for (size_t i = 0; i < files.size(); ++i) {
+        nlohmann::json one = files[i];
+        if (!one.is_object())
+            return Status(DYAD_RC_BADRPC,
+                          "dyad.replicate_many: file " + std::to_string(i) + " is not an object",
+                          EPROTO);
+        one["ns"] = b.ns;
+        auto r = ReplicateRequest::parse(one);
+        if (!r)
+            return Status(
+                DYAD_RC_BADRPC,
+                "dyad.replicate_many: file " + std::to_string(i) + ": " + r.status().message(),
+                EPROTO);
+        b.files.push_back(std::move(r.value()));
+    }
+    return b;
+}
+
+nlohmann::json ReplicateBatch::build() const {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& f : files) {
+        nlohmann::json one = f.build();
+        one.erase("ns");  // the batch's
+        list.push_back(std::move(one));
+    }
+    return {{"ns", ns}, {"files", std::move(list)}};
+}
+
+Result<ReplicateBatchAnswer> ReplicateBatchAnswer::parse(const nlohmann::json& answer,
+                                                         size_t expected) {
+    if (!answer.is_object() || !answer.contains("holder") || !answer["holder"].is_string() ||
+        !answer.contains("files") || !answer["files"].is_array() ||
+        answer["files"].size() != expected)
+        return Status(DYAD_RC_BADRPC,
+                      "dyad.replicate_many: an answer without the holder and one item per file",
+                      EPROTO);
+    ReplicateBatchAnswer a;
+    a.holder = answer["holder"].get<std::string>();
+    for (const auto& it : answer["files"]) {
+        Fields f(it, "a dyad.replicate_many item");
+        Item item;
+        item.held = f.boolean("held");
+        if (item.held) {
+            item.bytes = f.u64("bytes");
+        } else {
+            item.err = static_cast<int>(f.u64("errno"));
+            item.error = f.str("error");
+        }
+        if (!f.ok()) return f.status();
+        a.files.push_back(std::move(item));
+    }
+    return a;
+}
+
+nlohmann::json ReplicateBatchAnswer::build() const {
+    nlohmann::json items = nlohmann::json::array();
+    for (const auto& it : files) {
+        if (it.held)
+            items.push_back({{"held", true}, {"bytes", it.bytes}});
+        else
+            items.push_back({{"held", false}, {"errno", it.err}, {"error", it.error}});
+    }
+    return {{"holder", holder}, {"files", std::move(items)}};
+}
+
 Result<UnreplicateRequest> UnreplicateRequest::parse(const nlohmann::json& args) {
     Fields f(args, "dyad.unreplicate");
     UnreplicateRequest r;

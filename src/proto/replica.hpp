@@ -34,6 +34,36 @@ struct ReplicateRequest {
     nlohmann::json build() const;
 };
 
+// dyad.replicate_many: several files of one namespace in one request, so
+// that a holder pulls them with one batched consume (dyad.fetch_many)
+// instead of one whole consume per file. At most kMaxFiles files; every
+// file as in dyad.replicate.
+struct ReplicateBatch {
+    static constexpr size_t kMaxFiles = 256;
+    std::string ns;
+    std::vector<ReplicateRequest> files;  // each with ns set to the batch's
+    // BADRPC naming the field (or the file's index) when one is missing, of
+    // another type, or when the batch is empty or too long.
+    static Result<ReplicateBatch> parse(const nlohmann::json& args);
+    nlohmann::json build() const;
+};
+
+// Its answer: the holder, and per file (in the request's order) the bytes
+// held, or the holder's refusal of that file.
+struct ReplicateBatchAnswer {
+    struct Item {
+        bool held = false;
+        uint64_t bytes = 0;
+        int err = 0;  // errno of a refusal
+        std::string error;
+    };
+    std::string holder;
+    std::vector<Item> files;
+    // BADRPC unless an object with the holder and `expected` items.
+    static Result<ReplicateBatchAnswer> parse(const nlohmann::json& answer, size_t expected);
+    nlohmann::json build() const;
+};
+
 // dyad.unreplicate: the owner of `upath` (record `key` in `ns`), having
 // removed its record of generation `generation`, asks a holder to drop its
 // replica of that generation (its copy and its entry).

@@ -17,7 +17,7 @@ PullFn make_replica_puller(double transfer_timeout) {
         std::map<std::string, std::shared_ptr<client::Client>> by_dir;
     };
     auto clients = std::make_shared<Clients>();
-    return [clients, transfer_timeout](const PullJob& j) -> Status {
+    return [clients, transfer_timeout](const PullJob& j) -> std::vector<Status> {
         std::shared_ptr<client::Client> c;
         {
             std::lock_guard<std::mutex> lk(clients->mu);
@@ -31,13 +31,29 @@ PullFn make_replica_puller(double transfer_timeout) {
                 cfg.wait_timeout = 60;         // for another pull of the same file
                 cfg.replica_failover = false;  // from the owner only
                 auto made = client::Client::create(cfg);
-                if (!made) return made.status();
+                if (!made) return std::vector<Status>(j.records.size(), made.status());
                 slot = std::move(made.value());
             }
             c = slot;
         }
-        client::ConsumeReport rep;
-        return c->consume_with(j.dir + "/" + j.record.upath, j.record, &rep);
+        if (j.records.size() == 1) {
+            client::ConsumeReport rep;
+            return {
+                c->consume_with(j.dir + "/" + j.records.front().upath, j.records.front(), &rep)};
+        }
+        // Many: one batched consume (the owner's dyad.fetch_many for the
+        // small ones, a window of fetches for the rest). The holder checks
+        // each copy against the record it verified (size, mtime) before it
+        // records it.
+        std::vector<std::string> paths;
+        paths.reserve(j.records.size());
+        for (const auto& rec : j.records) paths.push_back(j.dir + "/" + rec.upath);
+        // Two in flight: a replica is background work, and a small window
+        // makes each dyad.fetch_many carry more files (fewer requests for
+        // the owner, less CPU taken from its producers).
+        client::ConsumeManyOptions o;
+        o.window = 2;
+        return c->consume_many(paths, o);
     };
 }
 

@@ -17,11 +17,10 @@
 namespace dyad::service {
 namespace {
 constexpr const char* kSub = "replicas";
-constexpr double kAskTimeout = 60.0;      // a dyad.replicate, plus the time below
-constexpr double kBytesPerSecond = 20e6;  // the slowest pull a deadline allows for
-// How old the registry the owner places replicas by may be.
-constexpr auto kRegistryAge = std::chrono::seconds(2);
 constexpr double kDropTimeout = 10.0;  // a dyad.unreplicate
+// How long the worker waits for more pushes to join a batch (linger()).
+constexpr auto kLingerQuiet = std::chrono::milliseconds(10);
+constexpr auto kLingerMost = std::chrono::milliseconds(100);
 
 int64_t mtime_of(const struct stat& sb) {
     return static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
@@ -65,12 +64,13 @@ std::string own_uri(const std::vector<std::string>& eps) {
     return eps.empty() ? std::string() : eps.front();
 }
 
+}  // namespace
+
 std::string tcp_endpoint(const std::vector<std::string>& eps) {
     for (const auto& e : eps)
         if (e.rfind("tcp://", 0) == 0) return e;
     return eps.empty() ? std::string() : eps.front();
 }
-}  // namespace
 
 Replicas::Replicas(std::string self, std::string node, std::vector<std::string> endpoints,
                    ReplicaOptions opts, Hooks hooks, rpc::Credentials creds, PullFn pull)
@@ -122,74 +122,54 @@ void Replicas::push(const std::string& ns, const std::string& key, const kvs::Re
     qcv_.notify_one();
 }
 
-void Replicas::run() {
-    for (;;) {
-        Job j;
-        {
-            std::unique_lock<std::mutex> lk(qmu_);
-            qcv_.wait(lk, [this] { return stopping_ || !queue_.empty(); });
-            if (stopping_) return;
-            j = std::move(queue_.front());
-            queue_.pop_front();
-        }
-        room_.notify_one();
-        if (j.drop) {
-            drop_one(j);
-            continue;
-        }
-        uint64_t copies = push_one(j);
-        if (j.done) j.done(copies);
+void Replicas::linger(std::unique_lock<std::mutex>& lk) {
+    // A burst of publishes goes in few batches: while pushes keep coming
+    // (one at least every kLingerQuiet), wait for them, up to kLingerMost
+    // and a full batch. Never for a producer that waits for its replicas
+    // (DYAD_REPLICAS_SYNC: a `done` to call).
+    const auto until = std::chrono::steady_clock::now() + kLingerMost;
+    size_t seen = queue_.size();
+    auto waiting_producer = [this] {
+        return std::any_of(queue_.begin(), queue_.end(), [](const Job& j) { return bool(j.done); });
+    };
+    while (!stopping_ && seen < proto::ReplicateBatch::kMaxFiles && !queue_.front().drop &&
+           !waiting_producer() && std::chrono::steady_clock::now() < until) {
+        qcv_.wait_for(lk, kLingerQuiet, [&] { return stopping_ || queue_.size() != seen; });
+        if (queue_.size() == seen) break;
+        seen = queue_.size();
     }
 }
 
-uint64_t Replicas::push_one(const Job& j) {
-    const auto now = std::chrono::steady_clock::now();
-    if (services_.empty() || now - services_at_ > kRegistryAge) {
-        auto fresh = hooks_.services();
-        if (!fresh) {
-            n_.push_failed++;
-            DYAD_WARN(kSub, "no replica of '%s': the registry could not be read: %s",
-                      j.rec.upath.c_str(), fresh.status().to_string().c_str());
-            return 0;
+void Replicas::run() {
+    for (;;) {
+        std::vector<Job> batch;
+        Job drop;
+        {
+            std::unique_lock<std::mutex> lk(qmu_);
+            qcv_.wait(lk, [this] { return stopping_ || !queue_.empty(); });
+            linger(lk);
+            if (stopping_) return;
+            // The pushes waiting now, in order, up to a drop (which must
+            // follow the pushes queued before it): one batch.
+            while (!queue_.empty() && !queue_.front().drop &&
+                   batch.size() < proto::ReplicateBatch::kMaxFiles) {
+                batch.push_back(std::move(queue_.front()));
+                queue_.pop_front();
+            }
+            if (batch.empty()) {
+                drop = std::move(queue_.front());
+                queue_.pop_front();
+            }
         }
-        services_ = std::move(fresh.value());
-        services_at_ = now;
-    }
-    auto& services = services_;
-    std::vector<std::string> ids;
-    for (const auto& [id, eps] : services) ids.push_back(id);
-    // Every other service in rendezvous order: the first k that take it.
-    auto order = proto::replica_holders(j.key, ids, self_, ids.size());
-    proto::ReplicateRequest req{j.ns, j.key, j.rec.upath, j.rec.generation, j.rec.size};
-    const double timeout = kAskTimeout + static_cast<double>(j.rec.size) / kBytesPerSecond;
-    uint64_t copies = 0;
-    std::string why;
-    for (const auto& id : order) {
-        if (copies >= j.k) break;
-        const std::string ep = tcp_endpoint(services[id]);
-        if (ep.empty()) continue;
-        auto a = pool_.call(ep, "dyad.replicate", req.build(), Deadline::after(timeout));
-        if (a && a->is_object() && a->value("holder", std::string()) == id) {
-            ++copies;
-            n_.pushed++;
+        room_.notify_all();
+        if (batch.empty()) {
+            drop_one(drop);
             continue;
         }
-        n_.push_failed++;
-        std::string e = a ? std::string("an answer not naming it") : a.status().message();
-        why += (why.empty() ? "" : "; ") + id + ": " + e;
-        DYAD_INFO(kSub, "%s did not take a replica of '%s': %s", id.c_str(), j.rec.upath.c_str(),
-                  e.c_str());
+        auto copies = push_batch(batch);
+        for (size_t i = 0; i < batch.size(); ++i)
+            if (batch[i].done) batch[i].done(copies[i]);
     }
-    if (copies < j.k) {
-        n_.short_of_services++;
-        DYAD_WARN(kSub,
-                  "'%s' (generation %llu) has %llu of the %llu replicas asked for: %zu other "
-                  "services are registered%s%s",
-                  j.rec.upath.c_str(), static_cast<unsigned long long>(j.rec.generation),
-                  static_cast<unsigned long long>(copies), static_cast<unsigned long long>(j.k),
-                  order.size(), why.empty() ? "" : "; ", why.c_str());
-    }
-    return copies;
 }
 
 void Replicas::forget(const std::string& ns, const std::string& key, const kvs::Record& rec) {
@@ -346,88 +326,86 @@ std::string Replicas::dir_of(const std::string& ns) const {
     return opts_.root + "/" + dir_name(ns);
 }
 
-Result<nlohmann::json> Replicas::hold(const proto::ReplicateRequest& req, const std::string& from) {
+Status Replicas::reserve(const proto::ReplicateRequest& req, const std::string& from) {
     const std::string id = req.ns + std::string(1, '\0') + req.upath;
-    uint64_t had = 0;
-    {
-        // Reserve the bytes first: a holder out of --replica-space refuses.
-        std::lock_guard<std::mutex> lk(mu_);
-        auto it = held_.find(id);
-        if (it != held_.end()) had = it->second.size;
-        if (it == held_.end() && held_.size() >= opts_.max_held) {
-            n_.refused_space++;
-            return Status(DYAD_RC_SYSFAIL,
-                          "service " + self_ + " holds " + std::to_string(held_.size()) +
-                              " replicas, the most it keeps",
-                          ENOSPC);
-        }
-        const uint64_t after = bytes_held_ + bytes_reserved_ + req.size;
-        if (after < req.size || after > opts_.space) {
-            n_.refused_space++;
-            DYAD_WARN(kSub,
-                      "no replica of '%s' (%llu bytes) from %s: this service holds %llu bytes of "
-                      "replicas and may hold %llu (--replica-space)",
-                      req.upath.c_str(), static_cast<unsigned long long>(req.size), from.c_str(),
-                      static_cast<unsigned long long>(bytes_held_ + bytes_reserved_),
-                      static_cast<unsigned long long>(opts_.space));
-            return Status(DYAD_RC_SYSFAIL,
-                          "service " + self_ + " is out of replica space (" +
-                              std::to_string(bytes_held_ + bytes_reserved_) + " of " +
-                              std::to_string(opts_.space) +
-                              " bytes, --replica-space): no replica of '" + req.upath + "'",
-                          ENOSPC);
-        }
-        bytes_reserved_ += req.size;
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = held_.find(id);
+    if (it == held_.end() && held_.size() >= opts_.max_held) {
+        n_.refused_space++;
+        return Status(DYAD_RC_SYSFAIL,
+                      "service " + self_ + " holds " + std::to_string(held_.size()) +
+                          " replicas, the most it keeps",
+                      ENOSPC);
     }
-    auto release = [this, &req] {
-        std::lock_guard<std::mutex> lk(mu_);
-        bytes_reserved_ -= req.size;
-    };
-    auto fail = [this, &release](Status s) {
-        release();
-        n_.pull_failed++;
-        return s;
-    };
+    const uint64_t after = bytes_held_ + bytes_reserved_ + req.size;
+    if (after < req.size || after > opts_.space) {
+        n_.refused_space++;
+        DYAD_WARN(kSub,
+                  "no replica of '%s' (%llu bytes) from %s: this service holds %llu bytes of "
+                  "replicas and may hold %llu (--replica-space)",
+                  req.upath.c_str(), static_cast<unsigned long long>(req.size), from.c_str(),
+                  static_cast<unsigned long long>(bytes_held_ + bytes_reserved_),
+                  static_cast<unsigned long long>(opts_.space));
+        return Status(DYAD_RC_SYSFAIL,
+                      "service " + self_ + " is out of replica space (" +
+                          std::to_string(bytes_held_ + bytes_reserved_) + " of " +
+                          std::to_string(opts_.space) +
+                          " bytes, --replica-space): no replica of '" + req.upath + "'",
+                      ENOSPC);
+    }
+    bytes_reserved_ += req.size;
+    return Status::ok();
+}
+
+void Replicas::release(uint64_t size) {
+    std::lock_guard<std::mutex> lk(mu_);
+    bytes_reserved_ -= std::min(bytes_reserved_, size);
+}
+
+Result<kvs::Record> Replicas::verify(const proto::ReplicateRequest& req, const std::string& from) {
     // The record as the store has it, not as the peer says: its owner must
     // be the asking service and its generation the one asked for.
     auto e = hooks_.get(req.ns, req.key);
-    if (!e) return fail(Status(e.status()).wrap("replica of '" + req.upath + "'"));
+    if (!e) return Status(e.status()).wrap("replica of '" + req.upath + "'");
     auto rec = kvs::Record::from_json(e->value, e->version);
-    if (!rec) return fail(Status(rec.status()).wrap("replica of '" + req.upath + "'"));
+    if (!rec) return Status(rec.status()).wrap("replica of '" + req.upath + "'");
     if (rec->owner != from || rec->upath != req.upath || rec->generation != req.generation ||
         rec->size != req.size)
-        return fail(Status(DYAD_RC_BADFETCH,
-                           "replica of '" + req.upath + "' generation " +
-                               std::to_string(req.generation) + " asked by " + from +
-                               ": the store holds generation " + std::to_string(rec->generation) +
-                               " of '" + rec->upath + "' by " + rec->owner + ": not pulled",
-                           ESTALE));
-    auto dir = make_dir(req.ns);
-    if (!dir) return fail(dir.status());
-    Status s = pull_(PullJob{dir.value(), req.ns, rec.value(), own_uri(endpoints_)});
-    if (!s) return fail(Status(s).wrap("replica of '" + req.upath + "' from " + from));
+        return Status(DYAD_RC_BADFETCH,
+                      "replica of '" + req.upath + "' generation " +
+                          std::to_string(req.generation) + " asked by " + from +
+                          ": the store holds generation " + std::to_string(rec->generation) +
+                          " of '" + rec->upath + "' by " + rec->owner + ": not pulled",
+                      ESTALE);
+    return rec;
+}
+
+Status Replicas::install(const proto::ReplicateRequest& req, const kvs::Record& rec,
+                         const std::string& dir, const std::string& from) {
     // The copy as installed (renamed into place, stamped with the
     // generation): what check() compares every replica fetch with.
     struct stat sb;
-    const std::string path = dir.value() + "/" + req.upath;
+    const std::string path = dir + "/" + req.upath;
     if (::lstat(path.c_str(), &sb) != 0 || !S_ISREG(sb.st_mode) ||
-        static_cast<uint64_t>(sb.st_size) != rec->size || mtime_of(sb) != rec->mtime_ns)
-        return fail(Status(DYAD_RC_BADFIO,
-                           "replica of '" + req.upath + "' is not as pulled at " + path, EIO));
+        static_cast<uint64_t>(sb.st_size) != rec.size || mtime_of(sb) != rec.mtime_ns) {
+        release(req.size);
+        n_.pull_failed++;
+        return Status(DYAD_RC_BADFIO, "replica of '" + req.upath + "' is not as pulled at " + path,
+                      EIO);
+    }
     {
         std::lock_guard<std::mutex> lk(mu_);
-        bytes_reserved_ -= req.size;
-        auto& h = held_[id];
+        bytes_reserved_ -= std::min(bytes_reserved_, req.size);
+        auto& h = held_[req.ns + std::string(1, '\0') + req.upath];
         bytes_held_ -= std::min(bytes_held_, h.size);
-        h = Held{rec->generation, rec->size, static_cast<uint64_t>(sb.st_ino), rec->mtime_ns,
-                 rec->owner};
-        bytes_held_ += rec->size;
+        h = Held{rec.generation, rec.size, static_cast<uint64_t>(sb.st_ino), rec.mtime_ns,
+                 rec.owner};
+        bytes_held_ += rec.size;
     }
-    (void)had;
     // Recorded only now that the copy is durable: a holder killed before
     // this line leaves no entry (and its staging file is no replica).
-    proto::ReplicaEntry entry{rec->upath, self_,           node_,     endpoints_,
-                              rec->owner, rec->generation, rec->size, rec->mtime_ns};
+    proto::ReplicaEntry entry{rec.upath, self_,          node_,    endpoints_,
+                              rec.owner, rec.generation, rec.size, rec.mtime_ns};
     auto put = hooks_.put(proto::replica_namespace(req.ns), proto::replica_key(req.key, self_),
                           entry.to_json().dump());
     if (!put) {
@@ -436,9 +414,78 @@ Result<nlohmann::json> Replicas::hold(const proto::ReplicateRequest& req, const 
     }
     n_.pulled++;
     DYAD_INFO(kSub, "holds a replica of '%s' generation %llu from %s (%llu bytes)",
-              req.upath.c_str(), static_cast<unsigned long long>(rec->generation), from.c_str(),
-              static_cast<unsigned long long>(rec->size));
-    return nlohmann::json{{"holder", self_}, {"generation", rec->generation}, {"bytes", rec->size}};
+              req.upath.c_str(), static_cast<unsigned long long>(rec.generation), from.c_str(),
+              static_cast<unsigned long long>(rec.size));
+    return Status::ok();
+}
+
+proto::ReplicateBatchAnswer Replicas::hold_many(const proto::ReplicateBatch& batch,
+                                                const std::string& from) {
+    proto::ReplicateBatchAnswer answer;
+    answer.holder = self_;
+    answer.files.resize(batch.files.size());
+    auto refuse = [&answer](size_t i, const Status& s) {
+        answer.files[i].held = false;
+        answer.files[i].err = s.err() ? s.err() : EIO;
+        answer.files[i].error = s.message();
+    };
+    // Reserved and verified first, each on its own: one file refused does
+    // not refuse the others.
+    std::vector<size_t> pulling;
+    PullJob job;
+    job.ns = batch.ns;
+    job.service_uri = own_uri(endpoints_);
+    for (size_t i = 0; i < batch.files.size(); ++i) {
+        const auto& req = batch.files[i];
+        if (Status s = reserve(req, from); !s) {
+            refuse(i, s);
+            continue;
+        }
+        auto rec = verify(req, from);
+        if (!rec) {
+            release(req.size);
+            n_.pull_failed++;
+            refuse(i, rec.status());
+            continue;
+        }
+        pulling.push_back(i);
+        job.records.push_back(std::move(rec.value()));
+    }
+    if (pulling.empty()) return answer;
+    if (pulling.size() > 1) n_.batches++;
+    auto dir = make_dir(batch.ns);
+    std::vector<Status> pulled;
+    if (dir) {
+        job.dir = dir.value();
+        pulled = pull_(job);
+    }
+    for (size_t j = 0; j < pulling.size(); ++j) {
+        const size_t i = pulling[j];
+        const auto& req = batch.files[i];
+        Status s = !dir                ? dir.status()
+                   : j < pulled.size() ? pulled[j]
+                                       : Status(DYAD_RC_SYSFAIL, "the puller gave no outcome", EIO);
+        if (!s) {
+            release(req.size);
+            n_.pull_failed++;
+            refuse(i, Status(s).wrap("replica of '" + req.upath + "' from " + from));
+            continue;
+        }
+        if (Status in = install(req, job.records[j], job.dir, from); !in) {
+            refuse(i, in);
+            continue;
+        }
+        answer.files[i].held = true;
+        answer.files[i].bytes = req.size;
+    }
+    return answer;
+}
+
+Result<nlohmann::json> Replicas::hold(const proto::ReplicateRequest& req, const std::string& from) {
+    auto a = hold_many(proto::ReplicateBatch{req.ns, {req}}, from);
+    const auto& item = a.files.front();
+    if (!item.held) return Status(DYAD_RC_SYSFAIL, item.error, item.err);
+    return nlohmann::json{{"holder", self_}, {"generation", req.generation}, {"bytes", req.size}};
 }
 
 Status Replicas::check(const std::string& ns, const std::string& upath, uint64_t generation,
@@ -484,6 +531,9 @@ constexpr CounterRow kCounterRows[] = {
     {"queue_full", "dyad_replica_queue_full_total",
      "files published without replicas because the replication queue stayed full", &C::queue_full},
     {"pulled", "dyad_replica_pulls_total", "replicas this service pulled and holds", &C::pulled},
+    {"batches", "dyad_replica_batches_total",
+     "batched pulls (dyad.replicate_many: several files in one consume) this service made",
+     &C::batches},
     {"pull_failed", "dyad_replica_pull_failures_total", "replicas this service failed to pull",
      &C::pull_failed},
     {"refused_space", "dyad_replica_refused_space_total",

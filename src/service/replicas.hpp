@@ -42,16 +42,22 @@
 
 namespace dyad::service {
 
-// One pull (holder side), for the puller dyadd's main supplies (it links
-// the client): fetch `record` from its owner into the consumer directory
-// `dir`, as a consumer of the key scheme (depth, bins) would.
+// Pulls (holder side), for the puller dyadd's main supplies (it links the
+// client): fetch every record of `records` from its owner into the
+// consumer directory `dir`, as a consumer of the key scheme (depth, bins)
+// would; several files in one batch (dyad.fetch_many where the owner serves
+// it). One Status per record, in order.
 struct PullJob {
     std::string dir;  // the replica directory of the namespace (exists)
     std::string ns;
-    kvs::Record record;
+    std::vector<kvs::Record> records;
     std::string service_uri;  // this service (the puller's client says hello to it)
 };
-using PullFn = std::function<Status(const PullJob&)>;
+using PullFn = std::function<std::vector<Status>(const PullJob&)>;
+
+// The endpoint other services reach `eps`'s service at for replicas: its
+// first tcp:// one, else its first.
+std::string tcp_endpoint(const std::vector<std::string>& eps);
 
 struct ReplicaOptions {
     uint64_t k = 0;               // --replicas: copies per file unless the producer says
@@ -85,7 +91,7 @@ class Replicas {
     struct Counters {
         std::atomic<uint64_t> pushed{0}, push_failed{0}, short_of_services{0}, queue_full{0},
             queued{0}, pulled{0}, pull_failed{0}, refused_space{0}, refused_busy{0}, served{0},
-            refused_generation{0}, unreplicated{0}, unreplicate_failed{0}, dropped{0};
+            refused_generation{0}, unreplicated{0}, unreplicate_failed{0}, dropped{0}, batches{0};
     };
     Replicas(std::string self, std::string node, std::vector<std::string> endpoints,
              ReplicaOptions opts, Hooks hooks, rpc::Credentials creds, PullFn pull);
@@ -111,6 +117,10 @@ class Replicas {
     // Holder: dyad.replicate from service `from` (blocks: a file thread of
     // its own). The answer: {"holder", "generation", "bytes"}.
     Result<nlohmann::json> hold(const proto::ReplicateRequest& req, const std::string& from);
+    // Holder: dyad.replicate_many: each file as hold() takes one, all the
+    // accepted ones pulled in one batch. One item per file, in order.
+    proto::ReplicateBatchAnswer hold_many(const proto::ReplicateBatch& batch,
+                                          const std::string& from);
     // A pull slot for a dyad.replicate (EBUSY when all are taken), released
     // by the returned holder.
     Result<std::shared_ptr<void>> take_pull_slot();
@@ -148,7 +158,31 @@ class Replicas {
         std::string of;
     };
     void run();
-    uint64_t push_one(const Job& j);
+    // Waits (queue lock held) while a burst of pushes is still arriving.
+    void linger(std::unique_lock<std::mutex>& lk);
+    // Owner (replica_push.cpp): the copies each job of `jobs` got. The
+    // files are asked of their holders in rounds, each round one
+    // dyad.replicate_many per holder (a holder that does not know it: one
+    // dyad.replicate per file), until every file has its k copies or no
+    // holder is left to ask.
+    std::vector<uint64_t> push_batch(const std::vector<Job>& jobs);
+    // Owner: asks holder `id` (at `ep`) for the files `which` of `jobs`; the
+    // ones it took are counted in copies, the refusals added to why.
+    void ask_holder(const std::string& id, const std::string& ep, const std::vector<Job>& jobs,
+                    const std::vector<size_t>& which, std::vector<uint64_t>& copies,
+                    std::vector<std::string>& why);
+    // Owner: the registry, read again when older than kRegistryAge (false:
+    // unreadable, warned).
+    bool fresh_services();
+    // Holder, the steps of a hold: reserve the file's bytes (refused when
+    // out of --replica-space or table entries), read its record from the
+    // store (its owner must be `from`, its generation the one asked for),
+    // and, once pulled, check the copy and record it (held_, the entry).
+    Status reserve(const proto::ReplicateRequest& req, const std::string& from);
+    void release(uint64_t size);
+    Result<kvs::Record> verify(const proto::ReplicateRequest& req, const std::string& from);
+    Status install(const proto::ReplicateRequest& req, const kvs::Record& rec,
+                   const std::string& dir, const std::string& from);
     void drop_one(const Job& j);
     Result<std::string> make_dir(const std::string& ns);
 

@@ -113,6 +113,32 @@ void Service::on_replicate(std::shared_ptr<rpc::Request> r) {
                });
 }
 
+void Service::on_replicate_many(std::shared_ptr<rpc::Request> r) {
+    // As dyad.replicate, for several files of one namespace: one pull slot,
+    // one batched pull.
+    const std::string from = r->peer_service();
+    if (from.empty() || from == id_)
+        return r->error(EPERM, "dyad.replicate_many is a request of one service to another",
+                        DYAD_RC_NOAUTH);
+    if (!replicas_ || !opts_.pull_replica)
+        return r->error(EOPNOTSUPP, "service " + id_ + " holds no replicas", DYAD_RC_BADRPC);
+    auto batch = proto::ReplicateBatch::parse(r->args());
+    if (!batch) return r->error(EPROTO, batch.status().message(), batch.status().rc());
+    for (auto& f : batch->files) {
+        auto up = normalize_upath(f.upath);
+        if (!up) return r->error(up.status().err(), up.status().message(), up.status().rc());
+        f.upath = up.value();
+    }
+    auto slot = replicas_->take_pull_slot();
+    if (!slot) return r->error(EBUSY, slot.status().message(), slot.status().rc());
+    asio::post(replica_pool_,
+               [this, r, batch = std::move(batch.value()), from, slot = std::move(slot.value())] {
+                   if (r->finished()) return;
+                   auto answer = replicas_->hold_many(batch, from).build();
+                   asio::post(io_, [r, answer = std::move(answer)] { r->end(answer); });
+               });
+}
+
 void Service::on_unreplicate(std::shared_ptr<rpc::Request> r) {
     // Only another service, proving it with the job's key; the holder then
     // checks it is the owner it recorded for the replica.

@@ -398,6 +398,8 @@ Status Service::start_server() {
                     [this](std::shared_ptr<rpc::Request> r) { on_unpublish(std::move(r)); });
     server_->handle("dyad.replicate",
                     [this](std::shared_ptr<rpc::Request> r) { on_replicate(std::move(r)); });
+    server_->handle("dyad.replicate_many",
+                    [this](std::shared_ptr<rpc::Request> r) { on_replicate_many(std::move(r)); });
     server_->handle("dyad.unreplicate",
                     [this](std::shared_ptr<rpc::Request> r) { on_unreplicate(std::move(r)); });
     return Status::ok();

@@ -202,6 +202,7 @@ class Service {
     // pushes after a publish (answers r, at once or once k copies are
     // durable with `sync`).
     void on_replicate(std::shared_ptr<rpc::Request> r);
+    void on_replicate_many(std::shared_ptr<rpc::Request> r);
     void on_unreplicate(std::shared_ptr<rpc::Request> r);
     void replicate_then_answer(const std::shared_ptr<rpc::Request>& r, nlohmann::json answer,
                                const std::string& ns, uint64_t k, bool sync);

@@ -308,3 +308,43 @@ def test_rm_removes_the_replicas(make_cluster):
     p, j = stat_json(c[2], name(3))
     assert p.returncode == 0, p.stderr
     assert [r["generation"] for r in j["replicas"]] == [j["generation"]], j
+
+
+def test_holders_pull_small_files_in_batches(make_cluster):
+    """k=1, many small files published in one `dyad produce` (replicas made
+    in the background): the owner's queue hands them to each holder in
+    batches (dyad.replicate_many) and a holder pulls a batch with one
+    batched consume, so the owner answers far fewer fetch requests than
+    there are files (one whole consume per file before). Every replica is
+    recorded, and with the owner killed each file is read whole from its
+    replica."""
+    c = make_cluster(4, "embedded")
+    owner = c[PRODUCER]
+    js = list(range(100, 220))
+    paths = [owner.path(f"batch/f{j:03d}.bin") for j in js]
+    for j, p in zip(js, paths):
+        harness.write_file(p, 4096 + j, seed=j)
+    owner.dyad("produce", *paths, env_extra={"DYAD_REPLICAS": 1})
+    want = {f"batch/f{j:03d}.bin" for j in js}
+
+    def all_held():
+        return want <= set(replica_entries(c[0]))
+
+    harness.wait_for(all_held, 60, interval=0.2, what="a replica entry for every file")
+    st = json.loads(owner.dyad("--json", "service", "status").stdout)
+    n = st["counters"]
+    fetches = n["requests"] + n["fetch_many_requests"]
+    print(f"the owner answered {n['requests']} dyad.fetch and {n['fetch_many_requests']} dyad.fetch_many")
+    holders = [json.loads(x.dyad("--json", "service", "status").stdout)["replicas"] for x in c if x is not owner]
+    print("holders:", [(h["batches"], h["pulled"]) for h in holders])
+    assert fetches <= len(js) // 4, n
+    assert sum(h["batches"] for h in holders) >= 1, holders
+    assert sum(h["pulled"] for h in holders) == len(js), holders
+    owner.kill()
+    reader = next(n for n in c if n is not owner and n.index != 0)
+    p = reader.dyad("--json", "consume", *[reader.path(f"batch/f{j:03d}.bin") for j in js], check=False,
+                    timeout=4 * WAIT, env_extra={"DYAD_WAIT_TIMEOUT": WAIT, "DYAD_TRANSFER_TIMEOUT": 20})
+    assert p.returncode == 0, p.stderr
+    for j, src in zip(js, paths):
+        with open(src, "rb") as a, open(reader.path(f"batch/f{j:03d}.bin"), "rb") as b:
+            assert a.read() == b.read(), src

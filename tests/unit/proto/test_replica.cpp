@@ -95,4 +95,52 @@ TEST(UnreplicateRequest, RoundTripAndRefusals) {
     EXPECT_FALSE(UnreplicateRequest::parse(nlohmann::json::array()).is_ok());
 }
 
+TEST(ReplicateBatch, RoundTripAndRefusals) {
+    ReplicateBatch b;
+    b.ns = "dyad";
+    b.files.push_back({"dyad", "k1", "a/f1", 3, 10});
+    b.files.push_back({"dyad", "k2", "a/f2", 4, 0});
+    auto back = ReplicateBatch::parse(b.build());
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    ASSERT_EQ(back->files.size(), 2u);
+    EXPECT_EQ(back->files[1].ns, "dyad");
+    EXPECT_EQ(back->files[1].upath, "a/f2");
+    EXPECT_EQ(back->files[0].generation, 3u);
+    // Empty, too long, a file without its generation, not an object.
+    auto j = b.build();
+    j["files"] = nlohmann::json::array();
+    EXPECT_EQ(ReplicateBatch::parse(j).status().rc(), DYAD_RC_BADRPC);
+    j = b.build();
+    for (size_t i = 0; i < ReplicateBatch::kMaxFiles; ++i) j["files"].push_back(j["files"][0]);
+    EXPECT_FALSE(ReplicateBatch::parse(j).is_ok());
+    j = b.build();
+    j["files"][1].erase("generation");
+    auto bad = ReplicateBatch::parse(j);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.status().message().find("file 1"), std::string::npos) << bad.status().message();
+    j = b.build();
+    j["files"][0] = "x";
+    EXPECT_FALSE(ReplicateBatch::parse(j).is_ok());
+    EXPECT_FALSE(ReplicateBatch::parse(nlohmann::json::array()).is_ok());
+}
+
+TEST(ReplicateBatchAnswer, RoundTripAndRefusals) {
+    ReplicateBatchAnswer a;
+    a.holder = "n2";
+    a.files.push_back({true, 10, 0, ""});
+    a.files.push_back({false, 0, ENOSPC, "out of replica space"});
+    auto back = ReplicateBatchAnswer::parse(a.build(), 2);
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_EQ(back->holder, "n2");
+    EXPECT_TRUE(back->files[0].held);
+    EXPECT_EQ(back->files[0].bytes, 10u);
+    EXPECT_FALSE(back->files[1].held);
+    EXPECT_EQ(back->files[1].err, ENOSPC);
+    // One item short of the files asked for; an item without its bytes.
+    EXPECT_FALSE(ReplicateBatchAnswer::parse(a.build(), 3).is_ok());
+    auto j = a.build();
+    j["files"][0].erase("bytes");
+    EXPECT_FALSE(ReplicateBatchAnswer::parse(j, 2).is_ok());
+}
+
 }  // namespace
