@@ -72,7 +72,8 @@ class Proc:
         self.lines = queue.Queue()
         self.err = []
         threading.Thread(target=self._pump, args=(self.p.stdout, self.lines.put), daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.p.stderr, self.err.append), daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.p.stderr, lambda l: l is not None and self.err.append(l)),
+                         daemon=True).start()
 
     @staticmethod
     def _pump(f, put):
@@ -84,13 +85,13 @@ class Proc:
         try:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"no line within {timeout} s; stderr: {''.join(self.err)[-2000:]}") from None
-        assert line is not None, f"the process ended (rc {self.p.wait()}); stderr: {''.join(self.err)[-2000:]}"
+            raise AssertionError(f"no line within {timeout} s; stderr: {self.tail()}") from None
+        assert line is not None, f"the process ended (rc {self.p.wait()}); stderr: {self.tail()}"
         return line
 
     def expect(self, word, timeout=30):
         line = self.line(timeout)
-        assert line == word, (line, word, "".join(self.err)[-2000:])
+        assert line == word, (line, word, "\n".join(self.err)[-2000:])
 
     def send(self, word):
         self.p.stdin.write(word + "\n")
@@ -101,7 +102,10 @@ class Proc:
             return self.p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.p.kill()
-            raise AssertionError(f"the process did not end within {timeout} s; stderr: {''.join(self.err)[-2000:]}")
+            raise AssertionError(f"the process did not end within {timeout} s; stderr: {self.tail()}")
+
+    def tail(self):
+        return "\n".join(self.err)[-2000:]
 
     def stderr(self):
         self.p.wait(timeout=60)

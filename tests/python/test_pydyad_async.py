@@ -8,6 +8,7 @@ import queue
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 
 import pytest
@@ -16,7 +17,8 @@ from pydyad_testlib import _code, harness, pyenv
 
 
 class Proc:
-    def __init__(self, node, code, **extra):
+    def __init__(self, node, body, **extra):
+        code = textwrap.dedent(PRODUCER) + textwrap.dedent(body)
         self.p = subprocess.Popen([sys.executable, "-c", _code(code)],
                                   env=pyenv(node, DYAD_ASYNC_PUBLISH=1, **extra), stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -66,7 +68,7 @@ PRODUCER = """
 
 def test_produce_returns_queued_and_files_arrive_identical(nodes):
     prod, cons = nodes[1], nodes[2]
-    p = Proc(prod, PRODUCER + """
+    p = Proc(prod, """
         for i in range(12):
             write(f"p{i}", os.urandom(1000 * i))
             d.produce(os.path.join(D, f"p{i}"))
@@ -89,7 +91,7 @@ def test_produce_returns_queued_and_files_arrive_identical(nodes):
 
 def test_failed_publish_raises_on_the_next_call_and_on_finalize(nodes):
     prod, cons = nodes[1], nodes[2]
-    p = Proc(prod, PRODUCER + """
+    p = Proc(prod, """
         write("gone", b"g")
         write("after", b"a")
         d.produce(os.path.join(D, "gone"))
