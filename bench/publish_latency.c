@@ -4,7 +4,7 @@
  * kind of Unix socket.
  *   produce DIR N SIZE  through the C API in the node's environment
  *                       (DYAD_ASYNC_PUBLISH says sync or async): writes
- *                       DIR/pl-K (SIZE bytes; not timed), times dyad_produce;
+ *                       DIR/pl-PID-I (SIZE bytes; not timed), times dyad_produce;
  *                       one line per call (ns), then "finalize NS" (the
  *                       drain of an async queue).
  *   echo SOCK REQ ANS   a server: reads REQ bytes, answers ANS bytes, per
@@ -57,7 +57,9 @@ static int produce(const char* dir, int n, size_t size) {
     memset(buf, 'p', size);
     char path[4096];
     for (int i = 0; i < n; ++i) {
-        snprintf(path, sizeof path, "%s/pl-%d", dir, i % 64);
+        /* A new file each call, as an application's outputs (a file
+         * rewritten while its publish is in flight waits for it). */
+        snprintf(path, sizeof path, "%s/pl-%d-%d", dir, (int)getpid(), i);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0 || exact(fd, buf, size, 1) != 0 || close(fd) != 0) {
             perror(path);

@@ -198,11 +198,61 @@ Status PublishQueue::enqueue(const std::string& path) {
     return Status::ok();
 }
 
+namespace {
+// Refused because the file is open for writing again (the lease, or the
+// synchronous produce's own check): retried until its writer closes it.
+bool busy(const Status& s) {
+    return s.rc() == DYAD_RC_BADFIO && s.err() == EBUSY;
+}
+}  // namespace
+
+bool PublishQueue::requeued_locked(const std::string& path) const {
+    for (const auto& e : queue_)
+        if (e.path == path) return true;
+    return false;
+}
+
+void PublishQueue::settle_locked(const std::string& path, const Status& result, Deadline until) {
+    if (result) {
+        counters_.published++;
+    } else if (!busy(result)) {
+        note_failure_locked(path, result);
+    } else if (requeued_locked(path)) {
+        counters_.coalesced++;  // its writer closed it and queued it again: that one goes
+    } else if (until.expired()) {
+        note_failure_locked(path, result);
+    } else {
+        busy_.push_back(Busy{path, until});
+    }
+}
+
+void PublishQueue::retry_busy(std::unique_lock<std::mutex>& lk) {
+    std::vector<Busy> again;
+    again.swap(busy_);
+    for (auto& b : again) {
+        if (requeued_locked(b.path)) {
+            counters_.coalesced++;
+            continue;
+        }
+        lk.unlock();
+        Status s = publish_one(b.path);
+        lk.lock();
+        settle_locked(b.path, s, b.until);
+    }
+    done_cv_.notify_all();
+}
+
 void PublishQueue::run() {
     std::unique_lock<std::mutex> lk(mu_);
     for (;;) {
-        work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopped, nothing left
+        auto ready = [&] { return stop_ || !queue_.empty(); };
+        if (busy_.empty())
+            work_cv_.wait(lk, ready);
+        else
+            work_cv_.wait_for(lk, std::chrono::milliseconds(20), ready);
+        if (!busy_.empty()) retry_busy(lk);
+        if (queue_.empty() && busy_.empty() && stop_) return;  // stopped, nothing left
+        if (queue_.empty()) continue;
         // Everything pending (up to kBatch), in order; a file queued more
         // than once is published once, at its last place.
         std::vector<Entry> batch;
@@ -226,13 +276,8 @@ void PublishQueue::run() {
         results.reserve(send.size());
         for (const auto& p : send) results.push_back(publish_one(p));
         lk.lock();
-        for (size_t i = 0; i < send.size(); ++i) {
-            if (results[i]) {
-                counters_.published++;
-            } else {
-                note_failure_locked(send[i], results[i]);
-            }
-        }
+        const Deadline until = Deadline::after(opt_.timeout_s);
+        for (size_t i = 0; i < send.size(); ++i) settle_locked(send[i], results[i], until);
         in_flight_.clear();
         if (last > done_seq_) done_seq_ = last;
         done_cv_.notify_all();
@@ -293,18 +338,21 @@ Status PublishQueue::take_failures() {
 bool PublishQueue::drain(Deadline deadline) {
     std::unique_lock<std::mutex> lk(mu_);
     const uint64_t target = next_seq_ - 1;
-    while (done_seq_ < target && started_ && !deadline.expired())
+    auto done = [&] { return (done_seq_ >= target && busy_.empty()) || !started_; };
+    while (!done() && !deadline.expired())
         done_cv_.wait_for(lk,
                           std::chrono::duration<double>(std::min(deadline.remaining(), 3600.0)));
-    return done_seq_ >= target || !started_;
+    return done();
 }
 
 Status PublishQueue::abandon_locked(const char* context) {
     std::vector<std::string> left = in_flight_;
+    for (const auto& b : busy_) left.push_back(b.path);
     for (const auto& e : queue_) left.push_back(e.path);
     if (left.empty()) return Status::ok();
-    counters_.unpublished += queue_.size();
+    counters_.unpublished += queue_.size() + busy_.size();
     queue_.clear();
+    busy_.clear();
     bytes_ = 0;
     done_seq_ = next_seq_ - 1;
     room_cv_.notify_all();
@@ -359,7 +407,7 @@ void PublishQueue::before_fork() {
     // neither process publishes it twice and the child sees it published.
     if (!drain(Deadline::after(opt_.timeout_s))) {
         std::lock_guard<std::mutex> lk(mu_);
-        size_t n = queue_.size() + in_flight_.size();
+        size_t n = queue_.size() + in_flight_.size() + busy_.size();
         DYAD_WARN(kSub,
                   "fork(): %zu queued publish(es) not done within %s s "
                   "(DYAD_ASYNC_PUBLISH_TIMEOUT); this process (%d) goes on publishing them, the "
@@ -382,6 +430,7 @@ void PublishQueue::after_fork_child() {
     new (&thread_) std::thread();  // forget the parent's thread, never joined
     queue_.clear();
     in_flight_.clear();
+    busy_.clear();
     failures_.clear();
     failures_untold_ = 0;
     bytes_ = 0;

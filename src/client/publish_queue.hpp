@@ -10,7 +10,9 @@
 //   sent the thread holds a read lease on it: a writer opening it meanwhile
 //   waits for the answer, so the service records the file as it was closed,
 //   never half of a rewrite; a file open for writing again when its turn
-//   comes is refused, as a synchronous produce refuses it.
+//   comes waits for its writer's close (and is dropped if that close queued
+//   it again), refused as a synchronous produce refuses it only if still
+//   open after the timeout.
 // - A failed publish is logged (file and reason) and counted at once, and
 //   kept for the process's next DYAD call (take_failures) and finish().
 // - The queue is bounded (files and bytes of paths): a full queue makes the
@@ -87,6 +89,10 @@ class PublishQueue : public std::enable_shared_from_this<PublishQueue> {
         std::string path;
         uint64_t seq = 0;
     };
+    struct Busy {
+        std::string path;
+        Deadline until;
+    };
     struct Failure {
         std::string path;
         Status why;
@@ -98,6 +104,13 @@ class PublishQueue : public std::enable_shared_from_this<PublishQueue> {
     // Publishes one file under a read lease held for the call.
     Status publish_one(const std::string& path);
     void note_failure_locked(const std::string& path, const Status& why);
+    // A publish's outcome. Refused because the file is open for writing
+    // again: dropped if it was queued again meanwhile (that one is
+    // published), else retried until `until`, then a failure.
+    void settle_locked(const std::string& path, const Status& result, Deadline until);
+    bool requeued_locked(const std::string& path) const;
+    // The files waiting for their writer to close them, tried again.
+    void retry_busy(std::unique_lock<std::mutex>& lk);
     // What a drain that ran out of time leaves: the files not sent, said
     // and counted; they are dropped from the queue (`context`: "exit").
     Status abandon_locked(const char* context);
@@ -120,6 +133,7 @@ class PublishQueue : public std::enable_shared_from_this<PublishQueue> {
     uint64_t done_seq_ = 0;  // every file up to this one has been answered
     bool started_ = false, stop_ = false, finished_ = false;
     std::vector<std::string> in_flight_;  // the batch being sent
+    std::vector<Busy> busy_;              // open for writing again when sent
     std::deque<Failure> failures_;        // not yet taken (at most kKeptFailures)
     uint64_t failures_untold_ = 0;        // beyond those kept
     Counters counters_;
