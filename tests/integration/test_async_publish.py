@@ -218,6 +218,40 @@ def test_rewrite_while_queued_is_never_seen_half(nodes):
     assert got in (b"A" * size, b"B" * size), (len(got), got[:1], got[-1:])
 
 
+def test_file_open_again_when_its_turn_comes_waits_for_its_close(nodes):
+    prod, cons = nodes[1], nodes[2]
+    p = capi(prod, """
+        say("ready"); wait("go")
+        write("first", b"1")
+        write("b.bin", b"old")
+        say(json.dumps([produce("first")[0], produce("b.bin")[0]]))
+        f = open(os.path.join(D, "b.bin"), "ab")  # open again before its publish is sent
+        f.write(b"-more")
+        f.flush()
+        say("open"); wait("close")
+        f.close()
+        say(json.dumps(produce("b.bin")))
+        say(json.dumps(finalize()))
+    """)
+    p.expect("ready")
+    stop(prod)
+    p.send("go")
+    assert json.loads(p.line(timeout=20)) == [0, 0]
+    p.expect("open")
+    cont(prod)
+    # first is published; b.bin, open for writing, waits for its close.
+    harness.wait_for(lambda: record(cons, "first"), 30, what="first's record")
+    time.sleep(0.3)
+    assert record(cons, "b.bin") is None
+    p.send("close")
+    assert json.loads(p.line()) == [0, ""]  # no refusal of the earlier publish
+    assert json.loads(p.line()) == [0, ""]
+    assert p.wait() == 0
+    consume_same(cons, prod, ["b.bin"])
+    with open(cons.path("b.bin"), "rb") as f:
+        assert f.read() == b"old-more"
+
+
 def test_failed_publish_is_returned_by_the_next_call_and_by_finalize(nodes):
     prod, cons = nodes[1], nodes[2]
     p = capi(prod, """
