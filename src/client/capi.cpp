@@ -31,6 +31,7 @@
 #include <dyad/core/dyad_ctx.h>
 
 #include "client.hpp"
+#include "publish_queue.hpp"
 #include "common/fd.hpp"
 #include "common/keygen.hpp"
 #include "common/log.hpp"
@@ -157,6 +158,8 @@ namespace {
 // What hangs off ctx->h.
 struct State {
     std::shared_ptr<dyad::client::Client> client;  // null: inert (no managed path)
+    // DYAD_ASYNC_PUBLISH with a producer directory (publish_queue.hpp).
+    std::shared_ptr<dyad::client::PublishQueue> publisher;
     dyad::Config cfg;
     dyad_dtl_comm_mode_t comm_mode = DYAD_COMM_RECV;
     // The strings the context's fields point to.
@@ -202,7 +205,27 @@ std::shared_ptr<dyad::client::Client> client_of(dyad_ctx_t* ctx, dyad_rc_t* rc) 
             "DYAD is inert: neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set"));
         return nullptr;
     }
+    // A queued publish that failed since the last call is this call's
+    // error; the call itself is not carried out (docs/user-guide.md).
+    if (state()->publisher) {
+        if (dyad::Status e = state()->publisher->take_failures(); !e) {
+            *rc = fail(e.wrap("this call was not carried out (call it again)"));
+            return nullptr;
+        }
+    }
     return state()->client;
+}
+
+// The publish queue of the context (DYAD_ASYNC_PUBLISH), or null.
+std::shared_ptr<dyad::client::PublishQueue> publisher_of() {
+    std::lock_guard<std::mutex> lk(g_mu);
+    return g_live && state() ? state()->publisher : nullptr;
+}
+
+// Drains and closes a context's publish queue before the context goes.
+dyad::Status finish_publisher(State* st) {
+    if (!st || !st->publisher) return dyad::Status::ok();
+    return st->publisher->finish();
 }
 
 template <typename F>
@@ -321,8 +344,16 @@ dyad_rc_t install(dyad::Config cfg, dyad_dtl_comm_mode_t comm_mode, bool keep_ra
             return fail(c.status());
         }
         st->client = std::move(c.value());
+        if (cfg.async_publish && !cfg.prod_path.empty()) {
+            auto o = dyad::client::PublishQueue::Options::from_settings();
+            if (!o) return fail(o.status());
+            st->publisher = dyad::client::PublishQueue::create(st->client, std::move(o.value()));
+        }
     }
     st->cfg = std::move(cfg);
+    // The old context's queued publishes go out first (failures logged).
+    if (dyad::Status q = finish_publisher(state()); !q)
+        DYAD_ERROR("capi", "reinitialising: %s", q.message().c_str());
     delete state();
     if (!keep_rank) g_ctx.rank = DYAD_RANK_UNKNOWN;
     publish_fields(*st);
@@ -604,21 +635,31 @@ dyad_rc_t dyad_set_and_init_dtl_mode(const char* dtl_mode_name,
 }
 
 dyad_rc_t dyad_clear(void) {
-    std::lock_guard<std::mutex> lk(g_mu);
-    delete state();  // in-flight calls keep their own reference to the client
-    g_ctx = dyad_ctx_default;
-    g_ctx.initialized = false;
-    g_ctx.reenter = false;
-    return ok();
+    std::unique_ptr<State> st;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        st.reset(state());  // in-flight calls keep their own reference to the client
+        g_ctx = dyad_ctx_default;
+        g_ctx.initialized = false;
+        g_ctx.reenter = false;
+    }
+    dyad::Status q = finish_publisher(st.get());
+    return q ? ok() : fail(q);
 }
 
 dyad_rc_t dyad_finalize(void) {
-    std::lock_guard<std::mutex> lk(g_mu);
-    delete state();
-    g_ctx = dyad_ctx_default;
-    g_ctx.initialized = false;
-    g_live = false;
-    return ok();
+    std::unique_ptr<State> st;
+    {
+        std::lock_guard<std::mutex> lk(g_mu);
+        st.reset(state());
+        g_ctx = dyad_ctx_default;
+        g_ctx.initialized = false;
+        g_live = false;
+    }
+    // DYAD_ASYNC_PUBLISH: the queue drains (DYAD_ASYNC_PUBLISH_TIMEOUT);
+    // what failed or was left is this call's error.
+    dyad::Status q = finish_publisher(st.get());
+    return q ? ok() : fail(q);
 }
 
 const char* dyad_last_error(void) {
@@ -640,7 +681,8 @@ dyad_rc_t dyad_produce(dyad_ctx_t* ctx, const char* fname) {
                            "DYAD_PATH_PRODUCER");
             return ok();
         }
-        dyad::Status s = c->produce(fname);
+        auto q = publisher_of();  // DYAD_ASYNC_PUBLISH: queued, published by its thread
+        dyad::Status s = q ? q->enqueue(fname) : c->produce(fname);
         if (!s) return fail(s);
         learn_rank(c);
         if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);

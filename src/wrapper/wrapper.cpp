@@ -22,6 +22,7 @@
 
 #include "client/client.hpp"
 #include "client/intercept.hpp"
+#include "client/publish_queue.hpp"
 #include "common/config.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
@@ -101,6 +102,8 @@ struct Busy {
 struct State {
     std::shared_ptr<dyad::client::Client> client;
     std::unique_ptr<InterceptPolicy> policy;
+    // DYAD_ASYNC_PUBLISH: closes queue, its thread publishes (publish_queue.hpp).
+    std::shared_ptr<dyad::client::PublishQueue> publisher;
     bool fsync_write = false;
     bool check = false;
 };
@@ -126,7 +129,7 @@ State* active() {
 
 void publish(State* st, const std::string& path) {
     Busy b;
-    dyad::Status s = st->client->produce(path);
+    dyad::Status s = st->publisher ? st->publisher->enqueue(path) : st->client->produce(path);
     if (!s) {
         std::fprintf(stderr, "dyad: cannot publish '%s': %s\n", path.c_str(),
                      s.to_string().c_str());
@@ -332,8 +335,28 @@ __attribute__((constructor)) void wrapper_init() {
     st->policy = std::make_unique<InterceptPolicy>(*st->client);
     st->fsync_write = cfg->fsync_write;
     st->check = cfg->check;
+    if (cfg->async_publish && !cfg->prod_path.empty()) {
+        auto o = dyad::client::PublishQueue::Options::from_settings();
+        if (!o) {
+            std::fprintf(stderr, "dyad: wrapper disabled: %s\n", o.status().to_string().c_str());
+            delete st;
+            return;
+        }
+        o->thread_init = [] { t_busy = true; };  // its own file accesses pass through
+        st->publisher = dyad::client::PublishQueue::create(st->client, std::move(o.value()));
+    }
     pthread_atfork(nullptr, nullptr, after_fork_child);
     g_state.store(st, std::memory_order_release);
+}
+
+// DYAD_ASYNC_PUBLISH: the queue drains before the library goes (its exit
+// handler usually did already); what was not published is said.
+__attribute__((destructor)) void wrapper_fini() {
+    State* st = g_state.load(std::memory_order_acquire);
+    if (!st || !st->publisher) return;
+    Busy b;
+    dyad::Status s = st->publisher->finish();
+    if (!s) std::fprintf(stderr, "dyad: at exit: %s\n", s.message().c_str());
 }
 
 }  // namespace
