@@ -91,7 +91,7 @@ def generate(python, workload, dest, log_dir, files=None):
     return n
 
 
-def place_dataset(env, workload, template, nodes):
+def place_dataset(env, workload, template, nodes, gfs=True):
     """The dataset where each method reads it: every node's local directory
     (hard links to the generated files: one disk here), and the GlusterFS
     volume (a copy through node 0's mount). Returns {method: [data_folder
@@ -105,6 +105,8 @@ def place_dataset(env, workload, template, nodes):
             for f in sorted(os.listdir(os.path.join(template, "train"))):
                 os.link(os.path.join(template, "train", f), os.path.join(d, "train", f))
         local.append(d)
+    if not gfs:
+        return {"dyad": local, "local": local}
     g0 = os.path.join(env.mounts[env.nodes[0].name], workload)
     if not os.path.isdir(os.path.join(g0, "train")):
         tmp = g0 + ".part"
@@ -114,7 +116,8 @@ def place_dataset(env, workload, template, nodes):
     return {"dyad": local, "local": local, "gfs": gfs}
 
 
-def run_dlio(env, python, method, workload, batch, folders, nodes, epochs=2, trace_dir=None, timeout=1200):
+def run_dlio(env, python, method, workload, batch, folders, nodes, epochs=2, files=None, trace_dir=None,
+             timeout=1200):
     """One DLIO run of `nodes` ranks (rank k on node k): returns DLIO's
     figures and ours (per epoch: samples/s, batch waits)."""
     run = f"dlio-{workload}-{method}-{nodes}n-{uuid.uuid4().hex[:6]}"
@@ -125,6 +128,8 @@ def run_dlio(env, python, method, workload, batch, folders, nodes, epochs=2, tra
     for k, node in enumerate(env.nodes[:nodes]):
         extra = ["++workload.reader.data_loader_classname=" + LOADER,
                  "++workload.reader.data_loader_sampler=index"] if method == "dyad" else []
+        if files:
+            extra.append(f"++workload.dataset.num_files_train={files}")
         argv = dlio_argv(python, workload, folders[k], out, [f"++workload.train.epochs={epochs}", *extra])
         if method == "dyad":
             cdir = os.path.join(env.cluster.root, f"{run}-cons{k}")
@@ -154,7 +159,7 @@ def _ts(s):
 
 def parse_dlio(out, nodes, method, workload, batch):
     """Per epoch: samples/s over all ranks (samples / (last end - first
-    start)), every batch wait (DLIO's own 'load' time of each step), DLIO's
+    start)), the batch waits (DLIO's own 'load' time of each step), DLIO's
     reported throughput and AU."""
     with open(os.path.join(out, "summary.json")) as f:
         summary = json.load(f)
@@ -168,11 +173,14 @@ def parse_dlio(out, nodes, method, workload, batch):
     epochs = []
     for e in sorted({int(x) for x in ranks[0][1]}):
         key = str(e)
-        waits = [w for o, _ in ranks for blk in o[key]["load"].values() for w in blk]
+        per_rank = [[w for blk in o[key]["load"].values() for w in blk] for o, _ in ranks]
+        steps = sum(len(w) for w in per_rank)
         start = min(_ts(s[key]["start"]) for _, s in ranks)
         end = max(_ts(s[key]["end"]) for _, s in ranks)
-        epochs.append({"epoch": e, "wall": end - start, "steps": len(waits), "waits": waits,
-                       "samples_per_s": len(waits) * batch / (end - start)})
+        # Batch waits without each rank's first step of the epoch (its
+        # DataLoader's start: DLIO's own metric excludes it too); kept apart.
+        epochs.append({"epoch": e, "wall": end - start, "steps": steps, "samples_per_s": steps * batch / (end - start),
+                       "waits": [w for ws in per_rank for w in ws[1:]], "first_waits": [ws[0] for ws in per_rank if ws]})
     m = summary.get("metric", {})
     return {"method": method, "workload": workload, "nodes": nodes, "epochs": epochs, "batch": batch,
             "dlio": {"throughput_samples_per_s": m.get("train_throughput_samples_per_second"),

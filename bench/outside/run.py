@@ -127,7 +127,8 @@ def dlio_summary(runs):
             au = [a[e - 1] if isinstance(a, list) and len(a) >= e else None for a in au]
             s[e] = {"samples_per_s": med([ep["samples_per_s"] for ep in eps]), "p50": pct(waits, .5),
                     "p90": pct(waits, .9), "p99": pct(waits, .99), "dlio_throughput": med(thr),
-                    "dlio_au": med(au), "runs": len(eps)}
+                    "dlio_au": med(au), "first": med([w for ep in eps for w in ep["first_waits"]]),
+                    "runs": len(eps)}
         out[m] = s
     return out
 
@@ -148,21 +149,22 @@ def write_dlio(outdir, summaries, meta, skipped):
     lines = [f"# DLIO through DYAD, GlusterFS and local disk ({meta['machine']})", "",
              f"DLIO {meta['dlio_commit']} (main branch), PyTorch {meta.get('torch', '?')}; medians over "
              f"{meta['rounds']} interleaved rounds (after one warm-up); batch waits are DLIO's own per-step load "
-             "times, pooled over ranks and rounds. dyad: pydyad.dlio.DyadTorchDataLoader (global shuffle, "
+             "times, pooled over ranks and rounds, without each rank's first step of an epoch (the DataLoader's start, "
+             "excluded by DLIO's own figures too: its median is the 'first batch' column). dyad: pydyad.dlio.DyadTorchDataLoader (global shuffle, "
              "ahead 64); gfs and local: DLIO's PyTorch loader.", ""]
     if skipped:
         lines += [f"Skipped: {skipped}", ""]
     for key, s in summaries.items():
         wl, nodes = key.split("|")
         lines += [f"## {wl}, {nodes} nodes ({nodes} ranks)", "",
-                  "| method | epoch | samples/s | batch wait p50 (ms) | p90 (ms) | p99 (ms) | DLIO samples/s | "
-                  "DLIO AU % |", "|---|---|---|---|---|---|---|---|"]
+                  "| method | epoch | samples/s | batch wait p50 (ms) | p90 (ms) | p99 (ms) | first batch (ms) | "
+                  "DLIO samples/s | DLIO AU % |", "|---|---|---|---|---|---|---|---|---|"]
         for m in ox.DLIO_METHODS:
             for e in (1, 2):
                 x = s.get(m, {}).get(e)
                 if x:
                     lines.append(f"| {m} | {e} | {f3(x['samples_per_s'])} | {f3(x['p50'], 1e3)} | "
-                                 f"{f3(x['p90'], 1e3)} | {f3(x['p99'], 1e3)} | {f3(x['dlio_throughput'])} | "
+                                 f"{f3(x['p90'], 1e3)} | {f3(x['p99'], 1e3)} | {f3(x['first'], 1e3)} | {f3(x['dlio_throughput'])} | "
                                  f"{f3(x['dlio_au'])} |")
         g = goals_dlio(s)
         if g:
@@ -262,6 +264,31 @@ def charts(outdir, dl, md):
         plt.close(fig)
 
 
+def traced_dlio(py, workload, nodes, outdir, log):
+    """One DYAD DLIO run with DYAD_TRACE on every dyadd and rank: the
+    timeline (bench/workflow/timeline.py) and its per-event summary, to see
+    what bounds a consumer per file."""
+    trace = os.path.join(outdir, f"trace-{workload}-{nodes}n")
+    shutil.rmtree(trace, ignore_errors=True)
+    os.makedirs(trace)
+    with wf.Env(nodes, gfs=False, trace_dir=trace) as env:
+        tmpl = os.path.join(env.cluster.root, "templates", workload)
+        ox.generate(py, workload, tmpl, env.cluster.root)
+        folders = ox.place_dataset(env, workload, tmpl, nodes, gfs=False)
+        res = ox.run_dlio(env, py, "dyad", workload, WORKLOADS[workload]["batch"], folders["dyad"], nodes,
+                          trace_dir=trace)
+    png = os.path.join(outdir, f"trace-{workload}-{nodes}n.png")
+    p = subprocess.run(["/usr/bin/python3", os.path.join(wf.ROOT, "bench", "workflow", "timeline.py"), trace, png],
+                       capture_output=True, text=True)
+    text = p.stdout + p.stderr
+    with open(os.path.join(outdir, f"trace-{workload}-{nodes}n.txt"), "w") as f:
+        f.write(text)
+    log(f"traced {workload} on {nodes} nodes: " + ", ".join(f"epoch {e['epoch']} {e['samples_per_s']:.1f} samples/s"
+                                                          for e in res["epochs"]) + "\n" + text)
+    shutil.rmtree(trace, ignore_errors=True)
+    return {"run": res, "summary": text}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=int(os.environ.get("BENCH_OUTSIDE_ROUNDS", 3)))
@@ -269,7 +296,7 @@ def main():
     p.add_argument("--workloads", default="unet3d_dyad,resnet50_dyad")
     p.add_argument("--frames", type=int, default=64)
     p.add_argument("--sizes", default=",".join(FRAME_SIZES))
-    p.add_argument("--only", choices=["dlio", "md"])
+    p.add_argument("--only", choices=["dlio", "md", "trace"])
     p.add_argument("--out", default=os.path.join(os.environ.get("BENCH_OUT", os.path.join(wf.ROOT, "build", "bench")),
                                                  "outside"))
     a = p.parse_args()
@@ -318,6 +345,11 @@ def main():
             md = md_rounds(env, a.sizes.split(","), a.frames, a.rounds, log, exe, skipped)
         results["md"] = md
         texts.append(write_md(a.out, md, meta, {k: skipped[k] for k in ("mpi", "adios2")}))
+    if a.only in (None, "trace") and not skipped["dlio"]:
+        py, why = dlio_python(log)
+        if py:
+            results["trace"] = {wl: traced_dlio(py, wl, max(int(x) for x in a.nodes.split(",")), a.out, log)
+                                for wl in a.workloads.split(",")}
     charts(a.out, results.get("dlio"), results.get("md"))
     with open(os.path.join(a.out, "results.json"), "w") as fh:
         json.dump(results, fh, indent=1, default=str)

@@ -418,6 +418,7 @@ if _Base is not None:
             self.cfg = cfg
             self._loader = None
             self.sampler = None
+            self._reading = epoch
 
         def read(self):
             """Once, before the first epoch: publish what this rank owns,
@@ -429,7 +430,7 @@ if _Base is not None:
             workers = a.read_threads
             dataset = _DyadTorchDataset(self.samples, self.format_type, self.dataset_type, self.epoch_number,
                                         self.batch_size, workers)
-            self.sampler = DyadPrefetchSampler(self.samples, lambda: self.epoch_number, ahead=self.cfg["ahead"],
+            self.sampler = DyadPrefetchSampler(self.samples, lambda: self._reading, ahead=self.cfg["ahead"],
                                                window=self.cfg["window"])
             kw = {}
             if workers > 0:
@@ -441,9 +442,12 @@ if _Base is not None:
 
         def next(self):
             super().next()
+            # The epoch being read, for the sampler; counted when the epoch
+            # starts (DLIO may stop iterating before the end).
+            self._reading = self.epoch_number
+            self.epoch_number += 1
             for batch in self._loader:
                 yield batch
-            self.epoch_number += 1
 
         def finalize(self):
             pass

@@ -282,4 +282,4 @@ def test_rank_and_world_without_dlio(monkeypatch):
         my_rank, comm_size = 1, 3
     assert dlio.rank_and_world(Args()) == (1, 3)
     # DLIO's sharding of 10 files x 3 samples over 4 ranks (blocks of 8).
-    assert [dlio.owner_of(f, 10, 3, 4) for f in range(10)] == [0, 0, 0, 1, 1, 2, 2, 2, 3, 3]
+    assert [dlio.owner_of(f, 10, 3, 4) for f in range(10)] == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]
