@@ -101,9 +101,12 @@ def place_dataset(env, workload, template, nodes, gfs=True):
     for n in env.nodes[:nodes]:
         d = os.path.join(env.local[n.name], workload)
         if not os.path.isdir(d):
-            os.makedirs(os.path.join(d, "train"))
-            for f in sorted(os.listdir(os.path.join(template, "train"))):
-                os.link(os.path.join(template, "train", f), os.path.join(d, "train", f))
+            for sub in sorted(os.listdir(template)):  # train/, valid/ (DLIO lists both)
+                if not os.path.isdir(os.path.join(template, sub)):
+                    continue
+                os.makedirs(os.path.join(d, sub))
+                for f in sorted(os.listdir(os.path.join(template, sub))):
+                    os.link(os.path.join(template, sub, f), os.path.join(d, sub, f))
         local.append(d)
     if not gfs:
         return {"dyad": local, "local": local}
