@@ -156,6 +156,11 @@ class Plan:
 
     def order(self, epoch):
         """The global sample indices this rank reads in `epoch`, in order."""
+        if getattr(self, "_order", (None,))[0] != epoch:
+            self._order = (epoch, self._make_order(epoch))
+        return self._order[1]
+
+    def _make_order(self, epoch):
         per_rank = math.ceil(self.total / self.world)
         if self.shuffle == "none":
             start = self.rank * per_rank
@@ -359,6 +364,21 @@ except ImportError as _e:  # noqa: F841
     _Base = None
 
 
+class _SampleMap(dict):
+    """sample -> (path of its file on this node, index in the file), filled
+    on first use: holds the samples this process read, as DLIO's per-rank
+    map holds that rank's."""
+
+    def __init__(self, samples):
+        super().__init__()
+        self.samples = samples
+
+    def __missing__(self, g):
+        v = (self.samples.path(g), g % self.samples.plan.samples_per_file)
+        self[g] = v
+        return v
+
+
 if _Base is not None:
     class _DyadTorchDataset(_tud.Dataset):
         """DLIO's sample reads (its format reader) on the files DYAD brings."""
@@ -386,10 +406,11 @@ if _Base is not None:
             self.reader = _ReaderFactory.get_reader(type=self.format_type, dataset_type=self.dataset_type,
                                                     thread_index=worker_id, epoch_number=self.epoch)
             # The reader finds each sample's file in its global_index_map:
-            # point every sample at the copy on this node.
-            plan = self.samples.plan
-            self.reader.global_index_map = {g: (self.samples.path(g), g % plan.samples_per_file)
-                                            for g in range(plan.total)}
+            # every sample at the copy on this node, entered as it is first
+            # read (DLIO's reader formats the whole map into a debug string
+            # for every sample: a map of all samples would cost more than
+            # DLIO's own per-rank one).
+            self.reader.global_index_map = _SampleMap(self.samples)
 
         def __getitem__(self, g):
             self.samples.fetch(g)
