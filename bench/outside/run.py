@@ -106,7 +106,11 @@ def dlio_rounds(env, py, nodes, workloads, rounds, log, results):
         for r in range(rounds + 1):
             for m in rotated(ox.DLIO_METHODS, r):
                 t = time.time()
-                res = ox.run_dlio(env, py, m, wl, WORKLOADS[wl]["batch"], folders[m], nodes)
+                try:
+                    res = ox.run_dlio(env, py, m, wl, WORKLOADS[wl]["batch"], folders[m], nodes)
+                except RuntimeError as e:  # e.g. OpenMPI's daemons failing to connect: once more
+                    log(f"dlio round {r} {wl} {nodes} nodes {m}: failed, running it again: {str(e)[:300]}")
+                    res = ox.run_dlio(env, py, m, wl, WORKLOADS[wl]["batch"], folders[m], nodes)
                 log(f"dlio round {r} {wl} {nodes} nodes {m}: " + ", ".join(
                     f"epoch {e['epoch']} {e['samples_per_s']:.1f} samples/s p99 wait {pct(e['waits'], .99):.3f} s"
                     for e in res["epochs"]) + f" ({time.time() - t:.0f} s)")
