@@ -5,7 +5,7 @@ BUILD ?= build
 PY ?= /usr/bin/python3
 CMAKE_FLAGS ?= -DDYAD_WARNINGS_AS_ERRORS=ON
 
-.PHONY: all deps deps-build deps-test deps-bench configure build install test test-long test-asan fuzz fuzz-deps fuzz-merge demo bench bench-scale bench-workflow bench-plot format check-format clean
+.PHONY: all deps deps-build deps-test deps-bench configure build install test test-long test-asan fuzz fuzz-deps fuzz-merge demo bench bench-scale bench-workflow bench-outside bench-plot format check-format clean
 
 all: build
 
@@ -125,6 +125,17 @@ bench-scale: build | deps-bench
 # BENCH_WORKFLOW_ARGS passes options (bench/workflow/run.py --help).
 bench-workflow: build | deps-bench
 	$(BENCH_ENV) $(PY) bench/workflow/run.py $(BENCH_WORKFLOW_ARGS)
+
+# DYAD beside outside tools (issue 49; bench/README.md): DLIO epochs through
+# DYAD's loader (pydyad.dlio), GlusterFS and local disk, and the MD frame
+# stream beside MPI send/recv and ADIOS2, on 2 and 4 namespace nodes, as root.
+# DLIO_SRC and HYDRA_SRC (PYDFTRACER_SRC) name local source trees
+# (scripts/bench-outside-setup.sh makes the venv, nothing is downloaded),
+# ADIOS2_DIR an ADIOS2 install; a row whose tool is missing is skipped and
+# says why. Debian packages: bash bench/outside/install-deps.sh. Writes
+# $(BENCH_OUT)/outside. BENCH_OUTSIDE_ARGS: bench/outside/run.py --help.
+bench-outside: build | deps-bench
+	$(BENCH_ENV) $(PY) bench/outside/run.py $(BENCH_OUTSIDE_ARGS)
 
 # Charts again from the JSON in $(BENCH_OUT) (no measurement). For the
 # tracked reference results: $(PY) bench/plot.py bench/results (PNGs in
