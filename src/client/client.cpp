@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client.hpp"
+#include "wait_notice.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -470,6 +471,22 @@ Result<Record> Client::stat(const std::string& path) {
     return lookup_upath(up.value(), false, Deadline::after(kControlTimeout));
 }
 
+Result<kvs::Entry> Client::wait_visibly(kvs::Store& st, const ServiceInfo& svc,
+                                        const std::string& upath, const std::string& key,
+                                        Deadline deadline) {
+    // Seen by whoever runs the program (wait_notice.hpp): after a few
+    // seconds, a line naming the file and the service, at growing intervals.
+    WaitNotice notice(
+        "'" + upath + "'" + (cons_.empty() ? "" : " (" + cons_.join(upath) + ")") +
+            " to be produced, looked up through service " + svc.id + " on node " + svc.node +
+            " at " + cfg_.service_uri,
+        cfg_.wait_timeout
+            ? "gives up after " + seconds_text(cfg_.wait_timeout) + " s (DYAD_WAIT_TIMEOUT)"
+            : "no time limit (DYAD_WAIT_TIMEOUT unset): is the name right ('dyad "
+              "ls' lists what was produced)?");
+    return st.wait(ns(svc), key, deadline);
+}
+
 Result<Record> Client::lookup_upath(const std::string& upath, bool should_wait, Deadline deadline) {
     const std::optional<std::string> up = upath;
     auto key = gen_path_key(up.value(), cfg_.key_depth, cfg_.key_bins);
@@ -483,7 +500,7 @@ Result<Record> Client::lookup_upath(const std::string& upath, bool should_wait, 
     trace::Span sp(should_wait && !look_once ? "wait-for-create" : "lookup", "client");
     sp.arg("path", upath).arg("key", key.value());
     auto e = should_wait && !look_once
-                 ? st.value()->wait(ns(svc.value()), key.value(), deadline)
+                 ? wait_visibly(*st.value(), svc.value(), upath, key.value(), deadline)
                  : st.value()->get(ns(svc.value()), key.value(), Deadline::after(kControlTimeout));
     sp.fail(e.status());
     if (!e) {
