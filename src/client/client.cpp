@@ -235,6 +235,29 @@ Status refuse_if_being_written(const std::string& full) {
 
 }  // namespace
 
+namespace {
+// What a wait for a produce is shown as (wait_notice.hpp): the file, the
+// service, and what ends it.
+std::string waiting_for(const std::string& upath, const ServiceInfo& svc, const ManagedDir& cons,
+                        const Config& cfg) {
+    return "'" + upath + "'" + (cons.empty() ? "" : " (" + cons.join(upath) + ")") +
+           " to be produced, looked up through service " + svc.id + " on node " + svc.node +
+           " at " + cfg.service_uri;
+}
+std::string waiting_limit(const Config& cfg) {
+    return cfg.wait_timeout
+               ? "gives up after " + seconds_text(cfg.wait_timeout) + " s (DYAD_WAIT_TIMEOUT)"
+               : "no time limit (DYAD_WAIT_TIMEOUT unset): is the name right ('dyad "
+                 "ls' lists what was produced)?";
+}
+Result<kvs::Entry> wait_visibly(kvs::Store& st, const std::string& nspace, const std::string& key,
+                                Deadline deadline, const std::string& what,
+                                const std::string& limit) {
+    WaitNotice notice(what, limit);
+    return st.wait(nspace, key, deadline);
+}
+}  // namespace
+
 Deadline Client::wait_deadline() const {
     return cfg_.wait_timeout ? Deadline::after(*cfg_.wait_timeout) : Deadline::never();
 }
@@ -471,22 +494,6 @@ Result<Record> Client::stat(const std::string& path) {
     return lookup_upath(up.value(), false, Deadline::after(kControlTimeout));
 }
 
-Result<kvs::Entry> Client::wait_visibly(kvs::Store& st, const ServiceInfo& svc,
-                                        const std::string& upath, const std::string& key,
-                                        Deadline deadline) {
-    // Seen by whoever runs the program (wait_notice.hpp): after a few
-    // seconds, a line naming the file and the service, at growing intervals.
-    WaitNotice notice(
-        "'" + upath + "'" + (cons_.empty() ? "" : " (" + cons_.join(upath) + ")") +
-            " to be produced, looked up through service " + svc.id + " on node " + svc.node +
-            " at " + cfg_.service_uri,
-        cfg_.wait_timeout
-            ? "gives up after " + seconds_text(cfg_.wait_timeout) + " s (DYAD_WAIT_TIMEOUT)"
-            : "no time limit (DYAD_WAIT_TIMEOUT unset): is the name right ('dyad "
-              "ls' lists what was produced)?");
-    return st.wait(ns(svc), key, deadline);
-}
-
 Result<Record> Client::lookup_upath(const std::string& upath, bool should_wait, Deadline deadline) {
     const std::optional<std::string> up = upath;
     auto key = gen_path_key(up.value(), cfg_.key_depth, cfg_.key_bins);
@@ -500,7 +507,8 @@ Result<Record> Client::lookup_upath(const std::string& upath, bool should_wait, 
     trace::Span sp(should_wait && !look_once ? "wait-for-create" : "lookup", "client");
     sp.arg("path", upath).arg("key", key.value());
     auto e = should_wait && !look_once
-                 ? wait_visibly(*st.value(), svc.value(), upath, key.value(), deadline)
+                 ? wait_visibly(*st.value(), ns(svc.value()), key.value(), deadline,
+                                waiting_for(upath, svc.value(), cons_, cfg_), waiting_limit(cfg_))
                  : st.value()->get(ns(svc.value()), key.value(), Deadline::after(kControlTimeout));
     sp.fail(e.status());
     if (!e) {

@@ -205,11 +205,6 @@ class Client {
     Result<Record> lookup(const std::string& path, bool should_wait, Deadline deadline);
     // The same for the relative path `upath`.
     Result<Record> lookup_upath(const std::string& upath, bool should_wait, Deadline deadline);
-    // The store's wait for `key`, shown to the user while it lasts
-    // (wait_notice.hpp).
-    Result<kvs::Entry> wait_visibly(kvs::Store& st, const ServiceInfo& svc,
-                                    const std::string& upath, const std::string& key,
-                                    Deadline deadline);
     // consume_once, then, if the file was produced again meanwhile, again
     // with its newest record (a few times at most); if it changed and is
     // not produced again yet, waits for that produce until `wait` (the

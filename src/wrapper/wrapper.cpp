@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <dirent.h>
 #include <climits>
+#include <csignal>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -222,6 +223,12 @@ bool written_elsewhere(const char* abs) {
     int fd = orig_open()(abs, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0);
     if (fd < 0) return false;
     bool writing = false;
+    // A writer opening the file while the lease is held breaks it and the
+    // kernel signals this process: SIGURG (ignored by default), not SIGIO.
+    if (orig_fcntl()(fd, F_SETSIG, SIGURG) != 0) {
+        orig_close()(fd);
+        return false;
+    }
     if (orig_fcntl()(fd, F_SETLEASE, F_RDLCK) == 0) {
         orig_fcntl()(fd, F_SETLEASE, F_UNLCK);
     } else if (errno == EAGAIN) {
@@ -463,14 +470,20 @@ void adopt_inherited(State* st) {
 }
 
 // At exit (after the program's own exit handlers): the files still open for
-// writing here are done being written by this process; output buffers
-// first.
+// writing here are done being written by this process. Output buffers
+// first; each descriptor is closed before its file is published (a file
+// open for writing is not published: Client::produce).
 void publish_at_exit() {
     State* st = g_state.load(std::memory_order_acquire);
     if (!st || t_busy) return;
     std::fflush(nullptr);
-    for (int fd = 0; fd < kMaxFd; ++fd)
-        if (WriteEntry* e = take(fd)) release(e);
+    for (int fd = 0; fd < kMaxFd; ++fd) {
+        WriteEntry* e = take(fd);
+        if (!e) continue;
+        if (st->fsync_write) ::fsync(fd);
+        orig_close()(fd);
+        release(e);
+    }
 }
 
 __attribute__((constructor)) void wrapper_init() {
