@@ -177,8 +177,9 @@ void check_service(Report& r, client::Client& c, const Config& cfg) {
     auto svc = c.service();
     if (!svc) {
         r.add("service", Verdict::fail, cfg.service_uri + ": " + svc.status().message(),
-              "start this node's dyadd (dyadd --producer-dir DIR), or set DYAD_SERVICE_URI to "
-              "its address (unix:PATH or tcp://HOST:PORT)");
+              "start this node's dyadd (dyadd [OPTIONS] PRODUCER_DIR; in a Slurm job with --dyad "
+              "the prolog starts it: see the job's slurmd log), or set DYAD_SERVICE_URI to its "
+              "address (unix:PATH or tcp://HOST:PORT)");
         return;
     }
     r.add("service", Verdict::ok,

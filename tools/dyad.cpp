@@ -177,8 +177,8 @@ void add_info_commands(CLI::App& app, Cli& o, Commands& c) {
     c.key->add_option("UPATH", o.key_path)->required();
     c.keygen = app.add_subcommand(
         "keygen",
-        "write a new job key (32 random bytes, mode 0600) for dyadd --auth-key and "
-        "DYAD_AUTH_KEY_FILE");
+        "write a new key (32 random bytes, mode 0600): a job key (dyadd --auth-key, "
+        "DYAD_AUTH_KEY_FILE) or the Slurm plugin's site secret (/etc/dyad/slurm.key)");
     c.keygen->add_option("FILE", o.keygen_path, "where to write it (never overwritten)")
         ->required();
     c.doctor = app.add_subcommand(

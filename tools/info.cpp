@@ -50,8 +50,11 @@ int run_keygen(const Cli& o) {
     if (!s) return report(s, o.keygen_path);
     if (!o.json)
         std::cout << "wrote a new key to " << o.keygen_path
-                  << " (mode 0600): give it to dyadd --auth-key and to clients as "
-                     "DYAD_AUTH_KEY_FILE\n";
+                  << " (mode 0600). As a job key: give it to every dyadd of the job (--auth-key) "
+                     "and to its clients (DYAD_AUTH_KEY_FILE). As the Slurm plugin's site secret "
+                     "(/etc/dyad/slurm.key, or plugstack site_key=): copy it to every node, "
+                     "readable by root only, and give it to no dyadd nor job (the plugin derives "
+                     "each job's key from it)\n";
     return 0;
 }
 
@@ -244,6 +247,30 @@ void print_stores(nlohmann::json& j) {
             m.value("rejoined", 0ull), m.value("republished", 0ull));
 }
 
+// `dyad service status`: its replicas (copies of other services' files it
+// holds, and what became of the copies of its own), one line; the counters
+// that are not zero follow it.
+void print_replicas(const nlohmann::json& j) {
+    auto it = j.find("replicas");
+    if (it == j.end() || !it->is_object()) return;
+    auto num = [&](const char* k) -> unsigned long long {
+        auto v = it->find(k);
+        return v != it->end() && v->is_number_unsigned() ? v->get<unsigned long long>() : 0ull;
+    };
+    std::printf(
+        "replicas: %llu copies of each file by default (--replicas), holding %llu of other "
+        "services' files (%llu of %llu bytes of --replica-space)\n",
+        num("default_copies"), num("held"), num("bytes"), num("space"));
+    std::string counters;
+    for (const auto& [k, v] : it->items()) {
+        if (k == "default_copies" || k == "held" || k == "bytes" || k == "space") continue;
+        if (!v.is_number_unsigned() || v.get<unsigned long long>() == 0) continue;
+        counters += (counters.empty() ? "  " : ", ") + k + " " +
+                    std::to_string(v.get<unsigned long long>());
+    }
+    if (!counters.empty()) std::printf("%s\n", counters.c_str());
+}
+
 }  // namespace
 
 int run_status(dyad::client::Client& c, const Cli& o) {
@@ -277,6 +304,7 @@ int run_status(dyad::client::Client& c, const Cli& o) {
                 j.value("connections", 0));
     print_counters(j);
     print_stores(j);
+    print_replicas(j);
     if (j.contains("metrics")) std::printf("metrics: %s\n", j.value("metrics", "").c_str());
     return 0;
 }

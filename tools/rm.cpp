@@ -9,10 +9,21 @@
 
 namespace dyad::tools {
 
+namespace {
+// `dyad ls` prints names relative to the managed directory: a relative name
+// that is not under the producer directory when taken from the current
+// directory is taken from the producer directory.
+std::string producer_path(client::Client& c, const std::string& f) {
+    if (f.empty() || f[0] == '/' || c.producer_dir().empty() || c.producer_upath(f)) return f;
+    return c.producer_dir().join(f);
+}
+}  // namespace
+
 int unpublish_files(client::Client& c, const std::vector<std::string>& files, bool json,
                     const Report& report) {
     int rc = 0;
-    for (const auto& f : files) {
+    for (const auto& given : files) {
+        const std::string f = producer_path(c, given);
         Status s = c.unpublish(f);
         if (!s) {
             rc = report(s, f);

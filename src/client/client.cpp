@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client.hpp"
+#include "wait_notice.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -232,6 +233,29 @@ Status refuse_if_being_written(const std::string& full) {
     return Status::ok();
 }
 
+}  // namespace
+
+namespace {
+// What a wait for a produce is shown as (wait_notice.hpp): the file, the
+// service, and what ends it.
+std::string waiting_for(const std::string& upath, const ServiceInfo& svc, const ManagedDir& cons,
+                        const Config& cfg) {
+    return "'" + upath + "'" + (cons.empty() ? "" : " (" + cons.join(upath) + ")") +
+           " to be produced, looked up through service " + svc.id + " on node " + svc.node +
+           " at " + cfg.service_uri;
+}
+std::string waiting_limit(const Config& cfg) {
+    return cfg.wait_timeout
+               ? "gives up after " + seconds_text(cfg.wait_timeout) + " s (DYAD_WAIT_TIMEOUT)"
+               : "no time limit (DYAD_WAIT_TIMEOUT unset): is the name right ('dyad "
+                 "ls' lists what was produced)?";
+}
+Result<kvs::Entry> wait_visibly(kvs::Store& st, const std::string& nspace, const std::string& key,
+                                Deadline deadline, const std::string& what,
+                                const std::string& limit) {
+    WaitNotice notice(what, limit);
+    return st.wait(nspace, key, deadline);
+}
 }  // namespace
 
 Deadline Client::wait_deadline() const {
@@ -483,7 +507,8 @@ Result<Record> Client::lookup_upath(const std::string& upath, bool should_wait, 
     trace::Span sp(should_wait && !look_once ? "wait-for-create" : "lookup", "client");
     sp.arg("path", upath).arg("key", key.value());
     auto e = should_wait && !look_once
-                 ? st.value()->wait(ns(svc.value()), key.value(), deadline)
+                 ? wait_visibly(*st.value(), ns(svc.value()), key.value(), deadline,
+                                waiting_for(upath, svc.value(), cons_, cfg_), waiting_limit(cfg_))
                  : st.value()->get(ns(svc.value()), key.value(), Deadline::after(kControlTimeout));
     sp.fail(e.status());
     if (!e) {

@@ -57,8 +57,8 @@ int oflag_of_fmode(const char* mode) {
 }
 
 namespace {
-bool six_alnum(const char* s, size_t n) {
-    if (n != 6) return false;
+// The n characters at s are letters or digits.
+bool alnum(const char* s, size_t n) {
     for (size_t i = 0; i < n; ++i)
         if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
               (s[i] >= '0' && s[i] <= '9')))
@@ -71,10 +71,25 @@ bool is_tool_temporary(const char* base) {
     if (!base) return false;
     const size_t n = std::strlen(base);
     // sed -i: "sed" and six letters or digits (mkostemp's suffix).
-    if (n == 9 && std::strncmp(base, "sed", 3) == 0 && six_alnum(base + 3, 6)) return true;
+    if (n == 9 && std::strncmp(base, "sed", 3) == 0 && alnum(base + 3, 6)) return true;
     // rsync: "." NAME "." and six letters or digits, NAME not empty.
-    if (n >= 9 && base[0] == '.' && base[n - 7] == '.' && six_alnum(base + n - 6, 6)) return true;
+    if (n >= 9 && base[0] == '.' && base[n - 7] == '.' && alnum(base + n - 6, 6)) return true;
     return false;
+}
+
+ConsumeMode consume_mode(const OpenFacts& f) {
+    if (!InterceptPolicy::should_consume(f.oflag) || f.temporary || f.is_dir)
+        return ConsumeMode::none;
+    // Opened for writing too (O_RDWR: h5py's 'w' probes so, r+): never waits.
+    if ((f.oflag & O_ACCMODE) != O_RDONLY) return ConsumeMode::look;
+    // A file that is here is read as it is (once its writer is done), or as
+    // its latest produce.
+    if (f.exists) return f.being_written ? ConsumeMode::wait : ConsumeMode::look;
+    // Relative to a directory descriptor: programs that walk directories
+    // (rsync's receiver opening its destination as a delta basis, tar, cp
+    // -r) read what they listed or probe their own destination.
+    if (f.via_dirfd) return ConsumeMode::look;
+    return ConsumeMode::wait;
 }
 
 InterceptPolicy::InterceptPolicy(const Client& c) {

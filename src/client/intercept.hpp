@@ -46,9 +46,33 @@ class InterceptPolicy {
 // Whether the file name `base` (no directory) is a tool's temporary that is
 // renamed into place once written: rsync's ".NAME.XXXXXX" and sed -i's
 // "sedXXXXXX" (X: a letter or digit). The wrapper does not publish those at
-// close; the rename publishes the real name (docs/user-guide.md, "The
-// wrapper and everyday tools").
+// close (the rename publishes the real name) and never waits for them. Other
+// temporaries (mkstemp's, tempfile's) exist when a tool opens them again,
+// and a present file is never waited for (consume_mode): their names need
+// no rule (docs/user-guide.md, "The wrapper and everyday tools").
 bool is_tool_temporary(const char* base);
+
+// What the wrapper knows of an open of a consumer path when it decides.
+struct OpenFacts {
+    int oflag = 0;
+    bool via_dirfd = false;      // openat relative to a directory descriptor (not AT_FDCWD)
+    bool exists = false;         // the path exists now
+    bool is_dir = false;         // ... and is a directory
+    bool temporary = false;      // is_tool_temporary(its name)
+    bool being_written = false;  // exists, and another process has it open for writing
+};
+// What an open of a consumer path does first:
+//   none  nothing (opens that write new contents, directories, probes,
+//         temporaries);
+//   look  looks the file up once without waiting: produced, it is consumed
+//         (fetched, or used in place); not produced, the open goes on as it
+//         would without DYAD (ENOENT for an absent file);
+//   wait  waits for its produce (DYAD_WAIT_TIMEOUT), then consumes it.
+// Only a read-only open of an absent path by name (open, fopen, openat from
+// the current directory), or of a present file another process is still
+// writing, waits.
+enum class ConsumeMode { none, look, wait };
+ConsumeMode consume_mode(const OpenFacts& f);
 
 // errno for a failed consume: ETIMEDOUT, ENOENT, ECONNREFUSED, EIO, ...
 int errno_for(const Status& s);

@@ -80,7 +80,11 @@ class LocalSender : public Sender {
         if (!job->ch->can_send_fd()) {
             done(Status(DYAD_RC_BADDTLMODE,
                         "LOCAL needs the service's Unix socket: this consumer reached it over "
-                        "TCP, where the open file cannot be passed (start dyadd with --socket)",
+                        "TCP, where the open file cannot be passed. LOCAL serves only consumers "
+                        "on the owner's node: from another node, use a transport that crosses "
+                        "nodes (DYAD_DTL_MODE=AUTO chooses one); on the owner's node, its "
+                        "service needs a socket (dyadd --socket; the Slurm plugin gives it one) "
+                        "this process may use (dyadd --allow-uid)",
                         EOPNOTSUPP),
                  0, "");
             return;

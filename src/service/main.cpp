@@ -241,9 +241,12 @@ void add_cap_options(CLI::App& app, Args& a) {
     app.add_flag("--insecure", o.insecure,
                  "serve a non-loopback --listen without a key (anyone who reaches the port can "
                  "read every produced file)");
+    // One uid per --allow-uid (repeat it for more): a vector option would
+    // otherwise take the positional PRODUCER_DIR after it as a second uid.
     app.add_option("--allow-uid", allow_uids,
                    "also admit this uid on the Unix socket (default: dyadd's own uid and root; "
-                   "'any' admits every local user)");
+                   "'any' admits every local user); one per option, repeat it for more")
+        ->allow_extra_args(false);
 }
 
 // --allow-uid and --transports, from their texts: -1, or the exit code.

@@ -6,7 +6,9 @@
 // allocation or locking.
 #include <atomic>
 #include <cerrno>
+#include <dirent.h>
 #include <climits>
+#include <csignal>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -26,10 +28,12 @@
 #include "common/config.hpp"
 #include "common/log.hpp"
 #include "common/settings.hpp"
+#include "writer_lock.hpp"
 
 namespace {
 
 using dyad::client::InterceptPolicy;
+using dyad::wrapper::WriterLock;
 
 // ---- originals ----
 using open_fn = int (*)(const char*, int, ...);
@@ -106,21 +110,29 @@ struct State {
     std::shared_ptr<dyad::client::PublishQueue> publisher;
     bool fsync_write = false;
     bool check = false;
+    std::string writers_dir;  // PRODUCER_DIR/.dyad/writers (writer_lock.hpp)
 };
 std::atomic<State*> g_state{nullptr};
 
-// A file opened for writing under the producer directory; shared by dups,
-// published when the last one closes.
+// A file open for writing under the producer directory (opened here, or
+// inherited: writer_lock.hpp); shared by dups, published when the last
+// writer is done with it.
 struct WriteEntry {
     int refs = 1;     // guarded by g_table_mu
-    pid_t owner = 0;  // only the process that opened it publishes it
+    pid_t owner = 0;  // without a lock, only the process that opened it publishes it
     std::string path;
+    WriterLock lock;  // this process's hold on the file (its last holder publishes)
+    unsigned fork_gen = 0;
 };
 // Guards reference counts and slot changes of managed entries. The
 // pass-through path never takes it: it only sees an empty slot.
 std::mutex g_table_mu;
 constexpr int kMaxFd = 1 << 16;
 std::atomic<WriteEntry*> g_fds[kMaxFd];
+// Descriptors that are WriterLocks of entries (a program closing one under
+// us, or dup2-ing onto it, makes the entry forget it).
+std::atomic<bool> g_lock_fds[kMaxFd];
+unsigned g_fork_gen = 0;  // guarded by g_table_mu
 
 State* active() {
     if (t_busy) return nullptr;
@@ -138,27 +150,48 @@ void publish(State* st, const std::string& path) {
     if (st->check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
 }
 
+void mark_lock_fd(const WriterLock& l, bool on) {
+    if (l.fd() >= 0 && l.fd() < kMaxFd) g_lock_fds[l.fd()].store(on, std::memory_order_release);
+}
+
 // Drops one reference (the caller took it out of the table under the
-// mutex); the last one publishes, in the process that opened the file.
+// mutex); the last one in this process publishes if no other process
+// still writes the file (writer_lock.hpp), or, without a lock, if this
+// process opened it.
 void release(WriteEntry* e) {
     if (!e) return;
     {
         std::lock_guard<std::mutex> lk(g_table_mu);
         if (--e->refs != 0) return;
+        mark_lock_fd(e->lock, false);
     }
-    if (e->owner == getpid()) {
+    int saved = errno;
+    const bool last = e->lock.valid() ? e->lock.last() : e->owner == getpid();
+    if (last) {
         if (State* st = g_state.load(std::memory_order_acquire)) {
-            int saved = errno;
             const char* slash = std::strrchr(e->path.c_str(), '/');
             if (dyad::client::is_tool_temporary(slash ? slash + 1 : e->path.c_str()))
                 DYAD_DEBUG("wrapper", "'%s' looks like a tool's temporary: published when renamed",
                            e->path.c_str());
             else
                 publish(st, e->path);
-            errno = saved;
         }
     }
+    e->lock.end(last);
+    errno = saved;
     delete e;
+}
+
+// The program closed (or dup2'd onto) descriptor `fd`: if it was an
+// entry's WriterLock, that entry no longer holds one.
+void lock_fd_gone(int fd) {
+    if (fd < 0 || fd >= kMaxFd || !g_lock_fds[fd].load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lk(g_table_mu);
+    g_lock_fds[fd].store(false, std::memory_order_release);
+    for (int i = 0; i < kMaxFd; ++i) {
+        WriteEntry* e = g_fds[i].load(std::memory_order_acquire);
+        if (e && e->lock.fd() == fd) e->lock.lost();
+    }
 }
 
 WriteEntry* take(int fd) {
@@ -172,6 +205,7 @@ WriteEntry* take(int fd) {
 // before was implicitly closed.
 void share(int from, int to) {
     if (from < 0 || from >= kMaxFd || to < 0 || to >= kMaxFd) return;
+    lock_fd_gone(to);
     if (!g_fds[from].load(std::memory_order_acquire) && !g_fds[to].load(std::memory_order_acquire))
         return;
     WriteEntry* old;
@@ -184,6 +218,76 @@ void share(int from, int to) {
     release(old);
 }
 
+// Whether a process other than this one has `abs` (a regular file of the
+// producer directory) open for writing: a read lease cannot be had then.
+// Where leases cannot tell (another owner, a file system without them):
+// no.
+bool written_elsewhere(const char* abs) {
+    int fd = orig_open()(abs, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0);
+    if (fd < 0) return false;
+    bool writing = false;
+    // A writer opening the file while the lease is held breaks it and the
+    // kernel signals this process: SIGURG (ignored by default), not SIGIO.
+    if (orig_fcntl()(fd, F_SETSIG, SIGURG) != 0) {
+        orig_close()(fd);
+        return false;
+    }
+    if (orig_fcntl()(fd, F_SETLEASE, F_RDLCK) == 0) {
+        orig_fcntl()(fd, F_SETLEASE, F_UNLCK);
+    } else if (errno == EAGAIN) {
+        // Ours (this process writes it too) counts for nothing.
+        std::lock_guard<std::mutex> lk(g_table_mu);
+        writing = true;
+        for (int i = 0; i < kMaxFd && writing; ++i) {
+            WriteEntry* e = g_fds[i].load(std::memory_order_acquire);
+            if (e && e->path == abs) writing = false;
+        }
+    }
+    orig_close()(fd);
+    return writing;
+}
+
+// What an open of a consumer path does first (intercept.hpp, consume_mode).
+dyad::client::ConsumeMode mode_of(State* st, int dirfd, const char* abs, int oflag) {
+    dyad::client::OpenFacts f;
+    f.oflag = oflag;
+    if (!InterceptPolicy::should_consume(oflag)) return dyad::client::consume_mode(f);
+    f.via_dirfd = dirfd != AT_FDCWD;
+    const char* slash = std::strrchr(abs, '/');
+    f.temporary = dyad::client::is_tool_temporary(slash ? slash + 1 : abs);
+    struct stat sb;
+    if (::stat(abs, &sb) == 0) {
+        f.exists = true;
+        f.is_dir = S_ISDIR(sb.st_mode);
+        // Being written here (the producer directory is this one): its
+        // publish at the writer's close is waited for.
+        f.being_written = S_ISREG(sb.st_mode) && (oflag & O_ACCMODE) == O_RDONLY &&
+                          st->policy->under_producer(abs) && written_elsewhere(abs);
+    }
+    return dyad::client::consume_mode(f);
+}
+
+// Consumes `abs` as `mode` says. False (errno set, a line on stderr) when
+// that failed; a file looked up and not produced is no failure.
+bool consume_for_open(State* st, const char* abs, dyad::client::ConsumeMode mode) {
+    Busy b;
+    dyad::Status s;
+    if (mode == dyad::client::ConsumeMode::wait) {
+        s = st->client->consume(abs);
+    } else {
+        auto rec = st->client->get_metadata(abs, false);
+        if (!rec && rec.status().rc() == DYAD_RC_NOTFOUND) return true;
+        s = rec ? st->client->consume_with(abs, rec.value()) : rec.status();
+    }
+    if (!s) {
+        std::fprintf(stderr, "dyad: cannot open '%s': %s\n", abs, s.to_string().c_str());
+        errno = dyad::client::errno_for(s);
+        return false;
+    }
+    if (st->check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
+    return true;
+}
+
 // Before the real open: consume if needed. Returns false (errno set) when
 // the consume failed. Fills abs with the absolute path when managed.
 bool before_open(State* st, int dirfd, const char* path, int oflag, char* abs,
@@ -192,19 +296,10 @@ bool before_open(State* st, int dirfd, const char* path, int oflag, char* abs,
     if (!InterceptPolicy::absolute(dirfd, path, abs, PATH_MAX)) return true;
     if (dyad::client::intent_of_oflag(oflag).write && st->policy->under_producer(abs))
         *managed_write = true;
-    if (InterceptPolicy::should_consume(oflag) && st->policy->under_consumer(abs)) {
-        struct stat sb;
-        if (::stat(abs, &sb) == 0 && S_ISDIR(sb.st_mode)) return true;  // directories pass through
-        Busy b;
-        dyad::Status s = st->client->consume(abs);
-        if (!s) {
-            std::fprintf(stderr, "dyad: cannot open '%s': %s\n", abs, s.to_string().c_str());
-            errno = dyad::client::errno_for(s);
-            return false;
-        }
-        if (st->check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
-    }
-    return true;
+    if (!st->policy->under_consumer(abs)) return true;
+    const auto mode = mode_of(st, dirfd, abs, oflag);
+    if (mode == dyad::client::ConsumeMode::none) return true;
+    return consume_for_open(st, abs, mode);
 }
 
 void after_open(int fd, bool managed_write, const char* abs) {
@@ -217,9 +312,12 @@ void after_open(int fd, bool managed_write, const char* abs) {
     auto* e = new WriteEntry();
     e->path = abs;
     e->owner = getpid();
+    if (State* st = g_state.load(std::memory_order_acquire))
+        e->lock = WriterLock::take(st->writers_dir, fd);
     WriteEntry* old;
     {
         std::lock_guard<std::mutex> lk(g_table_mu);
+        mark_lock_fd(e->lock, true);
         old = g_fds[fd].exchange(e, std::memory_order_acq_rel);
     }
     release(old);
@@ -255,6 +353,7 @@ FILE* do_fopen(const char* path, const char* mode, FILE* (*call)(const char*, co
 
 int do_close(int fd) {
     State* st = active();
+    if (st) lock_fd_gone(fd);
     WriteEntry* e = st ? take(fd) : nullptr;
     if (e && st->fsync_write) ::fsync(fd);
     int rc = orig_close()(fd);
@@ -312,8 +411,82 @@ void warn_inert() {
     setenv("LIBDYAD_WRAPPER_WARNED", "1", 1);
 }
 
+// fork: the table's mutex is held across it (no other thread of the
+// parent may hold it in the child); the child takes a WriterLock of its own
+// for every file it now writes too (the inherited lock descriptors share
+// the parent's lock), so that the last of parent and child to be done
+// publishes.
+void before_fork() {
+    g_table_mu.lock();
+}
+void after_fork_parent() {
+    g_table_mu.unlock();
+}
 void after_fork_child() {
-    if (State* st = g_state.load()) st->client->reset_after_fork();
+    State* st = g_state.load();
+    ++g_fork_gen;
+    for (int fd = 0; st && fd < kMaxFd; ++fd) {
+        WriteEntry* e = g_fds[fd].load(std::memory_order_relaxed);
+        if (!e || e->fork_gen == g_fork_gen) continue;
+        e->fork_gen = g_fork_gen;
+        const int inherited = e->lock.fd();
+        if (inherited < 0) continue;  // none: the parent (its opener) publishes
+        WriterLock mine = WriterLock::take(st->writers_dir, fd);
+        // The parent's descriptor, not its lock (the parent holds that).
+        if (inherited < kMaxFd) g_lock_fds[inherited].store(false);
+        orig_close()(inherited);
+        e->lock = mine;
+        mark_lock_fd(e->lock, true);
+        if (mine.valid()) e->owner = getpid();
+    }
+    g_table_mu.unlock();
+    if (st) st->client->reset_after_fork();
+}
+
+// Descriptors this program inherited open for writing on files of the
+// producer directory (`cmd > f`, `exec > f`, a parent's file): published
+// when the last writer is done (writer_lock.hpp), as if opened here.
+void adopt_inherited(State* st) {
+    DIR* d = ::opendir("/proc/self/fd");
+    if (!d) return;
+    const int self = ::dirfd(d);
+    while (struct dirent* de = ::readdir(d)) {
+        char* end = nullptr;
+        long fd = std::strtol(de->d_name, &end, 10);
+        if (*end != '\0' || fd < 0 || fd >= kMaxFd || fd == self) continue;
+        int fl = orig_fcntl()(static_cast<int>(fd), F_GETFL, nullptr);
+        if (fl < 0 || !dyad::client::intent_of_oflag(fl).write) continue;
+        char link[64], target[PATH_MAX];
+        std::snprintf(link, sizeof link, "/proc/self/fd/%ld", fd);
+        ssize_t n = ::readlink(link, target, sizeof target - 1);
+        if (n <= 0 || target[0] != '/') continue;  // pipes, sockets, ...
+        target[n] = '\0';
+        struct stat sb;
+        if (!st->policy->under_producer(target) || ::fstat(static_cast<int>(fd), &sb) != 0 ||
+            !S_ISREG(sb.st_mode) || sb.st_nlink == 0)  // removed: nothing to publish
+            continue;
+        DYAD_DEBUG("wrapper", "descriptor %ld writes '%s': published when its last writer is done",
+                   fd, target);
+        after_open(static_cast<int>(fd), true, target);
+    }
+    ::closedir(d);
+}
+
+// At exit (after the program's own exit handlers): the files still open for
+// writing here are done being written by this process. Output buffers
+// first; each descriptor is closed before its file is published (a file
+// open for writing is not published: Client::produce).
+void publish_at_exit() {
+    State* st = g_state.load(std::memory_order_acquire);
+    if (!st || t_busy) return;
+    std::fflush(nullptr);
+    for (int fd = 0; fd < kMaxFd; ++fd) {
+        WriteEntry* e = take(fd);
+        if (!e) continue;
+        if (st->fsync_write) ::fsync(fd);
+        orig_close()(fd);
+        release(e);
+    }
 }
 
 __attribute__((constructor)) void wrapper_init() {
@@ -345,8 +518,14 @@ __attribute__((constructor)) void wrapper_init() {
         o->thread_init = [] { t_busy = true; };  // its own file accesses pass through
         st->publisher = dyad::client::PublishQueue::create(st->client, std::move(o.value()));
     }
-    pthread_atfork(nullptr, nullptr, after_fork_child);
+    if (!st->client->producer_dir().empty())
+        st->writers_dir = st->client->producer_dir().path() + "/.dyad/writers";
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
     g_state.store(st, std::memory_order_release);
+    if (!st->writers_dir.empty()) {
+        adopt_inherited(st);
+        std::atexit(publish_at_exit);
+    }
 }
 
 // DYAD_ASYNC_PUBLISH: the queue drains before the library goes (its exit
