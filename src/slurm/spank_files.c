@@ -40,8 +40,8 @@ static void describe(const struct stat* st, char* out, size_t n) {
 
 /* The directory `name` in dir_fd if it is one of `uid` without group or
  * other write, else -1 (errno ENOENT when nothing is there). */
-static int open_owned_dir(int dir_fd, const char* name, uid_t uid, struct stat* st) {
-    int fd = openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+static int open_owned_dir(int dir_fd, const char* name, uid_t uid, struct stat* st, int how) {
+    int fd = openat(dir_fd, name, how | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         if (errno != ENOENT && fstatat(dir_fd, name, st, AT_SYMLINK_NOFOLLOW) != 0)
             memset(st, 0, sizeof *st);
@@ -61,7 +61,7 @@ int dyad_open_parent(const char* parent, int create, char* err, size_t errlen) {
     snprintf(b, sizeof b, "%s", parent);
     const char* up = dirname(a);
     const char* base = basename(b);
-    int gfd = open(up, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int gfd = open(up, O_PATH | O_DIRECTORY | O_CLOEXEC);
     struct stat st;
     if (gfd < 0 || fstat(gfd, &st) != 0) {
         snprintf(err, errlen, "cannot open %s: %s", up, strerror(errno));
@@ -78,7 +78,8 @@ int dyad_open_parent(const char* parent, int create, char* err, size_t errlen) {
     }
     int fd = -1;
     for (int tries = 0; tries < 4 && fd < 0; ++tries) {
-        fd = open_owned_dir(gfd, base, 0, &st);
+        /* Root (the prolog) reads it; a task (the user) only searches it. */
+        fd = open_owned_dir(gfd, base, 0, &st, create ? O_RDONLY : O_PATH);
         if (fd >= 0) break;
         if (!create) {
             snprintf(err, errlen, "%s is absent or not root's", parent);

@@ -296,6 +296,7 @@ void dyad_task_env(spank_t sp, const struct dyad_conf* c, const struct dyad_user
     spank_setenv(sp, "DYAD_AUTH_KEY_FILE", v, 1);
     snprintf(v, sizeof v, "dyad-job-%u", jobid);
     spank_setenv(sp, "DYAD_KVS_NAMESPACE", v, 1);
+    spank_setenv(sp, "DYAD_JOB_MANAGER", "slurm", 1);
     if (find_lib(c, "libdyad_wrapper.so", v, sizeof v) == 0) spank_setenv(sp, "DYAD_WRAPPER", v, 1);
     if (find_lib(c, "libdyad.so", v, sizeof v) == 0) spank_setenv(sp, "DYAD_LIBRARY", v, 1);
     if (u->mode[0]) spank_setenv(sp, "DYAD_DTL_MODE", u->mode, 1);

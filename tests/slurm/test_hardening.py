@@ -320,3 +320,26 @@ def test_prolog_flags_without_alloc_is_named(slurm):
                            "--timeout", "5"], input="ab" * 32 + "\n", check=False)
     assert r.returncode != 0 and "PrologFlags=Alloc" in r.stderr, r.stderr
     shutil.rmtree(os.path.join(slurm.node_tmp("node1"), f"pf{os.getpid()}"), ignore_errors=True)
+
+
+def test_store_gone_says_what_the_user_can_do(slurm, shared):
+    """The first node's dyadd (the job's store) dies: a consumer on another
+    node is told what it can do under the plugin, not to restart a service
+    it cannot restart."""
+    out = os.path.join(shared, "out.txt")
+    script = os.path.join(shared, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"""#!/bin/bash
+#SBATCH -N2
+#SBATCH -w node[1-2]
+#SBATCH -o {out}
+srun --overlap -N1 -n1 -w node1 bash -c 'kill -9 $(cat $(dirname $DYAD_AUTH_KEY_FILE)/dyadd.pid)'
+srun --overlap -N1 -n1 -w node2 {DYAD} consume --timeout 5 $DYAD_PATH_CONSUMER/never.bin
+echo "rc $?"
+""")
+    job = submit(slurm, script, "--dyad")
+    assert slurm.wait_job_done(job, 90) == "COMPLETED", info(slurm, job, out)
+    text = open(out).read()
+    assert "Submit the job again" in text and "dyad job start" in text, text
+    assert "rc 0" not in text, text
+    assert drained(slurm) == {} and slurm.leftovers(job) == []

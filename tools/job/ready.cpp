@@ -141,10 +141,11 @@ Hello hello(const std::string& addr, unsigned port, const std::string& key_path,
     auto c = rpc::Connection::connect(uri, deadline, creds);
     if (!c) {
         h.error = c.status().message();
-        // Something answered, and not as this job's dyadd (no key, another key,
-        // not DYAD at all): a listener that is not ours.
+        // Something answered, and not as this job's dyadd: another key, or
+        // bytes that are not DYAD. (Silence or a close may be our dyadd not
+        // serving yet: tried again.)
         h.foreign = c.status().rc() == DYAD_RC_NOAUTH ||
-                    (rpc::Connection::not_dyad(c.status()) && !deadline.expired());
+                    c.status().message().find("instead of a DYAD frame") != std::string::npos;
         return h;
     }
     auto id = proto::Identity::parse(c.value()->peer_info());
