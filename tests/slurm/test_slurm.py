@@ -90,7 +90,9 @@ def test_without_dyad_nothing_happens(slurm, shared):
     out = os.path.join(shared, "out.txt")
     script = os.path.join(shared, "job.sh")
     with open(script, "w") as f:
-        f.write(f"#!/bin/bash\n#SBATCH -N2\n#SBATCH -o {out}\nenv | grep ^DYAD_ || true\nls -A /tmp | grep dyad || true\necho end\n")
+        f.write(f"#!/bin/bash\n#SBATCH -N2\n#SBATCH -o {out}\nenv | grep ^DYAD_ || true\n"
+                "ls -d /tmp/dyad-$SLURM_JOB_ID /tmp/dyad/*/$SLURM_JOB_ID /tmp/dyad/job-$SLURM_JOB_ID 2>/dev/null || true\n"
+                "echo end\n")
     job = submit(slurm, script)
     assert slurm.wait_job_done(job, 60) == "COMPLETED", info(slurm, job, out)
     assert open(out).read().strip() == "end", info(slurm, job, out)

@@ -274,7 +274,7 @@ int start(const Options& o) {
             stop_all(o, mine, false);
         }
         std::error_code ec;
-        fs::remove_all(j.launch_logs, ec);
+        if (running.empty()) fs::remove_all(j.launch_logs, ec);  // else the running job's
         return running.empty() ? 4 : kAlreadyRunning;
     }
     const double took = std::chrono::duration<double>(clock::now() - t0).count();
