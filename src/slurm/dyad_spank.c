@@ -353,7 +353,7 @@ int slurm_spank_user_init(spank_t sp, int ac, char** av) {
     if (!have) {
         snprintf(g_fail, sizeof g_fail,
                  "the DYAD prolog did not run on this node before the job's tasks (no record in "
-                 "%s): slurm.conf needs PrologFlags=Alloc; tell the cluster's administrators",
+                 "%.512s): slurm.conf needs PrologFlags=Alloc; tell the cluster's administrators",
                  c.parent);
         return 0;
     }

@@ -274,7 +274,7 @@ static int find_lib(const struct dyad_conf* c, const char* lib, char* out, size_
         char* slash = strrchr(up, '/');
         if (slash) {
             *slash = 0;
-            snprintf(dirs[k++], DYAD_PATH_MAX, "%s/lib", up);
+            snprintf(dirs[k++], DYAD_PATH_MAX, "%.4000s/lib", up);
         }
     }
     for (int i = 0; i < k; ++i) {
