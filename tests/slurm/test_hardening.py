@@ -346,3 +346,43 @@ echo "rc $?"
     assert "Submit the job again" in text and "dyad job start" in text, text
     assert "rc 0" not in text, text
     assert drained(slurm) == {} and slurm.leftovers(job) == []
+
+
+def test_a_start_the_job_cannot_have_fails_its_tasks_not_the_node(slurm, shared):
+    """Every port of the job is held on node2 (possible only with the job
+    key; a stand-in for any failure that is the job's): the job's tasks on
+    node2 fail with the reason in the job's output, node1's work, and no
+    node drains."""
+    out = os.path.join(shared, "out.txt")
+    script = os.path.join(shared, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"#!/bin/bash\n#SBATCH -N2\n#SBATCH -w node[1-2]\n#SBATCH -o {out}\n"
+                f"srun --overlap -N1 -n1 -w node1 {DYAD} service status >/dev/null && echo node1-ok\n"
+                f"srun --overlap -N1 -n1 -w node2 true; echo \"node2 rc $?\"\n")
+    job = submit(slurm, script, "--dyad", "--hold")
+    squatter = subprocess.Popen(slurm.prefix("node2") + ATTACKER + ["/usr/bin/python3", "-c", SQUAT, "garbage"] +
+                                [str(p) for p in job_ports(job_key(slurm, job))],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert squatter.stdout.readline().strip() == "listening", squatter.stderr.read()
+        slurm.cmd("scontrol", "release", job)
+        assert slurm.wait_job_done(job, 90) == "COMPLETED", info(slurm, job, out)
+        text = open(out).read()
+        assert "node1-ok" in text and "node2 rc 0" not in text, text
+        assert "node node2: DYAD did not start on this node" in text and "held by another program" in text, text
+        assert drained(slurm) == {} and slurm.leftovers(job) == []
+    finally:
+        slurm.cmd("scancel", job, check=False)
+        squatter.kill()
+        squatter.wait()
+
+
+def test_dyad_job_env_gives_a_shell_the_environment(slurm):
+    """A shell on a node of the job without the DYAD environment (salloc's,
+    on a node) gets it from `dyad job env`, the same as a step's."""
+    shell = (f'want="$DYAD_SERVICE_URI $DYAD_AUTH_KEY_FILE"; unset DYAD_SERVICE_URI DYAD_AUTH_KEY_FILE; '
+             f'eval "$({DYAD} job env)" && [ "$want" = "$DYAD_SERVICE_URI $DYAD_AUTH_KEY_FILE" ] && echo same-env')
+    r = slurm.cmd("srun", "-N1", "--dyad", "bash", "-c", shell, timeout=90, check=False)
+    assert r.returncode == 0 and r.stdout.strip() == "same-env", r.stdout + r.stderr
+    r = slurm.cmd("srun", "-N1", "bash", "-c", f"{DYAD} job env", timeout=90, check=False)
+    assert r.returncode != 0 and "no DYAD of job" in r.stderr, r.stderr
