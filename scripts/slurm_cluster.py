@@ -265,14 +265,29 @@ PartitionName=debug Nodes=node[1-{len(self.names)}] Default=YES MaxTime=INFINITE
 
         return harness.wait_for(done, timeout, what=f"job {job} to end and its epilog to finish", interval=0.05)
 
+    def job_dir(self, node, job, uid=0):
+        """The --dyad job's directory on `node`, seen from outside (the SPANK
+        plugin's PARENT/UID/JOBID, PARENT /tmp/dyad)."""
+        return os.path.join(self.node_tmp(node), "dyad", str(uid), str(job))
+
+    def record(self, job, node):
+        """The plugin's record of a --dyad job on `node` (root's), as a dict."""
+        with open(os.path.join(self.node_tmp(node), "dyad", f"job-{job}")) as f:
+            return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+
     def leftovers(self, job):
-        """What the job left on any node: dyadd processes, its directory,
-        files in the node's /dev/shm."""
+        """What the job left on any node: dyadd processes, its directory (of
+        `dyad job start`, or of the plugin, with its record), files in the
+        node's /dev/shm."""
         left = []
         for n in self.names:
-            d = os.path.join(self.node_tmp(n), f"dyad-{job}")
-            if os.path.exists(d):
-                left.append(f"{n}: {d} ({os.listdir(d)})")
+            tmp = self.node_tmp(n)
+            found = [os.path.join(tmp, f"dyad-{job}"), os.path.join(tmp, "dyad", f"job-{job}")]
+            if os.path.isdir(os.path.join(tmp, "dyad")) and not os.path.islink(os.path.join(tmp, "dyad")):
+                found += [os.path.join(tmp, "dyad", u, str(job)) for u in os.listdir(os.path.join(tmp, "dyad"))]
+            for d in found:
+                if os.path.lexists(d):
+                    left.append(f"{n}: {d} ({os.listdir(d) if os.path.isdir(d) else 'file'})")
             shm = self.on(n, ["ls", "-A", "/dev/shm"], check=False).stdout.split()
             if shm:
                 left.append(f"{n}: /dev/shm holds {shm}")

@@ -23,6 +23,7 @@
 #include "common/checksum.hpp"
 #include "common/keygen.hpp"
 #include "common/log.hpp"
+#include "common/settings.hpp"
 #include "fetch_channel.hpp"
 #include "kvs/outage.hpp"
 #include "proto/publish.hpp"
@@ -325,6 +326,16 @@ Status Client::store_failure(const Status& e, const ServiceInfo& svc) const {
                            : "start the dyadd that hosts it (the one started without --kvs), or "
                              "correct --kvs of this node's dyadd (" +
                                  svc.id + ")";
+    // Under the Slurm plugin the job's services are not the user's to restart.
+    if (settings::text("DYAD_JOB_MANAGER") == "slurm")
+        what = svc.kvs.rfind("etcd://", 0) == 0
+                   ? "the site's store of this cluster is down: tell its administrators"
+                   : "it was in the dyadd of the job's first node, which Slurm started "
+                     "(--dyad) and which no longer answers: files already consumed stay, new "
+                     "ones cannot be published or found in this job. Submit the job again, or "
+                     "start a DYAD of your own in it: eval \"$(dyad job start --job-id "
+                     "$SLURM_JOB_ID.2)\" (and `dyad job stop --job-id $SLURM_JOB_ID.2` at its "
+                     "end)";
     return Status(DYAD_RC_CONNFAIL,
                   "the metadata store at " + uri + " is unreachable (" + cause_of(e) +
                       "): " + what + (until_deadline ? retried : std::string()),

@@ -117,6 +117,8 @@ const std::vector<Setting> kTable = {
      "a file of `NAME=VALUE` lines (`#` comments) for settings the environment does not set"},
     {"DYAD_LIBRARY", T::text, nullptr, "pydyad",
      "path of `libdyad.so` for the Python package (unset: the build or install beside it)"},
+    {"DYAD_JOB_MANAGER", T::text, nullptr, "client",
+     "`slurm` in the tasks of a `--dyad` job (set by the SPANK plugin, with `DYAD_WRAPPER` and `DYAD_LIBRARY`): errors then say what a user can do there"},
 };
 // clang-format on
 

@@ -77,7 +77,7 @@ echo done
     state = slurm.wait_job_done(job, 90)
     assert state == "COMPLETED", info(slurm, job, out)
     text = open(out).read()
-    assert "batch: unix:/tmp/dyad-%s/dyadd.sock" % job in text, text
+    assert f"batch: unix:/tmp/dyad/0/{job}/dyadd.sock" in text, text
     assert "key 600 root" in text and "dir 700 root" in text, text
     assert "fetched 3.0 MiB" in text, text
     assert same(src, os.path.join(shared, "a.copy")), info(slurm, job, out)
@@ -90,7 +90,9 @@ def test_without_dyad_nothing_happens(slurm, shared):
     out = os.path.join(shared, "out.txt")
     script = os.path.join(shared, "job.sh")
     with open(script, "w") as f:
-        f.write(f"#!/bin/bash\n#SBATCH -N2\n#SBATCH -o {out}\nenv | grep ^DYAD_ || true\nls -A /tmp | grep dyad || true\necho end\n")
+        f.write(f"#!/bin/bash\n#SBATCH -N2\n#SBATCH -o {out}\nenv | grep ^DYAD_ || true\n"
+                "ls -d /tmp/dyad-$SLURM_JOB_ID /tmp/dyad/*/$SLURM_JOB_ID /tmp/dyad/job-$SLURM_JOB_ID 2>/dev/null || true\n"
+                "echo end\n")
     job = submit(slurm, script)
     assert slurm.wait_job_done(job, 60) == "COMPLETED", info(slurm, job, out)
     assert open(out).read().strip() == "end", info(slurm, job, out)
@@ -118,7 +120,7 @@ sleep 300
                      what=f"job {job} to run")
     with open(os.path.join(shared, "status.txt")) as f:
         assert sorted(f.read().splitlines()) == [f"{n} ok" for n in slurm.names], info(slurm, job, out)
-    started = [n for n in slurm.names if os.path.exists(os.path.join(slurm.node_tmp(n), f"dyad-{job}", "job.key"))]
+    started = [n for n in slurm.names if os.path.exists(os.path.join(slurm.job_dir(n, job), "job.key"))]
     assert started == slurm.names, info(slurm, job, out)
     t = time.monotonic()
     slurm.cmd("scancel", job)
@@ -201,7 +203,10 @@ def test_job_start_names_the_failing_node(slurm):
     try:
         assert r.returncode != 0
         assert "node node1" in r.stderr and f"/tmp/dyad-{job}/dyadd.log" in r.stderr, r.stderr
-        assert not any("process" in x for x in slurm.leftovers(job))
+        # a failed start removes what it made: no process, directory nor launch logs
+        assert slurm.leftovers(job) == []
+        launch = os.path.join(env.get("TMPDIR", "/tmp"), f"dyad-{job}-0.launch")
+        assert not os.path.exists(launch), r.stderr
     finally:
         subprocess.run([DYAD, "job", "stop", *base], capture_output=True, text=True, env=env, timeout=90)
     assert slurm.leftovers(job) == []
@@ -237,9 +242,9 @@ while [ ! -e {release} ]; do sleep 0.1; done
         harness.wait_for(lambda: os.path.exists(ready) or slurm.job_state(job) not in ("PENDING", "RUNNING"), 60,
                          what=f"job {job} to run")
         assert os.path.exists(ready), info(slurm, job, out)
-        d = f"/tmp/dyad-{job}"
+        d = f"/tmp/dyad/{user.pw_uid}/{job}"
         for n in ("node1", "node2"):
-            st = os.stat(os.path.join(slurm.node_tmp(n), f"dyad-{job}", "job.key"))
+            st = os.stat(os.path.join(slurm.job_dir(n, job, user.pw_uid), "job.key"))
             assert (st.st_uid, st.st_mode & 0o777) == (user.pw_uid, 0o600), n
             owners = [uid for _, uid in slurm.processes(n)]
             assert owners == [user.pw_uid], (n, owners)
@@ -252,9 +257,7 @@ while [ ! -e {release} ]; do sleep 0.1; done
                      env=env)
         assert r.returncode != 0, r
         # Over TCP, without the key: refused.
-        host = slurm.net.hosts["node1"]
-        port = 20000 + int(job) % 10000
-        env["DYAD_SERVICE_URI"] = f"tcp://{host}:{port}"
+        env["DYAD_SERVICE_URI"] = "tcp://" + slurm.record(job, "node1")["address"]
         r = slurm.on("node2", as_other + [DYAD, "consume", "--timeout", "2", "/tmp/other/r/f.bin"], check=False,
                      env=env)
         assert r.returncode == 4, r

@@ -57,7 +57,6 @@ using clock = std::chrono::steady_clock;
 struct Job {
     std::vector<std::string> nodes;
     std::string id, dir, kvs_namespace;
-    unsigned port = 0;
     std::string launch_logs;  // this host: the launchers' stderr, one file per node
 };
 
@@ -77,7 +76,6 @@ Result<Job> describe(const Options& o) {
     j.dir = job_dir(o, j.id);
     if (j.dir.empty() || j.dir.front() != '/')
         return Status(DYAD_RC_BAD_CLI_PARSE, "--dir must give an absolute path", EINVAL);
-    j.port = job_port(o, j.id);
     j.kvs_namespace = job_namespace(o, j.id);
     j.launch_logs =
         env_or("TMPDIR", "/tmp") + "/dyad-" + j.id + "-" + std::to_string(::getuid()) + ".launch";
@@ -230,13 +228,13 @@ int start(const Options& o) {
                                       j.dir,
                                       "--job-id",
                                       j.id,
-                                      "--port",
-                                      std::to_string(j.port),
                                       "--namespace",
                                       j.kvs_namespace,
                                       "--timeout",
                                       std::to_string(o.timeout)};
         if (!o.kvs.empty()) a.insert(a.end(), {"--kvs", o.kvs});
+        if (o.port) a.insert(a.end(), {"--port", std::to_string(o.port)});
+        if (!o.ports.empty()) a.insert(a.end(), {"--ports", o.ports});
         if (!o.dyadd.empty()) a.insert(a.end(), {"--dyadd", o.dyadd});
         for (const auto& x : o.dyadd_args) a.push_back("--dyadd-arg=" + x);
         return a;
@@ -245,21 +243,39 @@ int start(const Options& o) {
     // argument (visible in ps) nor a variable (inherited by the launcher's
     // other processes), and no shared file system is needed.
     auto out = run_everywhere(o, j, cmd, key + "\n", true, Deadline::after(o.timeout + 5));
-    std::vector<std::string> failed;
-    for (size_t i = 0; i < out.size(); ++i)
-        if (!out[i].ok)
-            failed.push_back("node " + j.nodes[i] + ": dyadd not ready (its log: " + j.dir + "/" +
-                             kLogName + " on " + j.nodes[i] + ")" + why(out[i]));
-    if (!failed.empty()) {
+    std::vector<std::string> failed, running;
+    for (size_t i = 0; i < out.size(); ++i) {
+        if (out[i].line.rfind("running ", 0) == 0)
+            running.push_back(j.nodes[i] + " (" + out[i].line.substr(8) + ")");
+        else if (!out[i].ok)
+            failed.push_back("node " + j.nodes[i] + ": dyadd not ready" + why(out[i]));
+    }
+    if (!running.empty() || !failed.empty()) {
         for (auto& f : failed) std::fprintf(stderr, "%s: %s\n", g_cmd.c_str(), f.c_str());
         for (auto& x : out)
-            if (x.child.pid > 0) ::kill(-x.child.pid, SIGTERM);
-        std::fprintf(stderr,
-                     "%s: stopping the job's other services (their logs stay in %s; `dyad job "
-                     "stop` removes them)\n",
-                     g_cmd.c_str(), j.dir.c_str());
-        stop_all(o, j, true);
-        return 4;
+            if (x.child.pid > 0 && x.line.rfind("running ", 0) != 0) ::kill(-x.child.pid, SIGTERM);
+        if (!running.empty()) {
+            std::string list;
+            for (auto& r : running) list += (list.empty() ? "" : ", ") + r;
+            std::fprintf(stderr,
+                         "%s: job %s runs already on %s: refused, and that job is left as it "
+                         "is. Stop it first (`dyad job stop` with the same --job-id and nodes), "
+                         "or give another --job-id\n",
+                         g_cmd.c_str(), j.id.c_str(), list.c_str());
+        }
+        // Clean only the nodes where this start made something.
+        Job mine = j;
+        mine.nodes.clear();
+        for (size_t i = 0; i < out.size(); ++i)
+            if (out[i].line.rfind("running ", 0) != 0) mine.nodes.push_back(j.nodes[i]);
+        if (!mine.nodes.empty()) {
+            std::fprintf(stderr, "%s: removing what this start made on %zu node%s\n", g_cmd.c_str(),
+                         mine.nodes.size(), mine.nodes.size() == 1 ? "" : "s");
+            stop_all(o, mine, false);
+        }
+        std::error_code ec;
+        if (running.empty()) fs::remove_all(j.launch_logs, ec);  // else the running job's
+        return running.empty() ? 4 : kAlreadyRunning;
     }
     const double took = std::chrono::duration<double>(clock::now() - t0).count();
     std::string env = env_text(j);
@@ -326,8 +342,11 @@ void add_job_options(CLI::App* c, Options& o) {
     c->add_option("--dir", o.dir_template,
                   "node-local job directory, the same path on every node ({jobid}, {uid}; "
                   "default ${TMPDIR:-/tmp}/dyad-{jobid})");
-    c->add_option("--port", o.port, "TCP port of every dyadd (default 20000 + job id % 10000)")
+    c->add_option("--port", o.port,
+                  "TCP port of every dyadd (default: the first free of 8 ports derived from the "
+                  "job key, in --ports)")
         ->check(CLI::Range(1u, 65535u));
+    c->add_option("--ports", o.ports, "LOW-HIGH: where the job's ports lie (default 20000-29999)");
     c->add_option("--timeout", o.timeout, "seconds every node may take (default 60)")
         ->check(CLI::PositiveNumber);
 }
@@ -364,6 +383,13 @@ Commands add_commands(CLI::App& app, Options& o) {
     add_job_options(c.stop, o);
     c.stop->add_flag("--keep", o.keep, "keep the directories (the key goes regardless)");
 
+    c.env = c.job->add_subcommand(
+        "env",
+        "print the DYAD environment of this --dyad job (the SPANK plugin's) as export lines, for "
+        "a shell on one of its nodes: eval \"$(dyad job env)\"");
+    c.env->add_option("--job-id", o.job_id, "the job's id (default $SLURM_JOB_ID)");
+    c.env->add_option("--parent", o.parent,
+                      "the plugin's directory on the node (its parent=; default /tmp/dyad)");
     c.node_up = c.job->add_subcommand("node-up", "(run by `dyad job start` on each node)");
     c.node_up->group("");
     c.node_up->add_option("--node", o.node)->required();
@@ -372,7 +398,10 @@ Commands add_commands(CLI::App& app, Options& o) {
     c.node_up->add_option("--rank", o.rank);
     c.node_up->add_option("--dir", o.dir)->required();
     c.node_up->add_option("--job-id", o.job_id)->required();
-    c.node_up->add_option("--port", o.port)->required();
+    c.node_up->add_option("--port", o.port);
+    c.node_up->add_option("--ports", o.ports);
+    c.node_up->add_option("--slurm-conf", o.slurm_conf);
+    c.node_up->add_flag("--from-prolog", o.from_prolog);
     c.node_up->add_option("--namespace", o.kvs_namespace);
     c.node_up->add_option("--kvs", o.kvs);
     c.node_up->add_option("--dyadd", o.dyadd);
@@ -393,6 +422,7 @@ int run(const Commands& c, Options& o) {
     if (*c.stop) return stop(o);
     if (*c.node_up) return node_up(o);
     if (*c.node_down) return node_down(o);
+    if (*c.env) return job_env(o);
     return 1;
 }
 

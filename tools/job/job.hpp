@@ -22,7 +22,8 @@ struct Options {
     std::string dir_template;             // --dir (default ${TMPDIR:-/tmp}/dyad-{jobid})
     std::string kvs;                      // --kvs etcd://... (default: embedded on the first node)
     std::string kvs_namespace;            // --namespace (default dyad-job-{jobid})
-    unsigned port = 0;                    // --port (default 20000 + job id % 10000)
+    unsigned port = 0;                    // --port (default: 8 ports derived from the job key)
+    std::string ports;                    // --ports LOW-HIGH the derived ports lie in
     std::string dyadd;                    // --dyadd PATH (default: beside this program)
     std::vector<std::string> dyadd_args;  // --dyadd-arg, repeated
     double timeout = 60;                  // seconds until every dyadd is ready / stopped
@@ -30,12 +31,15 @@ struct Options {
     bool keep = false;                    // --keep: leave the directories (the key always goes)
     bool quiet = false;                   // --quiet: no environment on stdout
     // node-up / node-down (one node; run by a launcher or the SPANK plugin)
-    std::string node;       // --node NAME: this node's name (resolves to its address)
-    std::string first;      // --first NAME: the node whose dyadd hosts the store
-    unsigned rank = 0;      // --rank N
-    std::string dir;        // --dir: the node's job directory, expanded
-    bool detach = false;    // --detach: return once ready, dyadd in its own session
-    bool keep_log = false;  // node-down --keep-log: leave dyadd.log
+    std::string node;          // --node NAME: this node's name (resolves to its address)
+    std::string first;         // --first NAME: the node whose dyadd hosts the store
+    unsigned rank = 0;         // --rank N
+    std::string dir;           // --dir: the node's job directory, expanded
+    bool detach = false;       // --detach: return once ready, dyadd in its own session
+    bool keep_log = false;     // node-down --keep-log: leave dyadd.log
+    std::string parent;        // env --parent: the SPANK plugin's parent directory
+    std::string slurm_conf;    // --slurm-conf: node addresses (NodeAddr) and PrologFlags
+    bool from_prolog = false;  // --from-prolog: the SPANK plugin's job prolog runs us
 };
 
 struct Commands {
@@ -44,6 +48,7 @@ struct Commands {
     CLI::App* stop = nullptr;
     CLI::App* node_up = nullptr;
     CLI::App* node_down = nullptr;
+    CLI::App* env = nullptr;
 };
 
 // Declares `dyad job ...` on `app`, its values in `o`.

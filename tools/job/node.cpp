@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,58 +46,6 @@ using clock = std::chrono::steady_clock;
 }  // namespace
 
 // ---- node-up ------------------------------------------------------------
-
-Result<std::string> resolve(const std::string& host) {
-    struct addrinfo hints = {};
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_STREAM;
-    struct addrinfo* res = nullptr;
-    int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
-    if (rc != 0) {
-        hints.ai_family = AF_UNSPEC;
-        rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
-    }
-    if (rc != 0 || !res)
-        return Status(DYAD_RC_CONNFAIL,
-                      "cannot resolve node name '" + host + "': " + ::gai_strerror(rc),
-                      EHOSTUNREACH);
-    char buf[INET6_ADDRSTRLEN] = {};
-    std::string out;
-    if (res->ai_family == AF_INET) {
-        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, buf,
-                    sizeof buf);
-        out = buf;
-    } else {
-        ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(res->ai_addr)->sin6_addr, buf,
-                    sizeof buf);
-        out = std::string("[") + buf + "]";
-    }
-    ::freeaddrinfo(res);
-    return out;
-}
-
-bool can_connect(const std::string& addr, unsigned port) {
-    std::string host = addr;
-    int family = AF_INET;
-    if (!host.empty() && host.front() == '[') {
-        host = host.substr(1, host.size() - 2);
-        family = AF_INET6;
-    }
-    UniqueFd s(::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (!s.valid()) return false;
-    if (family == AF_INET) {
-        sockaddr_in a = {};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(static_cast<uint16_t>(port));
-        ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
-        return ::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    }
-    sockaddr_in6 a = {};
-    a.sin6_family = AF_INET6;
-    a.sin6_port = htons(static_cast<uint16_t>(port));
-    ::inet_pton(AF_INET6, host.c_str(), &a.sin6_addr);
-    return ::connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-}
 
 // The job directory: created 0700 (or taken over from a crashed run of the
 // same job), owned by us, with no access for anyone else.
@@ -119,7 +68,7 @@ Status make_job_dir(const std::string& dir) {
 }
 
 // The key, as 64 (or more) hex digits on standard input; never an argument.
-Status write_key_from_stdin(const std::string& path) {
+Status write_key_from_stdin(const std::string& path, std::string* key_hex) {
     std::string text;
     char buf[256];
     while (text.size() < 4096) {
@@ -137,6 +86,7 @@ Status write_key_from_stdin(const std::string& path) {
                       "no job key on standard input (64 hex digits expected; `dyad job start` and "
                       "the SPANK plugin write it there)",
                       EINVAL);
+    *key_hex = text;
     ::unlink(path.c_str());  // a crashed run's
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!fd.valid()) return Status(DYAD_RC_SYSFAIL, "cannot create " + path, errno);
@@ -168,9 +118,8 @@ int node_up_checked(const Options& o, const std::string& where);
 
 int node_up(const Options& o) {
     g_cmd = "dyad job node-up";
-    if (o.node.empty() || o.dir.empty() || o.job_id.empty() || !o.port)
-        return fail(
-            "--node, --dir, --job-id and --port are required (`dyad job start` gives them)");
+    if (o.node.empty() || o.dir.empty() || o.job_id.empty())
+        return fail("--node, --dir and --job-id are required (`dyad job start` gives them)");
     const std::string where = o.node + " (" + o.dir + ")";
     Options opt = o;
     if (opt.first.empty() && !opt.nodes.empty()) {  // the SPANK plugin gives the job's hostlist
@@ -184,11 +133,10 @@ int node_up(const Options& o) {
     return node_up_checked(opt, where);
 }
 
-// dyadd's command line for this node. Without --kvs, a node other than the
-// first waits until the first node's dyadd (the store) listens.
-Result<std::vector<std::string>> dyadd_argv(const Options& o, const std::string& addr,
-                                            const std::string& key, const Deadline& deadline,
-                                            const std::string& log) {
+// dyadd's command line for this node, listening on addr:port; `kvs` is the
+// store (empty: this dyadd hosts it).
+std::vector<std::string> dyadd_argv(const Options& o, const std::string& addr, unsigned port,
+                                    const std::string& key, const std::string& kvs) {
     std::vector<std::string> argv = {
         o.dyadd.empty() ? default_dyadd() : o.dyadd,
         "--node",
@@ -196,7 +144,7 @@ Result<std::vector<std::string>> dyadd_argv(const Options& o, const std::string&
         "--rank",
         std::to_string(o.rank),
         "--listen",
-        addr + ":" + std::to_string(o.port),
+        addr + ":" + std::to_string(port),
         "--socket",
         o.dir + "/" + kSocketName,
         "--auth-key",
@@ -205,22 +153,7 @@ Result<std::vector<std::string>> dyadd_argv(const Options& o, const std::string&
         o.kvs_namespace.empty() ? "dyad-job-" + o.job_id : o.kvs_namespace,
         "--state-dir",
         o.dir + "/state"};
-    if (!o.kvs.empty()) {
-        argv.insert(argv.end(), {"--kvs", o.kvs});
-    } else if (!o.first.empty() && o.first != o.node) {
-        auto first = resolve(o.first);
-        if (!first) return first.status();
-        while (!can_connect(first.value(), o.port)) {
-            if (deadline.expired())
-                return Status(DYAD_RC_CONNFAIL,
-                              "the store on the first node " + o.first + " (" + first.value() +
-                                  ":" + std::to_string(o.port) + ") did not answer within " +
-                                  std::to_string(int(o.timeout)) + " s; see that node's " + log,
-                              ETIMEDOUT);
-            ::usleep(10000);  // a remote port: nothing to block on but a retry
-        }
-        argv.insert(argv.end(), {"--kvs", "tcp://" + first.value() + ":" + std::to_string(o.port)});
-    }
+    if (!kvs.empty()) argv.insert(argv.end(), {"--kvs", kvs});
     argv.insert(argv.end(), o.dyadd_args.begin(), o.dyadd_args.end());
     argv.push_back(o.dir + "/" + kDataName);
     return argv;
@@ -255,31 +188,35 @@ Result<pid_t> spawn_dyadd(const Options& o, const std::vector<std::string>& argv
     return pid;
 }
 
-// Waits until dyadd `pid` is ready (its TCP port accepts connections: it
-// listens once it has registered in the store), or has exited (the log
-// says why), or the deadline (then it is killed).
-Status wait_ready(const Options& o, pid_t pid, const std::string& addr, const Deadline& deadline,
-                  const std::string& log) {
+// Waits until dyadd `pid` is ready: it answers a hello with the job key on
+// addr:port as this node's dyadd with its pid (it listens once it has
+// registered in the store), or has exited (the log says why; *exited is
+// set), or the deadline (then it is killed).
+Status wait_ready(const Options& o, pid_t pid, const std::string& addr, unsigned port,
+                  const std::string& key, const Deadline& deadline, const std::string& log,
+                  bool* exited) {
     UniqueFd pfd(pidfd_open(pid));
     while (true) {
         struct pollfd p = {pfd.get(), POLLIN, 0};
-        int r = pfd.valid() ? ::poll(&p, 1, 10) : (::usleep(10000), 0);
+        int r = pfd.valid() ? ::poll(&p, 1, 2) : (::usleep(2000), 0);
         int status = 0;
         if (r > 0 || ::waitpid(pid, &status, WNOHANG) == pid) {
             if (r > 0) ::waitpid(pid, &status, 0);
+            *exited = true;
             std::string how = WIFEXITED(status)
                                   ? "exited with " + std::to_string(WEXITSTATUS(status))
                                   : "was killed by signal " + std::to_string(WTERMSIG(status));
             return Status(DYAD_RC_SYSFAIL, "dyadd " + how + " during its start; last lines of " +
                                                log + ":\n" + last_lines(log));
         }
-        if (can_connect(addr, o.port)) return Status::ok();
+        Hello h = hello(addr, port, key, o.node, deadline.min(Deadline::after(1)));
+        if (h.ok && h.pid == pid) return Status::ok();
         if (deadline.expired()) {
             ::kill(pid, SIGKILL);
             ::waitpid(pid, nullptr, 0);
             return Status(DYAD_RC_TIMEOUT,
-                          "dyadd was not ready within " + std::to_string(int(o.timeout)) +
-                              " s; last lines of " + log + ":\n" + last_lines(log),
+                          "dyadd was not ready within " + std::to_string(int(o.timeout)) + " s (" +
+                              h.error + "); last lines of " + log + ":\n" + last_lines(log),
                           ETIMEDOUT);
         }
     }
@@ -299,13 +236,85 @@ int stay_parent(pid_t pid) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+namespace {
+off_t file_size(const std::string& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
+}
+
+// What dyadd wrote to its log since `from`: did it fail to bind its port?
+bool log_says_in_use(const std::string& log, off_t from) {
+    std::ifstream in(log);
+    in.seekg(from);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return text.find("in use") != std::string::npos;
+}
+}  // namespace
+
+// Slurm's configuration, checked when the plugin's prolog runs us.
+Result<std::optional<SlurmConf>> slurm_conf_of(const Options& o) {
+    if (o.slurm_conf.empty()) return std::optional<SlurmConf>();
+    auto c = read_slurm_conf(o.slurm_conf);
+    if (!c) return c.status();
+    if (o.from_prolog && !c->prolog_alloc())
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      "slurm.conf (" + o.slurm_conf + ") has no PrologFlags=Alloc: without it " +
+                          "the job prolog does not run on every node at allocation and each " +
+                          "node would start a DYAD of its own; ask the administrators to set " +
+                          "PrologFlags=Alloc (docs/user-guide.md, \"Slurm: for administrators\")",
+                      EINVAL);
+    return std::optional<SlurmConf>(std::move(c.value()));
+}
+
+// Starts dyadd on the first of `ports` no one else holds (a port whose bind
+// fails under dyadd, taken meanwhile, moves on to the next). Its pid and port.
+Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::string& addr,
+                                                   const std::vector<unsigned>& ports,
+                                                   const std::string& key, const std::string& kvs,
+                                                   const Deadline& deadline,
+                                                   const std::string& log) {
+    std::string skipped;
+    for (unsigned port : ports) {
+        if (!port_free(addr, port)) {
+            skipped += (skipped.empty() ? "" : ", ") + std::to_string(port);
+            continue;
+        }
+        const off_t from = file_size(log);
+        auto pid = spawn_dyadd(o, dyadd_argv(o, addr, port, key, kvs), log);
+        if (!pid) return pid.status();
+        g_child = pid.value();
+        bool exited = false;
+        Status s = wait_ready(o, pid.value(), addr, port, key, deadline, log, &exited);
+        if (s) {
+            if (!skipped.empty())
+                std::fprintf(stderr, "%s: %s: port%s %s of %s held by another program: skipped\n",
+                             g_cmd.c_str(), o.node.c_str(),
+                             skipped.find(',') == std::string::npos ? "" : "s", skipped.c_str(),
+                             addr.c_str());
+            return std::make_pair(pid.value(), port);
+        }
+        g_child = -1;
+        if (!exited || !log_says_in_use(log, from)) return s;
+        skipped += (skipped.empty() ? "" : ", ") + std::to_string(port);
+    }
+    return Status(DYAD_RC_CONNFAIL,
+                  "every port of the job on " + addr + " is held by another program (" + skipped +
+                      "); see `ss -tlnp` on " + o.node,
+                  EADDRINUSE);
+}
+
 int node_up_checked(const Options& o, const std::string& where) {
     ::umask(077);
-    if (pid_t old = read_pid(o.dir); old > 0 && ::kill(old, 0) == 0 && is_job_dyadd(old, o.dir))
-        return fail(where + ": a dyadd of this job runs already (pid " + std::to_string(old) + ")");
+    if (pid_t old = read_pid(o.dir); old > 0 && ::kill(old, 0) == 0 && is_job_dyadd(old, o.dir)) {
+        std::printf("running %s pid %d\n", o.node.c_str(), old);
+        std::fflush(stdout);
+        fail(where + ": a dyadd of this job runs already (pid " + std::to_string(old) + ")");
+        return kAlreadyRunning;
+    }
     if (Status s = make_job_dir(o.dir); !s) return fail(where + ": " + s.message());
     const std::string key = o.dir + "/" + kKeyName, log = o.dir + "/" + kLogName;
-    if (Status s = write_key_from_stdin(key); !s) return fail(where + ": " + s.message());
+    std::string key_hex;
+    if (Status s = write_key_from_stdin(key, &key_hex); !s) return fail(where + ": " + s.message());
     auto failed = [&](const Status& s) {  // a failed start leaves the log only
         ::unlink(key.c_str());
         std::error_code ec;
@@ -314,26 +323,35 @@ int node_up_checked(const Options& o, const std::string& where) {
         ::unlink((o.dir + "/" + kSocketName).c_str());
         return fail(where + ": " + s.message());
     };
-    auto addr = resolve(o.node);
+    auto conf = slurm_conf_of(o);
+    if (!conf) return failed(conf.status());
+    const SlurmConf* sc = conf->has_value() ? &conf->value() : nullptr;
+    auto addr = node_address(o.node, sc);
     if (!addr) return failed(addr.status());
+    auto ports = candidate_ports(o, key_hex);
+    if (!ports) return failed(ports.status());
     const Deadline deadline = Deadline::after(o.timeout);
-    auto argv = dyadd_argv(o, addr.value(), key, deadline, log);
-    if (!argv) return failed(argv.status());
-    auto pid = spawn_dyadd(o, argv.value(), log);
-    if (!pid) return failed(pid.status());
-    g_child = pid.value();
-    if (Status s = wait_ready(o, pid.value(), addr.value(), deadline, log); !s) return failed(s);
+    std::string kvs = o.kvs;
+    if (kvs.empty() && !o.first.empty() && o.first != o.node) {
+        auto first = node_address(o.first, sc);
+        if (!first) return failed(first.status());
+        auto port = find_store(o, first.value(), ports.value(), key, deadline, log);
+        if (!port) return failed(port.status());
+        kvs = "tcp://" + first.value() + ":" + std::to_string(port.value());
+    }
+    auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs, deadline, log);
+    if (!up) return failed(up.status());
+    const pid_t pid = up->first;
     {
         std::ofstream pf(o.dir + "/" + kPidName);
-        pf << pid.value() << "\n";
+        pf << pid << "\n";
     }
-    std::printf("ready %s %s:%u pid %d\n", o.node.c_str(), addr.value().c_str(), o.port,
-                pid.value());
+    std::printf("ready %s %s:%u pid %d\n", o.node.c_str(), addr.value().c_str(), up->second, pid);
     std::fflush(stdout);
     int devnull = ::open("/dev/null", O_WRONLY);
     ::dup2(devnull, 1);
     ::close(devnull);
-    return o.detach ? 0 : stay_parent(pid.value());
+    return o.detach ? 0 : stay_parent(pid);
 }
 
 // ---- node-down ----------------------------------------------------------
@@ -368,7 +386,8 @@ int node_down(const Options& o) {
         if (!wait_gone(pid, Deadline::after(o.timeout < 10 ? o.timeout : 10))) {
             ::kill(pid, SIGKILL);
             if (!wait_gone(pid, Deadline::after(5))) {
-                rc = fail(o.dir + ": dyadd (pid " + std::to_string(pid) + ") does not end");
+                fail(o.dir + ": dyadd (pid " + std::to_string(pid) + ") does not end");
+                rc = kDoesNotEnd;
             }
         }
     }

@@ -127,18 +127,6 @@ std::string job_dir(const Options& o, const std::string& id) {
     return fs::path(t).lexically_normal().string();
 }
 
-unsigned job_port(const Options& o, const std::string& id) {
-    if (o.port) return o.port;
-    unsigned long long h = 0;
-    bool numeric = !id.empty();
-    for (char c : id) numeric = numeric && c >= '0' && c <= '9';
-    if (numeric && id.size() < 18)
-        h = std::stoull(id);
-    else
-        for (char c : id) h = h * 131 + static_cast<unsigned char>(c);
-    return 20000 + static_cast<unsigned>(h % 10000);
-}
-
 std::string job_namespace(const Options& o, const std::string& id) {
     return o.kvs_namespace.empty() ? "dyad-job-" + id : o.kvs_namespace;
 }

@@ -11,8 +11,15 @@
 #include "common/fd.hpp"
 #include "common/status.hpp"
 #include "job/job.hpp"
+#include "job/slurm_conf.hpp"
 
 namespace dyad::job::detail {
+
+// node-up's exit code when a dyadd of the job runs already on the node (it
+// prints "running NODE pid N"); node-down's when the dyadd does not end
+// after SIGKILL (a node fault: the SPANK plugin then fails the epilog).
+inline constexpr int kAlreadyRunning = 3;
+inline constexpr int kDoesNotEnd = 5;
 
 // "dyad job" or the alias the user typed ("dyad start"), for messages.
 extern std::string g_cmd;
@@ -27,12 +34,11 @@ std::string last_lines(const std::string& path, size_t n = 8);
 void replace_all(std::string& s, const std::string& from, const std::string& to);
 std::string shell_quote(const std::string& s);
 
-// The job: nodes, id, directory, port, metadata namespace.
+// The job: nodes, id, directory, metadata namespace.
 Result<std::vector<std::string>> job_nodes(const Options& o);
 std::string job_id(const Options& o);
 bool safe_id(const std::string& id);
 std::string job_dir(const Options& o, const std::string& id);
-unsigned job_port(const Options& o, const std::string& id);
 std::string job_namespace(const Options& o, const std::string& id);
 
 // Processes: the launcher's words for a host, children with pipes.
@@ -47,8 +53,37 @@ Result<Child> spawn(const std::vector<std::string>& argv, const std::string& err
 int pidfd_open(pid_t pid);
 bool wait_gone(pid_t pid, const Deadline& d);
 
+// node-up's network side (ready.cpp).
+Result<std::string> resolve(const std::string& host);
+// The address slurmd uses for `node` (NodeAddr of slurm.conf when `conf`
+// names it), else the name resolved.
+Result<std::string> node_address(const std::string& node, const SlurmConf* conf);
+// The job's TCP ports, in the order every node tries them: --port alone if
+// given, else 8 ports of --ports (default 20000-29999) derived from the job
+// key (hex), so that only the key's holders know them.
+Result<std::vector<unsigned>> candidate_ports(const Options& o, const std::string& key_hex);
+// No one (another user's program, another job) holds addr:port.
+bool port_free(const std::string& addr, unsigned port);
+// A hello with the job key to addr:port: ok when the service proves the key
+// and says it is `node`'s (its pid then); foreign when something else
+// answered there (no key, another key, not DYAD).
+struct Hello {
+    bool ok = false;
+    bool foreign = false;
+    pid_t pid = -1;
+    std::string error;
+};
+Hello hello(const std::string& addr, unsigned port, const std::string& key_path,
+            const std::string& node, const Deadline& deadline);
+// The port of the first node's dyadd (the job's store): the first of `ports`
+// where it answers the hello, retried until `deadline`.
+Result<unsigned> find_store(const Options& o, const std::string& first_addr,
+                            const std::vector<unsigned>& ports, const std::string& key_path,
+                            const Deadline& deadline, const std::string& log);
+
 // The per-node halves (node.cpp).
 int node_up(const Options& o);
 int node_down(const Options& o);
+int job_env(const Options& o);  // env.cpp
 
 }  // namespace dyad::job::detail
