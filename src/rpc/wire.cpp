@@ -60,6 +60,15 @@ Status decode_header(const uint8_t in[kHeaderSize], Header* h) {
     h->data_len = get32(in + 20);
     if (h->meta_len > kMaxMeta || h->data_len > kMaxData)
         return Status(DYAD_RC_BADRPC, "frame too large", EMSGSIZE);
+    if ((h->flags & kTagFlags) == kTagFlags)
+        return Status(DYAD_RC_BADRPC,
+                      "a frame whose flags say its tag covers both all its data and its head",
+                      EPROTO);
+    if ((h->flags & kFlagTagHead) && h->data_len < kTagHead)
+        return Status(DYAD_RC_BADRPC,
+                      "a frame whose tag covers its data's first " + std::to_string(kTagHead) +
+                          " bytes has only " + std::to_string(h->data_len),
+                      EPROTO);
     return Status::ok();
 }
 

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import harness
 from rawwire import END, ERROR, HELLO, REQUEST, Raw
 
@@ -143,3 +145,90 @@ def test_a_hello_cannot_reserve_memory_before_admission(cluster):
     for r in socks:
         r.close()
     assert grown < 64 * 1024, f"dyadd grew by {grown} KiB for 256 hello headers"
+
+
+# ---- the compact answers' data is covered by their tag (issue 45, finding 6) ----
+
+def start_tamper(node, mode):
+    """tamper.py in the place of node's Unix socket (the real one moved
+    aside): every client of that socket goes through it."""
+    real = node.socket + ".real"
+    os.rename(node.socket, real)
+    p = subprocess.Popen([sys.executable, os.path.join(HERE, "tamper.py"), mode, "--listen", node.socket,
+                          "--to", real], stdout=subprocess.PIPE, text=True)
+    assert "listening" in p.stdout.readline()
+    return p
+
+
+def stop_tamper(node, p):
+    """The number of frames it changed; the real socket back in place."""
+    p.kill()
+    out, _ = p.communicate(timeout=10)
+    os.unlink(node.socket)
+    os.rename(node.socket + ".real", node.socket)
+    return sum(1 for line in out.splitlines() if "tampered" in line)
+
+
+def compact_cluster():
+    """One keyed node whose producer made 8 files of one size (their index
+    swapped, one would pass for another) and a consumer directory of its
+    own on the same node, which reaches its service by the Unix socket."""
+    c = harness.Cluster(nodes=1)
+    node = c[0]
+    names = [f"c/f{i}.bin" for i in range(8)]
+    os.makedirs(node.path("c"), exist_ok=True)
+    for i, n in enumerate(names):
+        harness.write_file(node.path(n), 3000, seed=i + 1)
+    node.dyad("produce", *[node.path(n) for n in names])
+    cons = harness.NodeView(node, os.path.join(c.root, "cons"))
+    return c, node, cons, names
+
+
+def unix_env(node, **extra):
+    return dict({"DYAD_SERVICE_URI": f"unix:{node.socket}", "DYAD_DTL_MODE": "FLUX_RPC",
+                 "DYAD_LOG_LEVEL": "debug", "DYAD_WAIT_TIMEOUT": 20}, **extra)
+
+
+
+@pytest.mark.parametrize("mode", ["fetch_many", "get_many"])
+def test_a_changed_byte_in_a_compact_answer_fails_its_tag(mode):
+    """kvs.get_many's compact answer carries the records in its data, and
+    dyad.fetch_many's each file's index and XXH3 before its bytes: an
+    on-path attacker (here on the Unix socket, where the hello binds no
+    addresses) that changes one byte there made the consumer take file 0's
+    bytes for file 1 (or a record of another size). The tag covers that
+    part of the data now: the frame is refused, and the files come whole
+    and right by the ways that are not compact."""
+    c, node, cons, names = compact_cluster()
+    try:
+        relay = start_tamper(node, mode)
+        try:
+            p = cons.dyad("consume", *[cons.path(n) for n in names], check=False, env_extra=unix_env(node))
+        finally:
+            changed = stop_tamper(node, relay)
+        assert changed >= 1, "the relay saw no compact answer"
+        assert "failed its authentication tag" in p.stderr, p.stderr[-3000:]
+        assert p.returncode == 0, p.stderr[-3000:]
+        for n in names:
+            with open(node.path(n), "rb") as want, open(cons.path(n), "rb") as got:
+                assert got.read() == want.read(), n
+    finally:
+        c.cleanup()
+
+
+def test_a_changed_byte_in_a_compact_list_fails_its_tag():
+    """kvs.list's compact answer (dyad ls) carries the records in its data."""
+    c, node, cons, names = compact_cluster()
+    try:
+        relay = start_tamper(node, "list")
+        try:
+            p = cons.dyad("ls", check=False, env_extra=unix_env(node))
+        finally:
+            changed = stop_tamper(node, relay)
+        assert changed >= 1, "the relay saw no compact answer"
+        assert p.returncode != 0 and "failed its authentication tag" in p.stderr, (p.returncode, p.stderr)
+        # Without the relay the same listing is whole.
+        out = cons.dyad("ls", env_extra=unix_env(node)).stdout
+        assert all(n in out for n in names), out
+    finally:
+        c.cleanup()
