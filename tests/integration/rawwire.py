@@ -153,12 +153,12 @@ class Raw:
         raw = self._exact(ml) if ml else b""
         data = b""
         if self.rx:
-            tag = self._exact(TAG_BYTES)
+            mac = self._exact(TAG_BYTES)
             # The flags say how much of the data the tag covers too (a
             # compact answer's): all (1), its first TAG_HEAD bytes (2).
             covered = dl if flags & FLAG_TAG_DATA else (min(dl, TAG_HEAD) if flags & FLAG_TAG_HEAD else 0)
             data = self._exact(covered) if covered else b""
-            if not hmac.compare_digest(tag, self.rx.tag(h, raw + data)):
+            if not hmac.compare_digest(mac, self.rx.tag(h, raw + data)):
                 raise ConnectionError("a frame failed its tag")
         meta = json.loads(raw) if ml else None
         data += self._exact(dl - len(data)) if dl > len(data) else b""

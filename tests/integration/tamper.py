@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""An on-path attacker without the job's key: it takes a dyadd's Unix socket
-path (the test moved the real socket aside), passes every connection on to
-the real socket byte for byte, and changes one byte in the data part of the
-service's compact answers (docs/wire-protocol.md), where their metadata
-travels:
+"""An on-path attacker without the job's key, invisible to the hello's
+binding: it passes every connection between a client and a dyadd on byte
+for byte, with the same addresses on both sides, and changes one byte in
+the data part of the service's compact answers (docs/wire-protocol.md),
+where their metadata travels:
 
 - fetch_many: a file of dyad.fetch_many's compact answer (no meta): the
   low bit of its index, so file 0's bytes come as file 1's and back;
@@ -11,11 +11,17 @@ travels:
   "size";
 - list: kvs.list's compact answer: the last byte of its data.
 
-Over a Unix socket the hello binds no addresses, so the client is admitted
-through it; only the frames' tags can tell. Every frame changed prints one
-JSON line {"tampered": MODE}.
+It is two processes, each in a network namespace of its own, as a router
+that rewrites TCP segments would be (test_channel.py sets them up): the
+front holds the service's address toward the client and accepts there; the
+back holds the client's address toward the service and connects from the
+client's very port. They talk over a Unix socket (namespaces share the
+file system). Client and service each see the same pair of addresses, so
+only the frames' tags can tell. Every frame changed prints one JSON line
+{"tampered": MODE} (back).
 
-    tamper.py MODE --listen PATH --to PATH
+    tamper.py MODE front --listen IP:PORT --via PATH
+    tamper.py MODE back --via PATH --service IP:PORT --source IP
 """
 import argparse
 import json
@@ -110,22 +116,51 @@ def service_to_client(mode, up, down):
             pass
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["fetch_many", "get_many", "list"])
-    p.add_argument("--listen", required=True)
-    p.add_argument("--to", required=True)
-    a = p.parse_args()
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(a.listen)
+def front(a):
+    host, port = a.listen.rsplit(":", 1)
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, int(port)))
     srv.listen(16)
     print(json.dumps({"listening": a.listen}), flush=True)
     while True:
-        c, _ = srv.accept()
+        c, peer = srv.accept()
         d = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        d.connect(a.to)
+        d.connect(a.via)
+        d.sendall(json.dumps({"port": peer[1]}).encode() + b"\n")
+        threading.Thread(target=pump, args=(c, d), daemon=True).start()
+        threading.Thread(target=pump, args=(d, c), daemon=True).start()
+
+
+def back(a):
+    host, port = a.service.rsplit(":", 1)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(a.via)
+    srv.listen(16)
+    print(json.dumps({"listening": a.via}), flush=True)
+    while True:
+        c, _ = srv.accept()
+        line = b""
+        while not line.endswith(b"\n"):
+            line += c.recv(1)
+        d = socket.socket()
+        d.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        d.bind((a.source, json.loads(line)["port"]))  # the client's own address and port
+        d.connect((host, int(port)))
         threading.Thread(target=pump, args=(c, d), daemon=True).start()
         threading.Thread(target=service_to_client, args=(a.mode, d, c), daemon=True).start()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["fetch_many", "get_many", "list"])
+    p.add_argument("side", choices=["front", "back"])
+    p.add_argument("--listen")
+    p.add_argument("--via", required=True)
+    p.add_argument("--service")
+    p.add_argument("--source")
+    a = p.parse_args()
+    (front if a.side == "front" else back)(a)
 
 
 if __name__ == "__main__":
