@@ -14,7 +14,8 @@ file in a hundred).
   BENCH_OLD_BUILD=DIR (a build tree or a copy of its bin/ and lib/, e.g. of
   the commit before the change) python3 bench/build_compare.py
 
-BENCH_DIR=/dev/shm puts the nodes' directories there. Writes
+BENCH_DIR=/dev/shm puts the nodes' directories there; BENCH_ROWS=small (or
+big) runs that row alone. Writes
 build_compare.json under build/bench/ (bench_output.py).
 """
 import contextlib
@@ -37,6 +38,7 @@ REPS = int(os.environ.get("BENCH_REPS", 1 if QUICK else 5))
 BENCH_DIR = os.environ.get("BENCH_DIR") or None
 OLD = os.environ.get("BENCH_OLD_BUILD")
 RESULTS = bench_output.results_path("build_compare")
+ROWS = [r for r in os.environ.get("BENCH_ROWS", "big,small").split(",") if r in ("big", "small")]
 
 
 @contextlib.contextmanager
@@ -72,7 +74,7 @@ def main():
         order = list(builds)
         for i in range(REPS + 1):
             tag = "warmup" if i == 0 else f"r{i}"
-            for row, fn in (("big", big_round), ("small", small_round)):
+            for row, fn in [(r, f) for r, f in (("big", big_round), ("small", small_round)) if r in ROWS]:
                 for name in order:
                     with build(builds[name]):
                         v = fn(clusters[name], f"{tag}-{name}")
@@ -88,7 +90,7 @@ def main():
     summary = {}
     print("\n| row | new: median / p10 / min | old: median / p10 / min | new / old (medians) |")
     print("|---|---|---|---|")
-    for row, unit in (("big", "GB/s"), ("small", "files/s")):
+    for row, unit in [(r, u) for r, u in (("big", "GB/s"), ("small", "files/s")) if r in ROWS]:
         n, o = rows[row]["new"], rows[row]["old"]
         summary[row] = {"unit": unit, "new": n, "old": o,
                         "ratio": statistics.median(n) / statistics.median(o)}

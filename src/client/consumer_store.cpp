@@ -165,10 +165,18 @@ Status FileSink::placed(const void* p, size_t n) {
 
 // ---- ConsumerStore ----
 
+// The directories DYAD makes for the consumer (the consumer directory if it
+// is missing, the directories of an upath beneath it): private. A consumer
+// cannot know the modes of the producer's directories, which may be all
+// that kept a 0644 file from other users there; so what it makes is never
+// wider than they could be. Directories that exist are used as they are
+// (docs/security.md, "The consumer's directories").
+constexpr mode_t kConsumerDirMode = 0700;
+
 Result<std::shared_ptr<const UniqueFd>> ConsumerStore::root() {
     std::lock_guard<std::mutex> lk(fds_mu_);
     if (root_) return root_;
-    Status s = mkdir_p(dir_, 02775);
+    Status s = mkdir_p(dir_, kConsumerDirMode);
     if (!s) return s;
     UniqueFd fd(::open(dir_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!fd.valid()) return Status(DYAD_RC_BADFIO, "cannot open consumer directory " + dir_, errno);
@@ -187,7 +195,7 @@ Result<UniqueFd> ConsumerStore::parent(const std::string& upath, bool create) {
     for (int attempt = 0;; ++attempt) {
         auto r = root();
         if (!r) return r.status();
-        auto fd = dir_beneath(r.value()->get(), rel, create, 02775);
+        auto fd = dir_beneath(r.value()->get(), rel, create, kConsumerDirMode);
         if (fd) return fd;
         Status e = fd.status();
         // The consumer directory went away meanwhile: made again, once.

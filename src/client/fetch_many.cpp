@@ -135,6 +135,9 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
                 DYAD_DEBUG("client", "%s does not serve dyad.fetch_many: one fetch per file",
                            ep.c_str());
                 no_fetch_many_ = true;
+            } else {  // a frame that failed its tag, a timeout...: the rest alone
+                DYAD_DEBUG("client", "dyad.fetch_many from %s: %s; the rest fetched alone",
+                           ep.c_str(), m.status().to_string().c_str());
             }
             break;
         }

@@ -153,7 +153,7 @@ SessionKey Key::derive(std::string_view label,
 }
 
 void FrameMac::compute(const uint8_t* header, size_t header_len, std::string_view meta,
-                       uint8_t out[kTagBytes]) {
+                       std::string_view data, uint8_t out[kTagBytes]) {
     crypto_generichash_blake2b_state st;
     ::crypto_generichash_blake2b_init(&st, key_.data(), key_.size(), kTagBytes);
     unsigned char seq[8];
@@ -162,19 +162,22 @@ void FrameMac::compute(const uint8_t* header, size_t header_len, std::string_vie
     ::crypto_generichash_blake2b_update(&st, header, header_len);
     ::crypto_generichash_blake2b_update(&st, reinterpret_cast<const unsigned char*>(meta.data()),
                                         meta.size());
+    if (!data.empty())
+        ::crypto_generichash_blake2b_update(
+            &st, reinterpret_cast<const unsigned char*>(data.data()), data.size());
     ::crypto_generichash_blake2b_final(&st, out, kTagBytes);
     ++seq_;
 }
 
 void FrameMac::sign(const uint8_t* header, size_t header_len, std::string_view meta,
-                    uint8_t out[kTagBytes]) {
-    compute(header, header_len, meta, out);
+                    uint8_t out[kTagBytes], std::string_view data) {
+    compute(header, header_len, meta, data, out);
 }
 
 bool FrameMac::check(const uint8_t* header, size_t header_len, std::string_view meta,
-                     const uint8_t tag[kTagBytes]) {
+                     const uint8_t tag[kTagBytes], std::string_view data) {
     uint8_t want[kTagBytes];
-    compute(header, header_len, meta, want);
+    compute(header, header_len, meta, data, want);
     return ::crypto_verify_16(want, tag) == 0;
 }
 

@@ -61,7 +61,8 @@ class Key {
 
 // The tags of one direction of a connection: the n-th frame's tag is the
 // keyed BLAKE2b (16 bytes) of n (8 bytes, little-endian), the frame's
-// header and its meta. Inactive (no tags) until given a key. Not
+// header, its meta and the part of its data its header's flags name (none
+// for most frames). Inactive (no tags) until given a key. Not
 // thread-safe: one per direction, used by whoever sends (or reads) there.
 class FrameMac {
   public:
@@ -70,16 +71,16 @@ class FrameMac {
     bool active() const { return active_; }
     // The tag of the next frame sent.
     void sign(const uint8_t* header, size_t header_len, std::string_view meta,
-              uint8_t out[kTagBytes]);
+              uint8_t out[kTagBytes], std::string_view data = {});
     // True when `tag` is the next frame's; the count moves on either way
     // (a connection whose tag failed is closed).
     bool check(const uint8_t* header, size_t header_len, std::string_view meta,
-               const uint8_t tag[kTagBytes]);
+               const uint8_t tag[kTagBytes], std::string_view data = {});
     uint64_t frames() const { return seq_; }
 
   private:
     void compute(const uint8_t* header, size_t header_len, std::string_view meta,
-                 uint8_t out[kTagBytes]);
+                 std::string_view data, uint8_t out[kTagBytes]);
     SessionKey key_{};
     bool active_ = false;
     uint64_t seq_ = 0;

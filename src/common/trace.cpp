@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "config.hpp"
+#include "fd.hpp"
 #include "log.hpp"
 #include "settings.hpp"
 
@@ -122,18 +123,51 @@ std::string metadata_event(const char* name, const std::string& value) {
     return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// The directory DYAD_TRACE names, made if missing, opened without following
+// a symbolic link (another user's link must not lead this process's trace
+// into a directory of their choosing); -1 with a warning.
+int open_trace_dir(const Writer& w) {
+    const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+    int fd = ::open(w.dir.c_str(), flags);
+    if (fd < 0 && errno == ENOENT) {
+        std::error_code ec;
+        std::filesystem::create_directories(w.dir, ec);
+        fd = ::open(w.dir.c_str(), flags);
+    }
+    if (fd >= 0) return fd;
+    const int e = errno;
+    struct stat st {};
+    if ((e == ELOOP || e == ENOTDIR) && ::lstat(w.dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+        DYAD_WARN(kSub,
+                  "DYAD_TRACE=%s is a symbolic link: trace files are not written through links; "
+                  "this process is not traced. Give the directory itself",
+                  w.dir.c_str());
+    else
+        DYAD_WARN(kSub,
+                  "DYAD_TRACE=%s: cannot create the trace file: the directory cannot be made "
+                  "or opened (%s): this process is not traced. Give a directory this user can "
+                  "write, or unset DYAD_TRACE",
+                  w.dir.c_str(), std::strerror(e));
+    return -1;
+}
+
 // Opens this process's file and writes its head. Lock held. False: tracing
 // is off (warned).
 bool open_file(Writer& w) {
-    std::error_code ec;
-    std::filesystem::create_directories(w.dir, ec);
-    const std::string base = w.dir + "/dyad-" + w.node + "-" + std::to_string(::getpid());
+    UniqueFd dir(open_trace_dir(w));
+    if (!dir.valid()) {
+        give_up(w);
+        return false;
+    }
+    const std::string base = "dyad-" + w.node + "-" + std::to_string(::getpid());
     int fd = -1;
     std::string path;
     // Another node's process may have this pid (a pid namespace per node).
     for (int i = 1; i <= 16 && fd < 0; ++i) {
-        path = base + (i == 1 ? "" : "." + std::to_string(i)) + ".json";
-        fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+        const std::string name = base + (i == 1 ? "" : "." + std::to_string(i)) + ".json";
+        path = w.dir + "/" + name;
+        fd = ::openat(dir.get(), name.c_str(),
+                      O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) {

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cerrno>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 
 #include <asio/post.hpp>
 
@@ -21,9 +23,12 @@ namespace {
 constexpr double kWaitAnswer = 30.0;
 constexpr double kCallTimeout = 30.0;  // a lookup, a put or a page
 // kvs.changes requests served at once (each holds a thread of their own
-// pool and an etcd watch for up to its wait, kChangesMaxWait); more are
-// refused (EBUSY: the client lists instead).
-constexpr int kMaxChanges = 4;
+// pool and an etcd watch for up to its wait, kChangesMaxWait), and at once
+// for one principal (a local uid, a remote host: rpc::Principal), so that
+// one peer cannot take them all; more are refused (EBUSY: the client lists
+// instead).
+constexpr int kMaxChanges = 8;
+constexpr int kMaxChangesPerPrincipal = 2;
 
 void fail(const std::shared_ptr<rpc::Request>& r, const Status& s) {
     r->error(s.err() ? s.err() : EIO, s.message(), s.rc());
@@ -57,7 +62,12 @@ struct StoreServer::Topics {
     // never hold the threads of lookups and puts; requests in it.
     std::once_flag changes_once;
     std::unique_ptr<asio::thread_pool> changes_pool;
-    std::atomic<int> changes_in_flight{0};
+    std::mutex changes_mu;  // the counts below (taken on the loop, given back on the pool)
+    int changes_in_flight = 0;
+    std::unordered_map<std::string, int> changes_by_principal;
+    // A slot for a kvs.changes of `who`, or why there is none.
+    Status take_changes_slot(const std::string& who);
+    void give_changes_slot(const std::string& who);
 
     // Runs fn where the store may be called: on the loop for a store that
     // never blocks, on the pool otherwise.
@@ -259,21 +269,19 @@ void StoreServer::Topics::on_changes(const std::shared_ptr<rpc::Request>& r) {
         auto c = store->changes(a->ns, a->after, 0, Deadline::after(kCallTimeout));
         return fail(r, c ? Status(DYAD_RC_BADRPC, "kvs.changes not served", ENOSYS) : c.status());
     }
-    if (changes_in_flight.fetch_add(1) >= kMaxChanges) {
-        changes_in_flight.fetch_sub(1);
+    const std::string who = r->peer().key;
+    Status slot = take_changes_slot(who);
+    if (!slot) {
         store->changes_refused();
-        return r->error(EBUSY,
-                        "this service already answers " + std::to_string(kMaxChanges) +
-                            " kvs.changes requests at once (list the namespace instead)",
-                        DYAD_RC_BADRPC);
+        return fail(r, slot);
     }
     r->cap_deadline(server.max_wait());
     std::call_once(changes_once,
                    [this] { changes_pool = std::make_unique<asio::thread_pool>(kMaxChanges); });
     const double wait = std::min(a->wait, kChangesMaxWait);
-    asio::post(*changes_pool, [this, r, a = std::move(a.value()), wait] {
+    asio::post(*changes_pool, [this, r, a = std::move(a.value()), wait, who] {
         auto c = store->changes(a.ns, a.after, wait, Deadline::after(kCallTimeout));
-        changes_in_flight.fetch_sub(1);
+        give_changes_slot(who);
         if (!c) return fail(r, c.status());
         wire::ChangesAnswer out;
         out.next = c->next;
@@ -283,6 +291,35 @@ void StoreServer::Topics::on_changes(const std::shared_ptr<rpc::Request>& r) {
             out.entries.push_back({std::move(k), std::move(e.value), e.version});
         r->end(out.build());
     });
+}
+
+Status StoreServer::Topics::take_changes_slot(const std::string& who) {
+    std::lock_guard<std::mutex> lk(changes_mu);
+    int& mine = changes_by_principal[who];
+    if (mine >= kMaxChangesPerPrincipal) {
+        return Status(DYAD_RC_BADRPC,
+                      who + " already has " + std::to_string(kMaxChangesPerPrincipal) +
+                          " kvs.changes requests in flight, the most one peer may (list the "
+                          "namespace instead, or ask again when one is answered)",
+                      EBUSY);
+    }
+    if (changes_in_flight >= kMaxChanges) {
+        if (mine == 0) changes_by_principal.erase(who);
+        return Status(DYAD_RC_BADRPC,
+                      "this service already answers " + std::to_string(kMaxChanges) +
+                          " kvs.changes requests at once (list the namespace instead)",
+                      EBUSY);
+    }
+    ++mine;
+    ++changes_in_flight;
+    return Status::ok();
+}
+
+void StoreServer::Topics::give_changes_slot(const std::string& who) {
+    std::lock_guard<std::mutex> lk(changes_mu);
+    --changes_in_flight;
+    auto it = changes_by_principal.find(who);
+    if (it != changes_by_principal.end() && --it->second <= 0) changes_by_principal.erase(it);
 }
 
 void serve(rpc::Server& server, MemoryStore& store) {

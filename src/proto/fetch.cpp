@@ -33,11 +33,17 @@ Result<FetchRequest> FetchRequest::parse(const nlohmann::json& args) {
     if (has_off || has_len) {
         r.offset = lenient_u64(args, "offset");
         r.length = lenient_u64(args, "length");
-        if (!r.offset || !r.length || *r.offset + *r.length < *r.offset)
+        if (!r.offset || !r.length)
             return Status(DYAD_RC_BADUNPACK,
                           "fetch request of '" + r.upath +
                               "' with a bad byte range: 'offset' and 'length' must both be "
-                              "unsigned integers, their sum at most 2^64-1",
+                              "given, as unsigned integers",
+                          EINVAL);
+        if (*r.offset + *r.length < *r.offset)
+            return Status(DYAD_RC_BADUNPACK,
+                          "fetch request of '" + r.upath + "' with a bad byte range: offset " +
+                              std::to_string(*r.offset) + " + length " + std::to_string(*r.length) +
+                              " overflows (their sum must be at most 2^64-1)",
                           EINVAL);
     }
     return r;

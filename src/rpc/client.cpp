@@ -469,11 +469,20 @@ Result<Frame> Connection::read_frame(Deadline deadline) {
         s = read_exact(meta.data(), meta.size(), deadline);
         if (!s) return s;
     }
+    held_.clear();
+    held_pos_ = 0;
     if (rx_mac_.active()) {
         uint8_t tag[auth::kTagBytes];
         s = read_exact(tag, sizeof tag, deadline);
         if (!s) return s;
-        if (!rx_mac_.check(hdr, kHeaderSize, meta, tag)) {
+        // A compact answer's metadata travels in its data: the tag covers
+        // that part too (decode_header checked there is as much).
+        held_.resize(tagged_data_len(f.header));
+        if (!held_.empty()) {
+            s = read_exact(held_.data(), held_.size(), deadline);
+            if (!s) return s;
+        }
+        if (!rx_mac_.check(hdr, kHeaderSize, meta, tag, held_)) {
             broken_ = true;
             return Status(DYAD_RC_BADRPC,
                           "a frame from " + uri_ +
@@ -492,11 +501,21 @@ Result<Frame> Connection::read_frame(Deadline deadline) {
     return f;
 }
 
+size_t Connection::take_held(void* buf, size_t n) {
+    size_t k = std::min(n, held_.size() - held_pos_);
+    if (buf && k) std::memcpy(buf, held_.data() + held_pos_, k);
+    held_pos_ += k;
+    return k;
+}
+
 Status Connection::read_data(void* buf, size_t n, Deadline deadline) {
-    return read_exact(buf, n, deadline);
+    size_t k = take_held(buf, n);
+    if (k == n) return Status::ok();
+    return read_exact(static_cast<char*>(buf) + k, n - k, deadline);
 }
 
 Status Connection::skip_data(size_t n, Deadline deadline) {
+    n -= take_held(nullptr, n);
     char tmp[16384];
     while (n > 0) {
         size_t k = n < sizeof tmp ? n : sizeof tmp;

@@ -64,7 +64,7 @@ class Connection {
     // Bytes already read from the socket and not yet consumed (TCP reads
     // take up to kReadAhead bytes at once: a small answer and its END in
     // one recv). Then the next read needs no wait.
-    bool buffered() const { return rpos_ < rend_; }
+    bool buffered() const { return rpos_ < rend_ || held_pos_ < held_.size(); }
 
     // Sends a request; returns its tag. args become the meta with "topic"
     // and, if propagate, "timeout_ms" (the time left before `deadline`) added:
@@ -136,6 +136,12 @@ class Connection {
     static constexpr size_t kReadAhead = 64u << 10;
     std::unique_ptr<char[]> rbuf_;
     size_t rpos_ = 0, rend_ = 0;
+    // The part of the last frame's data its tag covers (its flags say how
+    // much), read with the frame to check the tag: read_data and skip_data
+    // take it first.
+    std::string held_;
+    size_t held_pos_ = 0;
+    size_t take_held(void* buf, size_t n);
     std::string bad_header_;  // the bytes of the last header that did not decode
     nlohmann::json peer_info_;
     std::string peer_id_;

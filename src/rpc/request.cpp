@@ -58,16 +58,20 @@ std::string Request::peer_service() const {
     return peer_.role == "service" ? peer_.service_id : std::string();
 }
 
-void Request::respond(nlohmann::json meta, asio::const_buffer data, WriteDone done) {
+void Request::respond(nlohmann::json meta, asio::const_buffer data, WriteDone done,
+                      uint8_t tag_flags) {
     auto self = shared_from_this();
-    asio::dispatch(io_, [self, meta = std::move(meta), data, done = std::move(done)]() mutable {
-        auto s = self->session_.lock();
-        if (self->finished_ || !s) {
-            if (done) done(false);
-            return;
-        }
-        s->send(frame_header(Type::response, self->tag_), meta_text(meta), data, std::move(done));
-    });
+    asio::dispatch(
+        io_, [self, meta = std::move(meta), data, done = std::move(done), tag_flags]() mutable {
+            auto s = self->session_.lock();
+            if (self->finished_ || !s) {
+                if (done) done(false);
+                return;
+            }
+            Header h = frame_header(Type::response, self->tag_);
+            h.flags = tag_flags & kTagFlags;
+            s->send(h, meta_text(meta), data, std::move(done));
+        });
 }
 
 void Request::respond_file(nlohmann::json meta, int fd, uint64_t off, size_t len, WriteDone done) {
@@ -115,7 +119,8 @@ void Request::end(nlohmann::json meta, std::string data) {
         self->finish();
         self->notify(Outcome::How::ended, 0, {}, DYAD_RC_OK);
         if (auto s = self->session_.lock()) {
-            const Header h = frame_header(Type::end, self->tag_);
+            Header h = frame_header(Type::end, self->tag_);
+            if (!bytes->empty()) h.flags = kFlagTagData;  // a compact answer's data
             if (bytes->empty())
                 s->send(h, meta_text(meta), {}, {});
             else

@@ -115,8 +115,12 @@ class Request : public std::enable_shared_from_this<Request> {
     std::chrono::steady_clock::time_point arrived() const { return arrived_; }
 
     // One part of the answer. `data` must stay valid until `done` runs
-    // (with ok=false if the connection went away first).
-    void respond(nlohmann::json meta, asio::const_buffer data = {}, WriteDone done = {});
+    // (with ok=false if the connection went away first). `tag_flags`
+    // (kFlagTagHead, kFlagTagData: wire.hpp) has the frame's tag cover the
+    // data's head, or all of it, on a keyed connection: for data that
+    // carries metadata (a compact answer).
+    void respond(nlohmann::json meta, asio::const_buffer data = {}, WriteDone done = {},
+                 uint8_t tag_flags = 0);
     // The same, with `len` bytes of file `fd` from `off` as the data, sent by
     // sendfile(2) from the page cache (no copy through this process). The
     // fd is duplicated: the caller may close its own at once.
@@ -127,7 +131,8 @@ class Request : public std::enable_shared_from_this<Request> {
     // duplicated: the caller may close its own at once.
     void respond_with_fd(nlohmann::json meta, int fd, WriteDone done);
     void end(nlohmann::json meta = nullptr);
-    // The last part of the answer, with `data` (kept until written).
+    // The last part of the answer, with `data` (kept until written), which
+    // its tag covers on a keyed connection (kFlagTagData: a compact answer).
     void end(nlohmann::json meta, std::string data);
     void error(int errnum, const std::string& msg, dyad_rc_t rc = DYAD_RC_BADRPC);
 

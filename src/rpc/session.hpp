@@ -78,6 +78,7 @@ class Session : public std::enable_shared_from_this<Session> {
         std::array<uint8_t, auth::kTagBytes> tag;
         bool tagged = false;  // the tag follows the meta (a keyed connection, once admitted)
         asio::const_buffer data;
+        size_t tagged_data = 0;  // bytes of data the tag covers (the header's flags)
         Request::WriteDone cb;
         int file_fd = -1;  // data from this file instead (owned: a dup)
         uint64_t file_off = 0;

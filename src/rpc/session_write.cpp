@@ -36,6 +36,11 @@ void Session::send(Header h, std::string meta, asio::const_buffer data, Request:
     Out o;
     h.meta_len = static_cast<uint32_t>(meta.size());
     h.data_len = static_cast<uint32_t>(data.size());
+    // The tag covers what the flags say of the data, on a tagged frame of
+    // one that has enough; otherwise no flag.
+    if (!tx_mac_.active() || ((h.flags & kFlagTagHead) && h.data_len < kTagHead))
+        h.flags &= static_cast<uint8_t>(~kTagFlags);
+    o.tagged_data = tagged_data_len(h);
     encode_header(h, o.hdr.data());
     o.meta = std::move(meta);
     o.data = data;
@@ -53,6 +58,7 @@ void Session::send_file(Header h, std::string meta, int fd, uint64_t off, size_t
     Out o;
     h.meta_len = static_cast<uint32_t>(meta.size());
     h.data_len = static_cast<uint32_t>(len);
+    h.flags &= static_cast<uint8_t>(~kTagFlags);  // file bytes: checked by their XXH3
     encode_header(h, o.hdr.data());
     o.meta = std::move(meta);
     o.cb = std::move(cb);
@@ -70,6 +76,7 @@ void Session::send_with_fd(Header h, std::string meta, UniqueFd fd, Request::Wri
     Out o;
     h.meta_len = static_cast<uint32_t>(meta.size());
     h.data_len = 0;
+    h.flags &= static_cast<uint8_t>(~kTagFlags);
     encode_header(h, o.hdr.data());
     o.meta = std::move(meta);
     o.cb = std::move(cb);
@@ -85,11 +92,13 @@ void Session::enqueue(Out o) {
 }
 
 // Tags a frame about to be queued, once the peer is admitted on a keyed
-// connection. Frames leave in the order they are queued, which is the
-// order of the tags' sequence numbers.
+// connection: its header, meta and the part of its data its flags name.
+// Frames leave in the order they are queued, which is the order of the
+// tags' sequence numbers.
 void Session::seal(Out& o) {
     if (!tx_mac_.active()) return;
-    tx_mac_.sign(o.hdr.data(), kHeaderSize, o.meta, o.tag.data());
+    tx_mac_.sign(o.hdr.data(), kHeaderSize, o.meta, o.tag.data(),
+                 std::string_view(static_cast<const char*>(o.data.data()), o.tagged_data));
     o.tagged = true;
 }
 

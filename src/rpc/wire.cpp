@@ -60,6 +60,22 @@ Status decode_header(const uint8_t in[kHeaderSize], Header* h) {
     h->data_len = get32(in + 20);
     if (h->meta_len > kMaxMeta || h->data_len > kMaxData)
         return Status(DYAD_RC_BADRPC, "frame too large", EMSGSIZE);
+    if ((h->flags & kTagFlags) == kTagFlags)
+        return Status(DYAD_RC_BADRPC,
+                      "a frame whose flags say its tag covers both all its data and its head",
+                      EPROTO);
+    // The receiver reads what the tag covers before it can check it: no
+    // more than a meta may be (compact answers are far smaller).
+    if ((h->flags & kFlagTagData) && h->data_len > kMaxMeta)
+        return Status(DYAD_RC_BADRPC,
+                      "a frame whose tag covers " + std::to_string(h->data_len) +
+                          " bytes of data, more than the " + std::to_string(kMaxMeta) + " it may",
+                      EPROTO);
+    if ((h->flags & kFlagTagHead) && h->data_len < kTagHead)
+        return Status(DYAD_RC_BADRPC,
+                      "a frame whose tag covers its data's first " + std::to_string(kTagHead) +
+                          " bytes has only " + std::to_string(h->data_len),
+                      EPROTO);
     return Status::ok();
 }
 

@@ -49,6 +49,17 @@ enum class Type : uint8_t {
     update = 7,    // client -> server: more input for request `tag` (e.g. credits)
 };
 
+// The header's flags: how much of a frame's data its tag covers (section 2
+// of docs/wire-protocol.md). Without either, none: file bytes are checked
+// end to end by their size and XXH3, which come in tagged meta. A service
+// sets one on the compact answers, whose metadata travels in the data:
+// kvs.list's and kvs.get_many's (all of the data) and fetch_many's files
+// (the index and XXH3 before the bytes). Set only on tagged frames.
+constexpr uint8_t kFlagTagData = 0x01;  // the tag covers all of the data
+constexpr uint8_t kFlagTagHead = 0x02;  // the tag covers the data's first kTagHead bytes
+constexpr uint8_t kTagFlags = kFlagTagData | kFlagTagHead;
+constexpr uint32_t kTagHead = 12;
+
 struct Header {
     uint16_t version = kVersion;
     Type type = Type::request;
@@ -60,8 +71,15 @@ struct Header {
 };
 
 void encode_header(const Header& h, uint8_t out[kHeaderSize]);
-// Checks magic, version, type and lengths; a bad header is EPROTO.
+// Checks magic, version, type and lengths (and that a frame whose tag covers
+// its data's head has one); a bad header is EPROTO.
 Status decode_header(const uint8_t in[kHeaderSize], Header* h);
+// The bytes of the frame's data its tag covers (its flags say how many).
+inline uint32_t tagged_data_len(const Header& h) {
+    if (h.flags & kFlagTagData) return h.data_len;
+    if (h.flags & kFlagTagHead) return h.data_len < kTagHead ? h.data_len : kTagHead;
+    return 0;
+}
 const char* type_name(Type t);
 
 // Parses a frame's JSON meta, refusing nesting deeper than kMaxJsonDepth

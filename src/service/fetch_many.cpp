@@ -29,6 +29,10 @@
 
 namespace dyad::service {
 
+// The compact answer's header (index, XXH3) is what the frame's tag covers
+// of its data (kFlagTagHead).
+static_assert(dtl::kRawFileHeader == rpc::kTagHead);
+
 // One file of a dyad.fetch_many.
 struct Service::ManyFile {
     proto::FetchRequest req;  // its upath normalized
@@ -117,8 +121,9 @@ void Service::answer_many(const std::shared_ptr<rpc::Request>& r,
             continue;
         }
         const uint64_t n = one.got.size;
-        if (raw)  // no meta: the header and the bytes, in one buffer
-            r->respond(nullptr, asio::buffer(one.got.buf.data(), dtl::kRawFileHeader + n), written);
+        if (raw)  // no meta: the header and the bytes, in one buffer; the tag covers the header
+            r->respond(nullptr, asio::buffer(one.got.buf.data(), dtl::kRawFileHeader + n), written,
+                       rpc::kFlagTagHead);
         else
             r->respond(proto::FetchManyItem::served(i, n, one.got.xxh3).build(),
                        n > 0 ? asio::buffer(one.got.buf.data(), n) : asio::const_buffer(), written);

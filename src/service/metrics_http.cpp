@@ -9,6 +9,7 @@
 #include <optional>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -18,6 +19,7 @@
 #include <boost/beast/http.hpp>
 
 #include "common/log.hpp"
+#include "rpc/principal.hpp"
 
 namespace dyad::service {
 namespace {
@@ -41,9 +43,13 @@ constexpr auto kRenderInterval = std::chrono::milliseconds(200);
 struct MetricsHttp::Impl {
     class Conn;
 
+    // The slot a connection holds: a regular one, one of the /healthz-only
+    // reserve, or one kept for the service's own uid and root.
+    enum class Slot { regular, health, trusted };
     struct Stats {
         std::atomic<uint64_t> active{0}, accepted{0}, rejected{0}, timeouts{0};
-        std::atomic<uint64_t> reserve_active{0}, renders{0};
+        std::atomic<uint64_t> reserve_active{0}, trusted_active{0}, renders{0};
+        std::atomic<uint64_t> refused{0}, principal_capped{0}, trusted_admitted{0};
         std::array<std::atomic<uint64_t>, kCodes.size()> responses{};
         void count(unsigned code) {
             for (size_t i = 0; i < kCodes.size(); ++i)
@@ -63,6 +69,16 @@ struct MetricsHttp::Impl {
     };
 
     explicit Impl(MetricsSource s) : src(std::move(s)) { gate->io = &io; }
+
+    // Slots held per principal (the io thread's alone), by Slot.
+    std::unordered_map<std::string, std::array<size_t, 3>> held;
+    std::optional<Slot> admit(const rpc::Principal& p);
+    void release(const std::string& who, Slot slot);
+    std::atomic<uint64_t>& gauge(Slot slot) {
+        return slot == Slot::regular  ? stats.active
+               : slot == Slot::health ? stats.reserve_active
+                                      : stats.trusted_active;
+    }
 
     void accept();
     std::string own_metrics() const;
@@ -92,19 +108,21 @@ struct MetricsHttp::Impl {
 // the service, answers.
 class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
   public:
-    // reserve: a connection beyond kMaxConnections, answered /healthz only.
-    Conn(Impl& impl, tcp::socket s, bool reserve = false)
+    // A connection in `slot` of principal `who`; beyond the regular slots
+    // (reserve_) it is answered /healthz only.
+    Conn(Impl& impl, tcp::socket s, std::string who, Slot slot)
         : impl_(impl),
           stream_(std::move(s)),
           buf_(kBufferLimit),
           timer_(impl.io),
-          reserve_(reserve) {
-        (reserve_ ? impl_.stats.reserve_active : impl_.stats.active)++;
+          who_(std::move(who)),
+          slot_(slot),
+          reserve_(slot != Slot::regular) {
         beast::error_code ec;
         auto ep = stream_.socket().remote_endpoint(ec);
         if (!ec) peer_ = ep.address().to_string() + ":" + std::to_string(ep.port());
     }
-    ~Conn() { (reserve_ ? impl_.stats.reserve_active : impl_.stats.active)--; }
+    ~Conn() { impl_.release(who_, slot_); }
 
     void start() { read(); }
 
@@ -117,8 +135,8 @@ class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
         keep_ = false;
         // The whole request within the deadline (a client holding half a
         // request is dropped; it never delays another connection).
-        stream_.expires_after(reserve_ ? std::chrono::seconds(1)
-                                       : std::chrono::seconds(MetricsHttp::kReadTimeoutS));
+        stream_.expires_after(std::chrono::seconds(reserve_ ? MetricsHttp::kHealthTimeoutS
+                                                            : MetricsHttp::kReadTimeoutS));
         http::async_read(
             stream_, buf_, *parser_,
             [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
@@ -164,7 +182,9 @@ class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
         if (reserve_ && target != "/healthz")
             return respond(503,
                            "busy: " + std::to_string(MetricsHttp::kMaxConnections) +
-                               " connections are open; beyond them only GET /healthz is answered\n",
+                               " connections are open, or " +
+                               std::to_string(MetricsHttp::kMaxPerPrincipal) +
+                               " of yours; beyond them only GET /healthz is answered\n",
                            kText, true);
         if (reserve_) keep_ = false;  // one answer, then the slot is free again
         ask(target == "/metrics");
@@ -249,11 +269,13 @@ class MetricsHttp::Impl::Conn : public std::enable_shared_from_this<Conn> {
     std::optional<http::request_parser<http::string_body>> parser_;
     net::steady_timer timer_;
     std::string peer_ = "?";
+    const std::string who_;  // its principal
+    const Slot slot_;
     std::string method_, target_;
     unsigned version_ = 11;
     bool keep_ = false;
     bool waiting_ = false;  // for the service's answer
-    bool reserve_ = false;
+    const bool reserve_;
 };
 
 void MetricsHttp::Impl::want_metrics(std::weak_ptr<Conn> c) {
@@ -299,23 +321,54 @@ void MetricsHttp::Impl::accept() {
             });
             return;
         }
-        if (stats.active.load() >= MetricsHttp::kMaxConnections &&
-            stats.reserve_active.load() < MetricsHttp::kHealthReserve) {
-            // Full: /healthz is still answered, on a few connections of
-            // their own with a short deadline (an orchestrator that sees
-            // no answer restarts the service).
+        // Who it is, as the kernel says (a local uid, a remote host): one
+        // principal's connections cannot take every slot, and /healthz is
+        // answered beyond them (an orchestrator that sees no answer
+        // restarts the service).
+        const rpc::Principal who = rpc::principal_of(s.native_handle());
+        if (auto slot = admit(who)) {
+            (*slot == Slot::regular ? stats.accepted : stats.rejected)++;
+            if (*slot == Slot::trusted) stats.trusted_admitted++;
+            std::make_shared<Conn>(*this, std::move(s), who.key, *slot)->start();
+        } else {
             stats.rejected++;
-            std::make_shared<Conn>(*this, std::move(s), true)->start();
-        } else if (stats.active.load() >= MetricsHttp::kMaxConnections) {
-            stats.rejected++;
+            stats.refused++;  // counted, not logged: a flood would flood the log
             beast::error_code ignored;
             s.close(ignored);
-        } else {
-            stats.accepted++;
-            std::make_shared<Conn>(*this, std::move(s))->start();
         }
         accept();
     });
+}
+
+// The slot for a new connection of `p`, counted as held; none: close it.
+std::optional<MetricsHttp::Impl::Slot> MetricsHttp::Impl::admit(const rpc::Principal& p) {
+    auto& mine = held[p.key];
+    std::optional<Slot> slot;
+    const bool capped = mine[0] >= MetricsHttp::kMaxPerPrincipal;
+    if (capped) stats.principal_capped++;
+    if (!capped && stats.active.load() < MetricsHttp::kMaxConnections)
+        slot = Slot::regular;
+    else if (stats.reserve_active.load() < MetricsHttp::kHealthReserve &&
+             mine[1] < MetricsHttp::kHealthPerPrincipal)
+        slot = Slot::health;
+    else if (p.trusted && stats.trusted_active.load() < MetricsHttp::kTrustedReserve)
+        slot = Slot::trusted;
+    if (!slot) {
+        if (mine[0] + mine[1] + mine[2] == 0) held.erase(p.key);
+        return slot;
+    }
+    ++mine[static_cast<size_t>(*slot)];
+    gauge(*slot)++;
+    return slot;
+}
+
+void MetricsHttp::Impl::release(const std::string& who, Slot slot) {
+    gauge(slot)--;
+    auto it = held.find(who);
+    if (it == held.end()) return;
+    auto& n = it->second[static_cast<size_t>(slot)];
+    if (n > 0) --n;
+    if (it->second[0] + it->second[1] + it->second[2] == 0) held.erase(it);
 }
 
 std::string MetricsHttp::Impl::own_metrics() const {
@@ -330,8 +383,19 @@ std::string MetricsHttp::Impl::own_metrics() const {
         "connections this metrics endpoint accepted", stats.accepted.load());
     one("dyad_metrics_http_connections_rejected_total", "counter",
         "connections beyond the " + std::to_string(MetricsHttp::kMaxConnections) +
-            " this endpoint serves (answered GET /healthz only, or closed at once)",
+            " this endpoint serves, or the " + std::to_string(MetricsHttp::kMaxPerPrincipal) +
+            " of one principal (answered GET /healthz only, or closed at once)",
         stats.rejected.load());
+    one("dyad_metrics_http_connections_refused_total", "counter",
+        "connections closed at once: no slot left for their principal, not even a /healthz one",
+        stats.refused.load());
+    one("dyad_metrics_http_principal_capped_total", "counter",
+        "connections whose principal (a local uid, a remote host) already held " +
+            std::to_string(MetricsHttp::kMaxPerPrincipal) + " regular slots",
+        stats.principal_capped.load());
+    one("dyad_metrics_http_trusted_reserve_total", "counter",
+        "connections of the service's own uid or root let in to the slots kept for them",
+        stats.trusted_admitted.load());
     one("dyad_metrics_http_renders_total", "counter",
         "metrics texts the service's loop rendered (requests arriving together share one, at "
         "most one every 200 ms)",

@@ -4,12 +4,18 @@
 // io_context of its own (docs/design.md, "Metrics and health"). Part of the
 // dyadd program only: Boost never enters libdyad.so.
 //
-// Robustness: a read deadline per request, several connections at once on
-// one thread (asynchronous), at most kMaxConnections (beyond them a few more
-// are answered /healthz only, the rest closed at once, all counted), header
-// and body limits, the service's loop asked for the metrics text at most
-// every 200 ms whatever the number of scrapers; anything that does not parse as an
-// HTTP/1.x request gets an error response and the connection is closed.
+// Robustness: a short deadline for each request's headers, several
+// connections at once on one thread (asynchronous), at most kMaxConnections
+// and kMaxPerPrincipal of them for one principal (a local uid, a remote
+// host: rpc::principal_of, what the kernel says). Beyond the slots a few
+// more are answered /healthz only (kHealthReserve, kHealthPerPrincipal of
+// them for one principal), and the last kTrustedReserve are kept for the
+// service's own uid and root; the rest are closed at once, all counted. So
+// other users' connections (a reconnecting slowloris, a header flood, many
+// scrapers) never make /healthz fail for the operator's probe. Header and
+// body limits; the service's loop asked for the metrics text at most every
+// 200 ms whatever the number of scrapers; anything that does not parse as
+// an HTTP/1.x request gets an error response and the connection is closed.
 #pragma once
 
 #include <cstdint>
@@ -31,12 +37,21 @@ struct MetricsSource {
 class MetricsHttp {
   public:
     static constexpr size_t kMaxConnections = 32;
-    // Beyond kMaxConnections, this many more connections are answered
-    // GET /healthz only (1 s to send it); the rest are closed at once.
+    static constexpr size_t kMaxPerPrincipal = 8;  // of the kMaxConnections
+    // Beyond kMaxConnections (or a principal's kMaxPerPrincipal), this many
+    // more connections are answered GET /healthz only (kHealthTimeoutS to
+    // send it), kHealthPerPrincipal of them for one principal; then
+    // kTrustedReserve more, for the service's own uid and root only. The
+    // rest are closed at once.
     static constexpr size_t kHealthReserve = 8;
+    static constexpr size_t kHealthPerPrincipal = 2;
+    static constexpr size_t kTrustedReserve = 2;
     static constexpr size_t kHeaderLimit = 8192;  // bytes of request line and headers
-    static constexpr int kReadTimeoutS = 5;       // to receive one whole request
-    static constexpr int kServiceTimeoutS = 3;    // for the service's loop to answer
+    // To receive one whole request (a GET is its headers), from the accept
+    // or the previous answer; in a /healthz-only slot, kHealthTimeoutS.
+    static constexpr int kReadTimeoutS = 2;
+    static constexpr int kHealthTimeoutS = 1;
+    static constexpr int kServiceTimeoutS = 3;  // for the service's loop to answer
 
     explicit MetricsHttp(MetricsSource src);
     ~MetricsHttp();

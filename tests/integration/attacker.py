@@ -9,6 +9,9 @@ MODE:
   local        N LOCAL fetches of U on one Unix-socket connection, never confirmed
   stream       N FLUX_RPC fetches of U, one connection each, never read
   margo        N MARGO fetches of U on one connection, never acknowledged
+  slowloris    N connections to an HTTP port (--port) that each send half a
+               request and then nothing (--flood: header lines without end
+               instead), each reopened as soon as the service drops it
 
 It prints one JSON line when it holds what it could get
 ({"held": n, "refused": [messages]}), then keeps it until its stdin closes
@@ -41,9 +44,44 @@ def connect(a, hello=True):
     return r
 
 
+def slowloris(a):
+    """N threads, each holding one connection with half a request in it
+    (or an endless flood of header lines), reopened whenever the service
+    drops it. Returns how many were open at once after the first round."""
+    import threading
+    opened = [threading.Event() for _ in range(a.n)]
+    line = b"X-Pad: " + b"a" * 200 + b"\r\n"
+
+    def loop(i):
+        while True:
+            try:
+                s = socket.create_connection((a.host, a.port), timeout=30)
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: dyadd\r\n")
+                opened[i].set()
+                if a.flood:
+                    while True:
+                        s.sendall(line)
+                else:
+                    s.recv(1)  # until the service drops it
+            except OSError:
+                pass
+            try:
+                s.close()
+            except (OSError, UnboundLocalError):
+                pass
+            time.sleep(0.02)  # not an ordering sleep: a pause before reconnecting (no spin when refused)
+
+    for i in range(a.n):
+        threading.Thread(target=loop, args=(i,), daemon=True).start()
+    for e in opened:
+        e.wait(10)
+    return sum(e.is_set() for e in opened)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["connections", "local", "stream", "margo", "fill", "waits", "scrape"])
+    p.add_argument("mode", choices=["connections", "local", "stream", "margo", "fill", "waits", "scrape",
+                                     "slowloris"])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--source")
@@ -51,10 +89,11 @@ def main():
     p.add_argument("--key")
     p.add_argument("-n", type=int, default=1)
     p.add_argument("--upath", default="")
-    p.add_argument("--sources", default="", help="fill: comma-separated source addresses")
+    p.add_argument("--sources", default="", help="fill, scrape: comma-separated source addresses")
     p.add_argument("--pad", type=int, default=0, help="waits: bytes of ignored JSON per request")
     p.add_argument("--ns", default="dyad")
     p.add_argument("--key-size", type=int, default=16)
+    p.add_argument("--flood", action="store_true", help="slowloris: header lines, as fast as taken")
     a = p.parse_args()
     held, refused, keep = 0, [], []
 
@@ -141,8 +180,11 @@ def main():
         import threading
         answered = [threading.Event() for _ in range(a.n)]
 
+        srcs = [x for x in a.sources.split(",") if x]
+
         def loop(i):
-            c = http.client.HTTPConnection(a.host, a.port, timeout=30)
+            src = (srcs[i % len(srcs)], 0) if srcs else None  # several hosts, as the service sees it
+            c = http.client.HTTPConnection(a.host, a.port, timeout=30, source_address=src)
             keep.append(c)
             while True:
                 try:
@@ -158,6 +200,8 @@ def main():
         for e in answered:
             e.wait(30)
         held = sum(e.is_set() for e in answered)
+    elif a.mode == "slowloris":
+        held = slowloris(a)
     print(json.dumps({"held": held, "refused": refused}), flush=True)
     sys.stdin.read()  # until the test lets go (or kills us)
 

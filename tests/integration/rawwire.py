@@ -14,6 +14,7 @@ MAGIC = 0x44415944
 HELLO, REQUEST, RESPONSE, END, ERROR, CANCEL, UPDATE = 1, 2, 3, 4, 5, 6, 7
 VERSION = 3
 TAG_BYTES = 16
+FLAG_TAG_DATA, FLAG_TAG_HEAD, TAG_HEAD = 0x01, 0x02, 12
 
 
 def read_key(path):
@@ -40,7 +41,8 @@ def derive(secret, label, *parts):
 
 
 class Mac:
-    """The tags of one direction: keyed BLAKE2b-128 of (sequence u64 LE, header, meta)."""
+    """The tags of one direction: keyed BLAKE2b-128 of (sequence u64 LE, header, meta and the
+    part of the data the header's flags name)."""
 
     def __init__(self, key):
         self.key, self.seq = key, 0
@@ -149,10 +151,17 @@ class Raw:
         magic, ver, typ, flags, tag, errnum, ml, dl = HDR.unpack(h)
         assert magic == MAGIC
         raw = self._exact(ml) if ml else b""
-        if self.rx and not hmac.compare_digest(self._exact(TAG_BYTES), self.rx.tag(h, raw)):
-            raise ConnectionError("a frame failed its tag")
+        data = b""
+        if self.rx:
+            mac = self._exact(TAG_BYTES)
+            # The flags say how much of the data the tag covers too (a
+            # compact answer's): all (1), its first TAG_HEAD bytes (2).
+            covered = dl if flags & FLAG_TAG_DATA else (min(dl, TAG_HEAD) if flags & FLAG_TAG_HEAD else 0)
+            data = self._exact(covered) if covered else b""
+            if not hmac.compare_digest(mac, self.rx.tag(h, raw + data)):
+                raise ConnectionError("a frame failed its tag")
         meta = json.loads(raw) if ml else None
-        data = self._exact(dl) if dl else b""
+        data += self._exact(dl - len(data)) if dl > len(data) else b""
         return {"type": typ, "tag": tag, "errnum": errnum, "meta": meta, "data": data, "version": ver, "fds": fds}
 
     def request(self, topic, **args):

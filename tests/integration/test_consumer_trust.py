@@ -227,3 +227,40 @@ def test_publishing_through_a_link_into_dyad_is_refused(cluster):
     cons.dyad("consume", cons.path("alias/ok.txt"), env_extra={"DYAD_WAIT_TIMEOUT": 10})
     with open(cons.path("alias/ok.txt")) as f:
         assert f.read() == "fine\n"
+
+
+def test_consumer_directories_are_private(cluster):
+    """Issue 45, finding 7: the directories a consumer made for a file were
+    02775 under the umask (0755): a 0644 file that the producer's 0700
+    directory kept from other users was installed where every user could
+    read it. What DYAD makes for the consumer is now 0700, whatever the
+    umask lets; the file keeps its mode; a directory that exists is kept as
+    it is."""
+    prod, cons = cluster[0], cluster[1]
+    os.makedirs(prod.path("private/deep"))
+    os.chmod(prod.path("private"), 0o700)
+    with open(prod.path("private/deep/f.txt"), "w") as f:
+        f.write("for the producer's eyes\n")
+    os.chmod(prod.path("private/deep/f.txt"), 0o644)
+    os.makedirs(cons.path("shared"))
+    os.chmod(cons.path("shared"), 0o755)
+    os.makedirs(prod.path("shared"), exist_ok=True)
+    with open(prod.path("shared/h.txt"), "w") as f:
+        f.write("in a directory the consumer made itself\n")
+    prod.dyad("produce", prod.path("private/deep/f.txt"), prod.path("shared/h.txt"))
+    old = os.umask(0o022)
+    try:
+        cons.dyad("consume", cons.path("private/deep/f.txt"), cons.path("shared/h.txt"))
+    finally:
+        os.umask(old)
+    for d in ("private", "private/deep"):
+        assert stat.S_IMODE(os.stat(cons.path(d)).st_mode) == 0o700, (d, oct(os.stat(cons.path(d)).st_mode))
+    assert stat.S_IMODE(os.stat(cons.path("private/deep/f.txt")).st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(cons.path("shared")).st_mode) == 0o755  # the consumer's own, as it was
+    # Another user cannot reach the file through what DYAD made (all above
+    # it lets them through).
+    os.chmod(cluster.root, 0o711)
+    os.chmod(cons.dir, 0o755)
+    p = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "cat",
+                        cons.path("private/deep/f.txt")], capture_output=True, text=True)
+    assert p.returncode != 0 and "Permission denied" in p.stderr, (p.returncode, p.stderr)

@@ -425,3 +425,53 @@ def test_sync_follow_lists_again_when_etcd_compacted_past_its_cursor(etcd, two):
     after = follow_figures(cons)
     assert after["changes_compacted"] > before["changes_compacted"], (before, after)
     assert after["list_ranges"] > before["list_ranges"], (before, after)
+
+
+def raw_from(node, source):
+    """A keyed wire connection to node from the local address `source`:
+    another host, as the service tells principals apart."""
+    import socket
+    from rawwire import VERSION, Raw, hello
+    r = Raw.__new__(Raw)
+    r.s = socket.create_connection((node.host, node.port), timeout=30, source_address=(source, 0))
+    r.version, r.tag, r.tx, r.rx = VERSION, 0, None, None
+    r.info = hello(r.send, r.recv, node.key)
+    return r
+
+
+def test_kvs_changes_slots_are_per_principal(etcd):
+    """Issue 45, finding 7: the cap of kvs.changes requests served at once
+    (4) was per service, so one peer's waiting requests took them all and
+    every other `dyad sync --follow` was refused (EBUSY). Now one principal
+    has at most 2 of them in flight, and another is still answered."""
+    from rawwire import END, ERROR
+    c = cluster(etcd, nodes=1)
+    try:
+        node = c[0]
+        probe = raw_from(node, "127.0.0.1")
+        f, _ = probe.collect(probe.request("kvs.changes", ns="dyad", after=0, wait=0))
+        assert f["type"] == END, f
+        now = f["meta"]["next"]
+        hog = raw_from(node, "127.0.3.1")
+        tags = [hog.request("kvs.changes", ns="dyad", after=now, wait=5) for _ in range(4)]
+        # Requests of one connection are taken in order: once this get is
+        # answered, the four changes above were taken or refused.
+        get = hog.request("kvs.get", ns="dyad", key="no-such-key")
+        refused = []
+        while True:
+            f = hog.recv()
+            if f["tag"] in tags and f["type"] == ERROR:
+                refused.append(f)
+            if f["tag"] == get:
+                break
+        assert len(refused) == 2, refused
+        assert all(f["errnum"] == 16 and "127.0.3.1" in f["meta"]["msg"] and "the most one peer may"
+                   in f["meta"]["msg"] for f in refused), refused
+        # The hog's two still wait; another principal is served at once.
+        f, _ = probe.collect(probe.request("kvs.changes", ns="dyad", after=now, wait=0))
+        assert f["type"] == END, f
+        hog.close()
+        probe.close()
+        assert node.status()["metadata_store"]["changes_refused"] >= 2
+    finally:
+        c.cleanup()

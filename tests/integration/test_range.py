@@ -165,3 +165,22 @@ def test_a_file_produced_again_gives_its_newest_bytes(rcluster, prog, copy_first
     second = ranges(cons, prog, cons.path(rel), [(MIB, 4096)])[(MIB, 4096)]
     assert second[:3] == (0, 4096, expect(prod.path(rel), MIB, 4096))
     assert second[2] != first[2]
+
+
+def test_an_overflowing_range_is_named_so(rcluster):
+    """Issue 45, finding 7: offset + length past 2^64-1 was refused as
+    "'offset' and 'length' must both be unsigned integers", which they were.
+    The service names the overflow."""
+    from rawwire import ERROR, Raw
+    node = rcluster[0]
+    harness.write_file(node.path("over.bin"), 100)
+    node.dyad("produce", node.path("over.bin"))
+    r = Raw.to(node)
+    try:
+        f, _ = r.collect(r.request("dyad.fetch", upath="over.bin", transport="FLUX_RPC", offset=2**64 - 1,
+                                   length=2))
+    finally:
+        r.close()
+    assert f["type"] == ERROR and f["errnum"] == 22, f
+    msg = f["meta"]["msg"]
+    assert "offset 18446744073709551615 + length 2 overflows" in msg and "unsigned integers" not in msg, msg

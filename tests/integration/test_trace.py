@@ -255,3 +255,22 @@ def test_pydyad_and_a_forked_child_that_leaves_by_exit_each_write_their_own_file
     assert child[0]["name"] == "process_name" and child[0]["pid"] != parent[0]["pid"]
     one(child, "transfer", path="b.txt", bytes=1000)
     one(child, "commit", path="b.txt", bytes=1000)
+
+
+def test_a_symlinked_trace_directory_is_not_followed(tmp_path):
+    """Issue 45, finding 7: DYAD_TRACE=DIR followed a DIR that another user
+    had made a symbolic link to a directory of their choosing (a root-only
+    one: a root process then wrote its trace there). The directory is now
+    opened without following a link: the process is not traced, says why
+    once, and runs."""
+    target = tmp_path / "root-only"
+    target.mkdir(mode=0o700)
+    link = tmp_path / "trace"
+    os.symlink(target, link)
+    with harness.Cluster(nodes=1) as c:
+        src = c[0].path("x.bin")
+        harness.write_file(src, 1000)
+        p = c[0].dyad("produce", src, env_extra={"DYAD_TRACE": str(link)})
+    assert os.listdir(target) == [], os.listdir(target)
+    lines = [line for line in p.stderr.splitlines() if "DYAD_TRACE" in line]
+    assert len(lines) == 1 and "symbolic link" in lines[0] and "not traced" in lines[0], p.stderr

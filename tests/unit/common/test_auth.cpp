@@ -104,6 +104,22 @@ TEST(Auth, FrameTagsFollowTheirSequence) {
     EXPECT_FALSE(again.check(hdr2, sizeof hdr2, "{\"a\":1}", t0));  // header changed
 }
 
+// A compact answer's tag covers the part of its data its flags name: a
+// byte changed there fails it (issue 45).
+TEST(Auth, FrameTagsCoverTheDataTheyAreGiven) {
+    auth::SessionKey tx = key_a()->derive("dyad service to client", {"hello", "challenge"});
+    const uint8_t hdr[24] = {1, 2, 3};
+    std::string data(100, 'x');
+    uint8_t t[auth::kTagBytes];
+    auth::FrameMac send(tx);
+    send.sign(hdr, sizeof hdr, "", t, data);
+    auth::FrameMac ok(tx), bad(tx), none(tx);
+    EXPECT_TRUE(ok.check(hdr, sizeof hdr, "", t, data));
+    data[57] ^= 1;
+    EXPECT_FALSE(bad.check(hdr, sizeof hdr, "", t, data));
+    EXPECT_FALSE(none.check(hdr, sizeof hdr, "", t));  // not without the data
+}
+
 TEST(Auth, KeyFilesAreCheckedAndNeverOverwritten) {
     std::string path = temp_path("dyad-key");
     ::unlink(path.c_str());

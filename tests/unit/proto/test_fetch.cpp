@@ -229,4 +229,11 @@ TEST(ProtoFetch, ByteRangeRoundTripsAndBadRangesAreRefused) {
         EXPECT_EQ(q.status().err(), EINVAL);
         EXPECT_NE(q.status().message().find("bad byte range"), std::string::npos);
     }
+    // An overflowing sum is called that, not "not unsigned integers".
+    auto over = FetchRequest::parse(json{{"upath", "f"}, {"offset", ~0ull}, {"length", 2}});
+    ASSERT_FALSE(over.is_ok());
+    EXPECT_NE(over.status().message().find("offset 18446744073709551615 + length 2 overflows"),
+              std::string::npos)
+        << over.status().message();
+    EXPECT_EQ(over.status().message().find("unsigned integers"), std::string::npos);
 }

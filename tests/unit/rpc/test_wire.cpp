@@ -27,6 +27,32 @@ TEST(Wire, HeaderRoundTrip) {
     EXPECT_EQ(d.data_len, 1u << 20);
 }
 
+// The flags say how much of the data a frame's tag covers (issue 45): all of
+// it (at most a meta's size), or its first kTagHead bytes (that many at least).
+TEST(Wire, TagFlagsNameACoveredPartThatExists) {
+    auto decoded = [](uint8_t flags, uint32_t data_len, Header* d) {
+        Header h;
+        h.type = Type::response;
+        h.flags = flags;
+        h.data_len = data_len;
+        uint8_t buf[kHeaderSize];
+        encode_header(h, buf);
+        return decode_header(buf, d);
+    };
+    Header d;
+    ASSERT_TRUE(decoded(kFlagTagData, 1000, &d).is_ok());
+    EXPECT_EQ(tagged_data_len(d), 1000u);
+    ASSERT_TRUE(decoded(kFlagTagHead, 1000, &d).is_ok());
+    EXPECT_EQ(tagged_data_len(d), kTagHead);
+    ASSERT_TRUE(decoded(0, 1000, &d).is_ok());
+    EXPECT_EQ(tagged_data_len(d), 0u);
+    ASSERT_TRUE(decoded(0x80, 1000, &d).is_ok());  // another bit: ignored
+    EXPECT_EQ(tagged_data_len(d), 0u);
+    EXPECT_EQ(decoded(kFlagTagData | kFlagTagHead, 1000, &d).err(), EPROTO);
+    EXPECT_EQ(decoded(kFlagTagHead, kTagHead - 1, &d).err(), EPROTO);
+    EXPECT_EQ(decoded(kFlagTagData, kMaxMeta + 1, &d).err(), EPROTO);
+}
+
 TEST(Wire, RejectsOtherVersionsAndJunk) {
     Header h;
     uint8_t buf[kHeaderSize];
