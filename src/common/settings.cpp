@@ -92,7 +92,7 @@ const std::vector<Setting> kTable = {
     {"DYAD_WRITE_BEHIND", T::text, "auto", "client (FLUX_RPC, UCX tag)",
      "files above 4 MiB (FLUX_RPC) or 5 MiB (UCX): a writer thread hashes and writes while the next chunks arrive (`on`), or the receiving thread does it (`off`); `auto`: on where the process may run on 4 CPUs or more"},
     {"DYAD_UCX_PROTO", T::text, "auto", "client (UCX)",
-     "`auto` (RMA put where UCX does it natively, else tags), `tag` or `put`"},
+     "`auto` (RMA put where UCX does it natively, else tags; the small files of a consume of many go many to a request over the request connection), `tag` or `put` (every file by UCX)"},
     {"DYAD_UCX_WINDOW", T::size, "64M", "client (UCX)",
      "UCX consumer's registered receive window (4M, one chunk, to 2G)"},
     {"DYAD_UCX_EP_CACHE_SIZE", T::count, "64", "dyadd (UCX)",

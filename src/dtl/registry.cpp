@@ -12,7 +12,9 @@
 
 #include <dyad/common/dyad_dtl.h>
 
+#include "common/settings.hpp"
 #include "dtl.hpp"
+#include "fetch_many.hpp"
 #ifdef DYAD_ENABLE_OFI
 #include "plugin.h"
 #endif
@@ -306,6 +308,13 @@ std::string left_out_message(const Backend& b, const std::string& why) {
            "; DYAD_DTL_MODE=AUTO leaves it out and moves files by the other transports "
            "(correct that setting to use " +
            b.name + ")";
+}
+
+bool batches_small_files(const Backend& b) {
+    if (!may_batch(b)) return false;
+    if (b.universal) return true;
+    auto proto = settings::choice("DYAD_UCX_PROTO", {"auto", "tag", "put"}, {}, DYAD_RC_BADDTLMODE);
+    return proto && proto.value() == "auto";
 }
 
 Result<const Backend*> find_backend(const std::string& name) {
