@@ -167,17 +167,14 @@ Result<std::unique_ptr<Client>> Client::create(Config cfg, FileSystem* fs) {
         new Client(std::move(cfg), fs ? *fs : FileSystem::real(), std::move(creds.value())));
     c->backend_ = fixed;
     // A consumer usually starts before its data exists: set the transport up
-    // now rather than on the first fetch. A failure here is only logged; the
-    // first fetch reports it. AUTO warms nothing up: a transport is set up
-    // when first chosen (UCX's context holds sockets and a shared-memory
-    // window that every forked worker would inherit, and libfabric's
-    // providers take 0.2 s to load), and most files never need one.
-    if (fixed && !c->cons_.empty() && fixed->warmup) {
-        Status w = fixed->warmup();
-        if (!w)
-            DYAD_WARN("client", "%s warm-up failed: %s", fixed->name.c_str(),
-                      w.to_string().c_str());
-    }
+    // now rather than on the first fetch. A fixed transport that cannot work
+    // here is an error now, not a wait for files it could never move. AUTO
+    // warms nothing up: a transport is set up when first chosen (UCX's
+    // context holds sockets and a shared-memory window that every forked
+    // worker would inherit, and libfabric's providers take 0.2 s to load),
+    // and most files never need one; one that cannot work is left out.
+    if (fixed && !c->cons_.empty())
+        if (Status w = dtl::prepare_fixed_mode(*fixed); !w) return w;
     return c;
 }
 
@@ -822,7 +819,8 @@ Result<nlohmann::json> Client::receive_via(const dtl::Backend& b, proto::FetchRe
         *retry = true;
         if (!backend_) {
             std::lock_guard<std::mutex> lk(mu_);
-            unusable_[b.name] = recv.status().message();
+            if (unusable_.emplace(b.name, recv.status().message()).second)
+                DYAD_WARN(kSub, "%s", dtl::left_out_message(b, recv.status().message()).c_str());
             plans_.clear();
         }
         return recv.status();

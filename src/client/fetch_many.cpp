@@ -53,6 +53,12 @@ std::optional<Answer> read_answer(RpcFetchChannel& ch, const dtl::FetchChannel::
     return a;
 }
 
+// The transport a batch is asked, and reported, under: the fixed mode's
+// (one that batches small files: batch_endpoint), else the stream.
+const std::string& batch_transport(const dtl::Backend* fixed) {
+    return fixed ? fixed->name : dtl::universal_backend().name;
+}
+
 }  // namespace
 
 std::optional<std::string> Client::batch_endpoint(const Record& rec, const ServiceInfo& svc) {
@@ -60,13 +66,12 @@ std::optional<std::string> Client::batch_endpoint(const Record& rec, const Servi
         rec.size > dtl::kFetchManyFileMax)
         return std::nullopt;
     if (in_place(rec, svc)) return std::nullopt;  // nothing moves
-    const dtl::Backend& stream = dtl::universal_backend();
     if (backend_) {
-        if (backend_ != &stream) return std::nullopt;
+        if (!dtl::batches_small_files(*backend_)) return std::nullopt;
     } else {
         ConsumeReport rep;
         auto order = plan(rec, svc, &rep);
-        if (order.empty() || order.front() != &stream) return std::nullopt;
+        if (order.empty() || order.front() != &dtl::universal_backend()) return std::nullopt;
     }
     std::string ep = owner_endpoint(rec, svc);
     if (ep.empty()) return std::nullopt;
@@ -78,7 +83,7 @@ proto::FetchManyRequest Client::batch_request(const std::vector<size_t>& which,
                                               const std::vector<Record>& records,
                                               const ServiceInfo& svc) const {
     proto::FetchManyRequest req;
-    req.transport = dtl::universal_backend().name;
+    req.transport = batch_transport(backend_);
     // Compact answers: served files come as a binary header and the bytes,
     // no JSON meta (older owners ignore it and answer in JSON, still read).
     req.raw_answer = true;
@@ -200,7 +205,7 @@ Status Client::install_answer(const std::string& upath, const Record& rec, const
         });
     }
     if (s && rep->action == "fetched") {
-        rep->transport = dtl::universal_backend().name;
+        rep->transport = batch_transport(backend_);
         if (!backend_) (void)plan(rec, svc, rep);  // AUTO's why (cached)
     }
     return s;

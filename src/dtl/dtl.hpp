@@ -179,6 +179,15 @@ const std::vector<Backend>& backends();
 Result<const Backend*> find_backend(const std::string& name);
 // The one every service serves (Backend::universal).
 const Backend& universal_backend();
+// A fixed DYAD_DTL_MODE's consumer side, set up now (Backend::warmup): a
+// transport that cannot work in this process is an error at once, naming
+// DYAD_DTL_MODE, what failed (the transport's own setting: DYAD_MARGO_PROTO,
+// UCX_TLS...) and the other choices, rather than a wait for files it
+// could never move.
+Status prepare_fixed_mode(const Backend& b);
+// AUTO's one warning for a transport that cannot work in this process (it
+// is left out from then on): `why` is its setup's error.
+std::string left_out_message(const Backend& b, const std::string& why);
 // Whether `name` (a name or alias, any case) is the transport of the
 // same node (LOCAL): it passes open files, which the service counts apart.
 bool is_local(const std::string& name);

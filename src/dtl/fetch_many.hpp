@@ -16,6 +16,21 @@
 
 namespace dyad::dtl {
 
+// Whether a transport's small files (at most kFetchManyFileMax bytes) of a
+// consume of many files travel in dyad.fetch_many's answers, eagerly over
+// the request connection, rather than one transfer each: the stream's, and
+// UCX's unless DYAD_UCX_PROTO forces a UCX protocol (tag or put) for every
+// file. UCX's per-file set-up (a lane, a tag, the owner's endpoint) costs
+// more than 64 KiB of bytes: 1,000 x 64 KiB moved at 0.35x the stream one
+// at a time (docs/design.md, "UCX for small files"). The request names the
+// transport and the owner counts the files under it.
+bool batches_small_files(const Backend& b);
+// Whether an owner counts a dyad.fetch_many asking for `b` under it (the
+// consumer's side decided: batches_small_files).
+inline bool may_batch(const Backend& b) {
+    return b.universal || b.kind == Kind::ucx;
+}
+
 // The compact answer (docs/wire-protocol.md, dyad.fetch_many): a served
 // file's frame has no meta, and its data starts with this header, the
 // file's index in files (u32, little-endian) and the XXH3-64 of its bytes

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "common/config.hpp"
+#include "dtl/options.hpp"
 #include "ofi.hpp"
 
 namespace dyad::dtl::ofi {
@@ -102,10 +103,14 @@ Result<const Protocol*> validate_protocol(const std::string& name) {
     if (!found) {
         std::vector<std::string> known;
         for (const auto& p : protocols()) known.push_back(p.name);
+        std::string mercury = mercury_only_advice(name);
         return Status(DYAD_RC_MARGO_BAD_PROTO,
-                      "DYAD_MARGO_PROTO='" + name + "' is not a protocol DYAD knows (" +
-                          join(known) +
-                          "); available on this machine: " + join(available_protocols()),
+                      "DYAD_MARGO_PROTO='" + name + "' is " +
+                          (mercury.empty() ? "not a protocol DYAD knows" : mercury) +
+                          " (DYAD's libfabric protocols: " + join(known) +
+                          "; Mercury's sm, na+sm, tcp and ofi+tcp;ofi_rxm are taken too); "
+                          "available on this machine: " +
+                          join(available_protocols()),
                       EINVAL);
     }
     auto info = get_info(*found, nullptr);

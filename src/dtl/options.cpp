@@ -3,6 +3,9 @@
 
 #include <sched.h>
 
+#include <cctype>
+#include <utility>
+
 #include "common/settings.hpp"
 
 namespace dyad::dtl {
@@ -21,7 +24,76 @@ bool spare_cpus() {
     return spare;
 }
 
+// A Mercury protocol name split as Mercury reads it: [CLASS+]PROTOCOL[://ADDRESS],
+// in lower case. `address` is what follows "://" (Mercury's host and port).
+struct MercuryName {
+    std::string cls, protocol, address;
+};
+
+MercuryName split_mercury(const std::string& value) {
+    std::string v;
+    for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    MercuryName m;
+    if (size_t s = v.find("://"); s != std::string::npos) {
+        m.address = v.substr(s + 3);
+        v.resize(s);
+    }
+    if (size_t plus = v.find('+'); plus != std::string::npos) {
+        m.cls = v.substr(0, plus);
+        m.protocol = v.substr(plus + 1);
+    } else {
+        m.protocol = v;
+    }
+    return m;
+}
+
+// Mercury's protocols that a libfabric provider DYAD knows serves, with or
+// without Mercury's "ofi+" class (Mercury without a class picks the first
+// plugin that has the protocol: libfabric's, in its default build).
+constexpr std::pair<const char*, const char*> kLibfabricNames[] = {
+    {"tcp", "ofi+tcp"}, {"tcp;ofi_rxm", "ofi+tcp"}, {"sockets", "ofi+sockets"},
+    {"shm", "ofi+shm"}, {"verbs", "ofi+verbs"},     {"verbs;ofi_rxm", "ofi+verbs"},
+    {"cxi", "ofi+cxi"},
+};
+
 }  // namespace
+
+std::string margo_protocol(const std::string& value) {
+    MercuryName m = split_mercury(value);
+    if (!m.address.empty()) return value;  // refused: mercury_only_advice
+    // Mercury's own shared-memory plugin (na+sm, or sm alone): libfabric's
+    // shared-memory provider does the same between the processes of a node.
+    if (m.protocol == "sm" && (m.cls.empty() || m.cls == "na")) return "ofi+shm";
+    if (m.cls.empty() || m.cls == "ofi")
+        for (const auto& [mercury, ours] : kLibfabricNames)
+            if (m.protocol == mercury) return ours;
+    return m.cls.empty() ? m.protocol : m.cls + "+" + m.protocol;
+}
+
+std::string mercury_only_advice(const std::string& value) {
+    MercuryName m = split_mercury(value);
+    const std::string libfabric =
+        "or stay on libfabric with DYAD_MARGO_PROTO=ofi+tcp (ofi+shm within a node, ofi+verbs "
+        "or ofi+cxi on RDMA networks)";
+    if (!m.address.empty())
+        return "a Mercury address ('" + m.address +
+               "' after '://'): DYAD's libfabric transport takes the protocol alone and listens "
+               "where dyadd's --listen says; drop the '://" +
+               m.address + "'";
+    if (m.cls == "ucx" || (m.cls.empty() && m.protocol == "ucx")) {
+        const bool any =
+            m.cls.empty() || m.protocol == "all" || m.protocol == "*" || m.protocol.empty();
+        return "a Mercury-only protocol name (Mercury's UCX plugin; DYAD's MARGO transport is "
+               "libfabric without Mercury): for UCX use DYAD_DTL_MODE=UCX" +
+               (any ? std::string() : " with UCX_TLS=" + m.protocol) + ", " + libfabric;
+    }
+    if (!m.cls.empty() && m.cls != "ofi" && !(m.cls == "na" && m.protocol == "sm"))
+        return "a Mercury-only protocol name (Mercury's '" + m.cls +
+               "' plugin; DYAD's MARGO transport is libfabric without Mercury): use "
+               "DYAD_DTL_MODE=FLUX_RPC (TCP or the Unix socket), " +
+               libfabric;
+    return "";
+}
 
 WriteBehindOption WriteBehindOption::from_settings() {
     WriteBehindOption o;
@@ -76,7 +148,7 @@ Result<UcxServiceOptions> UcxServiceOptions::from_settings() {
 
 Result<OfiOptions> OfiOptions::from_settings() {
     OfiOptions o;
-    o.proto = settings::text("DYAD_MARGO_PROTO");
+    o.proto = margo_protocol(settings::text("DYAD_MARGO_PROTO"));
     auto place = settings::flag("DYAD_OFI_PLACEMENT");
     if (!place) return place.status();
     o.placement = place.value();

@@ -47,10 +47,22 @@ struct UcxServiceOptions {
 
 // The libfabric transport (MARGO), both sides.
 struct OfiOptions {
-    std::string proto = "ofi+tcp";    // DYAD_MARGO_PROTO
+    std::string proto = "ofi+tcp";    // DYAD_MARGO_PROTO (margo_protocol)
     bool placement = false;           // DYAD_OFI_PLACEMENT (consumer)
     bool no_progress_thread = false;  // DYAD_OFI_NO_PROGRESS_THREAD (service)
     static Result<OfiOptions> from_settings();
 };
+
+// DYAD_MARGO_PROTO as DYAD's libfabric protocol. Upstream DYAD hands the
+// value to Mercury (margo_init), whose names are [CLASS+]PROTOCOL[://]: the
+// ones libfabric serves are mapped to ours (`sm` and `na+sm` to `ofi+shm`,
+// `tcp` and `ofi+tcp;ofi_rxm` to `ofi+tcp`, `verbs` to `ofi+verbs`...);
+// any other value is returned as given (lower case), for the transport to
+// check against the protocols it knows (ofi.hpp, validate_protocol).
+std::string margo_protocol(const std::string& value);
+// For a DYAD_MARGO_PROTO value that only Mercury understands (its UCX, BMI,
+// MPI or PSM plugins, an address after "://"): why, and what to use with
+// DYAD instead; empty for any other value.
+std::string mercury_only_advice(const std::string& value);
 
 }  // namespace dyad::dtl

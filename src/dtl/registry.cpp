@@ -12,7 +12,9 @@
 
 #include <dyad/common/dyad_dtl.h>
 
+#include "common/settings.hpp"
 #include "dtl.hpp"
+#include "fetch_many.hpp"
 #ifdef DYAD_ENABLE_OFI
 #include "plugin.h"
 #endif
@@ -277,6 +279,42 @@ Result<std::string> canonical_mode(const std::string& value) {
     return Status(DYAD_RC_BADDTLMODE,
                   "DYAD_DTL_MODE='" + value + "' is not a transport of this build: use " + names,
                   EINVAL);
+}
+
+namespace {
+// The transports of this build other than `b`, for a message: "A, B or AUTO".
+std::string other_modes(const Backend& b) {
+    std::string out;
+    for (const auto& k : backends())
+        if (&k != &b) out += k.name + ", ";
+    return out.substr(0, out.size() - 2) + (out.empty() ? "" : " or ") + kAutoMode;
+}
+}  // namespace
+
+Status prepare_fixed_mode(const Backend& b) {
+    if (!b.warmup) return Status::ok();
+    Status w = b.warmup();
+    if (w) return w;
+    return Status(w.rc(),
+                  "DYAD_DTL_MODE=" + b.name + " cannot work in this process: " + w.message() +
+                      ". Correct that setting, or set DYAD_DTL_MODE to another transport of "
+                      "this build: " +
+                      other_modes(b) + " (AUTO leaves out the transports that cannot work here)",
+                  w.err());
+}
+
+std::string left_out_message(const Backend& b, const std::string& why) {
+    return b.name + " cannot work in this process: " + why +
+           "; DYAD_DTL_MODE=AUTO leaves it out and moves files by the other transports "
+           "(correct that setting to use " +
+           b.name + ")";
+}
+
+bool batches_small_files(const Backend& b) {
+    if (!may_batch(b)) return false;
+    if (b.universal) return true;
+    auto proto = settings::choice("DYAD_UCX_PROTO", {"auto", "tag", "put"}, {}, DYAD_RC_BADDTLMODE);
+    return proto && proto.value() == "auto";
 }
 
 Result<const Backend*> find_backend(const std::string& name) {

@@ -41,9 +41,14 @@ struct Service::ManyFile {
 };
 
 void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
-    const std::string transport = dtl::universal_backend().name;
+    std::string transport = dtl::universal_backend().name;
     auto req = proto::FetchManyRequest::parse(r->args());
     if (!req) return fail(r, transport, req.status());
+    // Counted under the transport asked when it may batch small files and
+    // this service serves it (a consumer with DYAD_DTL_MODE=UCX).
+    if (auto b = dtl::find_backend(req->transport);
+        b && dtl::may_batch(*b.value()) && senders_.count(b.value()->name))
+        transport = b.value()->name;
     auto files = std::make_shared<std::vector<ManyFile>>(req->files.size());
     for (size_t i = 0; i < files->size(); ++i) {
         ManyFile& one = (*files)[i];

@@ -148,7 +148,7 @@ def test_producer_killed_mid_transfer(ocluster):
     conformance.producer_killed_mid_transfer(ocluster[0], ocluster[1], ofi())
 
 
-@pytest.mark.parametrize("bad", ["ofi+nonsense", "tcp", "ofi+cxi"])
+@pytest.mark.parametrize("bad", ["ofi+nonsense", "ofi+cxi"])
 def test_bad_protocol_lists_the_available_ones(bad):
     if not BUILT:
         pytest.skip("this build has no libfabric transport")
@@ -161,7 +161,9 @@ def test_bad_protocol_lists_the_available_ones(bad):
         p = cons.dyad("consume", cons.path("p.bin"), check=False, timeout=60, env_extra=ofi(DYAD_MARGO_PROTO=bad))
         assert p.returncode != 0
         assert f"DYAD_MARGO_PROTO='{bad}'" in p.stderr, p.stderr
-        assert p.returncode == 6, p.stderr  # DYAD_RC_MARGO_BAD_PROTO (its name only at DYAD_LOG_LEVEL=debug)
+        # A configuration error (test_transport_failfast.py): the consumer
+        # fails before it looks for the file.
+        assert p.returncode == 1, p.stderr
         assert "available" in p.stderr and "ofi+tcp" in p.stderr, p.stderr
         assert not os.path.exists(cons.path("p.bin"))
 

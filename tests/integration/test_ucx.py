@@ -178,7 +178,10 @@ def test_put_without_direct_mapping():
         for n, s in zip(names, sizes):
             harness.write_file(prod.path(n), s, seed=s)
         prod.dyad("produce", *[prod.path(n) for n in names])
-        cons.dyad("consume", *[cons.path(n) for n in names], env_extra=ucx(DYAD_UCX_WINDOW=window))
+        # Put forced: every file by UCX, the 1-byte one too (DYAD_UCX_PROTO=auto
+        # sends small files in batches over the request connection).
+        cons.dyad("consume", *[cons.path(n) for n in names],
+                  env_extra=ucx(DYAD_UCX_WINDOW=window, DYAD_UCX_PROTO="put"))
         for n in names:
             assert sha(cons.path(n)) == sha(prod.path(n)), n
         t = prod.status()["counters"]["per_transport"]["UCX"]["transport"]
@@ -250,7 +253,9 @@ def test_no_shared_memory_toward_consumers_unless_asked():
         assert "tcp" in used and not any(x in used for x in ("sysv", "posix", "cma", "xpmem", "knem")), used
     with harness.Cluster(nodes=2, env={"UCX_TLS": f"{shm},self", "UCX_WARN_UNUSED_ENV_VARS": "n"}) as c:
         prod, cons = c[0], c[1]
-        harness.write_file(prod.path("s.bin"), 100, seed=4)
+        # Over 256 KiB: not a small file, which would travel over the request
+        # connection in a batch, without UCX.
+        harness.write_file(prod.path("s.bin"), 300 << 10, seed=4)
         prod.dyad("produce", prod.path("s.bin"))
         p = cons.dyad("consume", cons.path("s.bin"), check=False, env_extra=ucx())
         assert p.returncode != 0 and "only shared-memory transports" in p.stderr and "DYAD_UCX_SHARED_MEMORY=1" in p.stderr, p.stderr

@@ -5,11 +5,14 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <uct/api/uct.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
+#include <vector>
 
 #include "common/config.hpp"
 #include "common/log.hpp"
@@ -59,6 +62,60 @@ std::set<std::string> rdma_devices() {
     }
     ::closedir(d);
     return out;
+}
+
+// The transports UCX finds on this machine (what `ucx_info -d` lists), for
+// an error naming UCX_TLS's choices.
+std::set<std::string> transports_here() {
+    std::set<std::string> out;
+    uct_component_h* comps = nullptr;
+    unsigned ncomps = 0;
+    if (uct_query_components(&comps, &ncomps) != UCS_OK) return out;
+    for (unsigned i = 0; i < ncomps; ++i) {
+        uct_component_attr_t ca;
+        std::memset(&ca, 0, sizeof ca);
+        ca.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+        if (uct_component_query(comps[i], &ca) != UCS_OK || ca.md_resource_count == 0) continue;
+        std::vector<uct_md_resource_desc_t> mds(ca.md_resource_count);
+        ca.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+        ca.md_resources = mds.data();
+        if (uct_component_query(comps[i], &ca) != UCS_OK) continue;
+        for (const auto& mdr : mds) {
+            uct_md_config_t* cfg = nullptr;
+            if (uct_md_config_read(comps[i], nullptr, nullptr, &cfg) != UCS_OK) continue;
+            uct_md_h md = nullptr;
+            ucs_status_t s = uct_md_open(comps[i], mdr.md_name, cfg, &md);
+            uct_config_release(cfg);
+            if (s != UCS_OK) continue;
+            uct_tl_resource_desc_t* tls = nullptr;
+            unsigned ntls = 0;
+            if (uct_md_query_tl_resources(md, &tls, &ntls) == UCS_OK) {
+                for (unsigned t = 0; t < ntls; ++t) out.insert(tls[t].tl_name);
+                uct_release_tl_resource_list(tls);
+            }
+            uct_md_close(md);
+        }
+    }
+    uct_release_component_list(comps);
+    return out;
+}
+
+// ucp_init failed: where the user chose UCX's transports or devices, the
+// error names those settings and the transports UCX has here.
+Status init_failed(ucs_status_t s) {
+    auto tls = settings::foreign("UCX_TLS");
+    auto devs = settings::foreign("UCX_NET_DEVICES");
+    if (!tls && !devs) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_init", s);
+    std::string set = tls ? "UCX_TLS='" + *tls + "'" : "";
+    if (devs) set += (set.empty() ? "" : " and ") + ("UCX_NET_DEVICES='" + *devs + "'");
+    std::set<std::string> here = transports_here();
+    return Status(DYAD_RC_UCXINIT_FAIL,
+                  "UCX cannot start with " + set + " (ucp_init: " + ucs_text(s) +
+                      "): UCX's transports on this machine are " +
+                      (here.empty() ? std::string("none") : join(here)) +
+                      " (`ucx_info -d` lists them with their devices); set UCX_TLS to some of "
+                      "them, or unset it and UCX_NET_DEVICES to let UCX choose",
+                  ENODEV);
 }
 
 }  // namespace
@@ -205,7 +262,7 @@ Result<std::unique_ptr<Worker>> Worker::create(const WorkerOptions& o) {
     p.mt_workers_shared = o.shared_context ? 1 : 0;
     s = ucp_init(&p, cfg, &w->ctx_);
     ucp_config_release(cfg);
-    if (s != UCS_OK) return ucx_error(DYAD_RC_UCXINIT_FAIL, "ucp_init", s);
+    if (s != UCS_OK) return init_failed(s);
     st = w->make_worker();
     if (!st) return st;
     return w;

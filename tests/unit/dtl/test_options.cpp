@@ -108,3 +108,43 @@ TEST(DtlNames, AttributesReplaceNameComparisons) {
     // (ofi_receiver.cpp); the concurrency tests are in test_ucx.py and
     // test_ofi.py.
 }
+
+// Upstream DYAD's DYAD_MARGO_PROTO values are Mercury's names: the ones a
+// libfabric provider serves map to ours, the others keep their value (and
+// the transport refuses them, saying why: mercury_only_advice).
+TEST(DtlOptions, MercuryProtocolNames) {
+    const std::vector<std::pair<std::string, std::string>> mapped = {
+        {"sm", "ofi+shm"},          {"na+sm", "ofi+shm"},
+        {"na+sm://", "ofi+shm"},    {"tcp", "ofi+tcp"},
+        {"ofi+tcp", "ofi+tcp"},     {"ofi+tcp;ofi_rxm", "ofi+tcp"},
+        {"OFI+TCP://", "ofi+tcp"},  {"verbs;ofi_rxm", "ofi+verbs"},
+        {"ofi+verbs", "ofi+verbs"}, {"sockets", "ofi+sockets"},
+        {"cxi", "ofi+cxi"},         {"ofi+shm", "ofi+shm"},
+    };
+    for (const auto& [given, ours] : mapped) {
+        EXPECT_EQ(margo_protocol(given), ours) << given;
+        EXPECT_EQ(mercury_only_advice(given), "") << given;
+    }
+    // Unknown libfabric names pass through for the transport's own error.
+    EXPECT_EQ(margo_protocol("ofi+nosuch"), "ofi+nosuch");
+    EXPECT_EQ(mercury_only_advice("ofi+nosuch"), "");
+    for (const char* only : {"ucx", "ucx+tcp", "ucx+all", "ucx+rc_mlx5", "bmi+tcp", "mpi+static",
+                             "na+bmi", "ofi+tcp://10.0.0.1:5000"}) {
+        EXPECT_NE(mercury_only_advice(margo_protocol(only)), "") << only;
+        const std::string kept = margo_protocol(only);  // never one of ours
+        EXPECT_FALSE(kept.rfind("ofi+", 0) == 0 && kept.find("://") == std::string::npos) << only;
+    }
+    EXPECT_NE(mercury_only_advice("ucx+tcp").find("DYAD_DTL_MODE=UCX with UCX_TLS=tcp"),
+              std::string::npos);
+    EXPECT_EQ(mercury_only_advice("ucx+all").find("UCX_TLS"), std::string::npos);
+    EXPECT_NE(mercury_only_advice("ofi+tcp://10.0.0.1:5000").find("drop the '://10.0.0.1:5000'"),
+              std::string::npos);
+}
+
+TEST(DtlOptions, MargoProtoSettingIsMapped) {
+    EnvGuard g;
+    g.set("DYAD_MARGO_PROTO", "na+sm");
+    auto o = OfiOptions::from_settings();
+    ASSERT_TRUE(o.is_ok());
+    EXPECT_EQ(o->proto, "ofi+shm");
+}
