@@ -12,6 +12,7 @@
 
 #include <dyad/common/dyad_dtl.h>
 
+#include "common/log.hpp"
 #include "dtl.hpp"
 #ifdef DYAD_ENABLE_OFI
 #include "plugin.h"
@@ -100,13 +101,17 @@ Result<const Backend*> open_plugin(const std::string& path) {
     if (theirs != DYAD_DTL_BUILD_ID)
         return Status(DYAD_RC_MARGOINIT_FAIL,
                       mismatch(path, std::to_string(p->abi_version) + ", build '" + theirs + "'"));
+    if (p->use_log) p->use_log(&log::host());
     void* b = p->backend ? p->backend() : nullptr;
     if (!b) return Status(DYAD_RC_MARGOINIT_FAIL, path + ": the plugin made no backend");
     return static_cast<const Backend*>(b);
 }
 
-// libdyad_ofi.so, next to the library holding this code (libdyad.so), or in
-// ../lib from it, loaded once on first use.
+// libdyad_ofi.so, next to the library or program holding this code
+// (libdyad.so, the wrapper; dyadd, the dyad tool), in ../lib from it, or in
+// the installation's library directory seen from its bin/ (DYAD_BIN_TO_LIB:
+// ../lib/x86_64-linux-gnu for the prefix /usr on Debian); loaded once on
+// first use.
 Result<const Backend*> load_ofi() {
     static std::once_flag once;
     static const Backend* loaded = nullptr;
@@ -122,7 +127,7 @@ Result<const Backend*> load_ofi() {
         // "prefix/bin/../lib" (the loader's path) -> "prefix/lib", for messages;
         // ../lib from lib/ is lib/ itself: tried once.
         std::vector<std::string> dirs;
-        for (const std::string& d : {dir, dir + "/../lib"}) {
+        for (const std::string& d : {dir, dir + "/../lib", dir + "/" DYAD_BIN_TO_LIB}) {
             char* real = realpath(d.c_str(), nullptr);
             std::string r = real ? real : d;
             free(real);
