@@ -196,11 +196,13 @@ struct Names {
     int dyad_mode;  // the original DYAD's number (dyad_dtl_mode_t), or -1
 };
 const std::vector<Names>& names() {
+    // Each transport's code is in its folder of src/dtl/: stream/, ucx/,
+    // ofi/ (the plugin), local/.
     static const std::vector<Names> n = {
-        {Kind::stream, "FLUX_RPC", {"STREAM"}, DYAD_DTL_FLUX_RPC},
-        {Kind::ucx, "UCX", {}, DYAD_DTL_UCX},
-        {Kind::ofi, "MARGO", {"OFI"}, DYAD_DTL_MARGO},
-        {Kind::local, "LOCAL", {}, -1},
+        {Kind::stream, "FLUX_RPC", {"STREAM"}, DYAD_DTL_FLUX_RPC},  // stream/
+        {Kind::ucx, "UCX", {}, DYAD_DTL_UCX},                       // ucx/
+        {Kind::ofi, "MARGO", {"OFI"}, DYAD_DTL_MARGO},              // ofi/
+        {Kind::local, "LOCAL", {}, -1},                             // local/
     };
     return n;
 }
@@ -244,7 +246,7 @@ const std::vector<Backend>& backends() {
         add(ofi_backend(), Kind::ofi, 3);
 #endif
         // The consumer reached the owner over TCP, where the open file
-        // cannot be passed (local.cpp).
+        // cannot be passed (local/local.cpp).
         add(local_backend(), Kind::local, 0).start_errnos = {EOPNOTSUPP};
         return t;
     }();

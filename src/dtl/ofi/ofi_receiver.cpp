@@ -35,8 +35,8 @@
 #include "proto/transfer.hpp"
 #include "ofi_consumer.hpp"
 #include "ofi_transport.hpp"
-#include "per_process.hpp"
-#include "receive_window.hpp"
+#include "dtl/per_process.hpp"
+#include "dtl/receive_window.hpp"
 
 namespace dyad::dtl::ofi {
 namespace {

@@ -25,7 +25,7 @@
 #include "common/log.hpp"
 #include "ofi.hpp"
 #include "ofi_transport.hpp"
-#include "plugin.h"
+#include "dtl/plugin.h"
 
 namespace dyad::dtl {
 namespace ofi {

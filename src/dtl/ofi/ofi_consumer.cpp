@@ -30,8 +30,8 @@
 #include "dtl/peer_address.hpp"
 #include "proto/transfer.hpp"
 #include "ofi_consumer.hpp"
-#include "per_process.hpp"
-#include "receive_window.hpp"
+#include "dtl/per_process.hpp"
+#include "dtl/receive_window.hpp"
 
 namespace dyad::dtl::ofi {
 
