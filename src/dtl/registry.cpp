@@ -186,47 +186,6 @@ Backend ofi_backend() {
 }  // namespace
 #endif
 
-namespace {
-
-// The names of every transport DYAD knows, and the other names accepted.
-struct Names {
-    Kind kind;
-    const char* name;
-    std::vector<const char*> aliases;
-    int dyad_mode;  // the original DYAD's number (dyad_dtl_mode_t), or -1
-};
-const std::vector<Names>& names() {
-    // Each transport's code is in its folder of src/dtl/: stream/, ucx/,
-    // ofi/ (the plugin), local/.
-    static const std::vector<Names> n = {
-        {Kind::stream, "FLUX_RPC", {"STREAM"}, DYAD_DTL_FLUX_RPC},  // stream/
-        {Kind::ucx, "UCX", {}, DYAD_DTL_UCX},                       // ucx/
-        {Kind::ofi, "MARGO", {"OFI"}, DYAD_DTL_MARGO},              // ofi/
-        {Kind::local, "LOCAL", {}, -1},                             // local/
-    };
-    return n;
-}
-
-}  // namespace
-
-const char* name_of(Kind k) {
-    for (const auto& n : names())
-        if (n.kind == k) return n.name;
-    return "?";
-}
-
-const char* name_of_dyad_mode(int mode) {
-    for (const auto& n : names())
-        if (n.dyad_mode == mode) return n.name;
-    return nullptr;
-}
-
-std::vector<std::string> aliases_of(Kind k) {
-    for (const auto& n : names())
-        if (n.kind == k) return {n.aliases.begin(), n.aliases.end()};
-    return {};
-}
-
 // Every transport of this build, in one explicit table: the factories come
 // from each transport's folder, the policy is here.
 const std::vector<Backend>& backends() {

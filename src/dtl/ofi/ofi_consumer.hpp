@@ -5,7 +5,9 @@
 // that bound the receives a process runs at once.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <list>
