@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "dtl/ofi.hpp"
+#include "dtl/ofi/ofi.hpp"
 
 using dyad::dtl::ofi::Endpoint;
 

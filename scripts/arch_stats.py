@@ -1,34 +1,78 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Figures of the code's shape, for architecture reviews (docs/design.md,
-"Second pass"): run it from the repository's root before and after a
-redesign and compare.
+"""Figures of the code's shape, and the guard that keeps it (docs/design.md,
+"The shape guard").
 
-  python3 scripts/arch_stats.py [--json]
+  python3 scripts/arch_stats.py            the figures, for reviews
+  python3 scripts/arch_stats.py --json     the same as JSON
+  python3 scripts/arch_stats.py --check    the guard (ctest arch.shape): lists
+                                           every offender, exits 1 if any
 
-It prints: the members and methods of class Service; the longest source
-files and functions under src/ and tools/; how often the wire's field
-names (the JSON keys of docs/wire-protocol.md's examples) are spelled as a
-string literal outside the message layer (src/proto/); and how many
-places use each of the service's store pointers. It reads text only; the
-function lengths come from brace matching (a definition starts at column 0
-and ends at the next column-0 closing brace), a close approximation for
-this code base's clang-format style.
+The figures: the members and methods of class Service; the longest source
+files and functions under src/, tools/ and scripts/; how often the wire's
+field names (the JSON keys of docs/wire-protocol.md's examples) are spelled
+as a string literal outside the message layer (src/proto/); the includes
+that go up the layers; and how many places use each of the service's store
+pointers.
+
+The guard fails when
+  - a source file (C, C++, Python, shell) in src/, tools/ or scripts/ has
+    more than 800 lines;
+  - a function has more than 80 lines, unless scripts/arch_allow.txt lists
+    it with its reason (tables only);
+  - a file includes the header of a layer above its own (LAYERS below, from
+    docs/design.md and /src/*/CMakeLists.txt's target links);
+  - the wire field names spelled as string literals outside src/proto number
+    more than the ceiling recorded in scripts/arch_allow.txt (a ratchet: lower
+    it when the count goes down, never raise it).
+
+It reads text only. C and C++ functions are found by their layout, which
+clang-format makes regular: a definition begins at a line of class or
+namespace scope whose statement (the signature, possibly wrapped over several
+more-indented lines, a member-initializer list included) ends with "{", and
+ends at the next line holding only "}" (or "};") at the indentation of its
+first line. Comments and raw string literals are blanked first. Python's
+functions come from its own parser (ast).
 """
+import ast
 import json
 import os
 import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCE_DIRS = ["src", "tools"]
+SOURCE_DIRS = ["src", "tools", "scripts"]
 MESSAGE_LAYER = os.path.join("src", "proto")
-EXTS = (".cpp", ".hpp", ".h", ".c")
+C_EXTS = (".cpp", ".hpp", ".h", ".c")
+EXTS = C_EXTS + (".py", ".sh")
+ALLOW_FILE = os.path.join("scripts", "arch_allow.txt")
+MAX_FILE_LINES = 800
+MAX_FUNCTION_LINES = 80
+
+# Each layer (a folder under src/, or tools/) and the layers it may include.
+# common <- proto <- rpc <- {kvs, dtl} <- client <- {wrapper, tools};
+# service composes rpc, kvs, dtl. proto (the wire's messages) sits above
+# common and below every layer that speaks the wire (src/proto/CMakeLists.txt).
+# The public headers (include/dyad/) are open to every layer.
+_BELOW = {
+    "common": [],
+    "proto": ["common"],
+    "rpc": ["common", "proto"],
+    "kvs": ["common", "proto", "rpc"],
+    "dtl": ["common", "proto", "rpc"],
+    "client": ["common", "proto", "rpc", "kvs", "dtl"],
+    "service": ["common", "proto", "rpc", "kvs", "dtl"],
+    "wrapper": ["common", "proto", "rpc", "kvs", "dtl", "client"],
+    "tools": ["common", "proto", "rpc", "kvs", "dtl", "client"],
+    "slurm": [],
+}
+LAYERS = {name: set(below) | {name} for name, below in _BELOW.items()}
 
 
 def sources():
     for d in SOURCE_DIRS:
-        for base, _, files in os.walk(os.path.join(ROOT, d)):
+        for base, dirs, files in os.walk(os.path.join(ROOT, d)):
+            dirs[:] = sorted(x for x in dirs if x != "__pycache__")
             for f in sorted(files):
                 if f.endswith(EXTS):
                     yield os.path.relpath(os.path.join(base, f), ROOT)
@@ -39,21 +83,153 @@ def read(rel):
         return fh.read()
 
 
-def functions(rel, text):
+def line_count(text):
+    return text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+
+
+def blank_comments_and_raw_strings(text):
+    """The text with block comments, line comments and raw string literals
+    replaced by blanks (newlines kept, so line numbers stay)."""
+
+    def blank(m):
+        return re.sub(r"[^\n]", " ", m.group(0))
+
+    pattern = re.compile(
+        r'R"([^()\\ ]{0,16})\(.*?\)\1"'  # raw string literal
+        r'|"(?:\\.|[^"\\\n])*"'  # ordinary string literal (kept)
+        r"|'(?:\\.|[^'\\\n])*'"  # character literal (kept)
+        r"|/\*.*?\*/"  # block comment
+        r"|//[^\n]*",  # line comment
+        re.S)
+
+    def sub(m):
+        s = m.group(0)
+        if s.startswith('"') or s.startswith("'"):
+            return s
+        return blank(m)
+
+    return pattern.sub(sub, text)
+
+
+_NOT_FUNCTION = re.compile(r"(namespace|struct|class|enum|union|extern|typedef|using|return|if|for|while|switch|"
+                           r"do|else|case|default|public|private|protected)\b")
+
+
+def _function_name(signature):
+    head = signature.split("(")[0]
+    m = re.search(r"(operator\s*\S+|[A-Za-z_~][\w:~<>,\s]*?)\s*$", head)
+    if not m:
+        return "?"
+    name = re.sub(r"\s+", " ", m.group(1)).strip()
+    return name.split(" ")[-1] if not name.startswith("operator") else name
+
+
+def c_functions(rel, text):
+    """[(lines, "file:line", name)] of the functions defined in C/C++ text."""
+    lines = blank_comments_and_raw_strings(text).split("\n")
     out = []
-    lines = text.split("\n")
-    start = None
-    name = None
-    for i, line in enumerate(lines):
-        if start is None:
-            if line and not line[0].isspace() and line.rstrip().endswith("{") and "(" in line:
-                if re.match(r"(namespace|struct|class|enum|extern|union)\b", line):
-                    continue
-                m = re.search(r"([A-Za-z_][\w:~]*)\s*\(", line)
-                start, name = i, (m.group(1) if m else "?")
-        elif line.startswith("}"):
-            out.append((i - start + 1, rel + ":" + str(start + 1), name))
-            start = None
+    scopes = []  # [(indentation, class name)] of the class bodies we are in
+    i = 0
+    n = len(lines)
+    while i < n:
+        line = lines[i]
+        s = line.strip()
+        indent = len(line) - len(line.lstrip())
+        while scopes and s.startswith("}") and indent <= scopes[-1][0]:
+            scopes.pop()
+        m = re.match(r"(?:template\s*<.*>\s*)?(class|struct)\s+(?:\[\[\w+\]\]\s*)?(\w+)[^;(]*\{$", s)
+        if m:
+            scopes.append((indent, m.group(2)))
+            i += 1
+            continue
+        if not s or s.startswith(("#", "}", ")", ":", ",", "{")) or _NOT_FUNCTION.match(s):
+            i += 1
+            continue
+        if s.startswith("template") and not s.endswith(("{", ";")):
+            i += 1
+            continue
+        # The statement: this line and its more-indented continuations.
+        stmt = [s]
+        j = i
+        while not stmt[-1].endswith(("{", ";", "}", "};")) and j + 1 < n and j - i < 16:
+            nxt = lines[j + 1]
+            if not nxt.strip() or len(nxt) - len(nxt.lstrip()) <= indent:
+                break
+            j += 1
+            stmt.append(nxt.strip())
+        signature = " ".join(stmt)
+        if not signature.endswith("{") or "(" not in signature or re.search(r"=\s*\{$", signature):
+            i = j + 1
+            continue
+        # The body ends at the first line that is only "}" at this indentation.
+        closing = re.compile(r"^" + " " * indent + r"\}[;,]?\s*$")
+        k = j + 1
+        while k < n and not closing.match(lines[k]):
+            k += 1
+        if k >= n:
+            i = j + 1
+            continue
+        name = _function_name(signature)
+        if scopes and "::" not in name:
+            name = "::".join(c for _, c in scopes) + "::" + name
+        out.append((k - i + 1, "%s:%d" % (rel, i + 1), name))
+        i = k + 1
+    return out
+
+
+def py_functions(rel, text):
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    out = []
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append((child.end_lineno - child.lineno + 1, "%s:%d" % (rel, child.lineno), prefix + child.name))
+            elif isinstance(child, ast.ClassDef):
+                walk(child, prefix + child.name + ".")
+
+    walk(tree, "")
+    return out
+
+
+def functions(rel, text):
+    if rel.endswith(C_EXTS):
+        return c_functions(rel, text)
+    if rel.endswith(".py"):
+        return py_functions(rel, text)
+    return []
+
+
+def layer_of(rel):
+    parts = rel.split(os.sep)
+    if parts[0] == "tools":
+        return "tools"
+    if parts[0] == "src" and len(parts) > 2:
+        return parts[1]
+    return None
+
+
+def upward_includes(rel, text):
+    """[(file:line, included, its layer)] for includes of a layer above rel's."""
+    own = layer_of(rel)
+    if own not in LAYERS or not rel.endswith(C_EXTS):
+        return []
+    out = []
+    for no, line in enumerate(text.split("\n"), 1):
+        m = re.match(r'\s*#\s*include\s*"([^"]+)"', line)
+        if not m:
+            continue
+        inc = m.group(1)
+        first = inc.split("/")[0]
+        if "/" not in inc or os.path.exists(os.path.join(ROOT, os.path.dirname(rel), inc)):
+            continue  # beside the including file: its own layer
+        if first not in LAYERS or first == "dyad":
+            continue
+        if first not in LAYERS[own]:
+            out.append(("%s:%d" % (rel, no), inc, first))
     return out
 
 
@@ -83,26 +259,47 @@ def wire_fields():
     return sorted(set(re.findall(r'"([a-z_0-9]+)"\s*:', text)))
 
 
-def main():
+def load_allow():
+    """(allowed functions {(file, name): reason}, wire literal ceiling)."""
+    allowed, ceiling = {}, None
+    path = os.path.join(ROOT, ALLOW_FILE)
+    if not os.path.exists(path):
+        return allowed, ceiling
+    for no, raw in enumerate(read(ALLOW_FILE).split("\n"), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        words = line.split(None, 3)
+        if words[0] == "function" and len(words) == 4:
+            allowed[(words[1], words[2])] = words[3]
+        elif words[0] == "wire_field_literals" and len(words) == 2 and words[1].isdigit():
+            ceiling = int(words[1])
+        else:
+            sys.exit("%s:%d: not understood: %r (see the file's header)" % (ALLOW_FILE, no, line))
+    return allowed, ceiling
+
+
+def measure():
     files = list(sources())
     texts = {f: read(f) for f in files}
-    sizes = sorted(((t.count("\n"), f) for f, t in texts.items()), reverse=True)
+    sizes = sorted(((line_count(t), f) for f, t in texts.items()), reverse=True)
     funcs = []
     for f, t in texts.items():
-        if f.endswith((".cpp", ".c")):
-            funcs += functions(f, t)
-    funcs.sort(reverse=True)
+        funcs += functions(f, t)
+    funcs.sort(key=lambda x: (-x[0], x[1]))
     fields = wire_fields()
-    literal_uses = {}
-    literal_files = set()
+    literal_uses, literal_files = {}, {}
     for f, t in texts.items():
-        if f.startswith(MESSAGE_LAYER + os.sep):
+        if f.startswith(MESSAGE_LAYER + os.sep) or not f.endswith(C_EXTS):
             continue
         for name in fields:
             n = t.count('"' + name + '"')
             if n:
                 literal_uses[name] = literal_uses.get(name, 0) + n
-                literal_files.add(f)
+                literal_files[f] = literal_files.get(f, 0) + n
+    upward = []
+    for f, t in texts.items():
+        upward += upward_includes(f, t)
     svc = texts.get(os.path.join("src", "service", "service.hpp"), "")
     members, methods = service_members(svc)
     store_refs = {}
@@ -112,36 +309,93 @@ def main():
                 n = len(re.findall(r"\b" + ptr + r"(?!\w)", t))
                 if n:
                     store_refs[ptr] = store_refs.get(ptr, 0) + n
-    report = {
+    return {
         "service": {"members": members, "methods": methods},
-        "files_over_800_lines": [[n, f] for n, f in sizes if n > 800],
+        "files_over_800_lines": [[n, f] for n, f in sizes if n > MAX_FILE_LINES],
         "longest_files": [[n, f] for n, f in sizes[:8]],
-        "functions_over_80_lines": len([x for x in funcs if x[0] > 80]),
+        "functions_over_80_lines": [[n, where, name] for n, where, name in funcs if n > MAX_FUNCTION_LINES],
         "longest_functions": [[n, where, name] for n, where, name in funcs[:10]],
+        "upward_includes": [list(x) for x in sorted(upward)],
         "wire_field_literals": {
             "fields": len(literal_uses),
             "uses": sum(literal_uses.values()),
             "files": len(literal_files),
             "top": sorted(literal_uses.items(), key=lambda kv: -kv[1])[:10],
+            "by_file": sorted(literal_files.items(), key=lambda kv: -kv[1]),
         },
         "service_store_pointer_uses": store_refs,
     }
+
+
+def check(report):
+    """The guard: prints every offender; returns the number of problems."""
+    allowed, ceiling = load_allow()
+    problems = 0
+    over = report["files_over_800_lines"]
+    print("files over %d lines: %d" % (MAX_FILE_LINES, len(over)))
+    for n, f in over:
+        print("  FAIL %5d %s: split it into named parts" % (n, f))
+    problems += len(over)
+    long_funcs = report["functions_over_80_lines"]
+    listed = [x for x in long_funcs if (x[1].split(":")[0], x[2]) in allowed]
+    bad = [x for x in long_funcs if x not in listed]
+    print("functions over %d lines: %d (%d listed in %s)" % (MAX_FUNCTION_LINES, len(long_funcs), len(listed),
+                                                               ALLOW_FILE))
+    for n, where, name in bad:
+        print("  FAIL %5d %s %s: split it, or list it in %s if it is a table" % (n, where, name, ALLOW_FILE))
+    for n, where, name in listed:
+        print("  ok   %5d %s %s (listed: %s)" % (n, where, name, allowed[(where.split(":")[0], name)]))
+    problems += len(bad)
+    present = {(x[1].split(":")[0], x[2]) for x in report["functions_over_80_lines"]}
+    for key in sorted(set(allowed) - present):
+        print("  note: %s lists %s %s, which is no longer over %d lines: remove the line" %
+              (ALLOW_FILE, key[0], key[1], MAX_FUNCTION_LINES))
+    up = report["upward_includes"]
+    print("includes of a higher layer: %d" % len(up))
+    for where, inc, layer in up:
+        print("  FAIL %s includes \"%s\" (layer %s is above this one)" % (where, inc, layer))
+    problems += len(up)
+    w = report["wire_field_literals"]
+    if ceiling is None:
+        print("wire field literals outside %s: %d; no ceiling recorded in %s" % (MESSAGE_LAYER, w["uses"],
+                                                                                  ALLOW_FILE))
+        problems += 1
+    elif w["uses"] > ceiling:
+        print("  FAIL wire field names spelled as literals outside %s: %d, over the ceiling %d (%s): use the "
+              "message types of src/proto" % (MESSAGE_LAYER, w["uses"], ceiling, ALLOW_FILE))
+        for f, k in w["by_file"]:
+            print("       %4d %s" % (k, f))
+        problems += 1
+    else:
+        print("wire field literals outside %s: %d (ceiling %d%s)" %
+              (MESSAGE_LAYER, w["uses"], ceiling, "; lower it in " + ALLOW_FILE if w["uses"] < ceiling else ""))
+    print("shape guard: %s" % ("%d problem(s)" % problems if problems else "ok"))
+    return problems
+
+
+def main():
+    report = measure()
+    if "--check" in sys.argv:
+        sys.exit(1 if check(report) else 0)
     if "--json" in sys.argv:
         print(json.dumps(report, indent=1))
         return
-    print("class Service: %d members, %d methods" % (members, methods))
-    print("files over 800 lines: %s" % (", ".join("%s (%d)" % (f, n) for n, f in sizes if n > 800) or "none"))
+    s = report["service"]
+    print("class Service: %d members, %d methods" % (s["members"], s["methods"]))
+    print("files over %d lines: %s" % (MAX_FILE_LINES, ", ".join("%s (%d)" % (f, n)
+                                                               for n, f in report["files_over_800_lines"]) or "none"))
     print("longest files:")
-    for n, f in sizes[:8]:
+    for n, f in report["longest_files"]:
         print("  %5d %s" % (n, f))
-    print("functions over 80 lines: %d; longest:" % report["functions_over_80_lines"])
-    for n, where, name in funcs[:10]:
+    print("functions over %d lines: %d; longest:" % (MAX_FUNCTION_LINES, len(report["functions_over_80_lines"])))
+    for n, where, name in report["longest_functions"]:
         print("  %5d %s %s" % (n, where, name))
+    print("includes of a higher layer: %d" % len(report["upward_includes"]))
     w = report["wire_field_literals"]
     print("wire field names as literals outside %s: %d names, %d uses, %d files" %
           (MESSAGE_LAYER, w["fields"], w["uses"], w["files"]))
     print("  most: " + ", ".join("%s %d" % kv for kv in w["top"]))
-    print("service store pointers (uses in src/service): %s" % json.dumps(store_refs))
+    print("service store pointers (uses in src/service): %s" % json.dumps(report["service_store_pointer_uses"]))
 
 
 if __name__ == "__main__":

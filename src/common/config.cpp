@@ -122,6 +122,49 @@ Status check_cache_settings(const Config& c) {
     return Status::ok();
 }
 
+namespace {
+
+// From the settings: the cache and read-through (src/client/cache.hpp,
+// origin.hpp), the replicas, the fetch workers.
+Status read_cache_and_copies(Config& c) {
+    auto cap = settings::size("DYAD_CACHE_CAPACITY");
+    if (!cap) return cap.status();
+    c.cache_capacity = cap.value();
+    auto policy = parse_cache_policy("DYAD_CACHE_POLICY", settings::text("DYAD_CACHE_POLICY"));
+    if (!policy) return policy.status();
+    c.cache_policy = policy.value();
+    auto low =
+        parse_fraction("DYAD_CACHE_LOW_WATERMARK", settings::text("DYAD_CACHE_LOW_WATERMARK"));
+    if (!low) return low.status();
+    c.cache_low_watermark = low.value();
+    auto grace = settings::seconds("DYAD_CACHE_GRACE_PERIOD");
+    if (!grace) return grace.status();
+    c.cache_grace_period = grace.value().value_or(5);
+    c.path_origin = settings::text("DYAD_PATH_ORIGIN");
+    auto publish = settings::flag("DYAD_ORIGIN_PUBLISH");
+    if (!publish) return publish.status();
+    c.origin_publish = publish.value();
+    if (settings::lookup("DYAD_REPLICAS").set()) {
+        auto k = settings::count("DYAD_REPLICAS", 0, 16);
+        if (!k) return k.status();
+        c.replicas = k.value();
+    }
+    auto rsync = settings::flag("DYAD_REPLICAS_SYNC");
+    if (!rsync) return rsync.status();
+    c.replicas_sync = rsync.value();
+    auto workers = settings::count("DYAD_FETCH_WORKER_THREADS", 0, 1024);
+    if (!workers) return workers.status();
+    c.fetch_worker_threads = workers.value();
+    // Upstream's fetch worker pool is the nearest to our window of files in
+    // flight: it sets the window unless DYAD_CONSUME_WINDOW is set itself.
+    if (c.fetch_worker_threads > 0 &&
+        settings::lookup("DYAD_CONSUME_WINDOW").source == settings::Source::defaults)
+        c.consume_window = c.fetch_worker_threads;
+    return Status::ok();
+}
+
+}  // namespace
+
 Result<Config> Config::from_env() {
     Status ok = settings::check("client");
     if (!ok) return ok;
@@ -174,40 +217,7 @@ Result<Config> Config::from_env() {
     if (!transfer.value() || *transfer.value() <= 0)
         return Status(DYAD_RC_NOCTX, "DYAD_TRANSFER_TIMEOUT must be > 0", EINVAL);
     c.transfer_timeout = *transfer.value();
-    // The cache and read-through (src/client/cache.hpp, origin.hpp).
-    auto cap = settings::size("DYAD_CACHE_CAPACITY");
-    if (!cap) return cap.status();
-    c.cache_capacity = cap.value();
-    auto policy = parse_cache_policy("DYAD_CACHE_POLICY", settings::text("DYAD_CACHE_POLICY"));
-    if (!policy) return policy.status();
-    c.cache_policy = policy.value();
-    auto low =
-        parse_fraction("DYAD_CACHE_LOW_WATERMARK", settings::text("DYAD_CACHE_LOW_WATERMARK"));
-    if (!low) return low.status();
-    c.cache_low_watermark = low.value();
-    auto grace = settings::seconds("DYAD_CACHE_GRACE_PERIOD");
-    if (!grace) return grace.status();
-    c.cache_grace_period = grace.value().value_or(5);
-    c.path_origin = settings::text("DYAD_PATH_ORIGIN");
-    auto publish = settings::flag("DYAD_ORIGIN_PUBLISH");
-    if (!publish) return publish.status();
-    c.origin_publish = publish.value();
-    if (settings::lookup("DYAD_REPLICAS").set()) {
-        auto k = settings::count("DYAD_REPLICAS", 0, 16);
-        if (!k) return k.status();
-        c.replicas = k.value();
-    }
-    auto rsync = settings::flag("DYAD_REPLICAS_SYNC");
-    if (!rsync) return rsync.status();
-    c.replicas_sync = rsync.value();
-    auto workers = settings::count("DYAD_FETCH_WORKER_THREADS", 0, 1024);
-    if (!workers) return workers.status();
-    c.fetch_worker_threads = workers.value();
-    // Upstream's fetch worker pool is the nearest to our window of files in
-    // flight: it sets the window unless DYAD_CONSUME_WINDOW is set itself.
-    if (c.fetch_worker_threads > 0 &&
-        settings::lookup("DYAD_CONSUME_WINDOW").source == settings::Source::defaults)
-        c.consume_window = c.fetch_worker_threads;
+    if (Status cr = read_cache_and_copies(c); !cr) return cr;
     if (Status cs = check_cache_settings(c); !cs) return cs;
     auto lvl = dyad::log_level(c.debug ? log::Level::debug : log::Level::warn);
     if (!lvl) return lvl.status();

@@ -164,7 +164,12 @@ void on_crash(int sig) {
 
 }  // namespace
 
+namespace {
+std::atomic<const Host*> g_host{nullptr};  // use_host()
+}  // namespace
+
 Level level() {
+    if (const Host* h = g_host.load(std::memory_order_acquire)) return h->level();
     return g_level.load(std::memory_order_relaxed);
 }
 void set_level(Level l) {
@@ -227,6 +232,24 @@ bool set_error_file(const std::string& path) {
     return open_into(true, path);
 }
 
+namespace {
+Level own_level() {
+    return g_level.load(std::memory_order_relaxed);
+}
+void write_text(Level l, const char* subsys, const char* text) {
+    write(l, subsys, "%s", text);
+}
+}  // namespace
+
+const Host& host() {
+    static const Host h{own_level, write_text};
+    return h;
+}
+
+void use_host(const Host* h) {
+    if (h != &host()) g_host.store(h, std::memory_order_release);
+}
+
 void write(Level l, const char* subsys, const char* fmt, ...) {
     if (l >= Level::off) return;
     // "LEVEL SUBSYS: " then the message, formatted once (printf rules).
@@ -255,6 +278,12 @@ void write(Level l, const char* subsys, const char* fmt, ...) {
         line = std::string_view(big.data(), h + len);
     }
     va_end(again);
+    if (const Host* fwd = g_host.load(std::memory_order_acquire)) {
+        // The loader's log writes the level and subsystem itself.
+        std::string text(line.substr(std::min(h, line.size())));
+        fwd->write(l, subsys, text.c_str());
+        return;
+    }
     Backend& b = backend();
     std::shared_ptr<spdlog::logger> out;
     {

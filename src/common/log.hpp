@@ -30,6 +30,19 @@ void install_crash_handler();
 
 void write(Level l, const char* subsys, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 
+// The log of the code that loaded a plugin (src/dtl/plugin.h). A plugin
+// links the layers it uses into itself, so a process may hold two copies of
+// this log: the plugin's writes through the loader's, at the loader's level
+// and into its files (dyadd --info-log, --error-log).
+struct Host {
+    Level (*level)();
+    void (*write)(Level l, const char* subsys, const char* text);
+};
+// This copy's own level and output, to hand to a plugin.
+const Host& host();
+// From now on, this copy's level and lines are `h`'s (`h` outlives it).
+void use_host(const Host* h);
+
 inline bool enabled(Level l) {
     return l >= level();
 }

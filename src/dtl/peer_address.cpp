@@ -78,11 +78,8 @@ class Reader {
     size_t pos_ = 0;
 };
 
-}  // namespace
-
-Result<UcxAddressInfo> parse_ucx_worker_address(const std::string& blob) {
-    UcxAddressInfo a;
-    Reader r(blob);
+// The header: version, flags, uuid, client id, worker name.
+Status read_header(Reader& r, UcxAddressInfo& a) {
     uint8_t b = 0;
     if (!r.u8(&b)) return bad("empty", 0);
     a.version = b & 0x0f;
@@ -114,69 +111,93 @@ Result<UcxAddressInfo> parse_ucx_worker_address(const std::string& blob) {
         uint8_t len = 0;
         if (!r.u8(&len) || !r.bytes(len)) return bad("truncated in the worker name", r.pos());
     }
+    return Status::ok();
+}
+
+// One transport (interface) of a device, into a.entries; *last: the
+// device's last one.
+Status read_transport(Reader& r, UcxAddressInfo& a, size_t md, size_t dev_len, bool* last) {
+    if (a.entries.size() >= kMaxResources) return bad("more than 128 transports", r.pos());
+    UcxAddressEntry e;
+    e.md_index = static_cast<unsigned>(md);
+    e.dev_index = static_cast<unsigned>(a.devices);
+    e.dev_addr_len = dev_len;
+    const uint8_t* csum = nullptr;
+    if (!r.bytes(2, &csum)) return bad("truncated in a transport name checksum", r.pos());
+    std::memcpy(&e.tl_csum, csum, 2);
+    const uint8_t* attr = nullptr;
+    size_t attr_len = a.version == kV1 ? kIfaceAttrV1 : kIfaceAttrV2;
+    if (!r.bytes(attr_len, &attr)) return bad("truncated in interface attributes", r.pos());
+    if (a.version == kV1) {
+        float f[3];
+        std::memcpy(f, attr, sizeof f);
+        for (float x : f)
+            if (!std::isfinite(x)) return bad("a non-finite interface figure", r.pos());
+        if (f[1] == 0) return bad("an interface without bandwidth", r.pos());
+    }
+    uint8_t len_byte = 0;
+    if (!r.peek(&len_byte)) return bad("truncated at an interface address", r.pos());
+    *last = len_byte & kLast;
+    if (len_byte & kIfaceHasEp) return bad("endpoint addresses in a worker address", r.pos());
+    size_t iface_len = 0;
+    if (!r.extended(kIfaceLenMask, a.version, &iface_len))
+        return bad("truncated in an interface address length", r.pos());
+    if (!r.bytes(iface_len)) return bad("truncated in an interface address", r.pos());
+    e.iface_addr_len = iface_len;
+    a.entries.push_back(e);
+    return Status::ok();
+}
+
+// One device with its transports; *last: the address's last device.
+Status read_device(Reader& r, UcxAddressInfo& a, bool* last) {
+    if (a.devices >= kMaxResources) return bad("more than 128 devices", r.pos());
+    // Memory domain: index and the empty-device flag.
+    uint8_t md_byte = 0;
+    if (!r.peek(&md_byte)) return bad("truncated at a device", r.pos());
+    bool empty_dev = md_byte & kMdEmptyDev;
+    size_t md = 0;
+    if (!r.extended(a.version == kV1 ? kMdMaskV1 : kMdMaskV2, a.version, &md))
+        return bad("truncated in a memory domain index", r.pos());
+    if (md >= kMaxMds) return bad("memory domain index " + std::to_string(md), r.pos());
+    // Device address: flags and length.
+    uint8_t dev_byte = 0;
+    if (!r.peek(&dev_byte)) return bad("truncated at a device address", r.pos());
+    *last = dev_byte & kLast;
+    size_t dev_len = 0;
+    if (!r.extended(kDevLenMask, a.version, &dev_len))
+        return bad("truncated in a device address length", r.pos());
+    if (dev_byte & kDevNumPaths) {
+        uint8_t paths = 0;
+        if (!r.u8(&paths)) return bad("truncated in a number of paths", r.pos());
+        if (paths == 0) return bad("a device with 0 paths", r.pos() - 1);
+    }
+    if ((dev_byte & kDevSysDevice) && !r.bytes(1))
+        return bad("truncated in a system device", r.pos());
+    if (!r.bytes(dev_len)) return bad("truncated in a device address", r.pos());
+    // The device's transports.
+    bool last_tl = empty_dev;
+    while (!last_tl) {
+        Status s = read_transport(r, a, md, dev_len, &last_tl);
+        if (!s) return s;
+    }
+    ++a.devices;
+    return Status::ok();
+}
+
+}  // namespace
+
+Result<UcxAddressInfo> parse_ucx_worker_address(const std::string& blob) {
+    UcxAddressInfo a;
+    Reader r(blob);
+    Status s = read_header(r, a);
+    if (!s) return s;
+    uint8_t b = 0;
     if (!r.peek(&b)) return bad("truncated before the first device", r.pos());
     if (b == kNullResource) return bad("no transports at all", r.pos());
-
     bool last_dev = false;
     while (!last_dev) {
-        if (a.devices >= kMaxResources) return bad("more than 128 devices", r.pos());
-        // Memory domain: index and the empty-device flag.
-        uint8_t md_byte = 0;
-        if (!r.peek(&md_byte)) return bad("truncated at a device", r.pos());
-        bool empty_dev = md_byte & kMdEmptyDev;
-        size_t md = 0;
-        if (!r.extended(a.version == kV1 ? kMdMaskV1 : kMdMaskV2, a.version, &md))
-            return bad("truncated in a memory domain index", r.pos());
-        if (md >= kMaxMds) return bad("memory domain index " + std::to_string(md), r.pos());
-        // Device address: flags and length.
-        uint8_t dev_byte = 0;
-        if (!r.peek(&dev_byte)) return bad("truncated at a device address", r.pos());
-        last_dev = dev_byte & kLast;
-        size_t dev_len = 0;
-        if (!r.extended(kDevLenMask, a.version, &dev_len))
-            return bad("truncated in a device address length", r.pos());
-        if (dev_byte & kDevNumPaths) {
-            uint8_t paths = 0;
-            if (!r.u8(&paths)) return bad("truncated in a number of paths", r.pos());
-            if (paths == 0) return bad("a device with 0 paths", r.pos() - 1);
-        }
-        if ((dev_byte & kDevSysDevice) && !r.bytes(1))
-            return bad("truncated in a system device", r.pos());
-        if (!r.bytes(dev_len)) return bad("truncated in a device address", r.pos());
-        // The device's transports.
-        bool last_tl = empty_dev;
-        while (!last_tl) {
-            if (a.entries.size() >= kMaxResources) return bad("more than 128 transports", r.pos());
-            UcxAddressEntry e;
-            e.md_index = static_cast<unsigned>(md);
-            e.dev_index = static_cast<unsigned>(a.devices);
-            e.dev_addr_len = dev_len;
-            const uint8_t* csum = nullptr;
-            if (!r.bytes(2, &csum)) return bad("truncated in a transport name checksum", r.pos());
-            std::memcpy(&e.tl_csum, csum, 2);
-            const uint8_t* attr = nullptr;
-            size_t attr_len = a.version == kV1 ? kIfaceAttrV1 : kIfaceAttrV2;
-            if (!r.bytes(attr_len, &attr)) return bad("truncated in interface attributes", r.pos());
-            if (a.version == kV1) {
-                float f[3];
-                std::memcpy(f, attr, sizeof f);
-                for (float x : f)
-                    if (!std::isfinite(x)) return bad("a non-finite interface figure", r.pos());
-                if (f[1] == 0) return bad("an interface without bandwidth", r.pos());
-            }
-            uint8_t len_byte = 0;
-            if (!r.peek(&len_byte)) return bad("truncated at an interface address", r.pos());
-            last_tl = len_byte & kLast;
-            if (len_byte & kIfaceHasEp)
-                return bad("endpoint addresses in a worker address", r.pos());
-            size_t iface_len = 0;
-            if (!r.extended(kIfaceLenMask, a.version, &iface_len))
-                return bad("truncated in an interface address length", r.pos());
-            if (!r.bytes(iface_len)) return bad("truncated in an interface address", r.pos());
-            e.iface_addr_len = iface_len;
-            a.entries.push_back(e);
-        }
-        ++a.devices;
+        s = read_device(r, a, &last_dev);
+        if (!s) return s;
     }
     if (r.left() != 0)
         return bad(std::to_string(r.left()) + " bytes after the last device", r.pos());

@@ -8,6 +8,9 @@
  * plugin returns is a C++ object (dyad::dtl::Backend) that crosses the
  * boundary, so the plugin must have been built from the same DYAD, by a
  * compiler with the same C++ ABI, against the same Asio and JSON headers.
+ * The plugin links DYAD's layers into itself (dyad::internal, privately) and
+ * needs nothing of libdyad.so; the code that loads it (libdyad.so, dyadd,
+ * the dyad tool, the wrapper: each has its own copy) gives it its log.
  *
  * Compatibility rule: a change to this struct's meaning bumps
  * DYAD_DTL_PLUGIN_ABI_VERSION and the entry point's name (_v2, ...); fields
@@ -32,6 +35,11 @@ typedef struct dyad_dtl_plugin {
     /* A dyad::dtl::Backend* owned by the plugin, never freed; called once,
      * and only after the checks above passed. */
     void* (*backend)(void);
+    /* The plugin holds its own copy of the layers it uses (libdyad.so
+     * exports DYAD's API only): the loader hands it its log (a
+     * const dyad::log::Host*), before backend(), so that the plugin's lines
+     * go where the loader's go, at its level. */
+    void (*use_log)(const void* host);
 } dyad_dtl_plugin_t;
 
 typedef const dyad_dtl_plugin_t* (*dyad_dtl_plugin_entry_fn)(void);

@@ -12,6 +12,7 @@
 
 #include <dyad/common/dyad_dtl.h>
 
+#include "common/log.hpp"
 #include "common/settings.hpp"
 #include "dtl.hpp"
 #include "fetch_many.hpp"
@@ -102,13 +103,17 @@ Result<const Backend*> open_plugin(const std::string& path) {
     if (theirs != DYAD_DTL_BUILD_ID)
         return Status(DYAD_RC_MARGOINIT_FAIL,
                       mismatch(path, std::to_string(p->abi_version) + ", build '" + theirs + "'"));
+    if (p->use_log) p->use_log(&log::host());
     void* b = p->backend ? p->backend() : nullptr;
     if (!b) return Status(DYAD_RC_MARGOINIT_FAIL, path + ": the plugin made no backend");
     return static_cast<const Backend*>(b);
 }
 
-// libdyad_ofi.so, next to the library holding this code (libdyad.so), or in
-// ../lib from it, loaded once on first use.
+// libdyad_ofi.so, next to the library or program holding this code
+// (libdyad.so, the wrapper; dyadd, the dyad tool), in ../lib from it, or in
+// the installation's library directory seen from its bin/ (DYAD_BIN_TO_LIB:
+// ../lib/x86_64-linux-gnu for the prefix /usr on Debian); loaded once on
+// first use.
 Result<const Backend*> load_ofi() {
     static std::once_flag once;
     static const Backend* loaded = nullptr;
@@ -124,7 +129,7 @@ Result<const Backend*> load_ofi() {
         // "prefix/bin/../lib" (the loader's path) -> "prefix/lib", for messages;
         // ../lib from lib/ is lib/ itself: tried once.
         std::vector<std::string> dirs;
-        for (const std::string& d : {dir, dir + "/../lib"}) {
+        for (const std::string& d : {dir, dir + "/../lib", dir + "/" DYAD_BIN_TO_LIB}) {
             char* real = realpath(d.c_str(), nullptr);
             std::string r = real ? real : d;
             free(real);
@@ -183,45 +188,6 @@ Backend ofi_backend() {
 }  // namespace
 #endif
 
-namespace {
-
-// The names of every transport DYAD knows, and the other names accepted.
-struct Names {
-    Kind kind;
-    const char* name;
-    std::vector<const char*> aliases;
-    int dyad_mode;  // the original DYAD's number (dyad_dtl_mode_t), or -1
-};
-const std::vector<Names>& names() {
-    static const std::vector<Names> n = {
-        {Kind::stream, "FLUX_RPC", {"STREAM"}, DYAD_DTL_FLUX_RPC},
-        {Kind::ucx, "UCX", {}, DYAD_DTL_UCX},
-        {Kind::ofi, "MARGO", {"OFI"}, DYAD_DTL_MARGO},
-        {Kind::local, "LOCAL", {}, -1},
-    };
-    return n;
-}
-
-}  // namespace
-
-const char* name_of(Kind k) {
-    for (const auto& n : names())
-        if (n.kind == k) return n.name;
-    return "?";
-}
-
-const char* name_of_dyad_mode(int mode) {
-    for (const auto& n : names())
-        if (n.dyad_mode == mode) return n.name;
-    return nullptr;
-}
-
-std::vector<std::string> aliases_of(Kind k) {
-    for (const auto& n : names())
-        if (n.kind == k) return {n.aliases.begin(), n.aliases.end()};
-    return {};
-}
-
 // Every transport of this build, in one explicit table: the factories come
 // from each transport's folder, the policy is here.
 const std::vector<Backend>& backends() {
@@ -241,7 +207,7 @@ const std::vector<Backend>& backends() {
         add(ofi_backend(), Kind::ofi, 3);
 #endif
         // The consumer reached the owner over TCP, where the open file
-        // cannot be passed (local.cpp).
+        // cannot be passed (local/local.cpp).
         add(local_backend(), Kind::local, 0).start_errnos = {EOPNOTSUPP};
         return t;
     }();

@@ -47,34 +47,12 @@ Result<bool> key_collision(const std::string& ns, const std::string& key, const 
                   EEXIST);
 }
 
-Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key, std::string value,
-                                  const std::string& writer, uint64_t replaces) {
-    if (ns.size() > limits_.max_key || key.size() > limits_.max_key ||
-        value.size() > limits_.max_value) {
-        ++refused_.too_large;
-        return Status(DYAD_RC_BADCOMMIT,
-                      "metadata entry too large (key " + std::to_string(key.size()) +
-                          " bytes, value " + std::to_string(value.size()) + " bytes; at most " +
-                          std::to_string(limits_.max_key) + " and " +
-                          std::to_string(limits_.max_value) + ")",
-                      EMSGSIZE);
-    }
+// The store's limits for a put that changes a record's cost from `before`
+// to `after` bytes: namespaces, records and bytes per namespace, bytes.
+Status MemoryStore::check_room(const std::string& ns, const std::string& key, bool new_ns,
+                               bool new_key, uint64_t before, uint64_t after) {
     const bool registry = ns == kServicesNamespace;
-    if (registry) assign_rank(key, value);
-    auto nsit = data_.find(ns);
-    const Entry* old = nullptr;
-    if (nsit != data_.end()) {
-        auto k = nsit->second.find(key);
-        if (k != nsit->second.end()) old = &k->second;
-    }
-    // What the record costs in memory, not only its key and value.
-    auto cost = [&key](const std::string& v, const std::string& w) {
-        return kRecordOverhead + key.size() + v.size() + w.size();
-    };
-    uint64_t before = old ? cost(old->value, old->writer) : 0;
-    uint64_t after =
-        cost(value, writer) + (nsit == data_.end() ? kNamespaceOverhead + ns.size() : 0);
-    if (nsit == data_.end() && !registry && namespace_count() >= limits_.max_namespaces) {
+    if (new_ns && !registry && namespace_count() >= limits_.max_namespaces) {
         ++refused_.namespaces;
         return Status(DYAD_RC_BADCOMMIT,
                       "the metadata store holds " + std::to_string(namespace_count()) +
@@ -84,7 +62,7 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
     }
     const NamespaceUse cur = usage(ns);
     // A new key is a new record; replacing one is not.
-    if (!old && cur.records + 1 > ns_record_quota(ns)) {
+    if (new_key && cur.records + 1 > ns_record_quota(ns)) {
         ++refused_.ns_records;
         return Status(DYAD_RC_BADCOMMIT,
                       "namespace '" + ns + "' is at its quota of " +
@@ -116,6 +94,80 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
                                                   "--store-max-bytes-per-namespace")),
                       EDQUOT);
     }
+    return Status::ok();
+}
+
+// The next version of a key (`had`: its entry, if any): the first of this
+// epoch, or one more.
+Result<uint64_t> MemoryStore::next_version(const std::string& ns, const std::string& key,
+                                           const Entry* had) const {
+    const uint64_t base = static_cast<uint64_t>(epoch_) << 32;
+    uint64_t version = base | 1;
+    // A key removed and put again never repeats a version it had (a
+    // consumer's copy or another service's replica of the removed file
+    // names that version): a new key starts above every removed one.
+    if (!had && removed_high_ >= version) {
+        if ((removed_high_ & 0xffffffffu) == 0xffffffffu)
+            return Status(DYAD_RC_BADCOMMIT,
+                          "'" + key + "' in namespace '" + ns +
+                              "': the store ran out of generations since it started: restart "
+                              "the store's dyadd to publish it again",
+                          EOVERFLOW);
+        version = removed_high_ + 1;
+    }
+    if (had && had->version > base) {
+        if ((had->version & 0xffffffffu) == 0xffffffffu)
+            return Status(DYAD_RC_BADCOMMIT,
+                          "'" + key + "' in namespace '" + ns +
+                              "' was put 4294967295 times since the store started: restart the "
+                              "store's dyadd to publish it again",
+                          EOVERFLOW);
+        version = had->version + 1;
+    }
+    return version;
+}
+
+// Calls (once) the watchers of a key that was just put.
+void MemoryStore::notify(const std::string& ns, const std::string& key, const Entry& e) {
+    auto it = watchers_.find({ns, key});
+    if (it == watchers_.end()) return;
+    auto fired = std::move(it->second);
+    watchers_.erase(it);
+    for (auto& [id, fn] : fired) {
+        watch_index_.erase(id);
+        fn(e);
+    }
+}
+
+Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key, std::string value,
+                                  const std::string& writer, uint64_t replaces) {
+    if (ns.size() > limits_.max_key || key.size() > limits_.max_key ||
+        value.size() > limits_.max_value) {
+        ++refused_.too_large;
+        return Status(DYAD_RC_BADCOMMIT,
+                      "metadata entry too large (key " + std::to_string(key.size()) +
+                          " bytes, value " + std::to_string(value.size()) + " bytes; at most " +
+                          std::to_string(limits_.max_key) + " and " +
+                          std::to_string(limits_.max_value) + ")",
+                      EMSGSIZE);
+    }
+    const bool registry = ns == kServicesNamespace;
+    if (registry) assign_rank(key, value);
+    auto nsit = data_.find(ns);
+    const Entry* old = nullptr;
+    if (nsit != data_.end()) {
+        auto k = nsit->second.find(key);
+        if (k != nsit->second.end()) old = &k->second;
+    }
+    // What the record costs in memory, not only its key and value.
+    auto cost = [&key](const std::string& v, const std::string& w) {
+        return kRecordOverhead + key.size() + v.size() + w.size();
+    };
+    uint64_t before = old ? cost(old->value, old->writer) : 0;
+    uint64_t after =
+        cost(value, writer) + (nsit == data_.end() ? kNamespaceOverhead + ns.size() : 0);
+    Status room = check_room(ns, key, nsit == data_.end(), !old, before, after);
+    if (!room) return room;
     auto& space = data_[ns];
     auto found = space.find(key);
     bool collision_won = false;
@@ -135,30 +187,8 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
                           (replaces ? " (it consumed generation " + std::to_string(replaces) + ")"
                                     : std::string()),
                       EEXIST);
-    // The key's next version: the first of this epoch, or one more.
-    const uint64_t base = static_cast<uint64_t>(epoch_) << 32;
-    uint64_t version = base | 1;
-    // A key removed and put again never repeats a version it had (a
-    // consumer's copy or another service's replica of the removed file
-    // names that version): a new key starts above every removed one.
-    if (found == space.end() && removed_high_ >= version) {
-        if ((removed_high_ & 0xffffffffu) == 0xffffffffu)
-            return Status(DYAD_RC_BADCOMMIT,
-                          "'" + key + "' in namespace '" + ns +
-                              "': the store ran out of generations since it started: restart "
-                              "the store's dyadd to publish it again",
-                          EOVERFLOW);
-        version = removed_high_ + 1;
-    }
-    if (found != space.end() && found->second.version > base) {
-        if ((found->second.version & 0xffffffffu) == 0xffffffffu)
-            return Status(DYAD_RC_BADCOMMIT,
-                          "'" + key + "' in namespace '" + ns +
-                              "' was put 4294967295 times since the store started: restart the "
-                              "store's dyadd to publish it again",
-                          EOVERFLOW);
-        version = found->second.version + 1;
-    }
+    auto version = next_version(ns, key, found != space.end() ? &found->second : nullptr);
+    if (!version) return version.status();
     NamespaceUse& u = use_[ns];
     if (found == space.end()) ++u.records;
     u.bytes = u.bytes - before + after;
@@ -167,16 +197,8 @@ Result<uint64_t> MemoryStore::put(const std::string& ns, const std::string& key,
     Entry& e = found != space.end() ? found->second : space[key];
     e.value = std::move(value);
     e.writer = writer;
-    e.version = version;
-    auto it = watchers_.find({ns, key});
-    if (it != watchers_.end()) {
-        auto fired = std::move(it->second);
-        watchers_.erase(it);
-        for (auto& [id, fn] : fired) {
-            watch_index_.erase(id);
-            fn(e);
-        }
-    }
+    e.version = version.value();
+    notify(ns, key, e);
     return e.version;
 }
 

@@ -252,6 +252,12 @@ class MemoryStore {
 
   private:
     void assign_rank(const std::string& key, std::string& value) const;
+    // put()'s parts: the limits, the key's next version, its watchers.
+    Status check_room(const std::string& ns, const std::string& key, bool new_ns, bool new_key,
+                      uint64_t before, uint64_t after);
+    Result<uint64_t> next_version(const std::string& ns, const std::string& key,
+                                  const Entry* had) const;
+    void notify(const std::string& ns, const std::string& key, const Entry& e);
     StoreLimits limits_;
     uint32_t epoch_ = 0;
     uint64_t removed_high_ = 0;    // the highest version of a removed key (put())

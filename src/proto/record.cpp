@@ -251,89 +251,106 @@ class CanonicalReader {
 
     std::optional<Record> read() {
         Record r;
-        bool seen_path = false, seen_owner = false, seen_node = false, seen_endpoints = false,
-             seen_size = false;
-        std::string node;
+        Seen seen;
         if (!lit('{') || lit('}')) return std::nullopt;
         do {
             std::string_view key;
             if (!string(&key) || !lit(':') || p_ == e_) return std::nullopt;
             const Field f = field_of(key);
+            bool ok;
             if (*p_ == '"') {
                 std::string_view v;
-                if (!string(&v)) return std::nullopt;
-                switch (f) {
-                    case Field::path:
-                        r.upath.assign(v);
-                        seen_path = true;
-                        break;
-                    case Field::owner:
-                        r.owner.assign(v);
-                        seen_owner = true;
-                        break;
-                    case Field::node:
-                        node.assign(v);
-                        seen_node = true;
-                        break;
-                    case Field::producer_dir:
-                        r.producer_dir.assign(v);
-                        break;
-                    case Field::other:
-                        break;
-                    default:
-                        return std::nullopt;
-                }
+                ok = string(&v) && text_field(f, v, r, seen);
             } else if (*p_ == '[') {
-                if (f != Field::endpoints) return std::nullopt;
-                ++p_;
-                r.endpoints.clear();
-                seen_endpoints = true;
-                if (!lit(']')) {
-                    do {
-                        std::string_view v;
-                        if (!string(&v)) return std::nullopt;
-                        r.endpoints.emplace_back(v);
-                    } while (lit(','));
-                    if (!lit(']')) return std::nullopt;
-                }
+                ok = f == Field::endpoints && endpoints(r, seen);
             } else {
                 uint64_t v;
                 bool non_negative;
-                if (!integer(&v, &non_negative)) return std::nullopt;
-                switch (f) {
-                    case Field::size:
-                        r.size = v;
-                        seen_size = true;
-                        break;
-                    case Field::mtime_ns:
-                        r.mtime_ns = static_cast<int64_t>(v);
-                        break;
-                    case Field::mode:
-                        r.mode = static_cast<uint32_t>(v);
-                        break;
-                    case Field::ino:
-                        r.ino = v;
-                        break;
-                    case Field::rank:
-                        if (non_negative && v < UINT32_MAX)
-                            r.rank = static_cast<uint32_t>(v);
-                        else
-                            r.rank.reset();
-                        break;
-                    case Field::other:
-                        break;
-                    default:
-                        return std::nullopt;
-                }
+                ok = integer(&v, &non_negative) && number_field(f, v, non_negative, r, seen);
             }
+            if (!ok) return std::nullopt;
         } while (lit(','));
-        if (!lit('}') || p_ != e_ || !seen_path || !seen_owner || !seen_endpoints || !seen_size)
+        if (!lit('}') || p_ != e_ || !seen.path || !seen.owner || !seen.endpoints || !seen.size)
             return std::nullopt;
-        r.node = seen_node ? std::move(node) : r.owner;
+        r.node = seen.node ? std::move(seen.node_text) : r.owner;
         return r;
     }
 
   private:
+    // The fields a record must have, seen so far (and the node's value).
+    struct Seen {
+        bool path = false, owner = false, node = false, endpoints = false, size = false;
+        std::string node_text;
+    };
+
+    // A string value; false: not a field that is a string.
+    static bool text_field(Field f, std::string_view v, Record& r, Seen& seen) {
+        switch (f) {
+            case Field::path:
+                r.upath.assign(v);
+                seen.path = true;
+                return true;
+            case Field::owner:
+                r.owner.assign(v);
+                seen.owner = true;
+                return true;
+            case Field::node:
+                seen.node_text.assign(v);
+                seen.node = true;
+                return true;
+            case Field::producer_dir:
+                r.producer_dir.assign(v);
+                return true;
+            case Field::other:
+                return true;
+            default:
+                return false;
+        }
+    }
+
+    // The endpoints' array of strings, at its '['.
+    bool endpoints(Record& r, Seen& seen) {
+        ++p_;
+        r.endpoints.clear();
+        seen.endpoints = true;
+        if (lit(']')) return true;
+        do {
+            std::string_view v;
+            if (!string(&v)) return false;
+            r.endpoints.emplace_back(v);
+        } while (lit(','));
+        return lit(']');
+    }
+
+    // An integer value; false: not a field that is a number.
+    static bool number_field(Field f, uint64_t v, bool non_negative, Record& r, Seen& seen) {
+        switch (f) {
+            case Field::size:
+                r.size = v;
+                seen.size = true;
+                return true;
+            case Field::mtime_ns:
+                r.mtime_ns = static_cast<int64_t>(v);
+                return true;
+            case Field::mode:
+                r.mode = static_cast<uint32_t>(v);
+                return true;
+            case Field::ino:
+                r.ino = v;
+                return true;
+            case Field::rank:
+                if (non_negative && v < UINT32_MAX)
+                    r.rank = static_cast<uint32_t>(v);
+                else
+                    r.rank.reset();
+                return true;
+            case Field::other:
+                return true;
+            default:
+                return false;
+        }
+    }
+
     bool lit(char c) {
         if (p_ == e_ || *p_ != c) return false;
         ++p_;

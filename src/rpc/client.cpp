@@ -18,6 +18,7 @@
 #include "common/log.hpp"
 #include "common/settings.hpp"
 #include "common/json_text.hpp"
+#include "common/seconds.hpp"
 
 namespace dyad::rpc {
 namespace {
@@ -118,12 +119,6 @@ std::string shown(const std::string& raw) {
     return out;
 }
 
-std::string seconds(double s) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g", s);
-    return b;
-}
-
 }  // namespace
 
 Result<Frame> Connection::read_hello(Deadline deadline, double hello_s) {
@@ -137,7 +132,7 @@ Result<Frame> Connection::read_hello(Deadline deadline, double hello_s) {
     if (!f) {
         const Status& e = f.status();
         if (e.rc() == DYAD_RC_TIMEOUT)
-            return not_dyad("no answer to the hello within " + seconds(hello_s) +
+            return not_dyad("no answer to the hello within " + seconds_text(hello_s) +
                             " s: not a dyadd, or a stopped one");
         if (e.err() == ECONNRESET)
             return not_dyad(
@@ -185,6 +180,50 @@ std::string binding_mismatch(int fd, bool unix_socket, const nlohmann::json& b) 
         return "this end is " + mine + " to " + theirs + ", the service sees " +
                peer->get<std::string>() + " to " + local->get<std::string>();
     return "";
+}
+
+// What a keyed service's hello proved: who it is, and its challenge and
+// proof as sent (the client's answer covers both).
+struct Proven {
+    std::string service_id, challenge, proof;
+};
+
+// The challenge of a keyed service's hello (`meta`): the service's proof
+// over our hello and the challenge as sent; then who it is and how it sees
+// this connection (fd), against who we expect ("" for anyone).
+Result<Proven> check_challenge(const nlohmann::json& meta, const auth::Key& key,
+                               const std::string& client_hello, int fd, bool unix_socket,
+                               const std::string& uri, const std::string& expect) {
+    auto challenge = meta.find("challenge");
+    auto sproof = meta.find("proof");
+    nlohmann::json ch;
+    if (challenge != meta.end() && challenge->is_string()) ch = parse_meta(*challenge);
+    if (sproof == meta.end() || !sproof->is_string() || !ch.is_object() ||
+        !key.verify(sproof->get<std::string>(), "dyad service",
+                    {client_hello, challenge->get<std::string>()}))
+        return auth_error("service at " + uri +
+                          " could not prove it holds the job's key: it is not this job's service, "
+                          "or the key files differ (DYAD_AUTH_KEY_FILE=" +
+                          key.path() + ")");
+    auto nonce = ch.find("nonce");
+    auto id = ch.find("service_id");
+    if (nonce == ch.end() || !nonce->is_string() || !auth::valid_nonce(nonce->get<std::string>()) ||
+        id == ch.end() || !id->is_string())
+        return auth_error("service at " + uri + " sent a malformed challenge");
+    std::string why = binding_mismatch(fd, unix_socket, ch.value("binding", nlohmann::json()));
+    if (!why.empty())
+        return auth_error("the connection to " + uri +
+                          " is relayed: the service that proved the key is not at the other end "
+                          "of it (" +
+                          why +
+                          "). Something between this process and the service forwards the "
+                          "connection (a wrong DYAD_SERVICE_URI, a process posing as the service, "
+                          "or NAT): refused");
+    if (!expect.empty() && id->get<std::string>() != expect)
+        return auth_error("service at " + uri + " proved it is '" + id->get<std::string>() +
+                          "', not '" + expect + "' that was expected");
+    return Proven{id->get<std::string>(), challenge->get<std::string>(),
+                  sproof->get<std::string>()};
 }
 
 }  // namespace
@@ -236,40 +275,12 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
         return auth_error("service at " + uri +
                           " requires authentication: set DYAD_AUTH_KEY_FILE to the job's key file "
                           "(the one its dyadd was given with --auth-key)");
-    // The challenge: the service's proof over our hello and the challenge
-    // as sent; then who it is and how it sees this connection.
-    auto challenge = f->meta.find("challenge");
-    auto sproof = f->meta.find("proof");
-    nlohmann::json ch;
-    if (challenge != f->meta.end() && challenge->is_string()) ch = parse_meta(*challenge);
-    if (sproof == f->meta.end() || !sproof->is_string() || !ch.is_object() ||
-        !creds.key->verify(sproof->get<std::string>(), "dyad service",
-                           {client_hello, challenge->get<std::string>()}))
-        return auth_error("service at " + uri +
-                          " could not prove it holds the job's key: it is not this job's service, "
-                          "or the key files differ (DYAD_AUTH_KEY_FILE=" +
-                          creds.key->path() + ")");
-    auto nonce = ch.find("nonce");
-    auto id = ch.find("service_id");
-    if (nonce == ch.end() || !nonce->is_string() || !auth::valid_nonce(nonce->get<std::string>()) ||
-        id == ch.end() || !id->is_string())
-        return auth_error("service at " + uri + " sent a malformed challenge");
-    std::string why =
-        binding_mismatch(c->fd_.get(), c->unix_, ch.value("binding", nlohmann::json()));
-    if (!why.empty())
-        return auth_error("the connection to " + uri +
-                          " is relayed: the service that proved the key is not at the other end "
-                          "of it (" +
-                          why +
-                          "). Something between this process and the service forwards the "
-                          "connection (a wrong DYAD_SERVICE_URI, a process posing as the service, "
-                          "or NAT): refused");
-    if (!expect.empty() && id->get<std::string>() != expect)
-        return auth_error("service at " + uri + " proved it is '" + id->get<std::string>() +
-                          "', not '" + expect + "' that was expected");
-    const std::string& sc = challenge->get<std::string>();
+    auto proven =
+        check_challenge(f->meta, *creds.key, client_hello, c->fd_.get(), c->unix_, uri, expect);
+    if (!proven) return proven.status();
+    const std::string& sc = proven->challenge;
     nlohmann::json answer = {
-        {"proof", creds.key->proof("dyad client", {client_hello, sc, sproof->get<std::string>()})}};
+        {"proof", creds.key->proof("dyad client", {client_hello, sc, proven->proof})}};
     s = c->send_frame(h, answer.dump(-1, ' ', false, kBadUtf8Replaced), deadline);
     if (!s) return s.wrap("hello to " + uri);
     // Every later frame, both ways, carries a tag.
@@ -277,7 +288,7 @@ Result<std::unique_ptr<Connection>> Connection::connect(const std::string& uri, 
     c->rx_mac_ = auth::FrameMac(creds.key->derive("dyad service to client", {client_hello, sc}));
     auto g = c->read_hello(deadline, hello_s);
     if (!g) return g.status();
-    c->peer_id_ = id->get<std::string>();
+    c->peer_id_ = proven->service_id;
     c->peer_info_ = std::move(g->meta);
     return c;
 }

@@ -2,6 +2,7 @@
 // The server side of one request: its answer frames, cancellation and
 // deadline, forwarded to the loop and its session.
 #include <algorithm>
+#include <cerrno>
 
 #include "session.hpp"
 #include "common/json_text.hpp"
@@ -142,6 +143,10 @@ void Request::error(int errnum, const std::string& msg, dyad_rc_t rc) {
             s->request_finished(self->tag_);
         }
     });
+}
+
+void Request::fail(const Status& s) {
+    error(s.err() ? s.err() : EIO, s.message(), s.rc());
 }
 
 void Request::finish() {

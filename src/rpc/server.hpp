@@ -135,6 +135,9 @@ class Request : public std::enable_shared_from_this<Request> {
     // its tag covers on a keyed connection (kFlagTagData: a compact answer).
     void end(nlohmann::json meta, std::string data);
     void error(int errnum, const std::string& msg, dyad_rc_t rc = DYAD_RC_BADRPC);
+    // Answers with `s` as an error frame: its errno (EIO when it has none),
+    // message and rc. The one way to turn a Status into an RPC error.
+    void fail(const Status& s);
 
     // True once answered (end/error) or cancelled.
     bool finished() const { return finished_.load(); }

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""libdyad.so exports DYAD's symbols and nothing else (src/libdyad.map).
+"""libdyad.so exports DYAD's API and nothing else (src/libdyad.map).
 
 Fails when libdyad.so exports a symbol that is neither a C function of
-DYAD's API (dyad_*) nor a C++ entity of namespace dyad, apart from the
-allow-list below; when a C function declared in the public headers is not
+DYAD's API (dyad_*) nor a member of the C++ stream API (dyad::dyad_stream_core
+of include/dyad/stream/), apart from the allow-list below: an internal class
+of namespace dyad (the client, the service, a store, a transport) exported
+is a failure; when a C function declared in the public headers is not
 exported; and, given --plugin, when the transport plugin exports anything but
-its entry point.
+its entry point or needs libdyad.so (it links the layers it uses itself).
 
 usage: check_symbols.py LIBDYAD INCLUDE_DIR [--plugin LIBDYAD_OFI]
 """
@@ -20,15 +22,12 @@ import sys
 # static data (_ZN4dyad.., _ZNK4dyad.. for const members), their vtables,
 # type information and names, guard variables, local statics and thunks.
 DYAD_CXX = re.compile(r"^_Z(?:T[VIST]|GV|Z|Th-?\d+_|Tv-?\d+_-?\d+_)*N[rVKRO]*4dyad")
+# Of those, the C++ stream API's: the members of dyad::dyad_stream_core.
+STREAM_API = re.compile(r"^_ZN[rVKRO]*4dyad16dyad_stream_core")
 DYAD_C = re.compile(r"^dyad_\w+$")
 
 # The documented exceptions (docs/design.md, "Library surface and plugins").
 ALLOWED = [
-    # Type information of function types, and pointers to them, over dyad
-    # types (std::function keeps it: "typeinfo for dyad::dtl::Attributes ()").
-    # The version script's typeinfo glob matches these names and cannot
-    # exclude them by pattern.
-    (re.compile(r"^_ZT[IS]P?FN[rVKRO]*4dyad"), "typeinfo of a function type over dyad types"),
     # The symbol versions themselves (src/libdyad.map: DYAD_1, DYAD_2), which
     # nm lists as absolute symbols.
     (re.compile(r"^DYAD_\d+$"), "a symbol version of libdyad.so (src/libdyad.map)"),
@@ -48,6 +47,12 @@ def exported(lib):
             continue
         syms[parts[2].split("@")[0]] = parts[1]
     return syms
+
+
+def needed_libraries(lib):
+    """The DT_NEEDED entries of lib."""
+    out = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
 
 
 def demangle(names):
@@ -83,16 +88,25 @@ def main():
     problems = []
 
     syms = exported(a.libdyad)
-    foreign, allowed = [], []
+    foreign, internal, allowed = [], [], []
     for name in sorted(syms):
-        if DYAD_C.match(name) or DYAD_CXX.match(name):
+        if DYAD_C.match(name) or STREAM_API.match(name):
             continue
         why = next((w for pat, w in ALLOWED if pat.match(name)), None)
-        (allowed if why else foreign).append((name, why))
+        if why:
+            allowed.append((name, why))
+        elif DYAD_CXX.match(name):
+            internal.append((name, None))
+        else:
+            foreign.append((name, None))
     if foreign:
-        problems.append(f"{len(foreign)} exported symbol(s) are neither DYAD's C API nor in namespace dyad "
+        problems.append(f"{len(foreign)} exported symbol(s) are neither DYAD's C API nor its C++ stream API "
                         "(hide them: src/libdyad.map, or allow-list them here with a reason):")
         problems += [f"  {d}   [{n}]" for d, (n, _) in zip(demangle([n for n, _ in foreign]), foreign)]
+    if internal:
+        problems.append(f"{len(internal)} exported symbol(s) are DYAD's internals, not its API: programs and "
+                        "plugins link the layers themselves (dyad::internal); keep src/libdyad.map to the API:")
+        problems += [f"  {d}   [{n}]" for d, (n, _) in zip(demangle([n for n, _ in internal]), internal)]
 
     for header in HEADERS:
         names = declared_functions(os.path.join(a.include_dir, header))
@@ -105,6 +119,10 @@ def main():
                 problems.append(f"{name} is exported as '{syms[name]}', not as a function")
 
     if a.plugin:
+        needed = needed_libraries(a.plugin)
+        if any(n.startswith("libdyad.so") for n in needed):
+            problems.append(f"{a.plugin} needs libdyad.so ({', '.join(needed)}): it must link the layers it uses "
+                            "(dyad::internal), which libdyad.so does not export")
         extra = sorted(set(exported(a.plugin)) - {"dyad_dtl_plugin_v1"})
         if "dyad_dtl_plugin_v1" not in exported(a.plugin):
             problems.append(f"{a.plugin} does not export its entry point dyad_dtl_plugin_v1")
@@ -113,8 +131,9 @@ def main():
             problems += [f"  {d}" for d in demangle(extra)]
 
     dyad_c = sum(1 for n in syms if DYAD_C.match(n))
-    print(f"{a.libdyad}: {len(syms)} exported: {dyad_c} C API, {len(syms) - dyad_c - len(allowed) - len(foreign)} "
-          f"namespace dyad, {len(allowed)} allow-listed, {len(foreign)} foreign")
+    stream = sum(1 for n in syms if STREAM_API.match(n))
+    print(f"{a.libdyad}: {len(syms)} exported: {dyad_c} C API, {stream} C++ stream API, "
+          f"{len(internal)} internal, {len(allowed)} allow-listed, {len(foreign)} foreign")
     for d, (_, why) in zip(demangle([n for n, _ in allowed]), allowed):
         print(f"  allowed: {d} ({why})")
     if problems:

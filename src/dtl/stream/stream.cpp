@@ -10,11 +10,11 @@
 
 #include "common/checksum.hpp"
 #include "common/log.hpp"
-#include "chunked.hpp"
-#include "dtl.hpp"
-#include "options.hpp"
+#include "dtl/chunked.hpp"
+#include "dtl/dtl.hpp"
+#include "dtl/options.hpp"
 #include "proto/transfer.hpp"
-#include "write_behind.hpp"
+#include "dtl/write_behind.hpp"
 
 namespace dyad::dtl {
 namespace {

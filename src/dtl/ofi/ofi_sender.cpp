@@ -13,8 +13,8 @@
 #include <mutex>
 #include <thread>
 
-#include "budget.hpp"
-#include "chunked.hpp"
+#include "dtl/budget.hpp"
+#include "dtl/chunked.hpp"
 #include "common/base64.hpp"
 #include "common/log.hpp"
 #include "common/rate_limit.hpp"

@@ -8,8 +8,8 @@
 
 #include <asio/io_context.hpp>
 
-#include "dtl.hpp"
-#include "options.hpp"
+#include "dtl/dtl.hpp"
+#include "dtl/options.hpp"
 
 namespace dyad::dtl::ofi {
 

@@ -19,12 +19,13 @@
 // (fi_trywait + poll) within the inactivity deadline, and on the RPC socket
 // for frames.
 //
-// Files: ofi_receiver.cpp (consumer), ofi_sender.cpp (service),
+// Files: ofi_receiver.cpp (consumer), ofi_consumer.cpp (its endpoint), ofi_sender.cpp (service),
 // ofi_endpoint.cpp (libfabric plumbing, ofi.hpp), this file (attributes, the
 // row of the table of backends, the plugin's entry point).
+#include "common/log.hpp"
 #include "ofi.hpp"
 #include "ofi_transport.hpp"
-#include "plugin.h"
+#include "dtl/plugin.h"
 
 namespace dyad::dtl {
 namespace ofi {
@@ -91,6 +92,10 @@ void* make_ofi_backend() {
     static dyad::dtl::Backend* backend = new dyad::dtl::Backend(dyad::dtl::ofi_backend());
     return backend;
 }
+
+void use_log(const void* host) {
+    dyad::log::use_host(static_cast<const dyad::log::Host*>(host));
+}
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const dyad_dtl_plugin_t* dyad_dtl_plugin_v1() {
@@ -100,6 +105,7 @@ extern "C" __attribute__((visibility("default"))) const dyad_dtl_plugin_t* dyad_
         kBuildIdRecord + sizeof(DYAD_DTL_BUILD_ID_MARKER) - 1,
         dyad::dtl::name_of(dyad::dtl::Kind::ofi),
         make_ofi_backend,
+        use_log,
     };
     return &plugin;
 }

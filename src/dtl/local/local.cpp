@@ -34,7 +34,7 @@
 
 #include "common/fd.hpp"
 #include "common/log.hpp"
-#include "dtl.hpp"
+#include "dtl/dtl.hpp"
 #include "proto/fields.hpp"
 #include "proto/transfer.hpp"
 

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// Seconds in messages and logs, written one way, and the time since a
+// point of the steady clock.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace dyad {
+
+// "%g": "30", "2.5", "0.001", "1e+06"; nullopt (a wait without a deadline):
+// "inf". Messages add the unit themselves ("... within 30 s").
+std::string seconds_text(double s);
+std::string seconds_text(std::optional<double> s);
+
+// Seconds from t0 to now, on the steady clock.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace dyad
