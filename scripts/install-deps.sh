@@ -42,6 +42,7 @@ PKGS=(
                        # port); the distribution's service is disabled below
   socat                # tar | socat baseline of make bench (bench/references.py)
   strace               # syscall accounting of make bench (strace -f -c, bench/accounting.py)
+  acl                  # setfacl: the ACL case of the node-wide service's test (tests/integration/test_nodewide.py)
   python3              # tests, demo, benchmarks, pydyad
   python3-pytest       # every Python test (ctest runs pytest)
   python3-venv         # pip install ./python into a fresh venv (tests/python/test_pydyad_install.py)
