@@ -380,7 +380,7 @@ Status Client::produce(const std::string& path) {
     // Over the Unix socket the open file goes with the request: it proves
     // this process's user may open it (a keyless node-wide service requires
     // it of users other than its own; docs/security.md, "The node-wide service").
-    UniqueFd proof(::open(full.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+    UniqueFd proof(::open(full.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
     auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
                          &connect_failed, nullptr, rpc::kMaxMeta, proof.get());
     // The service's metadata store is down: asked again until the deadline

@@ -58,8 +58,7 @@ bool can_act_as_users() {
 }
 
 std::string peer_text(const rpc::Peer& peer) {
-    return peer.uid >= 0 ? "uid " + std::to_string(peer.uid)
-                         : std::string("a peer of unknown uid");
+    return peer.uid >= 0 ? "uid " + std::to_string(peer.uid) : std::string("a peer of unknown uid");
 }
 
 FsCreds creds_of(const rpc::Peer& peer) {
@@ -120,7 +119,9 @@ void ActingAs::restore() {
     std::abort();
 }
 
-ActingAs::~ActingAs() { restore(); }
+ActingAs::~ActingAs() {
+    restore();
+}
 
 Status check_passed_file(const std::optional<rpc::PassedFile>& passed, const struct stat& sb,
                          const std::string& up, const std::string& who) {
@@ -129,10 +130,9 @@ Status check_passed_file(const std::optional<rpc::PassedFile>& passed, const str
         "may open the file, passing the open file over the service's Unix socket (DYAD does "
         "this itself: set DYAD_SERVICE_URI=unix:PATH of the node's dyadd)";
     if (!passed)
-        return Status(DYAD_RC_NOAUTH,
-                      "cannot publish '" + up + "' for " + who + ": no open file came with it" +
-                          why,
-                      EACCES);
+        return Status(
+            DYAD_RC_NOAUTH,
+            "cannot publish '" + up + "' for " + who + ": no open file came with it" + why, EACCES);
     if (!S_ISREG(passed->mode) || !passed->readable)
         return Status(DYAD_RC_NOAUTH,
                       "cannot publish '" + up + "' for " + who +
@@ -199,15 +199,15 @@ Status Service::may_change(const rpc::Peer& peer, const std::string& up, const c
     auto pub = ledger_.find(up);
     if (!pub && absent_ok) return Status::ok();
     if (!pub || pub->uid < 0 || peer.uid < 0 || pub->uid != peer.uid) {
-        const std::string by = !pub ? std::string("no user of this node")
-                               : pub->uid < 0
-                                   ? std::string("a user this service no longer knows")
-                                   : "uid " + std::to_string(pub->uid);
+        const std::string by = !pub           ? std::string("no user of this node")
+                               : pub->uid < 0 ? std::string("a user this service no longer knows")
+                                              : "uid " + std::to_string(pub->uid);
         return Status(DYAD_RC_NOAUTH,
                       std::string("cannot ") + what + " '" + up + "' for " + peer_text(peer) +
-                          ": it was published by " + by + "; without a key only that user, "
-                          "dyadd's own (uid " + std::to_string(::geteuid()) +
-                          ") and root may " + what + " it",
+                          ": it was published by " + by +
+                          "; without a key only that user, "
+                          "dyadd's own (uid " +
+                          std::to_string(::geteuid()) + ") and root may " + what + " it",
                       EPERM);
     }
     return Status::ok();

@@ -74,14 +74,16 @@ Status private_state_dir(const std::string& state) {
         return Status::ok();
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(sb.st_mode & 07777));
-    const std::string what = S_ISLNK(sb.st_mode)  ? std::string("is a symbolic link")
-                             : !S_ISDIR(sb.st_mode) ? std::string("is not a directory")
-                             : sb.st_uid != me
-                                 ? "belongs to uid " + std::to_string(sb.st_uid) + " (mode " + mode + ")"
-                                 : std::string("may be used by others (mode ") + mode + ")";
+    const std::string what =
+        S_ISLNK(sb.st_mode)    ? std::string("is a symbolic link")
+        : !S_ISDIR(sb.st_mode) ? std::string("is not a directory")
+        : sb.st_uid != me ? "belongs to uid " + std::to_string(sb.st_uid) + " (mode " + mode + ")"
+                          : std::string("may be used by others (mode ") + mode + ")";
     return Status(DYAD_RC_BADMANAGEDPATH,
-                  "'" + state + "' " + what + ": it holds this dyadd's lock, epoch and ledger and "
-                  "must be a private directory (mode 0700) of its user (uid " + std::to_string(me) +
+                  "'" + state + "' " + what +
+                      ": it holds this dyadd's lock, epoch and ledger and "
+                      "must be a private directory (mode 0700) of its user (uid " +
+                      std::to_string(me) +
                       "); another user may have made it before this service first started: "
                       "look at it, remove it, and start dyadd again",
                   EACCES);

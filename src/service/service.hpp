@@ -339,7 +339,7 @@ class Service {
     // Pulls of replicas (they block for a whole transfer: not file_pool_).
     asio::thread_pool replica_pool_{2};
     std::atomic<uint64_t> published_count_{0}, refused_unproduced_{0}, refused_stale_{0};
-    std::atomic<uint64_t> refused_unreadable_{0};  // keyless peers refused a file (readable_by)
+    std::atomic<uint64_t> refused_unreadable_{0};    // keyless peers refused a file (readable_by)
     std::atomic<uint64_t> refused_not_producer_{0};  // keyless publishes/unpublishes refused
     bool act_as_users_ = false;  // can take consumers' credentials (root): access.hpp
     std::vector<std::string> endpoints_;
