@@ -19,8 +19,6 @@
 namespace dyad::service {
 namespace {
 
-constexpr uid_t kNobody = 65534;
-
 // The calling thread's supplementary groups (the kernel's, per thread).
 std::vector<gid_t> thread_groups() {
     int n = ::getgroups(0, nullptr);
