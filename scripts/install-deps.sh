@@ -62,6 +62,7 @@ PKGS_TEST=(
   etcd-client          # etcdctl: health checks of the tests' etcd, the etcdctl baseline of make bench
   rsync                # rsync daemon baseline of make bench (bench/references.py, its own daemon on a free
                        # port), rsync in job scripts (tests); the distribution's service is disabled below
+  acl                  # setfacl: the ACL case of the node-wide service's test (tests/integration/test_nodewide.py)
   python3-pytest       # every Python test (ctest runs pytest)
   python3-venv         # pip install ./python into a fresh venv (tests/python/test_pydyad_install.py)
   python3-numpy        # examples/python, pydyad.torch

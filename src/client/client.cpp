@@ -409,8 +409,12 @@ Status Client::produce(const std::string& path) {
     // DYAD_REPLICAS_SYNC: the answer waits for the copies (each a transfer).
     const double limit = kControlTimeout + (cfg_.replicas_sync ? 16 * cfg_.transfer_timeout : 0.0);
     const Deadline until = Deadline::after(limit);
+    // Over the Unix socket the open file goes with the request: it proves
+    // this process's user may open it (a keyless node-wide service requires
+    // it of users other than its own; docs/security.md, "The node-wide service").
+    UniqueFd proof(::open(full.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
     auto v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
-                         &connect_failed);
+                         &connect_failed, nullptr, rpc::kMaxMeta, proof.get());
     // The service's metadata store is down: asked again until the deadline
     // (a restart of etcd takes seconds), then its error, naming the store.
     for (double pause = 0.05;
@@ -421,7 +425,7 @@ Status Client::produce(const std::string& path) {
                       v.status().message().c_str());
         std::this_thread::sleep_for(std::chrono::duration<double>(pause));
         v = pool_->call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
-                        &connect_failed);
+                        &connect_failed, nullptr, rpc::kMaxMeta, proof.get());
     }
     if (publishing.active()) trace_publish(publishing, up.value(), v);
     sp.fail(v.status());

@@ -45,6 +45,21 @@ void not_found(const std::shared_ptr<rpc::Request>& r, const std::string& ns,
     r->error(ENOENT, "key '" + key + "' not found in namespace '" + ns + "'", DYAD_RC_NOTFOUND);
 }
 
+// Without a key a service is what the kernel says, not what the hello
+// claims: on this host only dyadd's own uid and root write the store (the
+// hello admits no other as a service either: session_hello.cpp).
+bool refused_keyless_writer(const rpc::Server& server, const std::shared_ptr<rpc::Request>& r) {
+    const rpc::Peer& p = r->peer();
+    if (server.auth().key || p.trusted || !p.local) return false;
+    r->error(EPERM,
+             "only services write the metadata store, and without a key only dyadd's own user "
+             "and root are services of this node (" +
+                 (p.uid >= 0 ? "uid " + std::to_string(p.uid) : std::string("this peer")) +
+                 " is not): publish through this node's dyadd (dyad produce, dyad_produce)",
+             DYAD_RC_NOAUTH);
+    return true;
+}
+
 void answer_entry(const std::shared_ptr<rpc::Request>& r, const std::string& ns,
                   const std::string& key, Result<Entry> e) {
     if (e) return r->end(wire::EntryAnswer{std::move(e->value), e->version}.build());
@@ -137,6 +152,7 @@ void StoreServer::Topics::on_put(const std::shared_ptr<rpc::Request>& r) {
                         "this service keeps its metadata in an external store: publish through it "
                         "(dyad produce, dyad_produce)",
                         DYAD_RC_NOAUTH);
+    if (refused_keyless_writer(server, r)) return;
     auto a = wire::PutArgs::parse(r->args());
     if (!a) return bad_args(r, a.status());
     std::string writer = r->peer_service();
@@ -156,6 +172,7 @@ void StoreServer::Topics::on_remove(const std::shared_ptr<rpc::Request>& r) {
                         "this service keeps its metadata in an external store: unpublish through "
                         "it (dyad rm)",
                         DYAD_RC_NOAUTH);
+    if (refused_keyless_writer(server, r)) return;
     auto a = wire::RemoveArgs::parse(r->args());
     if (!a) return bad_args(r, a.status());
     std::string writer = r->peer_service();

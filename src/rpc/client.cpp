@@ -424,7 +424,47 @@ Status Connection::read_exact(void* p, size_t n, Deadline deadline, bool take_fd
     return Status::ok();
 }
 
-Status Connection::send_frame(const Header& h0, const std::string& meta, Deadline deadline) {
+Result<size_t> Connection::send_first_with_fd(const char* p, size_t n, int fd, Deadline deadline) {
+    for (;;) {
+        struct iovec iov = {const_cast<char*>(p), n};
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(int))];
+        } ctl;
+        std::memset(&ctl, 0, sizeof ctl);
+        struct msghdr msg = {};
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+        ssize_t w = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
+        if (w > 0) {
+            sent_any_ = true;
+            return static_cast<size_t>(w);
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            Status s = wait_fd(fd_.get(), POLLOUT, deadline, "send to " + uri_);
+            if (!s) {
+                broken_ = true;
+                return s;
+            }
+            continue;
+        }
+        const int err = errno;
+        broken_ = true;
+        if (sending_request_ && (err == EPIPE || err == ECONNRESET)) loss_ = Loss::unsent;
+        return Status(DYAD_RC_CONNFAIL, "send to " + uri_ + " failed", err);
+    }
+}
+
+Status Connection::send_frame(const Header& h0, const std::string& meta, Deadline deadline,
+                              int pass_fd) {
     Header h = h0;
     h.meta_len = static_cast<uint32_t>(meta.size());
     uint8_t hdr[kHeaderSize];
@@ -436,11 +476,17 @@ Status Connection::send_frame(const Header& h0, const std::string& meta, Deadlin
         tx_mac_.sign(hdr, kHeaderSize, meta, tag);
         buf.append(reinterpret_cast<char*>(tag), sizeof tag);
     }
-    return write_exact(buf.data(), buf.size(), deadline);
+    size_t first = 0;
+    if (pass_fd >= 0 && unix_) {
+        auto sent = send_first_with_fd(buf.data(), buf.size(), pass_fd, deadline);
+        if (!sent) return sent.status();
+        first = sent.value();
+    }
+    return write_exact(buf.data() + first, buf.size() - first, deadline);
 }
 
 Result<uint32_t> Connection::send_request(const std::string& topic, nlohmann::json args,
-                                          Deadline deadline, bool propagate) {
+                                          Deadline deadline, bool propagate, int pass_fd) {
     if (broken_) return Status(DYAD_RC_CONNFAIL, "connection to " + uri_ + " is broken", EPIPE);
     uint32_t tag = next_tag_++;
     if (next_tag_ == 0) next_tag_ = 1;
@@ -454,7 +500,7 @@ Result<uint32_t> Connection::send_request(const std::string& topic, nlohmann::js
     loss_ = Loss::none;
     sent_any_ = read_any_ = false;
     sending_request_ = true;
-    Status s = send_frame(h, args.dump(-1, ' ', false, kBadUtf8Replaced), deadline);
+    Status s = send_frame(h, args.dump(-1, ' ', false, kBadUtf8Replaced), deadline, pass_fd);
     sending_request_ = false;
     if (!s) return s;
     return tag;
@@ -573,8 +619,8 @@ Status Connection::error_status(const Frame& f, const std::string& context) {
 
 Result<nlohmann::json> Connection::call(const std::string& topic, nlohmann::json args,
                                         Deadline deadline, double grace_s, std::string* data,
-                                        size_t data_max) {
-    auto tag = send_request(topic, std::move(args), deadline);
+                                        size_t data_max, int pass_fd) {
+    auto tag = send_request(topic, std::move(args), deadline, true, pass_fd);
     if (!tag) return tag.status();
     Deadline read_deadline =
         deadline.infinite() ? deadline : Deadline::after(deadline.remaining() + grace_s);
@@ -654,7 +700,7 @@ void ConnectionPool::put(std::unique_ptr<Connection> c) {
 Result<nlohmann::json> ConnectionPool::call(const std::string& uri, const std::string& topic,
                                             const nlohmann::json& args, Deadline deadline,
                                             double grace_s, bool idempotent, bool* connect_failed,
-                                            std::string* data, size_t data_max) {
+                                            std::string* data, size_t data_max, int pass_fd) {
     if (connect_failed) *connect_failed = false;
     for (int attempt = 0;; ++attempt) {
         auto c = get(uri, deadline);
@@ -662,7 +708,7 @@ Result<nlohmann::json> ConnectionPool::call(const std::string& uri, const std::s
             if (connect_failed) *connect_failed = true;
             return c.status();
         }
-        auto r = c.value()->call(topic, args, deadline, grace_s, data, data_max);
+        auto r = c.value()->call(topic, args, deadline, grace_s, data, data_max, pass_fd);
         if (!r && attempt == 0 && c.value()->reused() &&
             c.value()->lost_before_request(idempotent) && !deadline.expired()) {
             DYAD_DEBUG("rpc",

@@ -69,8 +69,10 @@ class Connection {
     // Sends a request; returns its tag. args become the meta with "topic"
     // and, if propagate, "timeout_ms" (the time left before `deadline`) added:
     // the service then abandons the request at the same deadline.
+    // With `pass_fd` (a Unix socket only; ignored over TCP), the request's
+    // first byte carries that descriptor (SCM_RIGHTS; the caller keeps its own).
     Result<uint32_t> send_request(const std::string& topic, nlohmann::json args, Deadline deadline,
-                                  bool propagate = true);
+                                  bool propagate = true, int pass_fd = -1);
     // Reads the next frame's header and meta. Its data (header.data_len
     // bytes) must then be consumed with read_data or skip_data.
     Result<Frame> read_frame(Deadline deadline);
@@ -94,7 +96,7 @@ class Connection {
     // dropped unread (a peer cannot make the caller hold 64 MiB).
     Result<nlohmann::json> call(const std::string& topic, nlohmann::json args, Deadline deadline,
                                 double grace_s = 0, std::string* data = nullptr,
-                                size_t data_max = kMaxMeta);
+                                size_t data_max = kMaxMeta, int pass_fd = -1);
 
     // Turns an error frame into a Status.
     static Status error_status(const Frame& f, const std::string& context);
@@ -120,7 +122,10 @@ class Connection {
     // The peer's answer to a hello: another hello, or an error naming why
     // (hello_s: the seconds it was given, for the message).
     Result<Frame> read_hello(Deadline deadline, double hello_s);
-    Status send_frame(const Header& h, const std::string& meta, Deadline deadline);
+    Status send_frame(const Header& h, const std::string& meta, Deadline deadline,
+                      int pass_fd = -1);
+    // The first bytes of `p` with `fd` (SCM_RIGHTS): how many went.
+    Result<size_t> send_first_with_fd(const char* p, size_t n, int fd, Deadline deadline);
     Status write_exact(const void* p, size_t n, Deadline deadline);
     // With take_fds (frame headers on a Unix socket), by recvmsg keeping a
     // passed descriptor in passed_fd_.
@@ -179,7 +184,8 @@ class ConnectionPool {
     Result<nlohmann::json> call(const std::string& uri, const std::string& topic,
                                 const nlohmann::json& args, Deadline deadline, double grace_s = 0,
                                 bool idempotent = false, bool* connect_failed = nullptr,
-                                std::string* data = nullptr, size_t data_max = kMaxMeta);
+                                std::string* data = nullptr, size_t data_max = kMaxMeta,
+                                int pass_fd = -1);
     // Requests sent again by call() on a fresh connection.
     uint64_t retries() const { return retries_.load(); }
 

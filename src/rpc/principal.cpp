@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -141,6 +142,23 @@ int64_t proc_owner(const sockaddr_storage& peer, const sockaddr_storage& local) 
     return -1;
 }
 
+// The supplementary groups of the Unix socket's peer as they were when it
+// connected (SO_PEERGROUPS, Linux 4.13); none when the kernel cannot say.
+std::vector<uint32_t> peer_groups(int fd) {
+    std::vector<uint32_t> g(64);
+    for (int tries = 0; tries < 3; ++tries) {
+        socklen_t len = static_cast<socklen_t>(g.size() * sizeof(uint32_t));
+        if (::getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g.data(), &len) == 0) {
+            g.resize(len / sizeof(uint32_t));
+            return g;
+        }
+        // ERANGE: len says how many bytes they need (at most NGROUPS_MAX).
+        if (errno != ERANGE || len / sizeof(uint32_t) <= g.size() || len > (1u << 20)) break;
+        g.resize(len / sizeof(uint32_t));
+    }
+    return {};
+}
+
 }  // namespace
 
 int64_t local_tcp_owner(const sockaddr_storage& peer_in, const sockaddr_storage& local_in) {
@@ -171,6 +189,9 @@ Principal principal_of(int fd) {
             return p;
         }
         p.uid = cred.uid;
+        p.gid = cred.gid;
+        p.local = true;
+        p.groups = peer_groups(fd);
         p.trusted = trusted(p.uid);
         p.key = p.trusted
                     ? "pid " + std::to_string(cred.pid) + " (uid " + std::to_string(cred.uid) + ")"
@@ -182,6 +203,7 @@ Principal principal_of(int fd) {
         return p;
     }
     remote = unmapped(remote);
+    p.local = loopback(remote);
     const std::string host = ip_text(remote);
     p.uid = local_tcp_owner(remote, local);
     if (p.uid >= 0) {

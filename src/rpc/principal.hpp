@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dyad::rpc {
 
@@ -22,6 +23,11 @@ struct Principal {
     std::string key;       // "uid 1000", "host 10.0.0.5", "pid 42 (uid 0)", ...
     bool trusted = false;  // the service's own uid or root
     int64_t uid = -1;      // -1: unknown (a remote host)
+    bool local = false;    // a Unix socket or a loopback address
+    // The process's gid and supplementary groups (Unix socket only:
+    // SO_PEERCRED and SO_PEERGROUPS); -1 and none elsewhere.
+    int64_t gid = -1;
+    std::vector<uint32_t> groups;
 };
 
 // The principal of the peer of connected socket `fd`.

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -58,6 +59,21 @@ struct Peer {
     // The kernel says the peer runs as the service's own uid or as root
     // (it may use the slots kept for the service's own tools).
     bool trusted = false;
+    // On this host: a Unix socket or a loopback address (uid known or not).
+    bool local = false;
+    // The peer process's gid and supplementary groups as the kernel holds
+    // them (SO_PEERCRED, SO_PEERGROUPS; Unix socket only: gid -1 and no
+    // groups elsewhere). docs/security.md, "The node-wide service".
+    int64_t gid = -1;
+    std::shared_ptr<const std::vector<uint32_t>> groups;
+};
+
+// What the kernel says of a descriptor a client passed (SCM_RIGHTS) with a
+// request over a Unix socket: the descriptor itself is closed at once.
+struct PassedFile {
+    uint64_t dev = 0, ino = 0;
+    uint32_t mode = 0;      // st_mode (type and permissions)
+    bool readable = false;  // opened for reading (not O_PATH, not write-only)
 };
 
 // How a request ended, for a RequestObserver.
@@ -107,6 +123,9 @@ class Request : public std::enable_shared_from_this<Request> {
     // True when the client connected over a Unix socket (respond_with_fd
     // works); false over TCP or once the connection closed.
     bool over_unix() const;
+    // The descriptor the client passed with this request's frame (Unix
+    // socket only), as the kernel described it; nullopt when none.
+    const std::optional<PassedFile>& passed_file() const { return passed_; }
     // A number unique to the connection this request came on (0 once it closed).
     uint64_t session_id() const;
     // The same number, kept after the connection closed (for logs).
@@ -154,6 +173,7 @@ class Request : public std::enable_shared_from_this<Request> {
 
     // Internal (Session).
     void set_peer(Peer p) { peer_ = std::move(p); }
+    void set_passed_file(std::optional<PassedFile> f) { passed_ = f; }
     void set_observer(std::shared_ptr<RequestObserver> o) { observer_ = std::move(o); }
     RequestObserver* observer() const { return observer_.get(); }
     void cancel(int why_errnum);
@@ -182,6 +202,7 @@ class Request : public std::enable_shared_from_this<Request> {
     uint32_t tag_;
     nlohmann::json args_;
     Peer peer_;
+    std::optional<PassedFile> passed_;
     std::string topic_;
     std::atomic<bool> closing_{false};   // end/error/cancel called (first wins)
     std::atomic<bool> finished_{false};  // set on the loop once the answer is queued

@@ -31,6 +31,10 @@ Session::Session(Server& srv, asio::io_context& io, asio::generic::stream_protoc
     peer_.key = std::move(who.key);
     peer_.trusted = who.trusted;
     peer_.uid = who.uid;
+    peer_.local = who.local;
+    peer_.gid = who.gid;
+    if (!who.groups.empty())
+        peer_.groups = std::make_shared<const std::vector<uint32_t>>(std::move(who.groups));
 }
 
 void Session::peer_hung_up() {
@@ -88,20 +92,28 @@ std::string Session::local_host() {
 }
 
 void Session::read_header() {
+    rx_file_.reset();
+    // On a Unix socket a descriptor may come with a frame's first byte:
+    // headers are read with recvmsg there (session_fd.cpp).
+    if (unix_) return read_header_unix(0);
     auto self = shared_from_this();
     asio::async_read(sock_, asio::buffer(hdr_), [self](asio::error_code ec, size_t) {
         if (ec) return self->close();
-        self->last_activity_ = std::chrono::steady_clock::now();
-        Status s = decode_header(self->hdr_.data(), &self->h_);
-        if (!s) {
-            if (self->server_.peer_warning_allowed())
-                DYAD_WARN("rpc", "dropping connection: %s", s.to_string().c_str());
-            // Tell a peer of another version why, then close.
-            self->send_error(0, EPROTO, s.message(), DYAD_RC_BADRPC, true);
-            return;
-        }
-        self->read_body();
+        self->header_read();
     });
+}
+
+void Session::header_read() {
+    last_activity_ = std::chrono::steady_clock::now();
+    Status s = decode_header(hdr_.data(), &h_);
+    if (!s) {
+        if (server_.peer_warning_allowed())
+            DYAD_WARN("rpc", "dropping connection: %s", s.to_string().c_str());
+        // Tell a peer of another version why, then close.
+        send_error(0, EPROTO, s.message(), DYAD_RC_BADRPC, true);
+        return;
+    }
+    read_body();
 }
 
 void Session::read_body() {
@@ -244,6 +256,8 @@ bool Session::handle_request(nlohmann::json meta) {
     }
     r->hold(std::move(charge));
     r->set_peer(peer_);
+    r->set_passed_file(rx_file_);
+    rx_file_.reset();
     active_[h_.tag] = r;
     r->arm_deadline();
     server_.dispatch(r);

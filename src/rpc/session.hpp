@@ -9,12 +9,14 @@
 //   session_hello.cpp  the hello: peer identity, authentication, admission
 //   session_write.cpp  the answer queue: gathered writes, sendfile, passing
 //                      a descriptor (SCM_RIGHTS)
+//   session_fd.cpp     a descriptor a client passes with a request (SCM_RIGHTS)
 #pragma once
 
 #include <array>
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -89,7 +91,13 @@ class Session : public std::enable_shared_from_this<Session> {
 
     // ---- reading and dispatch (session.cpp) ----
     void read_header();
+    void header_read();  // hdr_ holds a whole header
     void read_body();
+    // ---- descriptors a client passes (session_fd.cpp) ----
+    // Reads the header from byte `got` on a Unix socket with recvmsg,
+    // keeping what the kernel says of a passed descriptor in rx_file_.
+    void read_header_unix(size_t got);
+    ssize_t recv_header_part(size_t got);
     // Returns false when the session must stop reading.
     bool handle_frame();
     bool handle_request(nlohmann::json meta);
@@ -150,6 +158,7 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string over_cap_;                 // non-empty: refused (its peer has too many connections)
     std::shared_ptr<Session> keep_alive_;  // itself, while paused
     Peer peer_;
+    std::optional<PassedFile> rx_file_;  // came with the frame being read (Unix socket)
     std::deque<Out> q_;
     std::unordered_map<uint32_t, std::shared_ptr<Request>> active_;
 };

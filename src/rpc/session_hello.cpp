@@ -2,7 +2,10 @@
 // The hello exchange on the service's side (docs/wire-protocol.md section
 // 4): who the peer says it is (pid, role, service id), who the kernel says
 // it is (SO_PEERCRED on a Unix socket), the challenge and the proofs of a
-// keyed service, then admission. Nothing about this service is said before
+// keyed service, then admission. Without a key, role "service" is
+// admitted only from this service's own uid and root when the peer is on
+// this host (the kernel says who it is; a remote peer is served without a
+// key only under --insecure). Nothing about this service is said before
 // the peer is admitted: a refused peer gets one error frame
 // ("authentication required" and why) and the close.
 #include <sys/socket.h>
@@ -39,6 +42,13 @@ bool Session::handle_hello(std::string raw, const nlohmann::json& meta) {
         peer_.service_id = id->get<std::string>();
     }
     if (!check_uid()) return false;
+    if (!auth.key && peer_.role == "service" && peer_.local && !peer_.trusted)
+        return refuse(
+            (peer_.uid >= 0 ? "uid " + std::to_string(peer_.uid) : std::string("a local process")) +
+            " may not speak as a service here: without a key, only dyadd's own user (uid " +
+            std::to_string(::geteuid()) +
+            ") and root are services of this node (docs/security.md, \"The node-wide "
+            "service\"); connect as a client, or run the job with a key (dyad keygen)");
     // A client that names the service it wants talks to that one only.
     const std::string own_id = server_.hello_info().value("service_id", std::string());
     auto expect = meta.find("expect");

@@ -81,8 +81,7 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
     // Open, lock and check on a file thread: never block the loop on disk.
     asio::post(file_pool_, [this, p] {
         if (p->r->finished()) return;  // consumer gone before we started
-        auto f = p->req.replica ? open_replica(p->req)
-                                : ServedFile::open(prod_fd_.get(), prod_dir_, p->req.upath);
+        auto f = p->req.replica ? open_replica(p->req) : open_for(p->r->peer(), p->req.upath);
         if (!f) {
             asio::post(io_,
                        [this, r = p->r, t = p->transport, st = f.status()] { fail(r, t, st); });

@@ -92,7 +92,7 @@ Result<Service::Whole> Service::read_small(const proto::FetchRequest& req, const
                                            uint64_t owner, uint64_t peer, size_t front) {
     // The descriptor stays non-blocking (pread_all copes with a filesystem
     // that honours that): one syscall less per file.
-    auto f = ServedFile::open(prod_fd_.get(), prod_dir_, req.upath);
+    auto f = open_for(who, req.upath);
     if (!f) return f.status();
     Snapshot snap;
     Status ok = take_served(*f, req, who, &snap);

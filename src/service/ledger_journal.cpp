@@ -20,21 +20,24 @@ struct FinalizeStmt {
 using Db = std::unique_ptr<sqlite3, CloseDb>;
 using Stmt = std::unique_ptr<sqlite3_stmt, FinalizeStmt>;
 
-// The columns of a row, in the order of kSave's parameters 4..11.
+// The columns of a row, in the order of kSave's parameters 4..12.
 constexpr const char* kSchema =
     "CREATE TABLE IF NOT EXISTS published ("
     " service TEXT NOT NULL, producer_dir TEXT NOT NULL, upath TEXT NOT NULL,"
     " ns TEXT NOT NULL, key TEXT NOT NULL, dev INTEGER NOT NULL, ino INTEGER NOT NULL,"
     " size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ctime_ns INTEGER NOT NULL,"
-    " generation INTEGER NOT NULL,"
+    " generation INTEGER NOT NULL, uid INTEGER NOT NULL DEFAULT -1,"
     " PRIMARY KEY (service, producer_dir, upath)) WITHOUT ROWID";
+// A journal of a release before the producing uid was kept: the column is
+// added (its rows: -1, unknown).
+constexpr const char* kAddUid = "ALTER TABLE published ADD COLUMN uid INTEGER NOT NULL DEFAULT -1";
 constexpr const char* kSave =
-    "INSERT OR REPLACE INTO published VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+    "INSERT OR REPLACE INTO published VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 constexpr const char* kErase =
     "DELETE FROM published WHERE service = ?1 AND producer_dir = ?2 AND upath = ?3";
 constexpr const char* kClear = "DELETE FROM published WHERE service = ?1 AND producer_dir = ?2";
 constexpr const char* kLoad =
-    "SELECT upath, ns, key, dev, ino, size, mtime_ns, ctime_ns, generation FROM published"
+    "SELECT upath, ns, key, dev, ino, size, mtime_ns, ctime_ns, generation, uid FROM published"
     " WHERE service = ?1 AND producer_dir = ?2";
 
 class SqliteJournal final : public LedgerJournal {
@@ -57,6 +60,10 @@ class SqliteJournal final : public LedgerJournal {
         sqlite3_busy_timeout(db_.get(), 5000);
         for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", kSchema}) {
             rc = sqlite3_exec(db_.get(), sql, nullptr, nullptr, nullptr);
+            if (rc != SQLITE_OK) return fail("cannot set up", rc);
+        }
+        if (!has_uid_column()) {
+            rc = sqlite3_exec(db_.get(), kAddUid, nullptr, nullptr, nullptr);
             if (rc != SQLITE_OK) return fail("cannot set up", rc);
         }
         for (auto [stmt, sql] : {std::pair{&save_, kSave}, std::pair{&erase_, kErase},
@@ -83,6 +90,7 @@ class SqliteJournal final : public LedgerJournal {
             p.mtime_ns = sqlite3_column_int64(st, 6);
             p.ctime_ns = sqlite3_column_int64(st, 7);
             p.generation = static_cast<uint64_t>(sqlite3_column_int64(st, 8));
+            p.uid = sqlite3_column_int64(st, 9);
             rows.emplace_back(text(st, 0), std::move(p));
         }
         sqlite3_reset(st);
@@ -101,6 +109,7 @@ class SqliteJournal final : public LedgerJournal {
         sqlite3_bind_int64(st, 9, pub.mtime_ns);
         sqlite3_bind_int64(st, 10, pub.ctime_ns);
         sqlite3_bind_int64(st, 11, static_cast<sqlite3_int64>(pub.generation));
+        sqlite3_bind_int64(st, 12, pub.uid);
         return run(st, "cannot write");
     }
 
@@ -141,6 +150,16 @@ class SqliteJournal final : public LedgerJournal {
         return p ? std::string(reinterpret_cast<const char*>(p),
                                static_cast<size_t>(sqlite3_column_bytes(st, col)))
                  : std::string();
+    }
+    bool has_uid_column() {
+        sqlite3_stmt* raw = nullptr;
+        if (sqlite3_prepare_v2(db_.get(), "SELECT uid FROM published LIMIT 0", -1, &raw, nullptr) !=
+            SQLITE_OK) {
+            sqlite3_finalize(raw);
+            return false;
+        }
+        sqlite3_finalize(raw);
+        return true;
     }
     static void bind_text(sqlite3_stmt* st, int i, const std::string& s) {
         sqlite3_bind_text(st, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);

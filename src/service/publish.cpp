@@ -13,6 +13,7 @@
 #include "common/trace.hpp"
 #include "kvs/record.hpp"
 #include "proto/publish.hpp"
+#include "access.hpp"
 #include "service.hpp"
 
 namespace dyad::service {
@@ -55,8 +56,8 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
     asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces, copies, sync] {
         if (r->finished()) return;
         trace::Span sp("service.publish", "service");
-        auto res =
-            publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins), replaces);
+        auto res = publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins),
+                           replaces, *r);
         if (sp.active()) trace_published(sp, up, res);
         if (res && copies) return replicate_then_answer(r, res.value(), ns, copies, sync);
         asio::post(io_, [r, res] {
@@ -68,13 +69,15 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
 }
 
 Result<nlohmann::json> Service::publish(const std::string& up, const std::string& ns,
-                                        unsigned depth, unsigned bins, uint64_t replaces) {
+                                        unsigned depth, unsigned bins, uint64_t replaces,
+                                        const rpc::Request& from) {
     auto fd = open_served_file(up);
     if (!fd) return Status(fd.status()).wrap("cannot publish");
     struct stat sb;
     if (::fstat(fd->get(), &sb) != 0)
         return Status(DYAD_RC_BADFIO, "cannot publish '" + up + "': stat failed", errno);
     if (Status one = one_name(up, sb); !one) return one.wrap("cannot publish");
+    if (Status may = may_publish(from, up, sb); !may) return may;
     kvs::Record rec = record_of(up, sb);
     auto key = gen_path_key(up, depth, bins);
     if (!key) return key.status();
@@ -83,6 +86,7 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
     // ask for the file at once.
     // (Generation 0 until the store answers: not checked meanwhile.)
     Published pub = Published::of(sb, ns, key.value());
+    pub.uid = from.peer().uid;
     auto before = ledger_.begin(up, pub);
     auto v =
         store_put(ns, key.value(), rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), replaces);
@@ -90,6 +94,22 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
     if (!v) return Status(v.status()).wrap("cannot publish '" + up + "'");
     published_count_++;
     return proto::PublishAnswer{v.value(), key.value(), rec.to_json()}.build();
+}
+
+// Without a key, a user other than dyadd's and root publishes only a file
+// it proved it can open (the descriptor its client passed over the Unix
+// socket: over TCP none can pass), and only one no other user published
+// (docs/security.md, "The node-wide service"). A descriptor that came is
+// checked whoever sent it.
+Status Service::may_publish(const rpc::Request& from, const std::string& up,
+                            const struct stat& sb) {
+    const rpc::Peer& peer = from.peer();
+    const bool must_prove = !key_ && !peer.trusted;
+    if (!must_prove && !from.passed_file()) return Status::ok();
+    Status ok = check_passed_file(from.passed_file(), sb, up, peer_text(peer));
+    if (ok && must_prove) ok = may_change(peer, up, "publish", true);
+    if (!ok) refused_not_producer_++;
+    return ok;
 }
 
 void Service::on_unpublish(std::shared_ptr<rpc::Request> r) {
@@ -106,7 +126,9 @@ void Service::on_unpublish(std::shared_ptr<rpc::Request> r) {
     const auto bins = static_cast<unsigned>(req->key_bins);
     asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins] {
         if (r->finished()) return;
-        auto res = unpublish(up, ns, depth, bins);
+        Status may = may_change(r->peer(), up, "unpublish", false);
+        if (!may) refused_not_producer_++;
+        auto res = may ? unpublish(up, ns, depth, bins) : Result<nlohmann::json>(may);
         asio::post(io_, [r, res] {
             if (res) return r->end(res.value());
             Status st = res.status();

@@ -34,6 +34,9 @@ struct Published {
     uint64_t generation = 0;  // 0: the store has not answered yet
     int64_t ctime_ns = 0;     // 0: unknown (learnt from the store after a restart)
     std::string ns, key;      // where the record is ("": learnt from the store)
+    // The uid that published it (docs/security.md, "The node-wide
+    // service"); -1: unknown (learnt from the store).
+    int64_t uid = -1;
 
     // The file as `sb` says it is now, published as (ns, key), generation 0.
     static Published of(const struct stat& sb, std::string ns, std::string key);

@@ -21,7 +21,12 @@ std::atomic<bool> g_warned_no_locks{false};
 
 Result<ServedFile> ServedFile::open(int dirfd, const std::string& dir, const std::string& up) {
     // Not into .dyad/ through a symlink (`m -> .dyad`, then `m/x`).
-    auto fd = open_beneath_unreserved(dirfd, dir, up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    return opened(open_beneath_unreserved(dirfd, dir, up, O_RDONLY | O_NOCTTY | O_NONBLOCK), dir,
+                  up);
+}
+
+Result<ServedFile> ServedFile::opened(Result<UniqueFd> fd, const std::string& dir,
+                                      const std::string& up) {
     if (fd) return ServedFile(std::move(fd.value()), up);
     const int e = fd.status().err();
     if (e == ENOENT)
@@ -34,6 +39,36 @@ Result<ServedFile> ServedFile::open(int dirfd, const std::string& dir, const std
     if (e == EACCES || e == EPERM)
         return Status(DYAD_RC_BADFIO, "service may not read '" + up + "' in " + dir, EACCES);
     return fd.status();
+}
+
+Result<ServedFile> ServedFile::open_as(int dirfd, const std::string& dir, const std::string& up,
+                                       const FsCreds& as) {
+    auto acting = ActingAs::take(as);
+    if (!acting) return acting.status();
+    const std::string refused =
+        "'" + up + "' is not readable by " + as.who +
+        ": the kernel refuses it to that user (the mode, ACL or group of the file, or a "
+        "directory on its way); this service has no key and serves a user only what that user "
+        "could read itself (docs/security.md, \"The node-wide service\")";
+    UniqueFd d(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!d.valid()) {
+        const int e = errno;
+        if (e == EACCES || e == EPERM) return Status(DYAD_RC_BADFIO, refused, EACCES);
+        return Status(DYAD_RC_BADFIO, "cannot open producer directory " + dir, e);
+    }
+    struct stat want, got;
+    if (::fstat(dirfd, &want) != 0 || ::fstat(d.get(), &got) != 0 || want.st_dev != got.st_dev ||
+        want.st_ino != got.st_ino)
+        return Status(DYAD_RC_BADFIO,
+                      "producer directory " + dir +
+                          " is no longer the one this service serves (moved or replaced): "
+                          "restart dyadd",
+                      ESTALE);
+    auto fd = open_beneath_unreserved(d.get(), dir, up, O_RDONLY | O_NOCTTY | O_NONBLOCK);
+    const int e = fd ? 0 : fd.status().err();
+    if (!fd && fd.status().rc() != DYAD_RC_BADFIO && (e == EACCES || e == EPERM))
+        return Status(DYAD_RC_BADFIO, refused, EACCES);
+    return opened(std::move(fd), dir, up);
 }
 
 Status ServedFile::try_shared_lock() {
@@ -92,10 +127,21 @@ Status Service::take_served(ServedFile& f, const proto::FetchRequest& req, const
     } else {
         ok = check_served(req, f.stat(), f.upath(), snap);
     }
-    if (ok) ok = readable_by(peer, f.stat(), f.upath());
+    if (ok) ok = readable_by(peer, f.stat(), f.upath(), req.replica);
     if (ok.err() == ESTALE) refused_stale_++;
     if (ok.err() == ENOENT) refused_unproduced_++;
     return ok;
+}
+
+bool Service::opens_as_peer(const rpc::Peer& peer) const {
+    return !key_ && !peer.trusted && act_as_users_;
+}
+
+Result<ServedFile> Service::open_for(const rpc::Peer& peer, const std::string& up) {
+    if (!opens_as_peer(peer)) return ServedFile::open(prod_fd_.get(), prod_dir_, up);
+    auto f = ServedFile::open_as(prod_fd_.get(), prod_dir_, up, creds_of(peer));
+    if (!f && f.status().err() == EACCES) refused_unreadable_++;
+    return f;
 }
 
 Result<UniqueFd> Service::open_served_file(const std::string& up) {

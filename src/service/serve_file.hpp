@@ -6,11 +6,14 @@
 // in the same order, on a file thread:
 //
 //   ServedFile::open      the name, beneath the directory (O_NONBLOCK: a
-//                         FIFO does not hold the thread)
+//                         FIFO does not hold the thread); for a keyless
+//                         peer other than dyadd's uid and root, open_as:
+//                         with that user's credentials (access.hpp)
 //   ServedFile::take      a shared OFD lock without waiting, then one fstat
 //                         under it: what the file is now (a regular file)
 //   Service::take_served  take(), then what this service published,
-//                         unchanged, and readable by the peer: its
+//                         unchanged (and readable by the peer where it
+//                         could not be opened as the peer): its
 //                         Snapshot (service.hpp)
 //
 // A file its producer holds locked is EAGAIN from take(): dyad.fetch waits
@@ -23,6 +26,7 @@
 #include <string>
 
 #include "common/fd.hpp"
+#include "access.hpp"
 #include "common/status.hpp"
 
 namespace dyad::service {
@@ -33,6 +37,13 @@ class ServedFile {
     // `dirfd`); errors say why not (no such file, outside the directory,
     // not readable by the service).
     static Result<ServedFile> open(int dirfd, const std::string& dir, const std::string& upath);
+    // The same, opened as the user `as` would open it (access.hpp): the
+    // directory `dir` by its path (every directory from / down), then
+    // `upath` beneath it, with that user's credentials; the directory must
+    // still be the one open as `dirfd`. EACCES: the kernel refuses it to
+    // that user.
+    static Result<ServedFile> open_as(int dirfd, const std::string& dir, const std::string& upath,
+                                      const FsCreds& as);
 
     // A shared lock, not waiting, then the file's stat under it. OK: stat()
     // is the file as it is now, a regular file. EAGAIN: its producer holds
@@ -53,6 +64,9 @@ class ServedFile {
 
   private:
     ServedFile(UniqueFd fd, std::string upath) : fd_(std::move(fd)), upath_(std::move(upath)) {}
+    // The file of an open beneath `dir`, or why not.
+    static Result<ServedFile> opened(Result<UniqueFd> fd, const std::string& dir,
+                                     const std::string& upath);
     Status try_shared_lock();
     UniqueFd fd_;
     std::string upath_;

@@ -29,6 +29,7 @@
 #include "proto/identity.hpp"
 #include "rpc/client.hpp"
 #include "rpc/wire.hpp"
+#include "access.hpp"
 #include "send_channel.hpp"
 #include "common/json_text.hpp"
 
@@ -59,12 +60,42 @@ constexpr const char* kDirLock = "service.lock";
 // registration is taken as stale (it crashed).
 constexpr double kHolderProbe = 3.0;
 
+// The producer directory's .dyad/ holds the service's lock, epoch and
+// ledger: it must be this dyadd's own, private, and no symbolic link (one
+// another user made before the first start would be used as is: its files
+// read, its locks held by that user). EACCES naming its owner and mode
+// otherwise (docs/security.md, "The node-wide service").
+Status private_state_dir(const std::string& state) {
+    struct stat sb;
+    if (::lstat(state.c_str(), &sb) != 0)
+        return Status(DYAD_RC_BADMANAGEDPATH, "cannot look at '" + state + "'", errno);
+    const uid_t me = ::geteuid();
+    if (!S_ISLNK(sb.st_mode) && S_ISDIR(sb.st_mode) && sb.st_uid == me && (sb.st_mode & 077) == 0)
+        return Status::ok();
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(sb.st_mode & 07777));
+    const std::string what =
+        S_ISLNK(sb.st_mode)    ? std::string("is a symbolic link")
+        : !S_ISDIR(sb.st_mode) ? std::string("is not a directory")
+        : sb.st_uid != me ? "belongs to uid " + std::to_string(sb.st_uid) + " (mode " + mode + ")"
+                          : std::string("may be used by others (mode ") + mode + ")";
+    return Status(DYAD_RC_BADMANAGEDPATH,
+                  "'" + state + "' " + what +
+                      ": it holds this dyadd's lock, epoch and ledger and "
+                      "must be a private directory (mode 0700) of its user (uid " +
+                      std::to_string(me) +
+                      "); another user may have made it before this service first started: "
+                      "look at it, remove it, and start dyadd again",
+                  EACCES);
+}
+
 // Takes the lock of `dir` (canonical), naming `id` in it; EBUSY naming the
 // holder when another dyadd has it.
 Result<UniqueFd> lock_producer_dir(const std::string& dir, const std::string& id) {
     const std::string state = dir + "/" + kReservedDir;
     Status s = mkdir_p(state, 0700);
     if (!s) return s.wrap("producer directory");
+    if (Status own = private_state_dir(state); !own) return own;
     const std::string path = state + "/" + kDirLock;
     UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (!fd.valid()) {
@@ -409,6 +440,7 @@ Status Service::start() {
     started_ = std::chrono::steady_clock::now();
     started_wall_ = std::chrono::system_clock::now();
     if (Status s = open_producer_dir(); !s) return s;
+    act_as_users_ = can_act_as_users();
     auto budget = make_budget(opts_);
     if (!budget) return budget.status();
     budget_ = std::move(budget.value());
@@ -551,53 +583,6 @@ void Service::stop() {
         if (server_) server_->stop();
         io_.stop();
     });
-}
-
-namespace {
-// Whether `uid` may read a file of this owner, group and mode by its mode
-// bits (ACLs are not looked at: they can only be refused here, never
-// granted wrongly).
-bool mode_lets_read(int64_t uid, const struct stat& sb) {
-    if (uid == 0) return true;
-    if (uid >= 0 && sb.st_uid == static_cast<uid_t>(uid)) return sb.st_mode & S_IRUSR;
-    if (sb.st_mode & S_IROTH) return true;
-    if (!(sb.st_mode & S_IRGRP) || uid < 0) return false;
-    struct passwd pw, *found = nullptr;
-    std::vector<char> buf(16384);
-    if (::getpwuid_r(static_cast<uid_t>(uid), &pw, buf.data(), buf.size(), &found) != 0 || !found)
-        return false;
-    if (pw.pw_gid == sb.st_gid) return true;
-    int n = 256;
-    std::vector<gid_t> groups(static_cast<size_t>(n));
-    if (::getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) {
-        groups.resize(static_cast<size_t>(n));
-        if (::getgrouplist(pw.pw_name, pw.pw_gid, groups.data(), &n) < 0) return false;
-    }
-    groups.resize(static_cast<size_t>(n));
-    return std::find(groups.begin(), groups.end(), sb.st_gid) != groups.end();
-}
-}  // namespace
-
-Status Service::readable_by(const rpc::Peer& peer, const struct stat& sb, const std::string& up) {
-    // With a key every peer proved it belongs to the job; this service's
-    // own uid and root can read what it can anyway.
-    if (key_ || peer.trusted || mode_lets_read(peer.uid, sb)) return Status::ok();
-    refused_unreadable_++;
-    return Status(
-        DYAD_RC_BADFIO,
-        "'" + up + "' is not readable by " +
-            (peer.uid >= 0 ? "uid " + std::to_string(peer.uid)
-                           : std::string("a peer of unknown uid")) +
-            " (mode " +
-            [&] {
-                char m[8];
-                std::snprintf(m, sizeof m, "%04o", static_cast<unsigned>(sb.st_mode & 07777));
-                return std::string(m);
-            }() +
-            "): this service has no key and serves a user only what that user "
-            "could read itself; make the file readable to it, or run the job "
-            "with a key (dyad keygen, dyadd --auth-key)",
-        EACCES);
 }
 
 Status Service::check_served(const proto::FetchRequest& req, const struct stat& sb,

@@ -213,7 +213,9 @@ class Service {
     Result<nlohmann::json> unpublish(const std::string& upath, const std::string& ns,
                                      unsigned depth, unsigned bins);
     Result<nlohmann::json> publish(const std::string& upath, const std::string& ns, unsigned depth,
-                                   unsigned bins, uint64_t replaces);
+                                   unsigned bins, uint64_t replaces, const rpc::Request& from);
+    // Whether `from` may publish `up` (open as `sb`): access.hpp.
+    Status may_publish(const rpc::Request& from, const std::string& up, const struct stat& sb);
     // The record publish() writes for the file `up` as `sb` says it is.
     kvs::Record record_of(const std::string& up, const struct stat& sb) const;
     // Registers again in the remote store and publishes again every file
@@ -234,7 +236,25 @@ class Service {
     // Without a key, a peer that is not this service's uid nor root is
     // served only a file its own uid could read (docs/security.md,
     // "Keyless peers read what their uid may read").
-    Status readable_by(const rpc::Peer& peer, const struct stat& sb, const std::string& up);
+    // Where the file was opened as the peer (opens_as_peer), the kernel
+    // decided; otherwise (a dyadd that cannot take other users'
+    // credentials) the file's permission classes decide. A replica is
+    // served to such a peer only by a service that opens as itself for it
+    // (the holder cannot tell who may read the original).
+    Status readable_by(const rpc::Peer& peer, const struct stat& sb, const std::string& up,
+                       bool replica = false);
+    // Whether a file served to `peer` is opened with its credentials
+    // (access.hpp): no key, a peer other than dyadd's uid and root, and a
+    // dyadd that can (root).
+    bool opens_as_peer(const rpc::Peer& peer) const;
+    // `up` in the producer directory, opened as `peer` would open it when
+    // opens_as_peer(peer), else as the service (file thread).
+    Result<ServedFile> open_for(const rpc::Peer& peer, const std::string& up);
+    // A keyless publish or unpublish of `up` by `peer`: allowed to dyadd's
+    // uid and root, else only for the uid that published it (access.cpp);
+    // `absent_ok`: also when this service has not published it.
+    Status may_change(const rpc::Peer& peer, const std::string& up, const char* what,
+                      bool absent_ok);
     // Whether the file as `sb` (its fstat under the lock) says it is, is `up`
     // as this service published it (`req`: the fetch's ns, key and
     // generation): its snapshot if so.
@@ -320,7 +340,9 @@ class Service {
     // Pulls of replicas (they block for a whole transfer: not file_pool_).
     asio::thread_pool replica_pool_{2};
     std::atomic<uint64_t> published_count_{0}, refused_unproduced_{0}, refused_stale_{0};
-    std::atomic<uint64_t> refused_unreadable_{0};  // keyless peers refused a file (readable_by)
+    std::atomic<uint64_t> refused_unreadable_{0};    // keyless peers refused a file (readable_by)
+    std::atomic<uint64_t> refused_not_producer_{0};  // keyless publishes/unpublishes refused
+    bool act_as_users_ = false;  // can take consumers' credentials (root): access.hpp
     std::vector<std::string> endpoints_;
     std::map<std::string, std::unique_ptr<dtl::Sender>> senders_;
     std::map<std::string, std::string> unavailable_;  // transport -> why it is not served

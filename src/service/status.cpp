@@ -42,6 +42,7 @@ nlohmann::json Service::status_json() const {
         {"published", published_count_.load()},
         {"refused_unproduced", refused_unproduced_.load()},
         {"refused_unreadable", refused_unreadable_.load()},
+        {"refused_not_producer", refused_not_producer_.load()},
         {"refused_stale", refused_stale_.load()},
         {"auth_refused", server_ ? server_->auth_refused() : 0},
         {"idle_closed", server_ ? server_->idle_closed() : 0},
