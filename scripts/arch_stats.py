@@ -65,8 +65,12 @@ _BELOW = {
     "wrapper": ["common", "proto", "rpc", "kvs", "dtl", "client"],
     "tools": ["common", "proto", "rpc", "kvs", "dtl", "client"],
     "slurm": [],
+    "dyadd": ["common", "proto", "rpc", "kvs", "dtl", "client", "service"],
 }
 LAYERS = {name: set(below) | {name} for name, below in _BELOW.items()}
+# Layers that never speak DYAD's wire: their strings are other formats (the
+# Slurm plugin's root-only job record), not wire field names.
+NO_WIRE = {"slurm"}
 
 
 def sources():
@@ -203,8 +207,17 @@ def functions(rel, text):
     return []
 
 
+# dyadd, the program (not the service library): it composes the service with
+# the client, whose fetch path pulls replicas (src/service/CMakeLists.txt
+# builds these files into dyadd alone; the library dyad_service never links
+# the client).
+PROGRAM_FILES = {os.path.join("src", "service", f) for f in ("main.cpp", "replica_pull.cpp", "replica_pull.hpp")}
+
+
 def layer_of(rel):
     parts = rel.split(os.sep)
+    if rel in PROGRAM_FILES:
+        return "dyadd"
     if parts[0] == "tools":
         return "tools"
     if parts[0] == "src" and len(parts) > 2:
@@ -260,11 +273,12 @@ def wire_fields():
 
 
 def load_allow():
-    """(allowed functions {(file, name): reason}, wire literal ceiling)."""
-    allowed, ceiling = {}, None
+    """(allowed functions {(file, name): reason}, wire literal ceiling,
+    debt {(file, name or None): lines})."""
+    allowed, ceiling, debt = {}, None, {}
     path = os.path.join(ROOT, ALLOW_FILE)
     if not os.path.exists(path):
-        return allowed, ceiling
+        return allowed, ceiling, debt
     for no, raw in enumerate(read(ALLOW_FILE).split("\n"), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
@@ -274,9 +288,13 @@ def load_allow():
             allowed[(words[1], words[2])] = words[3]
         elif words[0] == "wire_field_literals" and len(words) == 2 and words[1].isdigit():
             ceiling = int(words[1])
+        elif words[0] == "file_debt" and len(words) == 3 and words[2].isdigit():
+            debt[(words[1], None)] = int(words[2])
+        elif words[0] == "function_debt" and len(words) == 4 and words[3].isdigit():
+            debt[(words[1], words[2])] = int(words[3])
         else:
             sys.exit("%s:%d: not understood: %r (see the file's header)" % (ALLOW_FILE, no, line))
-    return allowed, ceiling
+    return allowed, ceiling, debt
 
 
 def measure():
@@ -290,7 +308,7 @@ def measure():
     fields = wire_fields()
     literal_uses, literal_files = {}, {}
     for f, t in texts.items():
-        if f.startswith(MESSAGE_LAYER + os.sep) or not f.endswith(C_EXTS):
+        if f.startswith(MESSAGE_LAYER + os.sep) or not f.endswith(C_EXTS) or layer_of(f) in NO_WIRE:
             continue
         for name in fields:
             n = t.count('"' + name + '"')
@@ -313,6 +331,7 @@ def measure():
         "service": {"members": members, "methods": methods},
         "files_over_800_lines": [[n, f] for n, f in sizes if n > MAX_FILE_LINES],
         "longest_files": [[n, f] for n, f in sizes[:8]],
+        "all_files": [[n, f] for n, f in sizes],
         "functions_over_80_lines": [[n, where, name] for n, where, name in funcs if n > MAX_FUNCTION_LINES],
         "longest_functions": [[n, where, name] for n, where, name in funcs[:10]],
         "upward_includes": [list(x) for x in sorted(upward)],
@@ -329,16 +348,24 @@ def measure():
 
 def check(report):
     """The guard: prints every offender; returns the number of problems."""
-    allowed, ceiling = load_allow()
+    allowed, ceiling, debt = load_allow()
     problems = 0
     over = report["files_over_800_lines"]
     print("files over %d lines: %d" % (MAX_FILE_LINES, len(over)))
     for n, f in over:
+        owed = debt.get((f, None))
+        if owed is not None and n <= owed:
+            print("  debt %5d %s (recorded at %d in %s: may shrink, never grow)" % (n, f, owed, ALLOW_FILE))
+            continue
         print("  FAIL %5d %s: split it into named parts" % (n, f))
-    problems += len(over)
+        problems += 1
     long_funcs = report["functions_over_80_lines"]
     listed = [x for x in long_funcs if (x[1].split(":")[0], x[2]) in allowed]
-    bad = [x for x in long_funcs if x not in listed]
+    owing = [x for x in long_funcs if x not in listed and x[0] <= debt.get((x[1].split(":")[0], x[2]), -1)]
+    for n, where, name in owing:
+        print("  debt %5d %s %s (recorded at %d: may shrink, never grow)" %
+              (n, where, name, debt[(where.split(":")[0], name)]))
+    bad = [x for x in long_funcs if x not in listed and x not in owing]
     print("functions over %d lines: %d (%d listed in %s)" % (MAX_FUNCTION_LINES, len(long_funcs), len(listed),
                                                                ALLOW_FILE))
     for n, where, name in bad:
@@ -350,6 +377,21 @@ def check(report):
     for key in sorted(set(allowed) - present):
         print("  note: %s lists %s %s, which is no longer over %d lines: remove the line" %
               (ALLOW_FILE, key[0], key[1], MAX_FUNCTION_LINES))
+    # A debt paid (the file or function is back under the limit) or smaller
+    # than recorded: the line must go or be lowered, so the ratchet holds.
+    sizes = {f: n for n, f in report["all_files"]}
+    funcs = {(w.split(":")[0], name): n for n, w, name in report["functions_over_80_lines"]}
+    for (f, name), owed in sorted(debt.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        now = sizes.get(f, 0) if name is None else funcs.get((f, name), 0)
+        limit = MAX_FILE_LINES if name is None else MAX_FUNCTION_LINES
+        if now <= limit:
+            print("  FAIL %s lists %s%s as debt, which is no longer over %d lines: remove the line" %
+                  (ALLOW_FILE, f, " " + name if name else "", limit))
+            problems += 1
+        elif now < owed:
+            print("  FAIL %s records %s%s at %d lines, now %d: lower it (the ratchet)" %
+                  (ALLOW_FILE, f, " " + name if name else "", owed, now))
+            problems += 1
     up = report["upward_includes"]
     print("includes of a higher layer: %d" % len(up))
     for where, inc, layer in up:
