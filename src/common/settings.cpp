@@ -14,8 +14,11 @@ namespace {
 
 using T = Type;
 
+// The table is built at its first use, not at load: the LD_PRELOAD wrapper's
+// constructor reads settings before the static objects of the library it
+// carries are initialised (one shared object: their order is the link's).
 // clang-format off
-const std::vector<Setting> kTable = {
+std::vector<Setting> make_table() { return {
     {"DYAD_SERVICE_URI", T::text, "tcp://127.0.0.1:7627", "client",
      "this node's dyadd (`tcp://HOST:PORT` or `unix:PATH`)"},
     {"DYAD_AUTH_KEY_FILE", T::text, nullptr, "client, dyadd",
@@ -119,7 +122,8 @@ const std::vector<Setting> kTable = {
      "path of `libdyad.so` for the Python package (unset: the build or install beside it)"},
     {"DYAD_JOB_MANAGER", T::text, nullptr, "client",
      "`slurm` in the tasks of a `--dyad` job (set by the SPANK plugin, with `DYAD_WRAPPER` and `DYAD_LIBRARY`): errors then say what a user can do there"},
-};
+    };
+}
 // clang-format on
 
 std::mutex g_mu;
@@ -203,11 +207,12 @@ Status bad(const Value& v, const Status& why) {
 }  // namespace
 
 const std::vector<Setting>& table() {
-    return kTable;
+    static const std::vector<Setting> t = make_table();
+    return t;
 }
 
 const Setting* find(std::string_view name) {
-    for (const auto& s : kTable)
+    for (const auto& s : table())
         if (name == s.name) return &s;
     return nullptr;
 }
@@ -351,7 +356,7 @@ void set_option(std::string_view name, std::string value) {
 Status check(std::string_view reader) {
     Status f = file_status();
     if (!f) return f;
-    for (const auto& s : kTable) {
+    for (const auto& s : table()) {
         if (std::string_view(s.readers).find(reader) == std::string_view::npos) continue;
         Value v = lookup(s.name);
         if (!v.set()) continue;
@@ -390,7 +395,7 @@ Status check(std::string_view reader) {
 
 nlohmann::json describe() {
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& s : kTable) {
+    for (const auto& s : table()) {
         Value v = lookup(s.name);
         out.push_back({{"name", s.name},
                        {"value", v.set() ? nlohmann::json(v.text) : nlohmann::json(nullptr)},
@@ -405,7 +410,7 @@ nlohmann::json describe() {
 
 std::string markdown() {
     std::string out = "| variable | type | default | read by | meaning |\n|---|---|---|---|---|\n";
-    for (const auto& s : kTable) {
+    for (const auto& s : table()) {
         out += std::string("| `") + s.name + "` | " + type_name(s.type) + " | " +
                (s.def ? std::string("`") + s.def + "`" : std::string("unset")) + " | " + s.readers +
                " | " + s.meaning + " |\n";

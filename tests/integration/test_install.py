@@ -134,7 +134,10 @@ def test_a_plugin_of_another_build_is_refused(installed):
         p = cons.dyad("consume", cons.path("b.bin"), check=False, timeout=60,
                       env_extra={"DYAD_DTL_MODE": "MARGO", "DYAD_WAIT_TIMEOUT": 20})
         assert p.returncode != 0
-        assert p.returncode == 6, p.stderr  # DYAD_RC_MARGOINIT_FAIL (its name only at DYAD_LOG_LEVEL=debug)
+        # A fixed transport that cannot work is an error at once (issue 50):
+        # exit 1, the message naming DYAD_DTL_MODE and why.
+        assert p.returncode == 1, p.stderr
+        assert "DYAD_DTL_MODE=MARGO cannot work" in p.stderr, p.stderr
         assert os.path.realpath(plugin) in p.stderr, p.stderr
         assert f"dyad {theirs}" in p.stderr and f"dyad {ours}" in p.stderr, p.stderr
         assert "rebuild and reinstall the plugin" in p.stderr, p.stderr
