@@ -118,6 +118,10 @@ def test_failed_publish_raises_on_the_next_call_and_on_finalize(nodes):
     first = json.loads(p.line())
     assert first.startswith("DYAD_RC_") and "gone" in first and "not carried out" in first, first
     assert json.loads(p.line()) == "ok"
+    # next's publish is queued, not done: wait for its record before the
+    # service goes, or its failure would be the one the next call reports.
+    harness.wait_for(lambda: cons.dyad("stat", cons.path("next"), check=False).returncode == 0, 30,
+                     what="next's record")
     prod.kill()
     p.send("last")
     last = json.loads(p.line(timeout=90))

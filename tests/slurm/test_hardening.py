@@ -336,6 +336,7 @@ def test_store_gone_says_what_the_user_can_do(slurm, shared):
 #SBATCH -N2
 #SBATCH -w node[1-2]
 #SBATCH -o {out}
+srun --overlap -N1 -n1 -w node2 true  # node2's prolog (its dyadd) is done: a task ran there
 srun --overlap -N1 -n1 -w node1 bash -c 'kill -9 $(cat $(dirname $DYAD_AUTH_KEY_FILE)/dyadd.pid)'
 srun --overlap -N1 -n1 -w node2 {DYAD} consume --timeout 5 $DYAD_PATH_CONSUMER/never.bin
 echo "rc $?"
