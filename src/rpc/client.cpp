@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "client.hpp"
+#include "fd_passing.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -332,39 +333,18 @@ bool Connection::is_unix_socket(int fd) {
 // first one of the message is kept in passed_fd_ (replacing, and closing,
 // one not yet taken), any other is closed.
 ssize_t Connection::recv_with_fd(void* p, size_t n) {
-    struct iovec iov = {p, n};
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    struct msghdr msg = {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl.buf;
-    msg.msg_controllen = sizeof ctl.buf;
-    ssize_t r = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
-    if (r < 0) return r;
-    bool kept = false;
-    for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-            int fd;
-            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            if (kept) {
-                ::close(fd);
-                continue;
-            }
-            if (passed_fd_.valid())
-                DYAD_WARN("rpc", "%s passed a second descriptor before the first was taken",
-                          uri_.c_str());
-            passed_fd_.reset(fd);
-            kept = true;
-        }
+    int fd = -1;
+    bool truncated = false;
+    const ssize_t r = recv_with_rights(fd_.get(), p, n, 0, &fd, &truncated);
+    if (fd >= 0) {
+        if (passed_fd_.valid())
+            DYAD_WARN("rpc", "%s passed a second descriptor before the first was taken",
+                      uri_.c_str());
+        passed_fd_.reset(fd);
     }
     // Descriptors that did not fit (more than one) or that this process had
     // no room for were closed by the kernel.
-    if (msg.msg_flags & MSG_CTRUNC)
+    if (truncated)
         DYAD_WARN("rpc", "descriptors passed by %s were dropped (more than one, or no free fd)",
                   uri_.c_str());
     return r;

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "fd_passing.hpp"
 #include "session.hpp"
 
 namespace dyad::rpc {
@@ -41,30 +42,15 @@ std::optional<PassedFile> describe(int fd) {
 }  // namespace
 
 ssize_t Session::recv_header_part(size_t got) {
-    struct iovec iov = {hdr_.data() + got, kHeaderSize - got};
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    struct msghdr msg = {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl.buf;
-    msg.msg_controllen = sizeof ctl.buf;
-    ssize_t r = ::recvmsg(sock_.native_handle(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (r < 0) return r;
-    for (struct cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-            int fd;
-            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-            // The first of the frame is described; any other is closed unread.
-            if (got == 0 && i == 0 && !rx_file_) rx_file_ = describe(fd);
-            ::close(fd);
-        }
+    int fd = -1;
+    const ssize_t r = recv_with_rights(sock_.native_handle(), hdr_.data() + got, kHeaderSize - got,
+                                       MSG_DONTWAIT, &fd, nullptr);
+    // The first descriptor of the frame is described; any other is closed
+    // unread (here, or by the kernel when more than one came).
+    if (fd >= 0) {
+        if (got == 0 && !rx_file_) rx_file_ = describe(fd);
+        ::close(fd);
     }
-    // More than one descriptor: the kernel closed those that did not fit.
     return r;
 }
 
