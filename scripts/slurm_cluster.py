@@ -239,6 +239,9 @@ PartitionName=debug Nodes=node[1-{len(self.names)}] Default=YES MaxTime=INFINITE
     def cmd(self, *args, check=True, timeout=60, **kw):
         """A Slurm command (sbatch, srun, squeue...) from the root namespace."""
         env = kw.pop("env", None) or self.env()
+        # A job's default output (slurm-N.out) lands in the submitting
+        # directory: the cluster's own, never the checkout's.
+        kw.setdefault("cwd", self.root)
         return subprocess.run(list(args), check=check, capture_output=True, text=True, timeout=timeout, env=env, **kw)
 
     # -- jobs ------------------------------------------------------------
