@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Two builds of DYAD side by side on the headline rows of bench.py (one
 1 GiB file and 2,000 files of 64 KiB, node0 -> node1, one `dyad consume`
-each, FLUX_RPC): for a redesign that must not cost speed (docs/design.md,
+each, FLUX_RPC) and on the publish latency (publish_latency.py's
+synchronous row: PL_N dyad_produce calls of a 4 KiB file on node0 over its
+Unix socket; the rate is 1 / the calls' median): for a redesign that must not cost speed (docs/design.md,
 "Inside the service and the client"). Each build runs its own two-node
 cluster with its own dyadd and dyad; rounds interleave the builds and
 rotate which goes first; a warm-up round, then BENCH_REPS measured rounds
@@ -15,13 +17,14 @@ file in a hundred).
   the commit before the change) python3 bench/build_compare.py
 
 BENCH_DIR=/dev/shm puts the nodes' directories there; BENCH_ROWS=small (or
-big) runs that row alone. Writes
+big, or publish, or a comma-separated list) runs those rows alone. Writes
 build_compare.json under build/bench/ (bench_output.py).
 """
 import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +41,26 @@ REPS = int(os.environ.get("BENCH_REPS", 1 if QUICK else 5))
 BENCH_DIR = os.environ.get("BENCH_DIR") or None
 OLD = os.environ.get("BENCH_OLD_BUILD")
 RESULTS = bench_output.results_path("build_compare")
-ROWS = [r for r in os.environ.get("BENCH_ROWS", "big,small").split(",") if r in ("big", "small")]
+UNITS = {"big": "GB/s", "small": "files/s", "publish": "calls/s"}
+ROWS = [r for r in os.environ.get("BENCH_ROWS", "big,small,publish").split(",") if r in UNITS]
+PL_N = int(os.environ.get("PL_N", "300"))
+
+
+def publish_round(cluster, tag):
+    """Calls per second of a synchronous dyad_produce of a 4 KiB file (the
+    median call, the first tenth left out as warm-up), with this build's
+    bench_publish_latency."""
+    node = cluster[0]
+    env = node.env(consumer=False, DYAD_SERVICE_URI=node.unix_uri, DYAD_ASYNC_PUBLISH="0")
+    prog = os.path.join(harness.BUILD, "bin", "bench_publish_latency")
+    d = os.path.join(node.dir, tag)
+    os.makedirs(d, exist_ok=True)
+    p = subprocess.run([prog, "produce", d, str(PL_N), "4096"], env=env, capture_output=True, text=True,
+                       timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(f"{prog} produce: {p.stderr}")
+    calls = [int(line) for line in p.stdout.splitlines() if line.strip().isdigit()]  # not "finalize NS"
+    return 1e9 / statistics.median(calls[len(calls) // 10:])
 
 
 @contextlib.contextmanager
@@ -69,16 +91,17 @@ def main():
         with build(path):
             root = tempfile.mkdtemp(prefix="dyad-bench-", dir=BENCH_DIR) if BENCH_DIR else None
             clusters[name] = harness.Cluster(nodes=2, root=root)
-    rows = {"big": {k: [] for k in builds}, "small": {k: [] for k in builds}}
+    rows = {r: {k: [] for k in builds} for r in UNITS}
+    rounds = {"big": big_round, "small": small_round, "publish": publish_round}
     try:
         order = list(builds)
         for i in range(REPS + 1):
             tag = "warmup" if i == 0 else f"r{i}"
-            for row, fn in [(r, f) for r, f in (("big", big_round), ("small", small_round)) if r in ROWS]:
+            for row in ROWS:
                 for name in order:
                     with build(builds[name]):
-                        v = fn(clusters[name], f"{tag}-{name}")
-                    unit = "GB/s" if row == "big" else "files/s"
+                        v = rounds[row](clusters[name], f"{tag}-{name}")
+                    unit = UNITS[row]
                     print(f"  {row:<5} {tag:<6} {name:<4} {v:9.2f} {unit}", flush=True)
                     if i:
                         rows[row][name].append(v)
@@ -90,11 +113,13 @@ def main():
     summary = {}
     print("\n| row | new: median / p10 / min | old: median / p10 / min | new / old (medians) |")
     print("|---|---|---|---|")
-    for row, unit in [(r, u) for r, u in (("big", "GB/s"), ("small", "files/s")) if r in ROWS]:
+    for row in ROWS:
+        unit = UNITS[row]
         n, o = rows[row]["new"], rows[row]["old"]
         summary[row] = {"unit": unit, "new": n, "old": o,
                         "ratio": statistics.median(n) / statistics.median(o)}
-        label = f"{BIG >> 20} MiB" if row == "big" else f"{COUNT} x 64 KiB"
+        label = {"big": f"{BIG >> 20} MiB", "small": f"{COUNT} x 64 KiB",
+                 "publish": "publish of 4 KiB (sync)"}[row]
         print(f"| {label} | {statistics.median(n):.2f} / {p10(n):.2f} / {min(n):.2f} {unit} | "
               f"{statistics.median(o):.2f} / {p10(o):.2f} / {min(o):.2f} {unit} | "
               f"{summary[row]['ratio']:.3f} |")
