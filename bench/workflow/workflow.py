@@ -36,7 +36,7 @@ LIBDYAD = os.path.join(harness.BUILD, "lib", "libdyad.so")
 # HiCOMB 2024's frame sizes (JAC, ApoA1, F1-ATPase, STMV).
 FRAME_SIZES = {"644KiB": 644 << 10, "2.46MiB": int(2.46 * (1 << 20)), "8.75MiB": int(8.75 * (1 << 20)),
                "28.48MiB": int(28.48 * (1 << 20))}
-MD_METHODS = ["local", "dyad-wrapper", "pydyad", "gfs-poll", "gfs-barrier"]
+MD_METHODS = ["local", "dyad-wrapper", "dyad-wrapper-async", "pydyad", "pydyad-async", "gfs-poll", "gfs-barrier"]
 DL_METHODS = ["dyad", "gfs", "local"]
 
 
@@ -158,11 +158,15 @@ def run_md(env, method, size, frames, pairs=1, nodes=2, sim=0.0, poll=0.005, kee
     for p, (prod, cons) in enumerate(pair_nodes(env, pairs, nodes)):
         if method == "local":
             pd, cd, pmode, cmode, penv, cenv = env.local[prod.name], None, "plain", None, env.plain_env(), None
-        elif method in ("dyad-wrapper", "pydyad"):
-            wrap = method == "dyad-wrapper"
+        elif method.startswith(("dyad-wrapper", "pydyad")):
+            # "-async": the producer publishes with DYAD_ASYNC_PUBLISH=1
+            # (a close returns once the file is queued).
+            wrap = method.startswith("dyad-wrapper")
             pd, cd = prod.dir, cons.dir
             pmode = cmode = "plain" if wrap else "pydyad"
             penv, cenv = env.dyad_env(prod, preload=wrap), env.dyad_env(cons, preload=wrap)
+            if method.endswith("-async"):
+                penv["DYAD_ASYNC_PUBLISH"] = "1"
         else:
             pd, cd = env.mounts[prod.name], env.mounts[cons.name]
             pmode, cmode = "rename", method.split("-")[1]

@@ -49,9 +49,11 @@ def tree(d):
 def test_md_pipeline_smoke(env, size):
     """One pair, producer on node0 and consumer on node1, 4 frames: through
     the LD_PRELOAD wrapper and pydyad, and through GlusterFS with a polling
-    and a barrier consumer. The consumer's frames are the producer's."""
+    and a barrier consumer. The consumer's frames are the producer's. The
+    wrapper also with DYAD_ASYNC_PUBLISH=1, at one size."""
     nbytes = wf.FRAME_SIZES[size]
-    for method in ["local", "dyad-wrapper", "pydyad", "gfs-poll", "gfs-barrier"]:
+    extra = ["dyad-wrapper-async"] if size == "644KiB" else []
+    for method in ["local", "dyad-wrapper", "pydyad", "gfs-poll", "gfs-barrier"] + extra:
         r = wf.run_md(env, method, nbytes, 4, sim=0.01, keep=True, timeout=60)
         try:
             assert r["production"] is not None and r["production"] > 0
