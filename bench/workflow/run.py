@@ -309,6 +309,7 @@ def main():
     p.add_argument("--unet", type=int, default=8, help="unet3d-like samples (~140 MB; scaled down to fit)")
     p.add_argument("--unet-size", type=int, default=UNET3D_SIZE)
     p.add_argument("--only", choices=["md", "dl"], help="one workload only")
+    p.add_argument("--methods", default=",".join(wf.MD_METHODS), help="MD methods of the 1-pair table")
     p.add_argument("--trace-frames", type=int, default=16)
     p.add_argument("--out", default=os.path.join(os.environ.get("BENCH_OUT", os.path.join(wf.ROOT, "build", "bench")),
                                                  "workflow"))
@@ -329,7 +330,11 @@ def main():
     results = {"meta": meta}
     md_text = dl_text = ""
     if a.only in (None, "md"):
-        configs = [(s, 1, 2, wf.MD_METHODS) for s in a.sizes.split(",") if s]
+        methods = [m for m in a.methods.split(",") if m]
+        unknown = sorted(set(methods) - set(wf.MD_METHODS))
+        if unknown:
+            sys.exit(f"bench-workflow: unknown MD method(s) {', '.join(unknown)}; choose from {', '.join(wf.MD_METHODS)}")
+        configs = [(s, 1, 2, methods) for s in a.sizes.split(",") if s]
         for spec in filter(None, a.scale.split(",")):
             pairs, nodes = (int(x) for x in spec.split("x"))
             configs.append(("2.46MiB", pairs, nodes, ["local", "dyad-wrapper", "gfs-poll", "gfs-barrier"]))
