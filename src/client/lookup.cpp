@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The lookup (lookup.hpp): records at once or waiting for their produce,
+// stat, listings, replicas, and the retry of a consume whose file changed.
 #include "lookup.hpp"
 
 #include <algorithm>

@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The owner directory (owners.hpp): owners' registry entries, the endpoint
+// to reach each at, the owners found down a moment ago.
 #include "owners.hpp"
 
 #include <unistd.h>

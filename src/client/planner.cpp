@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The transport planner (planner.hpp): the transports to try for a file,
+// best first, and those that could not start in this process.
 #include "planner.hpp"
 
 #include <new>

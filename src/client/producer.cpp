@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+// The producer (producer.hpp): dyad.publish and dyad.unpublish of the
+// producer directory's files, with their checks and errors.
 #include "producer.hpp"
 
 #include <fcntl.h>

@@ -1,4 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
+// The link to the node's service (service_link.hpp): the hello read once,
+// the store it names, the connection pool, and what to say when either
+// cannot be reached.
 #include "service_link.hpp"
 
 #include <cctype>
