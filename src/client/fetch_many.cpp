@@ -48,6 +48,15 @@ std::optional<Answer> read_answer(RpcFetchChannel& ch, const dtl::FetchChannel::
     return a;
 }
 
+// Files of one endpoint have one owner: only it may answer there ("" if
+// the records do not agree).
+std::string one_owner(const std::vector<size_t>& asked, const std::vector<Record>& records) {
+    std::string owner = records[asked.front()].owner;
+    for (size_t i : asked)
+        if (records[i].owner != owner) owner.clear();
+    return owner;
+}
+
 // The transport a batch is asked, and reported, under: the fixed mode's
 // (one that batches small files: batch_endpoint), else the stream.
 const std::string& batch_transport(const dtl::Backend* fixed) {
@@ -117,18 +126,19 @@ std::vector<size_t> Fetcher::consume_batch(const std::vector<size_t>& which,
     std::vector<size_t> left;
     const std::vector<size_t> asked = unsettled(which, upaths, records, svc, finish, t0);
     if (asked.empty()) return left;
-    // Files of one endpoint have one owner: only it may answer there.
-    std::string owner = records[asked.front()].owner;
-    for (size_t i : asked)
-        if (records[i].owner != owner) owner.clear();
+    const std::string owner = one_owner(asked, records);
     trace::Span sp("fetch_many", "client");
     sp.arg("files", static_cast<uint64_t>(asked.size())).arg("owner", owner).arg("endpoint", ep);
-    // With replicas to fail over to (failover.cpp): an owner just found
-    // unreachable is not tried again, and a cut-off one costs 2 s, not 30.
+    // The owner, as a source (failover.cpp): with replicas to fail over to,
+    // an owner just found unreachable is not tried again, and a cut-off one
+    // costs 2 s, not 30.
     const bool failover = p_.cfg.replica_failover && !owner.empty();
     if (failover && p_.owners.down(owner)) return asked;
-    auto conn = p_.link.pool().get(
-        ep, Deadline::after(failover ? timeouts::kQuickConnect : timeouts::kControl), owner);
+    Source src;
+    src.service = owner;
+    src.endpoint = ep;
+    src.connect_s = failover ? timeouts::kQuickConnect : timeouts::kControl;
+    auto conn = p_.link.pool().get(src.endpoint, Deadline::after(src.connect_s), src.service);
     if (!conn) {
         if (failover) p_.owners.note_down(owner);
         return asked;  // alone, each says why
