@@ -27,6 +27,29 @@
 namespace dyad::capi {
 namespace {
 
+using ClientPtr = std::shared_ptr<client::Client>;
+
+// The skeleton of every call on the context's client: no exception out,
+// the client kept alive for the call (or the error saying why there is
+// none), then f(client).
+template <typename F>
+dyad_rc_t on_client(dyad_ctx_t* ctx, F&& f) {
+    return guarded([&]() -> dyad_rc_t {
+        dyad_rc_t rc;
+        auto c = client_of(ctx, &rc);
+        if (!c) return rc;
+        return f(c);
+    });
+}
+
+// A call that did its work: this node's rank learnt, and DYAD_SYNC_HEALTH
+// set under DYAD_CHECK (as upstream).
+dyad_rc_t succeeded(const ClientPtr& c) {
+    learn_rank(c);
+    if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
+    return ok();
+}
+
 char* dup_str(const std::string& s) {
     char* p = static_cast<char*>(std::malloc(s.size() + 1));
     if (p) std::memcpy(p, s.c_str(), s.size() + 1);
@@ -94,10 +117,7 @@ using namespace dyad::capi;
 extern "C" {
 
 dyad_rc_t dyad_produce(dyad_ctx_t* ctx, const char* fname) {
-    return guarded([&]() -> dyad_rc_t {
-        dyad_rc_t rc;
-        auto c = client_of(ctx, &rc);
-        if (!c) return rc;
+    return on_client(ctx, [&](const ClientPtr& c) -> dyad_rc_t {
         if (!fname || !*fname)
             return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_produce: empty file name"));
         if (c->producer_dir().empty())
@@ -111,18 +131,13 @@ dyad_rc_t dyad_produce(dyad_ctx_t* ctx, const char* fname) {
         auto q = publisher_of();  // DYAD_ASYNC_PUBLISH: queued, published by its thread
         dyad::Status s = q ? q->enqueue(fname) : c->produce(fname);
         if (!s) return fail(s);
-        learn_rank(c);
-        if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
-        return ok();
+        return succeeded(c);
     });
 }
 
 dyad_rc_t dyad_get_metadata(dyad_ctx_t* ctx, const char* fname, bool should_wait,
                             dyad_metadata_t** mdata) {
-    return guarded([&]() -> dyad_rc_t {
-        dyad_rc_t rc;
-        auto c = client_of(ctx, &rc);
-        if (!c) return rc;
+    return on_client(ctx, [&](const ClientPtr& c) -> dyad_rc_t {
         if (!fname || !*fname)
             return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_get_metadata: empty file name"));
         if (!mdata) return fail(dyad::Status(DYAD_RC_BADBUF, "dyad_get_metadata: mdata is NULL"));
@@ -171,10 +186,7 @@ dyad_rc_t dyad_free_metadata(dyad_metadata_t** mdata) {
 }
 
 dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname) {
-    return guarded([&]() -> dyad_rc_t {
-        dyad_rc_t rc;
-        auto c = client_of(ctx, &rc);
-        if (!c) return rc;
+    return on_client(ctx, [&](const ClientPtr& c) -> dyad_rc_t {
         if (!fname || !*fname)
             return fail(dyad::Status(DYAD_RC_BADFIO, "dyad_consume: empty file name"));
         if (c->consumer_dir().empty())
@@ -187,9 +199,7 @@ dyad_rc_t dyad_consume(dyad_ctx_t* ctx, const char* fname) {
         }
         dyad::Status s = c->consume(fname);
         if (!s) return fail(s);
-        learn_rank(c);
-        if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
-        return ok();
+        return succeeded(c);
     });
 }
 
@@ -198,11 +208,8 @@ dyad_rc_t dyad_consume_range(dyad_ctx_t* ctx, const char* fname, size_t offset, 
     // Outputs cleared first (as upstream), and set only on success.
     if (data) *data = nullptr;
     if (data_len) *data_len = 0;
-    return guarded([&]() -> dyad_rc_t {
+    return on_client(ctx, [&](const ClientPtr& c) -> dyad_rc_t {
         static const char* kWhat = "dyad_consume_range";
-        dyad_rc_t rc;
-        auto c = client_of(ctx, &rc);
-        if (!c) return rc;
         if (!data || !data_len)
             return fail(dyad::Status(DYAD_RC_BADBUF,
                                      std::string(kWhat) + ": data and data_len must not be NULL",
@@ -233,11 +240,8 @@ dyad_rc_t dyad_consume_range(dyad_ctx_t* ctx, const char* fname, size_t offset, 
 dyad_rc_t dyad_consume_range_into(dyad_ctx_t* ctx, const char* fname, size_t offset, size_t length,
                                   void* buf, size_t* data_len) {
     if (data_len) *data_len = 0;
-    return guarded([&]() -> dyad_rc_t {
+    return on_client(ctx, [&](const ClientPtr& c) -> dyad_rc_t {
         static const char* kWhat = "dyad_consume_range_into";
-        dyad_rc_t rc;
-        auto c = client_of(ctx, &rc);
-        if (!c) return rc;
         if ((!buf && length > 0) || !data_len)
             return fail(dyad::Status(DYAD_RC_BADBUF,
                                      std::string(kWhat) + ": buf and data_len must not be NULL",
@@ -262,11 +266,8 @@ dyad_rc_t dyad_consume_range_into(dyad_ctx_t* ctx, const char* fname, size_t off
 
 dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname,
                                   const dyad_metadata_t* mdata) {
-    return guarded([&]() -> dyad_rc_t {
+    return on_client(ctx, [&](const ClientPtr& c) -> dyad_rc_t {
         static const char* kWhat = "dyad_consume_w_metadata";
-        dyad_rc_t rc;
-        auto c = client_of(ctx, &rc);
-        if (!c) return rc;
         if (!fname || !*fname)
             return fail(dyad::Status(DYAD_RC_BADFIO, std::string(kWhat) + ": empty file name"));
         if (!mdata) return ok();  // NULL means local, as in DYAD
@@ -330,20 +331,15 @@ dyad_rc_t dyad_consume_w_metadata(dyad_ctx_t* ctx, const char* fname,
         }
         dyad::Status s = c->consume_with(fname, rec);
         if (!s) return fail(s);
-        learn_rank(c);
-        if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
-        return ok();
+        return succeeded(c);
     });
 }
 
 dyad_rc_t dyad_consume_many(dyad_ctx_t* ctx, const char* const* fnames, size_t count,
                             unsigned int window, dyad_rc_t* rcs, dyad_consume_done_fn done,
                             void* arg) {
-    return guarded([&]() -> dyad_rc_t {
+    return on_client(ctx, [&](const ClientPtr& c) -> dyad_rc_t {
         static const char* kWhat = "dyad_consume_many";
-        dyad_rc_t rc;
-        auto c = client_of(ctx, &rc);
-        if (!c) return rc;
         if (count && !fnames)
             return fail(dyad::Status(DYAD_RC_BADFIO, std::string(kWhat) + ": fnames is NULL"));
         if (count && c->consumer_dir().empty())
@@ -386,9 +382,7 @@ dyad_rc_t dyad_consume_many(dyad_ctx_t* ctx, const char* const* fnames, size_t c
             }
         }
         if (!first) {
-            learn_rank(c);
-            if (c->config().check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
-            return ok();
+            return succeeded(c);
         }
         return fail(dyad::Status(first->rc(),
                                  std::to_string(failed) + " of " + std::to_string(count) +
