@@ -50,7 +50,8 @@ MAX_FILE_LINES = 800
 MAX_FUNCTION_LINES = 80
 
 # Each layer (a folder under src/, or tools/) and the layers it may include.
-# common <- proto <- rpc <- {kvs, dtl} <- client <- {wrapper, tools};
+# common <- proto <- rpc <- {kvs, dtl} <- client <- capi <- {wrapper, tools}
+# (capi: the bindings, over the client's public C++ interface);
 # service composes rpc, kvs, dtl. proto (the wire's messages) sits above
 # common and below every layer that speaks the wire (src/proto/CMakeLists.txt).
 # The public headers (include/dyad/) are open to every layer.
@@ -62,8 +63,9 @@ _BELOW = {
     "dtl": ["common", "proto", "rpc"],
     "client": ["common", "proto", "rpc", "kvs", "dtl"],
     "service": ["common", "proto", "rpc", "kvs", "dtl"],
-    "wrapper": ["common", "proto", "rpc", "kvs", "dtl", "client"],
-    "tools": ["common", "proto", "rpc", "kvs", "dtl", "client"],
+    "capi": ["common", "proto", "rpc", "kvs", "dtl", "client"],
+    "wrapper": ["common", "proto", "rpc", "kvs", "dtl", "client", "capi"],
+    "tools": ["common", "proto", "rpc", "kvs", "dtl", "client", "capi"],
     "slurm": [],
     "dyadd": ["common", "proto", "rpc", "kvs", "dtl", "client", "service"],
 }

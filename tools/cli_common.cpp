@@ -30,7 +30,7 @@
 #include <dyad/dyad_version.h>
 
 #include "client/client.hpp"
-#include "client/intercept.hpp"
+#include "capi/intercept.hpp"
 #include "common/auth.hpp"
 #include "common/config.hpp"
 #include "common/settings.hpp"

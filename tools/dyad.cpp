@@ -29,7 +29,7 @@
 #include <dyad/dyad_version.h>
 
 #include "client/client.hpp"
-#include "client/intercept.hpp"
+#include "capi/intercept.hpp"
 #include "common/auth.hpp"
 #include "common/config.hpp"
 #include "common/settings.hpp"
@@ -239,7 +239,7 @@ std::vector<std::string> files_under(const std::string& dir, dyad::Status* err) 
             continue;
         }
         if (it->is_symlink(ec) || !it->is_regular_file(ec)) continue;
-        if (dyad::client::is_tool_temporary(name.c_str())) continue;
+        if (dyad::capi::is_tool_temporary(name.c_str())) continue;
         out.push_back(p.string());
     }
     if (ec) *err = dyad::Status(DYAD_RC_BADFIO, "cannot list '" + dir + "'", ec.value());

@@ -3,76 +3,31 @@
 // used from any number of threads. The C API is a thin layer over this.
 #pragma once
 
-#include <atomic>
-#include <cstdlib>
-#include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "cache.hpp"
 #include "common/config.hpp"
 #include "common/paths.hpp"
 #include "common/status.hpp"
-#include "dtl/dtl.hpp"
-#include "kvs/store.hpp"
-#include "proto/fetch.hpp"
-#include "proto/replica.hpp"
-#include "rpc/client.hpp"
-#include "record.hpp"
-#include "cache.hpp"
 #include "consumer_store.hpp"
+#include "fetcher.hpp"
+#include "lookup.hpp"
 #include "origin.hpp"
+#include "owners.hpp"
+#include "planner.hpp"
+#include "producer.hpp"
+#include "proto/replica.hpp"
+#include "record.hpp"
+#include "report.hpp"
+#include "service_link.hpp"
 
 namespace dyad::client {
-
-// Identity of the node's service, from its hello.
-struct ServiceInfo {
-    std::string id, node, ns, producer_dir, kvs;
-    std::vector<std::string> endpoints;
-    uint32_t rank = UINT32_MAX;  // the node's rank (DYAD_RANK_UNKNOWN if it did not say)
-    nlohmann::json raw;
-};
-
-// How far a transfer is, for a progress display.
-struct TransferProgress {
-    uint64_t bytes = 0;    // received so far
-    uint64_t total = 0;    // the file's size
-    double elapsed_s = 0;  // since the transfer started
-};
-
-// What a consume did (for the CLI, the demo and tests).
-struct ConsumeReport {
-    // In: if set, called on the consuming thread while a file's bytes
-    // arrive: on the first bytes, then at most every progress_interval_s
-    // (a clock read per received block, no system call).
-    std::function<void(const TransferProgress&)> progress;
-    double progress_interval_s = 0.25;
-    // Out:
-    std::string action;  // "fetched", "present", "in-place"
-    std::string transport;
-    std::string endpoint;
-    uint64_t bytes = 0;
-    double wait_s = 0;      // waiting for the file to be produced
-    double transfer_s = 0;  // moving and storing its bytes
-    std::string explain;    // DYAD_DTL_MODE=AUTO: why this transport (scores)
-    // The same, as data (shared with the client's plan cache: a report is
-    // per file, and copying the document for each was a tenth of the CPU of
-    // a small file's consume).
-    std::shared_ptr<const nlohmann::json> selection;
-};
-
-// A byte range of a file in memory (Client::consume_range). The bytes are
-// malloc'd: the C API hands them to its caller, who frees them with free().
-struct RangeBytes {
-    std::unique_ptr<char, void (*)(void*)> data{nullptr, &std::free};
-    size_t size = 0;
-};
 
 // Client::consume_many's options.
 struct ConsumeManyOptions {
@@ -103,11 +58,6 @@ struct SyncOptions {
 
 // Does `upath` fall under a SyncOptions::prefix?
 bool under_prefix(const std::string& upath, const std::string& prefix);
-
-// Seconds a fetch of this thread may spend connecting to a record's owner
-// (0: the usual 30 s); set while a replica could serve the file instead
-// (failover.cpp).
-extern thread_local double t_connect_limit;
 
 class Client {
   public:
@@ -140,7 +90,7 @@ class Client {
     Status consume_with(const std::string& path, const Record& rec,
                         ConsumeReport* report = nullptr);
     // Bytes [offset, offset + length) of a consumer path, in memory: no
-    // file is written here (src/client/consume.cpp). Waits for the file as
+    // file is written here (src/client/range.cpp). Waits for the file as
     // consume does. Read with pread when the file is on this node already
     // (in place, or a copy of this produce consumed here: no transfer);
     // else only the range is fetched from its owner, over the transport
@@ -193,137 +143,27 @@ class Client {
 
   private:
     friend class Pipeline;  // consume_many's (pipeline.cpp)
-    Client(Config cfg, FileSystem& fs, rpc::Credentials creds);
-    // Idle connections the pool keeps per URI: at least the window.
-    size_t idle_per_owner() const;
-    // The relative path of a consumer path: BADMANAGEDPATH without a
-    // consumer directory, UNTRACKED outside it, refused under the reserved
-    // directory.
-    Result<std::string> consumer_relative(const std::string& path) const;
+    friend class Syncer;    // sync's (sync.cpp)
+    Client(Config cfg, FileSystem& fs, rpc::Credentials creds, const dtl::Backend* fixed);
     // get_metadata with its own deadline for the wait (an expired one:
-    // one look, TIMEOUT if absent).
+    // one look, TIMEOUT if absent); with DYAD_PATH_ORIGIN, through it.
     Result<Record> lookup(const std::string& path, bool should_wait, Deadline deadline);
-    // The same for the relative path `upath`.
-    Result<Record> lookup_upath(const std::string& upath, bool should_wait, Deadline deadline);
     // consume_once, then, if the file was produced again meanwhile, again
     // with its newest record (a few times at most); if it changed and is
     // not produced again yet, waits for that produce until `wait` (the
     // call's DYAD_WAIT_TIMEOUT deadline).
     Status consume_record(const std::string& path, Record rec, ConsumeReport* report,
                           Deadline wait);
-    // once(rec), then as consume_record does when it fails with ESTALE.
-    Status retry_stale(const std::string& path, Record rec, Deadline wait,
-                       const std::function<Status(const Record&)>& once);
-    // One attempt at consume_range's work with the record `rec` (into
-    // out->data if it is set on entry, else into memory it allocates).
-    Status range_once(const std::string& upath, const Record& rec, uint64_t offset, uint64_t length,
-                      RangeBytes* out, ConsumeReport* rep);
-    // [offset, offset + length) of the open file `fd` into dst. With
-    // `rec`, the file must be that produce (size and mtime) before and
-    // after the read: else ESTALE.
-    Status read_range(int fd, const std::string& upath, uint64_t offset, uint64_t length,
-                      const Record* rec, char* dst);
     // One attempt at consuming `path` with its record, waiting for the
     // file's lock until `deadline`.
     Status consume_once(const std::string& path, const Record& rec, ConsumeReport* report,
                         Deadline deadline);
-
-    // ---- The consume core (consume.cpp): the steps every consume takes,
-    // one file alone or many in one dyad.fetch_many ----
-    // The in-place rule: same node and same directory, or storage shared by
-    // all nodes (DYAD_SHARED_STORAGE): the file is already where it is wanted.
-    bool in_place(const Record& rec, const ServiceInfo& svc) const;
-    // Nothing to move: in place, or a copy of this produce present (said in
-    // *rep: action, transport "none", no bytes). No lock is needed to see a
-    // whole file.
-    bool settled(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                 ConsumeReport* rep);
-    // Under the file's lock (waited for until `deadline`; one consumer per
-    // file per node moves it, the others wait, then find it present): done
-    // if present by then, else move(lock_fd).
-    using MoveFn = std::function<Status(int lock_fd)>;
-    Status under_lock(const std::string& upath, const Record& rec, Deadline deadline,
-                      ConsumeReport* rep, const MoveFn& move);
-    // Stages the file (beside its target, under lock_fd), lets `fill`
-    // write its bytes into the sink and give the END trailer, checks and
-    // commits it, and says "fetched" in *rep.
-    using FillFn = std::function<Result<nlohmann::json>(FileSink& sink)>;
-    Status stage_commit(const std::string& upath, const Record& rec, int lock_fd,
-                        ConsumeReport* rep, const FillFn& fill);
-    // What every fetch asks for a file: its path, its generation, where its
-    // record is.
-    proto::FetchRequest request_of(const std::string& upath, const Record& rec,
-                                   const std::string& nspace) const;
-    Result<kvs::Store*> store();
-    // The metadata store the node's service uses.
-    std::string store_uri(const ServiceInfo& svc) const;
-    // A store operation that could not reach the store, said so (others
-    // unchanged).
-    Status store_failure(const Status& e, const ServiceInfo& svc) const;
-    std::string ns(const ServiceInfo& svc) const;
-    // lock_fd: the file's lock (ConsumerStore::lock), held meanwhile.
-    // From the owner, then, if it is gone or the fetch fails mid-way, from a
-    // replica of the same generation (failover.cpp; docs/design.md,
-    // "Replicas").
+    // The bytes of `rec` under its lock: an origin record's from the origin
+    // (read_through), any other's from its owner or a replica (the fetcher).
     Status fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                  ConsumeReport* report, int lock_fd);
-    Status fetch_owner(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                       ConsumeReport* report, int lock_fd);
-    Status fetch_replica(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                         ConsumeReport* report, int lock_fd, const Status& why);
-    // The matching replica entries (replicas() with the service known).
-    Result<std::vector<proto::ReplicaEntry>> replicas(const std::string& upath, const Record& rec,
-                                                      const ServiceInfo& svc);
-    // Owners whose endpoint could not be reached lately (failover.cpp):
-    // their files go to a replica first for a few seconds.
-    bool owner_down(const std::string& owner);
-    void note_owner_down(const std::string& owner);
-    // One attempt over one transport; *retry says another may still work
-    // (nothing was received and the failure is this transport's).
-    Status fetch_via(const dtl::Backend& b, const std::string& upath, const Record& rec,
-                     const std::string& ep, const std::string& nspace, ConsumeReport* rep,
-                     int lock_fd, bool* retry);
-    // fetch_via's transfer into the staged file's sink (or a range's
-    // memory): the END trailer. `req` says what to fetch (request_of, maybe
-    // with a range); `received` the bytes the sink has taken.
-    Result<nlohmann::json> receive_via(const dtl::Backend& b, proto::FetchRequest req,
-                                       const Record& rec, const std::string& ep, dtl::Sink& sink,
-                                       const std::function<uint64_t()>& received, bool* retry);
-    // The owner's endpoint to fetch `rec` from: its Unix socket when on
-    // this node, else its TCP address ("" if it lists neither).
-    std::string owner_endpoint(const Record& rec, const ServiceInfo& svc) const;
-    // consume_many's batches (fetch_many.cpp). The endpoint to ask for
-    // `rec` with many others in one dyad.fetch_many, if it may travel so: a
-    // small file, to be fetched (not in place), over the stream transport.
-    std::optional<std::string> batch_endpoint(const Record& rec, const ServiceInfo& svc);
-    // Fetches the files `which` (indices into upaths and records) from the
-    // owner at `ep` in one request; calls finish for each file it installs
-    // or finds present, and returns those left to fetch alone (refused by
-    // the owner, or not answered).
-    using FinishFn = std::function<void(size_t, Status, const ConsumeReport&)>;
-    std::vector<size_t> consume_batch(const std::vector<size_t>& which,
-                                      const std::vector<std::string>& upaths,
-                                      const std::vector<Record>& records, const ServiceInfo& svc,
-                                      const std::string& ep, const FinishFn& finish,
-                                      std::chrono::steady_clock::time_point t0);
-    // The dyad.fetch_many request for the files `which`.
-    proto::FetchManyRequest batch_request(const std::vector<size_t>& which,
-                                          const std::vector<std::string>& upaths,
-                                          const std::vector<Record>& records,
-                                          const ServiceInfo& svc) const;
-    // One served file of a dyad.fetch_many, all its bytes here: installed
-    // whole without a lock where the file system allows, else under its
-    // lock, staged and committed as a lone fetch's.
-    Status install_answer(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                          const Sent& sent, const std::string& bytes, ConsumeReport* rep);
-    std::atomic<bool> no_fetch_many_{false};  // an owner did not know dyad.fetch_many
-    // AUTO: the transports to try for this file, best first.
-    std::vector<const dtl::Backend*> plan(const Record& rec, const ServiceInfo& svc,
-                                          ConsumeReport* rep);
-    // The owner service's registry entry (transport records, host), cached.
-    Result<nlohmann::json> owner_info(const std::string& owner, const ServiceInfo& svc);
-    Deadline wait_deadline() const;
-    // ---- Read-through (origin.cpp) ----
+
+    // ---- Read-through (origin.cpp), over the parts below ----
     // A waiting lookup with DYAD_PATH_ORIGIN set: the record if there is
     // one now, else the origin's file (a record whose owner is
     // kOriginOwner), else the wait for a produce.
@@ -332,6 +172,17 @@ class Client {
     // DYAD_ORIGIN_PUBLISH, published from the producer directory first).
     Status read_through(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                         ConsumeReport* rep, int lock_fd);
+    Result<Record> lookup_upath(const std::string& upath, bool should_wait, Deadline deadline) {
+        return lookup_.find(upath, should_wait, deadline);
+    }
+    bool in_place(const Record& rec, const ServiceInfo& svc) const {
+        return fetcher_.in_place(rec, svc);
+    }
+    Status stage_commit(const std::string& upath, const Record& rec, int lock_fd,
+                        ConsumeReport* rep, const Fetcher::FillFn& fill) {
+        return fetcher_.stage_commit(upath, rec, lock_fd, rep, fill);
+    }
+    Deadline wait_deadline() const { return lookup_.wait_deadline(); }
 
     Config cfg_;
     ManagedDir prod_;
@@ -339,28 +190,13 @@ class Client {
     ConsumerStore cstore_;
     Origin origin_;
     Cache cache_;
-    const dtl::Backend* backend_ = nullptr;  // fixed mode; null for AUTO
-    // False when `owner` is no longer in the registry (stopped, or its
-    // lease in etcd ran out); drops what was cached of it.
-    bool owner_registered(const std::string& owner);
-    std::map<std::string, nlohmann::json> owners_;  // under mu_
-    std::map<std::string, std::string> unusable_;   // transport -> why (under mu_)
-    std::map<std::string, std::chrono::steady_clock::time_point> down_;  // owner -> when (mu_)
-    // AUTO's choice for an (owner, size): many files of one size from one
-    // owner are chosen for once (the scores' arithmetic and the
-    // explanation's formatting cost as much as a small file's transfer).
-    // Under mu_; emptied when owners_ or unusable_ change.
-    struct Plan {
-        std::vector<const dtl::Backend*> order;
-        std::string explain;
-        std::shared_ptr<const nlohmann::json> selection;
-    };
-    std::map<std::pair<std::string, uint64_t>, Plan> plans_;
-    rpc::Credentials creds_;  // DYAD_AUTH_KEY_FILE
-    std::shared_ptr<rpc::ConnectionPool> pool_;
-    std::mutex mu_;
-    std::optional<ServiceInfo> svc_;
-    std::unique_ptr<kvs::Store> store_;
+    // The parts, each one concept (each file says what it holds).
+    ServiceLink link_;         // the node's service: hello, store, connections
+    OwnerDirectory owners_;    // owners' registry entries, endpoints, down marks
+    TransportPlanner planner_;  // which transports, best first
+    Lookup lookup_;            // records, stat, listing, stale retry
+    Producer producer_;        // produce, unpublish
+    Fetcher fetcher_;          // the path of bytes, from a source
 };
 
 }  // namespace dyad::client

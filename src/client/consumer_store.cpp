@@ -560,17 +560,22 @@ Result<bool> ConsumerStore::install_whole(const std::string& upath, const Record
     if (::fsetxattr(fd.get(), kStampAttr, stamp.data(), stamp.size(), 0) != 0 && errno != ENOTSUP &&
         errno != EOPNOTSUPP)
         DYAD_DEBUG(kSub, "cannot stamp '%s': %s", t.c_str(), std::strerror(errno));
+    return link_unnamed(fd.get(), dfd, upath, base, t);
+}
+
+Result<bool> ConsumerStore::link_unnamed(int fd, int dfd, const std::string& upath,
+                                          const std::string& base, const std::string& t) {
     // Linked by its descriptor where the kernel lets this process
     // (flink_ok_), else by its /proc name, which costs a walk through
     // /proc (on 10,000 x 4 KiB in tmpfs, ~1.5 of the ~17 us an install
     // takes). Into the directory's descriptor: a name is never followed.
     if (flink_ok_.load(std::memory_order_relaxed)) {
-        if (fs_.linkat(fd.get(), "", dfd, base.c_str(), AT_EMPTY_PATH) == 0) return true;
+        if (fs_.linkat(fd, "", dfd, base.c_str(), AT_EMPTY_PATH) == 0) return true;
         // Refused (ENOENT without the capability), or the target's own
         // error (EEXIST, a directory gone): the /proc name below says which.
     }
     char self[64];
-    std::snprintf(self, sizeof self, "/proc/self/fd/%d", fd.get());
+    std::snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
     if (fs_.linkat(AT_FDCWD, self, dfd, base.c_str(), AT_SYMLINK_FOLLOW) == 0) {
         if (flink_ok_.exchange(false))
             DYAD_DEBUG(kSub, "linkat(AT_EMPTY_PATH) refused here: unnamed files linked by /proc");
@@ -585,7 +590,7 @@ Result<bool> ConsumerStore::install_whole(const std::string& upath, const Record
         return Status(DYAD_RC_BADFIO, "cannot put '" + upath + "' in place at " + t, errno);
     // An older copy is there: a temporary name, then over it.
     std::string tmp =
-        "." + base + ".dyad-" + std::to_string(process_id()) + "-" + std::to_string(fd.get());
+        "." + base + ".dyad-" + std::to_string(process_id()) + "-" + std::to_string(fd);
     fs_.unlinkat(dfd, tmp.c_str(),
                  0);  // a name of this process's, left by a crash of an earlier one
     if (::linkat(AT_FDCWD, self, dfd, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0)

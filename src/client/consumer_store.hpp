@@ -174,6 +174,11 @@ class ConsumerStore {
                                              const Sent& sent, const void* p, size_t n);
 
   private:
+    // install_whole's last step: the written unnamed file `fd` linked into
+    // place as `base` in the directory `dfd` (over an older copy); false:
+    // unnamed files cannot be linked here (no /proc), use lock() and stage().
+    Result<bool> link_unnamed(int fd, int dfd, const std::string& upath, const std::string& base,
+                              const std::string& t);
     // Removes the temporary file a dead holder of this lock left (its lock
     // file's record), and empties the record.
     void reclaim(int lock_fd);

@@ -12,7 +12,7 @@
 #include <cerrno>
 #include <chrono>
 
-#include "client.hpp"
+#include "fetcher.hpp"
 #include "common/log.hpp"
 #include "common/rate_limit.hpp"
 #include "proto/replica.hpp"
@@ -20,13 +20,6 @@
 namespace dyad::client {
 namespace {
 constexpr const char* kSub = "client";
-constexpr double kListTimeout = 30.0;
-// How long an owner that could not be reached is skipped (its files go to a
-// replica first): a lost node does not cost one connect timeout per file.
-constexpr auto kDownFor = std::chrono::seconds(5);
-// Seconds the first connect to an owner may take before its replicas are
-// tried (a cut-off owner does not refuse: its connect would wait 30 s).
-constexpr double kQuickConnect = 2.0;
 
 // Failures a replica can remedy: the owner unreachable, the transfer cut or
 // corrupted. Not: the file changed (ESTALE: produced again, looked up
@@ -53,90 +46,42 @@ log::RateLimit& failover_log() {
 }
 }  // namespace
 
-bool Client::owner_down(const std::string& owner) {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = down_.find(owner);
-    if (it == down_.end()) return false;
-    if (std::chrono::steady_clock::now() - it->second < kDownFor) return true;
-    down_.erase(it);
-    return false;
-}
-
-void Client::note_owner_down(const std::string& owner) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (down_.size() >= 4096) down_.clear();
-    down_[owner] = std::chrono::steady_clock::now();
-}
-
-Status Client::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                     ConsumeReport* rep, int lock_fd) {
-    if (is_origin(rec)) return read_through(upath, rec, svc, rep, lock_fd);
-    if (cfg_.replica_failover && owner_down(rec.owner)) {
+Status Fetcher::fetch(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                      ConsumeReport* rep, int lock_fd) {
+    if (!p_.cfg.replica_failover)
+        return from_source(upath, rec, Source::owner(rec, svc), svc, rep, lock_fd);
+    if (p_.owners.down(rec.owner)) {
         Status why(DYAD_RC_CONNFAIL,
                    "the service " + rec.owner + " that owns '" + upath +
                        "' could not be reached a moment ago",
                    EHOSTUNREACH);
-        Status r = fetch_replica(upath, rec, svc, rep, lock_fd, why);
+        Status r = from_replicas(upath, rec, svc, rep, lock_fd, why);
         if (r) return r;
         // No replica served it: the owner after all (it may be back).
-        Status s = fetch_owner(upath, rec, svc, rep, lock_fd);
-        if (!s && s.rc() == DYAD_RC_CONNFAIL) note_owner_down(rec.owner);
+        Status s = from_source(upath, rec, Source::owner(rec, svc), svc, rep, lock_fd);
+        if (!s && s.rc() == DYAD_RC_CONNFAIL) p_.owners.note_down(rec.owner);
         return s ? s : Status(s.rc(), s.message() + "; " + r.message(), s.err());
     }
-    if (!cfg_.replica_failover) return fetch_owner(upath, rec, svc, rep, lock_fd);
     // An owner cut off (its link down) does not refuse: its connect would
-    // wait 30 s. The first attempt waits kQuickConnect, then a replica; with
-    // none, the owner again with the usual deadline.
+    // wait 30 s. The first attempt waits timeouts::kQuickConnect, then a
+    // replica; with none, the owner again with the usual deadline.
     const auto t0 = std::chrono::steady_clock::now();
-    Status s;
-    {
-        const double before = t_connect_limit;
-        t_connect_limit = kQuickConnect;
-        s = fetch_owner(upath, rec, svc, rep, lock_fd);
-        t_connect_limit = before;
-    }
+    Status s = from_source(upath, rec, Source::owner(rec, svc, timeouts::kQuickConnect), svc, rep,
+                           lock_fd);
     if (s || !fails_over(s)) return s;
-    if (s.rc() == DYAD_RC_CONNFAIL) note_owner_down(rec.owner);
-    Status r = fetch_replica(upath, rec, svc, rep, lock_fd, s);
+    if (s.rc() == DYAD_RC_CONNFAIL) p_.owners.note_down(rec.owner);
+    Status r = from_replicas(upath, rec, svc, rep, lock_fd, s);
     if (r || s.rc() != DYAD_RC_CONNFAIL ||
-        std::chrono::steady_clock::now() - t0 < std::chrono::duration<double>(kQuickConnect * 0.9))
+        std::chrono::steady_clock::now() - t0 <
+            std::chrono::duration<double>(timeouts::kQuickConnect * 0.9))
         return r;
-    Status again = fetch_owner(upath, rec, svc, rep, lock_fd);
+    Status again = from_source(upath, rec, Source::owner(rec, svc), svc, rep, lock_fd);
     return again ? again : Status(again.rc(), again.message() + "; " + r.message(), again.err());
 }
 
-Result<std::vector<proto::ReplicaEntry>> Client::replicas(const std::string& upath,
-                                                          const Record& rec) {
-    auto svc = service();
-    if (!svc) return svc.status();
-    return replicas(upath, rec, svc.value());
-}
-
-Result<std::vector<proto::ReplicaEntry>> Client::replicas(const std::string& upath,
-                                                          const Record& rec,
-                                                          const ServiceInfo& svc) {
-    auto st = store();
-    if (!st) return st.status();
-    auto page = st.value()->list_page(proto::replica_namespace(ns(svc)),
-                                      proto::replica_prefix(key_of(upath)), "", 0,
-                                      Deadline::after(kListTimeout));
-    if (!page) return page.status();
-    std::vector<proto::ReplicaEntry> out;
-    for (const auto& entry : page->entries) {
-        auto r = proto::ReplicaEntry::parse(entry.second.value);
-        // Only a copy of this very produce: the owner's generation, size
-        // and mtime (the holder checks the generation again when serving).
-        if (!r || r->upath != upath || r->of != rec.owner || r->holder == rec.owner ||
-            r->generation != rec.generation || r->size != rec.size || r->mtime_ns != rec.mtime_ns)
-            continue;
-        out.push_back(std::move(r.value()));
-    }
-    return out;
-}
-
-Status Client::fetch_replica(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                             ConsumeReport* rep, int lock_fd, const Status& why) {
-    auto found = replicas(upath, rec, svc);
+Status Fetcher::from_replicas(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                              ConsumeReport* rep, int lock_fd, const Status& why) {
+    auto found = p_.lookup.replicas(upath, rec, svc);
     if (!found)
         return Status(why.rc(),
                       why.message() + "; no replica looked up: " + found.status().message(),
@@ -145,20 +90,16 @@ Status Client::fetch_replica(const std::string& upath, const Record& rec, const 
     const std::string& gen = std::to_string(rec.generation);
     for (const auto& replica : found.value()) {
         const proto::ReplicaEntry* r = &replica;
-        Record from = rec;
-        from.owner = r->holder;
-        from.node = r->node;
-        from.endpoints = r->endpoints;
-        const std::string ep = owner_endpoint(from, svc);
+        const Source src = Source::holder(replica, rec, svc);
+        const std::string& ep = src.endpoint;
         if (ep.empty()) continue;
-        proto::FetchRequest req = request_of(upath, rec, ns(svc));
+        proto::FetchRequest req = request_of(upath, rec, p_.link.ns(svc));
         req.replica = true;
         const dtl::Backend& b = dtl::universal_backend();
         rep->transport = b.name;
         Status s = stage_commit(upath, rec, lock_fd, rep, [&](FileSink& sink) {
             bool retry = false;
-            return receive_via(
-                b, req, from, ep, sink, [&sink] { return sink.bytes(); }, &retry);
+            return receive(b, src, req, sink, [&sink] { return sink.bytes(); }, &retry);
         });
         if (s) {
             rep->endpoint = ep;

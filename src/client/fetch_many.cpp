@@ -7,9 +7,10 @@
 // place. What the owner refuses, or does not answer, is fetched alone.
 #include <chrono>
 
-#include "client.hpp"
+#include "fetcher.hpp"
 #include "common/checksum.hpp"
 #include "common/log.hpp"
+#include "common/seconds.hpp"
 #include "dtl/fetch_many.hpp"
 #include "fetch_channel.hpp"
 #include "trace_points.hpp"
@@ -17,12 +18,6 @@
 namespace dyad::client {
 
 namespace {
-
-constexpr double kControlTimeout = 30.0;  // sending the request
-
-double since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // One answer of a dyad.fetch_many, read up to the file's bytes.
 struct Answer {
@@ -53,6 +48,15 @@ std::optional<Answer> read_answer(RpcFetchChannel& ch, const dtl::FetchChannel::
     return a;
 }
 
+// Files of one endpoint have one owner: only it may answer there ("" if
+// the records do not agree).
+std::string one_owner(const std::vector<size_t>& asked, const std::vector<Record>& records) {
+    std::string owner = records[asked.front()].owner;
+    for (size_t i : asked)
+        if (records[i].owner != owner) owner.clear();
+    return owner;
+}
+
 // The transport a batch is asked, and reported, under: the fixed mode's
 // (one that batches small files: batch_endpoint), else the stream.
 const std::string& batch_transport(const dtl::Backend* fixed) {
@@ -61,33 +65,33 @@ const std::string& batch_transport(const dtl::Backend* fixed) {
 
 }  // namespace
 
-std::optional<std::string> Client::batch_endpoint(const Record& rec, const ServiceInfo& svc) {
-    if (no_fetch_many_.load(std::memory_order_relaxed) || cons_.empty() ||
+std::optional<std::string> Fetcher::batch_endpoint(const Record& rec, const ServiceInfo& svc) {
+    if (no_fetch_many_.load(std::memory_order_relaxed) || p_.cons.empty() ||
         rec.size > dtl::kFetchManyFileMax)
         return std::nullopt;
     if (in_place(rec, svc)) return std::nullopt;  // nothing moves
-    if (backend_) {
-        if (!dtl::batches_small_files(*backend_)) return std::nullopt;
+    if (const dtl::Backend* fixed = p_.planner.fixed()) {
+        if (!dtl::batches_small_files(*fixed)) return std::nullopt;
     } else {
         ConsumeReport rep;
-        auto order = plan(rec, svc, &rep);
+        auto order = p_.planner.plan(rec, svc, &rep);
         if (order.empty() || order.front() != &dtl::universal_backend()) return std::nullopt;
     }
-    std::string ep = owner_endpoint(rec, svc);
+    std::string ep = OwnerDirectory::endpoint(rec, svc);
     if (ep.empty()) return std::nullopt;
     return ep;
 }
 
-proto::FetchManyRequest Client::batch_request(const std::vector<size_t>& which,
-                                              const std::vector<std::string>& upaths,
-                                              const std::vector<Record>& records,
-                                              const ServiceInfo& svc) const {
+proto::FetchManyRequest Fetcher::batch_request(const std::vector<size_t>& which,
+                                               const std::vector<std::string>& upaths,
+                                               const std::vector<Record>& records,
+                                               const ServiceInfo& svc) const {
     proto::FetchManyRequest req;
-    req.transport = batch_transport(backend_);
+    req.transport = batch_transport(p_.planner.fixed());
     // Compact answers: served files come as a binary header and the bytes,
     // no JSON meta (older owners ignore it and answer in JSON, still read).
     req.raw_answer = true;
-    const std::string nspace = ns(svc);
+    const std::string nspace = p_.link.ns(svc);
     for (size_t i : which) {
         proto::FetchRequest one = request_of(upaths[i], records[i], nspace);
         req.files.push_back({one.upath, one.generation, one.ns, one.key});
@@ -95,41 +99,53 @@ proto::FetchManyRequest Client::batch_request(const std::vector<size_t>& which,
     return req;
 }
 
-std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
-                                          const std::vector<std::string>& upaths,
-                                          const std::vector<Record>& records,
-                                          const ServiceInfo& svc, const std::string& ep,
-                                          const FinishFn& finish,
-                                          std::chrono::steady_clock::time_point t0) {
-    std::vector<size_t> asked, left;
+std::vector<size_t> Fetcher::unsettled(const std::vector<size_t>& which,
+                                       const std::vector<std::string>& upaths,
+                                       const std::vector<Record>& records, const ServiceInfo& svc,
+                                       const FinishFn& finish,
+                                       std::chrono::steady_clock::time_point t0) {
+    std::vector<size_t> asked;
     for (size_t i : which) {
         ConsumeReport rep;
         if (settled(upaths[i], records[i], svc, &rep)) {
-            rep.wait_s = since(t0);
+            rep.wait_s = seconds_since(t0);
             finish(i, Status::ok(), rep);
             continue;
         }
         asked.push_back(i);
     }
+    return asked;
+}
+
+std::vector<size_t> Fetcher::consume_batch(const std::vector<size_t>& which,
+                                           const std::vector<std::string>& upaths,
+                                           const std::vector<Record>& records,
+                                           const ServiceInfo& svc, const std::string& ep,
+                                           const FinishFn& finish,
+                                           std::chrono::steady_clock::time_point t0) {
+    std::vector<size_t> left;
+    const std::vector<size_t> asked = unsettled(which, upaths, records, svc, finish, t0);
     if (asked.empty()) return left;
-    // Files of one endpoint have one owner: only it may answer there.
-    std::string owner = records[asked.front()].owner;
-    for (size_t i : asked)
-        if (records[i].owner != owner) owner.clear();
+    const std::string owner = one_owner(asked, records);
     trace::Span sp("fetch_many", "client");
     sp.arg("files", static_cast<uint64_t>(asked.size())).arg("owner", owner).arg("endpoint", ep);
-    // With replicas to fail over to (failover.cpp): an owner just found
-    // unreachable is not tried again, and a cut-off one costs 2 s, not 30.
-    const bool failover = cfg_.replica_failover && !owner.empty();
-    if (failover && owner_down(owner)) return asked;
-    auto conn = pool_->get(ep, Deadline::after(failover ? 2.0 : kControlTimeout), owner);
+    // The owner, as a source (failover.cpp): with replicas to fail over to,
+    // an owner just found unreachable is not tried again, and a cut-off one
+    // costs 2 s, not 30.
+    const bool failover = p_.cfg.replica_failover && !owner.empty();
+    if (failover && p_.owners.down(owner)) return asked;
+    Source src;
+    src.service = owner;
+    src.endpoint = ep;
+    src.connect_s = failover ? timeouts::kQuickConnect : timeouts::kControl;
+    auto conn = p_.link.pool().get(src.endpoint, Deadline::after(src.connect_s), src.service);
     if (!conn) {
-        if (failover) note_owner_down(owner);
+        if (failover) p_.owners.note_down(owner);
         return asked;  // alone, each says why
     }
-    RpcFetchChannel ch(*conn.value(), cfg_.transfer_timeout);
+    RpcFetchChannel ch(*conn.value(), p_.cfg.transfer_timeout);
     Status opened = ch.open(batch_request(asked, upaths, records, svc).build(),
-                            Deadline::after(kControlTimeout), "dyad.fetch_many");
+                            Deadline::after(timeouts::kControl), "dyad.fetch_many");
     if (!opened) return asked;
     std::vector<char> answered(asked.size(), 0);
     std::string bytes;
@@ -162,7 +178,7 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
             break;
         }
         ConsumeReport rep;
-        rep.wait_s = since(t0);
+        rep.wait_s = seconds_since(t0);
         rep.endpoint = ep;
         const auto t1 = std::chrono::steady_clock::now();
         Status s = install_answer(upaths[i], records[i], svc, *a->sent, bytes, &rep);
@@ -172,30 +188,30 @@ std::vector<size_t> Client::consume_batch(const std::vector<size_t>& which,
             left.push_back(i);
             continue;
         }
-        rep.transfer_s = since(t1);
+        rep.transfer_s = seconds_since(t1);
         finish(i, Status::ok(), rep);
     }
-    if (ch.ended()) pool_->put(std::move(conn.value()));
+    if (ch.ended()) p_.link.pool().put(std::move(conn.value()));
     for (size_t k = 0; k < asked.size(); ++k)
         if (!answered[k]) left.push_back(asked[k]);
     return left;
 }
 
-Status Client::install_answer(const std::string& upath, const Record& rec, const ServiceInfo& svc,
-                              const Sent& sent, const std::string& bytes, ConsumeReport* rep) {
+Status Fetcher::install_answer(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                               const Sent& sent, const std::string& bytes, ConsumeReport* rep) {
     // Unnamed file, linked into place: no lock, nothing to clean up.
     trace::Span committing("commit", "client");
-    auto whole = cstore_.install_whole(upath, rec, sent, bytes.data(), bytes.size());
+    auto whole = p_.cstore.install_whole(upath, rec, sent, bytes.data(), bytes.size());
     if (committing.active())
-        trace_commit(committing, rec, key_of(upath), bytes.size(), whole.status());
+        trace_commit(committing, rec, p_.lookup.key_of(upath), bytes.size(), whole.status());
     if (!whole) return whole.status();
     Status s;
     if (whole.value()) {
         rep->action = "fetched";
         rep->bytes = bytes.size();
-        cache_.installed(upath, bytes.size());
+        p_.cache.installed(upath, bytes.size());
     } else {
-        s = under_lock(upath, rec, wait_deadline(), rep, [&](int lock_fd) {
+        s = under_lock(upath, rec, p_.lookup.wait_deadline(), rep, [&](int lock_fd) {
             return stage_commit(upath, rec, lock_fd, rep,
                                 [&](FileSink& sink) -> Result<nlohmann::json> {
                                     Status w = sink.write(bytes.data(), bytes.size());
@@ -205,8 +221,8 @@ Status Client::install_answer(const std::string& upath, const Record& rec, const
         });
     }
     if (s && rep->action == "fetched") {
-        rep->transport = batch_transport(backend_);
-        if (!backend_) (void)plan(rec, svc, rep);  // AUTO's why (cached)
+        rep->transport = batch_transport(p_.planner.fixed());
+        if (!p_.planner.fixed()) (void)p_.planner.plan(rec, svc, rep);  // AUTO's why (cached)
     }
     return s;
 }

@@ -32,8 +32,10 @@
 #include "client.hpp"
 #include "common/keygen.hpp"
 #include "common/log.hpp"
+#include "common/seconds.hpp"
 #include "common/trace.hpp"
 #include "kvs/get_many.hpp"
+#include "timeouts.hpp"
 #include "work_queue.hpp"
 
 namespace dyad::client {
@@ -43,13 +45,8 @@ constexpr size_t kBatch = 512;           // keys per kvs.get_many
 constexpr size_t kFirstBatch = 64;       // ... in the first, which the workers wait for
 constexpr double kPollFirst = 0.02;      // seconds between looks for missing files, at first
 constexpr double kPollMax = 1.0;         // ... growing to this while nothing appears
-constexpr double kLookupTimeout = 30.0;  // one kvs.get_many
 constexpr size_t kMinBatch = 8;          // files of one dyad.fetch_many, at least when ready
 constexpr size_t kBatchScan = 1024;      // ready files looked at for a batch's company
-
-double since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 
@@ -124,8 +121,8 @@ std::vector<Status> Pipeline::run() {
         return std::move(results_);
     }
     svc_ = svc.value();
-    nspace_ = c_.ns(*svc_);
-    auto st = c_.store();
+    nspace_ = c_.link_.ns(*svc_);
+    auto st = c_.link_.store();
     store_ = st ? st.value() : nullptr;
     batched_ = store_ != nullptr;
 
@@ -199,7 +196,7 @@ void Pipeline::batch_lookup(const std::vector<size_t>& which, std::vector<size_t
         for (size_t j = at; j < end; ++j) ks.push_back(keys_[which[j]]);
         trace::Span sp("lookup_many", "client");
         sp.arg("keys", static_cast<uint64_t>(ks.size()));
-        auto got = store_->get_many(nspace_, ks, Deadline::after(kLookupTimeout));
+        auto got = store_->get_many(nspace_, ks, Deadline::after(timeouts::kLookupMany));
         sp.fail(got.status());
         if (!got) {
             // An older service (ENOSYS) or a store that is not a dyadd's:
@@ -281,7 +278,7 @@ void Pipeline::poll_missing(WorkQueue& q) {
 
 void Pipeline::consume_one(size_t i) {
     ConsumeReport rep;
-    rep.wait_s = since(t0_);
+    rep.wait_s = seconds_since(t0_);
     Status s = c_.consume_record(paths_[i], std::move(records_[i]), &rep, deadline_);
     finish(i, std::move(s), rep);
 }
@@ -296,7 +293,7 @@ Status Pipeline::fetch_ready() {
     const size_t i = ready_.front();
     ready_.pop_front();
     lk.unlock();
-    auto ep = c_.batch_endpoint(records_[i], *svc_);
+    auto ep = c_.fetcher_.batch_endpoint(records_[i], *svc_);
     if (!ep) {
         consume_one(i);
         return Status::ok();
@@ -309,7 +306,7 @@ Status Pipeline::fetch_ready() {
     for (auto it = ready_.begin();
          it != ready_.end() && batch.size() < want && scanned < kBatchScan; ++scanned) {
         if (records_[*it].owner == records_[i].owner &&
-            c_.batch_endpoint(records_[*it], *svc_) == ep) {
+            c_.fetcher_.batch_endpoint(records_[*it], *svc_) == ep) {
             batch.push_back(*it);
             it = ready_.erase(it);
         } else {
@@ -320,7 +317,7 @@ Status Pipeline::fetch_ready() {
     auto done = [this](size_t j, Status s, const ConsumeReport& rep) {
         finish(j, std::move(s), rep);
     };
-    for (size_t j : c_.consume_batch(batch, upaths_, records_, *svc_, *ep, done, t0_))
+    for (size_t j : c_.fetcher_.consume_batch(batch, upaths_, records_, *svc_, *ep, done, t0_))
         consume_one(j);
     return Status::ok();
 }
@@ -337,7 +334,7 @@ WorkQueue::Job Pipeline::wait_missing() {
     return [this, i] {
         ConsumeReport rep;
         auto rec = c_.lookup(paths_[i], true, deadline_);
-        rep.wait_s = since(t0_);
+        rep.wait_s = seconds_since(t0_);
         Status s = rec ? c_.consume_record(paths_[i], std::move(rec.value()), &rep, deadline_)
                        : rec.status();
         finish(i, std::move(s), rep);

@@ -19,6 +19,7 @@
 #include "client.hpp"
 #include "common/fd.hpp"
 #include "common/log.hpp"
+#include "common/seconds.hpp"
 #include "common/settings.hpp"
 
 namespace dyad::client {
@@ -32,12 +33,6 @@ constexpr size_t kBatch = 256;
 constexpr size_t kKeptFailures = 64;
 // Files an error names at most.
 constexpr size_t kNamed = 3;
-
-std::string seconds_text(double s) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g", s);
-    return b;
-}
 
 // "'a', 'b', 'c' and 4 more"
 std::string name_files(const std::vector<std::string>& paths) {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "client.hpp"
+#include "report.hpp"
 #include "common/status.hpp"
 #include "common/trace.hpp"
 #include "proto/publish.hpp"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // libdyad_wrapper.so: LD_PRELOAD shim. Thin by design: resolves the
 // originals once, keeps a per-thread reentrancy guard and a lock-free fd
-// table, and leaves every decision to dyad::client::InterceptPolicy and the
+// table, and leaves every decision to dyad::capi::InterceptPolicy and the
 // client. Files outside the managed directories pass through without
 // allocation or locking.
 #include <atomic>
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "client/client.hpp"
-#include "client/intercept.hpp"
+#include "capi/intercept.hpp"
 #include "client/publish_queue.hpp"
 #include "common/config.hpp"
 #include "common/log.hpp"
@@ -32,7 +32,7 @@
 
 namespace {
 
-using dyad::client::InterceptPolicy;
+using dyad::capi::InterceptPolicy;
 using dyad::wrapper::WriterLock;
 
 // ---- originals ----
@@ -170,7 +170,7 @@ void release(WriteEntry* e) {
     if (last) {
         if (State* st = g_state.load(std::memory_order_acquire)) {
             const char* slash = std::strrchr(e->path.c_str(), '/');
-            if (dyad::client::is_tool_temporary(slash ? slash + 1 : e->path.c_str()))
+            if (dyad::capi::is_tool_temporary(slash ? slash + 1 : e->path.c_str()))
                 DYAD_DEBUG("wrapper", "'%s' looks like a tool's temporary: published when renamed",
                            e->path.c_str());
             else
@@ -248,13 +248,13 @@ bool written_elsewhere(const char* abs) {
 }
 
 // What an open of a consumer path does first (intercept.hpp, consume_mode).
-dyad::client::ConsumeMode mode_of(State* st, int dirfd, const char* abs, int oflag) {
-    dyad::client::OpenFacts f;
+dyad::capi::ConsumeMode mode_of(State* st, int dirfd, const char* abs, int oflag) {
+    dyad::capi::OpenFacts f;
     f.oflag = oflag;
-    if (!InterceptPolicy::should_consume(oflag)) return dyad::client::consume_mode(f);
+    if (!InterceptPolicy::should_consume(oflag)) return dyad::capi::consume_mode(f);
     f.via_dirfd = dirfd != AT_FDCWD;
     const char* slash = std::strrchr(abs, '/');
-    f.temporary = dyad::client::is_tool_temporary(slash ? slash + 1 : abs);
+    f.temporary = dyad::capi::is_tool_temporary(slash ? slash + 1 : abs);
     struct stat sb;
     if (::stat(abs, &sb) == 0) {
         f.exists = true;
@@ -264,15 +264,15 @@ dyad::client::ConsumeMode mode_of(State* st, int dirfd, const char* abs, int ofl
         f.being_written = S_ISREG(sb.st_mode) && (oflag & O_ACCMODE) == O_RDONLY &&
                           st->policy->under_producer(abs) && written_elsewhere(abs);
     }
-    return dyad::client::consume_mode(f);
+    return dyad::capi::consume_mode(f);
 }
 
 // Consumes `abs` as `mode` says. False (errno set, a line on stderr) when
 // that failed; a file looked up and not produced is no failure.
-bool consume_for_open(State* st, const char* abs, dyad::client::ConsumeMode mode) {
+bool consume_for_open(State* st, const char* abs, dyad::capi::ConsumeMode mode) {
     Busy b;
     dyad::Status s;
-    if (mode == dyad::client::ConsumeMode::wait) {
+    if (mode == dyad::capi::ConsumeMode::wait) {
         s = st->client->consume(abs);
     } else {
         auto rec = st->client->get_metadata(abs, false);
@@ -281,7 +281,7 @@ bool consume_for_open(State* st, const char* abs, dyad::client::ConsumeMode mode
     }
     if (!s) {
         std::fprintf(stderr, "dyad: cannot open '%s': %s\n", abs, s.to_string().c_str());
-        errno = dyad::client::errno_for(s);
+        errno = dyad::capi::errno_for(s);
         return false;
     }
     if (st->check) setenv("DYAD_SYNC_HEALTH", "ok", 1);
@@ -294,11 +294,11 @@ bool before_open(State* st, int dirfd, const char* path, int oflag, char* abs,
                  bool* managed_write) {
     *managed_write = false;
     if (!InterceptPolicy::absolute(dirfd, path, abs, PATH_MAX)) return true;
-    if (dyad::client::intent_of_oflag(oflag).write && st->policy->under_producer(abs))
+    if (dyad::capi::intent_of_oflag(oflag).write && st->policy->under_producer(abs))
         *managed_write = true;
     if (!st->policy->under_consumer(abs)) return true;
     const auto mode = mode_of(st, dirfd, abs, oflag);
-    if (mode == dyad::client::ConsumeMode::none) return true;
+    if (mode == dyad::capi::ConsumeMode::none) return true;
     return consume_for_open(st, abs, mode);
 }
 
@@ -344,7 +344,7 @@ FILE* do_fopen(const char* path, const char* mode, FILE* (*call)(const char*, co
     if (!st) return call(path, mode);
     char abs[PATH_MAX];
     bool mw = false;
-    if (!before_open(st, AT_FDCWD, path, dyad::client::oflag_of_fmode(mode), abs, &mw))
+    if (!before_open(st, AT_FDCWD, path, dyad::capi::oflag_of_fmode(mode), abs, &mw))
         return nullptr;
     FILE* f = call(path, mode);
     if (f && mw) after_open(fileno(f), mw, abs);
@@ -381,7 +381,7 @@ void after_rename(State* st, const char* from, const char* to) {
     struct stat sb;
     if (::lstat(to, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
     const char* slash = std::strrchr(to, '/');
-    if (dyad::client::is_tool_temporary(slash ? slash + 1 : to)) return;
+    if (dyad::capi::is_tool_temporary(slash ? slash + 1 : to)) return;
     int saved = errno;
     publish(st, to);
     errno = saved;
@@ -455,7 +455,7 @@ void adopt_inherited(State* st) {
         long fd = std::strtol(de->d_name, &end, 10);
         if (*end != '\0' || fd < 0 || fd >= kMaxFd || fd == self) continue;
         int fl = orig_fcntl()(static_cast<int>(fd), F_GETFL, nullptr);
-        if (fl < 0 || !dyad::client::intent_of_oflag(fl).write) continue;
+        if (fl < 0 || !dyad::capi::intent_of_oflag(fl).write) continue;
         char link[64], target[PATH_MAX];
         std::snprintf(link, sizeof link, "/proc/self/fd/%ld", fd);
         ssize_t n = ::readlink(link, target, sizeof target - 1);
@@ -603,7 +603,7 @@ static FILE* do_freopen(const char* path, const char* mode, FILE* stream, freope
         WriteEntry* old = take(old_fd);
         FILE* f = call(path, mode, stream);
         if (old) {
-            if (f && dyad::client::intent_of_fmode(mode).write && fileno(f) >= 0 &&
+            if (f && dyad::capi::intent_of_fmode(mode).write && fileno(f) >= 0 &&
                 fileno(f) < kMaxFd) {
                 WriteEntry* displaced;
                 {
@@ -619,7 +619,7 @@ static FILE* do_freopen(const char* path, const char* mode, FILE* stream, freope
     }
     char abs[PATH_MAX];
     bool mw = false;
-    if (!before_open(st, AT_FDCWD, path, dyad::client::oflag_of_fmode(mode), abs, &mw))
+    if (!before_open(st, AT_FDCWD, path, dyad::capi::oflag_of_fmode(mode), abs, &mw))
         return nullptr;
     WriteEntry* old = take(old_fd);
     FILE* f = call(path, mode, stream);

@@ -8,9 +8,9 @@
 #include <cstddef>
 #include <string>
 
-#include "client.hpp"
+#include "client/client.hpp"
 
-namespace dyad::client {
+namespace dyad::capi {
 
 // Access intent of an open, from oflag & O_ACCMODE (never from the mode).
 struct OpenIntent {
@@ -25,7 +25,7 @@ int oflag_of_fmode(const char* mode);
 
 class InterceptPolicy {
   public:
-    explicit InterceptPolicy(const Client& c);
+    explicit InterceptPolicy(const client::Client& c);
     bool inert() const { return prod_.empty() && cons_.empty(); }
     // Makes `path` (relative to the cwd, or to directory fd `dirfd` when not
     // AT_FDCWD) absolute and lexically normal into out[cap]. No allocation;
@@ -77,4 +77,4 @@ ConsumeMode consume_mode(const OpenFacts& f);
 // errno for a failed consume: ETIMEDOUT, ENOENT, ECONNREFUSED, EIO, ...
 int errno_for(const Status& s);
 
-}  // namespace dyad::client
+}  // namespace dyad::capi

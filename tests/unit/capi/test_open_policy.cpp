@@ -5,11 +5,11 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 
-#include "client/intercept.hpp"
+#include "capi/intercept.hpp"
 
-using dyad::client::consume_mode;
-using dyad::client::ConsumeMode;
-using dyad::client::OpenFacts;
+using dyad::capi::consume_mode;
+using dyad::capi::ConsumeMode;
+using dyad::capi::OpenFacts;
 
 namespace {
 OpenFacts facts(int oflag) {

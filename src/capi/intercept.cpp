@@ -8,7 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-namespace dyad::client {
+namespace dyad::capi {
 
 OpenIntent intent_of_oflag(int oflag) {
     switch (oflag & O_ACCMODE) {
@@ -92,7 +92,7 @@ ConsumeMode consume_mode(const OpenFacts& f) {
     return ConsumeMode::wait;
 }
 
-InterceptPolicy::InterceptPolicy(const Client& c) {
+InterceptPolicy::InterceptPolicy(const client::Client& c) {
     if (!c.producer_dir().empty()) {
         prod_ = lexical_absolute(c.producer_dir().given());
         prod_canon_ = c.producer_dir().path();
@@ -211,4 +211,4 @@ int errno_for(const Status& s) {
     }
 }
 
-}  // namespace dyad::client
+}  // namespace dyad::capi

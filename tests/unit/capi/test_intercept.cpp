@@ -2,9 +2,9 @@
 // The wrapper's policy: which names are a tool's temporaries.
 #include <gtest/gtest.h>
 
-#include "client/intercept.hpp"
+#include "capi/intercept.hpp"
 
-using dyad::client::is_tool_temporary;
+using dyad::capi::is_tool_temporary;
 
 TEST(Intercept, ToolTemporaries) {
     EXPECT_TRUE(is_tool_temporary(".data.bin.Ab12Zq"));  // rsync
