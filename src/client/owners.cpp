@@ -21,7 +21,7 @@ constexpr auto kDownFor = std::chrono::seconds(5);
 }  // namespace
 
 Result<nlohmann::json> OwnerDirectory::info(const std::string& owner, const ServiceInfo& svc) {
-    if (owner == svc.id) return svc.raw;
+    if (owner == svc.id) return svc.raw ? *svc.raw : nlohmann::json::object();
     {
         std::lock_guard<std::mutex> lk(mu_);
         auto it = owners_.find(owner);

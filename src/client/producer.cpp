@@ -35,10 +35,10 @@ constexpr const char* kSub = "client";
 // the file is open for writing (or mapped shared and writable), and is
 // released at once. Where leases cannot be taken (a file system without
 // them: EINVAL; leases disabled: ENOLCK; a file this user does not own:
-// EACCES) the check is skipped, said at debug level.
-Status refuse_if_being_written(const std::string& full) {
-    UniqueFd fd(::open(full.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
-    if (!fd.valid()) return Status::ok();  // the service's checks say why
+// EACCES) the check is skipped, said at debug level. `fd`: the file, open
+// for reading (invalid: nothing to check; the service's checks say why).
+Status refuse_if_being_written(const UniqueFd& fd, const std::string& full) {
+    if (!fd.valid()) return Status::ok();
     struct stat sb;
     if (::fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode)) return Status::ok();
     // A writer opening the file in the instant the lease is held breaks it,
@@ -99,21 +99,22 @@ Status Producer::produce(const std::string& path) {
     if (!up) return up.status();
     auto svc = link_.service();
     if (!svc) return svc.status();
-    if (canonical_path(svc->producer_dir) != prod_.path())
+    if (svc->producer_dir_canonical != prod_.path())
         return Status(DYAD_RC_BADMANAGEDPATH,
                       "DYAD_PATH_PRODUCER (" + prod_.path() +
                           ") is not the directory the node's service (" + svc->id + ") serves (" +
                           svc->producer_dir + "): use the same directory for both",
                       EINVAL);
     std::string full = prod_.join(up.value());
-    if (Status w = refuse_if_being_written(full); !w) return w;
-    if (cfg_.fsync_write) {
-        UniqueFd fd(::open(full.c_str(), O_RDONLY | O_CLOEXEC));
-        if (fd.valid()) ::fsync(fd.get());
-    }
+    // One open serves the writers' check, DYAD_FSYNC_WRITE and the proof
+    // that goes with the request (publish()): the file a link in the
+    // directory names, as the service opens it.
+    UniqueFd file(::open(full.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+    if (Status w = refuse_if_being_written(file, full); !w) return w;
+    if (cfg_.fsync_write && file.valid()) ::fsync(file.get());
     bool connect_failed = false;
     trace::Span publishing("publish", "client");
-    auto v = publish(request(up.value(), full, svc.value()), full, &connect_failed);
+    auto v = publish(request(up.value(), full, svc.value()), full, file, &connect_failed);
     if (publishing.active()) trace_publish(publishing, up.value(), v);
     sp.fail(v.status());
     if (!v) return publish_failure(v.status(), connect_failed, full);
@@ -149,7 +150,7 @@ proto::PublishRequest Producer::request(const std::string& upath, const std::str
 }
 
 Result<nlohmann::json> Producer::publish(const proto::PublishRequest& req, const std::string& full,
-                                         bool* connect_failed) {
+                                         const UniqueFd& proof, bool* connect_failed) {
     // DYAD_REPLICAS_SYNC: the answer waits for the copies (each a transfer).
     const double limit =
         timeouts::kControl + (cfg_.replicas_sync ? 16 * cfg_.transfer_timeout : 0.0);
@@ -157,7 +158,6 @@ Result<nlohmann::json> Producer::publish(const proto::PublishRequest& req, const
     // Over the Unix socket the open file goes with the request: it proves
     // this process's user may open it (a keyless node-wide service requires
     // it of users other than its own; docs/security.md, "The node-wide service").
-    UniqueFd proof(::open(full.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
     auto v = link_.pool().call(cfg_.service_uri, "dyad.publish", req.build(), until, 0, false,
                                connect_failed, nullptr, rpc::kMaxMeta, proof.get());
     // The service's metadata store is down: asked again until the deadline

@@ -12,6 +12,7 @@
 
 #include "cache.hpp"
 #include "common/config.hpp"
+#include "common/fd.hpp"
 #include "common/paths.hpp"
 #include "common/status.hpp"
 #include "proto/publish.hpp"
@@ -38,9 +39,10 @@ class Producer {
     proto::PublishRequest request(const std::string& upath, const std::string& full,
                                   const ServiceInfo& svc) const;
     // dyad.publish, asked again while the service's store is down (until
-    // the deadline). *connect_failed: the service was not reached.
+    // the deadline), with `proof` (the file, open) passed over a Unix
+    // socket. *connect_failed: the service was not reached.
     Result<nlohmann::json> publish(const proto::PublishRequest& req, const std::string& full,
-                                   bool* connect_failed);
+                                   const UniqueFd& proof, bool* connect_failed);
     // A failed publish, said for a user.
     Status publish_failure(const Status& e, bool connect_failed, const std::string& full) const;
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "common/paths.hpp"
 #include "common/settings.hpp"
 #include "kvs/outage.hpp"
 #include "timeouts.hpp"
@@ -96,7 +97,7 @@ Status check_service_uri(const std::string& uri, const std::string& what) {
 
 ServiceInfo ServiceInfo::from_hello(const nlohmann::json& h) {
     ServiceInfo s;
-    s.raw = h;
+    s.raw = std::make_shared<const nlohmann::json>(h);
     s.id = h.value("service_id", "");
     s.node = h.value("node", "");
     s.ns = h.value("namespace", kDefaultNamespace);
@@ -139,6 +140,7 @@ Result<ServiceInfo> ServiceLink::service() {
                                : "start dyadd on this node, or set DYAD_SERVICE_URI to its "
                                  "address");
     ServiceInfo s = ServiceInfo::from_hello(c.value()->peer_info());
+    if (!s.producer_dir.empty()) s.producer_dir_canonical = canonical_path(s.producer_dir);
     store_ = std::make_unique<kvs::RpcStore>(store_uri(s), pool_);
     pool_->put(std::move(c.value()));
     svc_ = s;

@@ -25,7 +25,12 @@ struct ServiceInfo {
     std::string id, node, ns, producer_dir, kvs;
     std::vector<std::string> endpoints;
     uint32_t rank = UINT32_MAX;  // the node's rank (DYAD_RANK_UNKNOWN if it did not say)
-    nlohmann::json raw;
+    // The hello itself, shared: a ServiceInfo is copied for every call
+    // (service()), the document is not.
+    std::shared_ptr<const nlohmann::json> raw;
+    // producer_dir resolved (canonical_path) once, when the service was
+    // first reached: a produce compares it with DYAD_PATH_PRODUCER's.
+    std::string producer_dir_canonical;
     // The one place the hello is read (service_link.cpp).
     static ServiceInfo from_hello(const nlohmann::json& hello);
 };
