@@ -131,6 +131,12 @@ class RequestMetrics : public rpc::RequestObserver {
         std::string transport;
         uint64_t bytes = 0;
     };
+    // How the request of `kind` ended (result label; *failed: an error of
+    // its own, not a normal negative answer), counted.
+    const char* result_of(Kind kind, const rpc::Outcome& o, PerKind& k, bool* failed);
+    // Its log line: warn when it failed (rate-limited), else debug.
+    void log_line(const rpc::Request& r, Kind kind, const Note& note, double secs,
+                  const char* result, const rpc::Outcome& o, bool failed);
     std::array<PerKind, kKinds> kinds_{};
     // A failed request's warning is a peer's doing: at most 20 every 10 s
     // (then one line saying how many were left out); every failure is
