@@ -41,6 +41,7 @@
 
 #include "common/deadline.hpp"
 #include "common/fd.hpp"
+#include "common/seconds.hpp"
 #include "job/hostlist.hpp"
 
 extern char** environ;
@@ -286,7 +287,7 @@ int start(const Options& o) {
             failed.push_back("node " + j.nodes[i] + ": dyadd not ready" + why(out[i]));
     }
     if (!running.empty() || !failed.empty()) return refuse_start(o, j, out, failed, running);
-    const double took = std::chrono::duration<double>(clock::now() - t0).count();
+    const double took = seconds_since(t0);
     std::string env = env_text(j);
     if (!o.env_file.empty()) {
         std::ofstream f(o.env_file, std::ios::trunc);
@@ -330,8 +331,7 @@ int stop(const Options& o) {
         std::error_code ec;
         fs::remove_all(job->launch_logs, ec);
         std::fprintf(stderr, "%s: %zu node%s stopped and cleaned in %.3f s\n", g_cmd.c_str(),
-                     job->nodes.size(), job->nodes.size() == 1 ? "" : "s",
-                     std::chrono::duration<double>(clock::now() - t0).count());
+                     job->nodes.size(), job->nodes.size() == 1 ? "" : "s", seconds_since(t0));
     }
     return rc;
 }
