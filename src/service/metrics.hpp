@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/rate_limit.hpp"
+#include "common/seconds.hpp"
 #include "rpc/server.hpp"
 
 namespace dyad::service {
@@ -53,9 +54,7 @@ class Histogram {
 class ScopedTimer {
   public:
     explicit ScopedTimer(Histogram& h) : h_(h), t0_(std::chrono::steady_clock::now()) {}
-    ~ScopedTimer() {
-        h_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
-    }
+    ~ScopedTimer() { h_.observe(seconds_since(t0_)); }
     ScopedTimer(const ScopedTimer&) = delete;
     ScopedTimer& operator=(const ScopedTimer&) = delete;
 
