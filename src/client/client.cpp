@@ -26,6 +26,7 @@
 #include "common/settings.hpp"
 #include "fetch_channel.hpp"
 #include "kvs/outage.hpp"
+#include "proto/hello.hpp"
 #include "proto/publish.hpp"
 #include "trace_points.hpp"
 
@@ -287,19 +288,18 @@ Result<ServiceInfo> Client::service() {
                                ? "set DYAD_SERVICE_URI to the address of this node's dyadd"
                                : "start dyadd on this node, or set DYAD_SERVICE_URI to its "
                                  "address");
-    const auto& h = c.value()->peer_info();
-    ServiceInfo s;
-    s.raw = h;
-    s.id = h.value("service_id", "");
-    s.node = h.value("node", "");
-    s.ns = h.value("namespace", kDefaultNamespace);
-    s.producer_dir = h.value("producer_dir", "");
-    s.kvs = h.value("kvs", "local");
-    s.endpoints = h.value("endpoints", std::vector<std::string>{});
-    if (h.contains("rank") && h["rank"].is_number_unsigned() &&
-        h["rank"].get<uint64_t>() < UINT32_MAX)
-        s.rank = h["rank"].get<uint32_t>();
-    std::string kvs_uri = s.kvs == "local" ? cfg_.service_uri : s.kvs;
+    auto hello = proto::Hello::parse(c.value()->peer_info());
+    if (!hello) return Status(hello.status()).wrap(cfg_.service_uri);
+    const proto::Identity& h = hello->service;
+    ServiceInfo s{h.service_id,
+                  h.node,
+                  h.ns,
+                  h.producer_dir,
+                  h.kvs,
+                  h.endpoints,
+                  h.rank.value_or(UINT32_MAX),
+                  c.value()->peer_info()};
+    std::string kvs_uri = hello->store_here() ? cfg_.service_uri : s.kvs;
     store_ = std::make_unique<kvs::RpcStore>(kvs_uri, pool_);
     pool_->put(std::move(c.value()));
     svc_ = s;
@@ -307,7 +307,7 @@ Result<ServiceInfo> Client::service() {
 }
 
 std::string Client::store_uri(const ServiceInfo& svc) const {
-    return svc.kvs == "local" ? cfg_.service_uri : svc.kvs;
+    return svc.kvs == proto::kStoreHere ? cfg_.service_uri : svc.kvs;
 }
 
 Status Client::store_failure(const Status& e, const ServiceInfo& svc) const {
@@ -318,7 +318,7 @@ Status Client::store_failure(const Status& e, const ServiceInfo& svc) const {
     const std::string retried = "; DYAD retried until the wait's deadline (DYAD_WAIT_TIMEOUT)";
     const bool until_deadline = e.message().find(retried) != std::string::npos;
     std::string uri = store_uri(svc);
-    std::string what = svc.kvs == "local"
+    std::string what = svc.kvs == proto::kStoreHere
                            ? "the node's service (" + svc.id + ") hosts it: is it stopping?"
                            : "start the dyadd that hosts it (the one started without --kvs), or "
                              "correct --kvs of this node's dyadd (" +
