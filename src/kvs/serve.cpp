@@ -14,6 +14,7 @@
 #include "embedded_store.hpp"
 #include "get_many.hpp"
 #include "proto/kvs.hpp"
+#include "rpc/handler.hpp"
 #include "rpc/server.hpp"
 
 namespace dyad::kvs {
@@ -141,7 +142,7 @@ void StoreServer::Topics::on_put(const std::shared_ptr<rpc::Request>& r) {
                         "(dyad produce, dyad_produce)",
                         DYAD_RC_NOAUTH);
     if (refused_keyless_writer(server, r)) return;
-    auto a = r->args_as<wire::PutArgs>();
+    auto a = rpc::args_as<wire::PutArgs>(*r);
     if (!a) return;
     std::string writer = r->peer_service();
     Status ok = check_put(writer, a->ns, a->key, a->value);
@@ -161,7 +162,7 @@ void StoreServer::Topics::on_remove(const std::shared_ptr<rpc::Request>& r) {
                         "it (dyad rm)",
                         DYAD_RC_NOAUTH);
     if (refused_keyless_writer(server, r)) return;
-    auto a = r->args_as<wire::RemoveArgs>();
+    auto a = rpc::args_as<wire::RemoveArgs>(*r);
     if (!a) return;
     std::string writer = r->peer_service();
     Status ok = check_remove(writer, a->ns);
@@ -174,7 +175,7 @@ void StoreServer::Topics::on_remove(const std::shared_ptr<rpc::Request>& r) {
 }
 
 void StoreServer::Topics::on_get(const std::shared_ptr<rpc::Request>& r) {
-    auto a = r->args_as<wire::GetArgs>();
+    auto a = rpc::args_as<wire::GetArgs>(*r);
     if (!a) return;
     // A record that can never be put is never waited for (nor held).
     const size_t most = store->max_key();
@@ -201,7 +202,7 @@ void StoreServer::Topics::on_get(const std::shared_ptr<rpc::Request>& r) {
 }
 
 void StoreServer::Topics::on_list(const std::shared_ptr<rpc::Request>& r) {
-    auto a = r->args_as<wire::ListArgs>();
+    auto a = rpc::args_as<wire::ListArgs>(*r);
     if (!a) return;
     if (refused_down(r)) return;
     run([store = store, r, a = std::move(a.value())] {
@@ -230,7 +231,7 @@ void StoreServer::Topics::on_list(const std::shared_ptr<rpc::Request>& r) {
 }
 
 void StoreServer::Topics::on_get_many(const std::shared_ptr<rpc::Request>& r) {
-    auto a = r->args_as<wire::GetManyArgs>();
+    auto a = rpc::args_as<wire::GetManyArgs>(*r);
     if (!a) return;
     if (refused_down(r)) return;
     run([store = store, r, a = std::move(a.value())] {
@@ -267,7 +268,7 @@ void StoreServer::Topics::on_get_many(const std::shared_ptr<rpc::Request>& r) {
 }
 
 void StoreServer::Topics::on_changes(const std::shared_ptr<rpc::Request>& r) {
-    auto a = r->args_as<wire::ChangesArgs>();
+    auto a = rpc::args_as<wire::ChangesArgs>(*r);
     if (!a) return;
     // A store without revisions says so at once (its clients list).
     if (!store->blocks()) {

@@ -157,17 +157,6 @@ class Request : public std::enable_shared_from_this<Request> {
     // Answers with `s` as an error frame: its errno (EIO when it has none),
     // message and rc. The one way to turn a Status into an RPC error.
     void fail(const Status& s);
-    // The one preamble of a handler: the request's arguments as the message
-    // M (M::parse, which checks every field), or the request answered with
-    // why not (EINVAL, DYAD_RC_BADUNPACK: arguments it cannot be served
-    // with) and nullopt.
-    template <typename M>
-    std::optional<M> args_as() {
-        auto m = M::parse(args());
-        if (m) return std::move(m.value());
-        error(EINVAL, m.status().message(), DYAD_RC_BADUNPACK);
-        return std::nullopt;
-    }
 
     // True once answered (end/error) or cancelled.
     bool finished() const { return finished_.load(); }

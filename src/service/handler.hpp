@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The preamble every request handler of the service's parts shares: the
-// request's arguments as the message M (rpc::Request::args_as: every field
+// request's arguments as the message M (rpc::args_as, rpc/handler.hpp: every field
 // checked), its path (M::upath) normalized (normalize_upath). On failure
 // the request is answered at once and nullopt comes back:
 //
@@ -11,13 +11,14 @@
 #include <optional>
 
 #include "common/paths.hpp"
+#include "rpc/handler.hpp"
 #include "rpc/server.hpp"
 
 namespace dyad::service {
 
 template <typename M>
 std::optional<M> take_args(rpc::Request& r) {
-    auto m = r.args_as<M>();
+    auto m = rpc::args_as<M>(r);
     if (!m) return std::nullopt;
     auto up = normalize_upath(m->upath);
     if (!up) {

@@ -141,7 +141,7 @@ void ReplicaHolder::on_replicate_many(std::shared_ptr<rpc::Request> r) {
     if (from.empty()) return;
     if (!replicas_ || !core_.opts.pull_replica)
         return r->error(EOPNOTSUPP, "service " + core_.id + " holds no replicas", DYAD_RC_BADRPC);
-    auto batch = r->args_as<proto::ReplicateBatch>();
+    auto batch = rpc::args_as<proto::ReplicateBatch>(*r);
     if (!batch) return;
     for (auto& f : batch->files) {
         auto up = normalize_upath(f.upath);
