@@ -40,6 +40,7 @@
 #include "common/json_text.hpp"
 #include "job/job.hpp"
 #include "cli_common.hpp"
+#include "common/seconds.hpp"
 
 using dyad::kBadUtf8Replaced;
 
@@ -178,18 +179,7 @@ std::string human_bytes(double b) {
 }
 
 std::string human_seconds(double s) {
-    char buf[32];
-    if (s < 1)
-        return "<1 s";
-    else if (s < 100)
-        std::snprintf(buf, sizeof buf, "%.0f s", s);
-    else if (s < 3600)
-        std::snprintf(buf, sizeof buf, "%d min %02d s", static_cast<int>(s) / 60,
-                      static_cast<int>(s) % 60);
-    else
-        std::snprintf(buf, sizeof buf, "%d h %02d min", static_cast<int>(s) / 3600,
-                      static_cast<int>(s) % 3600 / 60);
-    return buf;
+    return seconds_human(s);
 }
 
 // "0644"

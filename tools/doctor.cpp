@@ -22,6 +22,7 @@
 #include "common/config.hpp"
 #include "common/json_text.hpp"
 #include "common/settings.hpp"
+#include "proto/service_status.hpp"
 
 namespace dyad::tools {
 namespace {
@@ -160,19 +161,6 @@ void check_key(Report& r) {
     r.add("key", Verdict::ok, path);
 }
 
-std::vector<std::string> transport_names(const nlohmann::json& status) {
-    std::vector<std::string> out;
-    auto it = status.find("transports");
-    if (it == status.end() || !it->is_array()) return out;
-    for (const auto& t : *it) {
-        if (t.is_string())
-            out.push_back(t.get<std::string>());
-        else if (t.is_object() && t.contains("name") && t["name"].is_string())
-            out.push_back(t["name"].get<std::string>());
-    }
-    return out;
-}
-
 void check_service(Report& r, client::Client& c, const Config& cfg) {
     auto svc = c.service();
     if (!svc) {
@@ -192,24 +180,28 @@ void check_service(Report& r, client::Client& c, const Config& cfg) {
             "DYAD_PATH_PRODUCER is " + canonical(cfg.prod_path) + " but the service serves " +
                 svc->producer_dir + ": what you produce cannot be published",
             "set DYAD_PATH_PRODUCER=" + svc->producer_dir + ", or use the dyadd of that directory");
-    auto st = c.service_status();
+    auto raw = c.service_status();
+    auto st =
+        raw ? proto::ServiceStatus::parse(raw.value()) : Result<proto::ServiceStatus>(raw.status());
     if (!st) {
         r.add("metadata store", Verdict::warn, "the service's status: " + st.status().message());
         return;
     }
-    const auto& ms = st->contains("metadata_store") ? (*st)["metadata_store"] : nlohmann::json();
-    if (ms.is_object()) {
-        bool reachable = ms.value("reachable", true);
-        std::string where = ms.value("backend", std::string("store")) + " at " +
-                            ms.value("endpoint", std::string("?"));
-        if (reachable)
+    auto ms = st->rest.find("metadata_store");
+    // (A service without the section, or with one not an object: no verdict.)
+    auto m = proto::StoreHealth::parse(ms != st->rest.end() ? *ms : nlohmann::json());
+    if (m) {
+        std::string where = (m->backend.empty() ? std::string("store") : m->backend) + " at " +
+                            (m->endpoint.empty() ? std::string("?") : m->endpoint);
+        if (m->reachable)
             r.add("metadata store", Verdict::ok, where);
         else
             r.add("metadata store", Verdict::fail,
-                  where + " does not answer: " + ms.value("error", std::string("no reason given")),
+                  where + " does not answer: " +
+                      (m->error.empty() ? std::string("no reason given") : m->error),
                   "start the store (etcd, or the dyadd that hosts it: dyadd --kvs names it)");
     }
-    auto names = transport_names(st.value());
+    auto names = st->transport_names();
     std::string served;
     for (const auto& n : names) served += (served.empty() ? "" : ", ") + n;
     if (names.empty()) return;

@@ -38,6 +38,7 @@
 #include "dtl/dtl.hpp"
 #include "common/json_text.hpp"
 #include "job/job.hpp"
+#include "proto/service_status.hpp"
 #include "cli_common.hpp"
 
 using dyad::kBadUtf8Replaced;
@@ -186,87 +187,86 @@ int run_ls(dyad::client::Client& c, const Cli& o) {
 
 namespace {
 
+unsigned long long ull(uint64_t v) {
+    return v;
+}
+
 // `dyad service status`: the counters of the service and of its peers.
-void print_counters(nlohmann::json& j) {
-    auto& ctr = j["counters"];
+void print_counters(const proto::ServiceStatus& st) {
+    const auto& ctr = st.counters;
     // Files asked for and served by this dyadd (a dyad.fetch_many asks for
     // many in one request); what its own clients fetched from others is
     // counted by those others.
     std::printf(
         "files requested %llu (in %llu requests), served %llu, errors %llu, bytes sent "
         "%llu\n",
-        ctr.value("files_requested", 0ull),
-        ctr.value("requests", 0ull) + ctr.value("fetch_many_requests", 0ull),
-        ctr.value("served", 0ull), ctr.value("errors", 0ull), ctr.value("bytes_sent", 0ull));
+        ull(ctr.files_requested), ull(ctr.requests + ctr.fetch_many_requests), ull(ctr.served),
+        ull(ctr.errors), ull(ctr.bytes_sent));
     std::printf(
         "authentication: %s; refused peers %llu, unproduced fetches refused %llu, "
         "stale fetches refused %llu, published %llu\n",
-        j.value("auth", std::string("none")).c_str(), ctr.value("auth_refused", 0ull),
-        ctr.value("refused_unproduced", 0ull), ctr.value("refused_stale", 0ull),
-        ctr.value("published", 0ull));
-    if (j.contains("peers")) {
-        auto& pc = j["peers"];
-        std::printf(
-            "caps per peer: refused connections %llu (cap %llu), fetches %llu (cap %llu), "
-            "LOCAL %llu (cap %llu); memory %llu bytes a peer\n",
-            ctr.value("refused_peer_connections", 0ull), pc.value("max_connections_per_peer", 0ull),
-            ctr.value("refused_peer_fetches", 0ull), pc.value("max_fetches_per_peer", 0ull),
-            ctr.value("refused_peer_local", 0ull), pc.value("max_local_per_peer", 0ull),
-            pc.value("memory_per_peer", 0ull));
-    }
-    for (auto& [name, p] : ctr["per_transport"].items())
+        st.identity.auth.empty() ? "none" : st.identity.auth.c_str(), ull(ctr.auth_refused),
+        ull(ctr.refused_unproduced), ull(ctr.refused_stale), ull(ctr.published));
+    const auto& pc = st.peers;
+    std::printf(
+        "caps per peer: refused connections %llu (cap %llu), fetches %llu (cap %llu), "
+        "LOCAL %llu (cap %llu); memory %llu bytes a peer\n",
+        ull(ctr.refused_peer_connections), ull(pc.max_connections_per_peer),
+        ull(ctr.refused_peer_fetches), ull(pc.max_fetches_per_peer), ull(ctr.refused_peer_local),
+        ull(pc.max_local_per_peer), ull(pc.memory_per_peer));
+    for (const auto& [name, p] : ctr.per_transport)
         std::printf("  %-10s requests %llu served %llu errors %llu sent %llu received %llu\n",
-                    name.c_str(), p.value("requests", 0ull), p.value("served", 0ull),
-                    p.value("errors", 0ull), p.value("bytes_sent", 0ull),
-                    p.value("bytes_received", 0ull));
+                    name.c_str(), ull(p.requests), ull(p.served), ull(p.errors), ull(p.bytes_sent),
+                    ull(p.bytes_received));
 }
 
 // `dyad service status`: the store it hosts and the metadata store it uses.
-void print_stores(nlohmann::json& j) {
-    if (j.contains("store") && j["store"].is_object())
-        std::printf("store: %llu keys, %llu waiting, epoch %llu\n", j["store"].value("keys", 0ull),
-                    j["store"].value("waiters", 0ull), j["store"].value("epoch", 0ull));
-    if (!j.contains("metadata_store")) return;
-    auto& m = j["metadata_store"];
-    bool up = m.value("reachable", false);
-    std::string backend = m.value("backend", ""), endpoint = m.value("endpoint", "");
-    if (backend != endpoint) backend += " at " + endpoint;
-    std::printf("metadata store: %s, %s%s%s\n", backend.c_str(), up ? "reachable" : "NOT reachable",
-                up ? "" : ": ", up ? "" : m.value("error", "").c_str());
-    if (m.value("backend", "") == "etcd")
+void print_stores(const proto::ServiceStatus& st) {
+    if (auto s = st.rest.find("store"); s != st.rest.end() && s->is_object())
+        if (auto h = proto::HostedStore::parse(*s))
+            std::printf("store: %llu keys, %llu waiting, epoch %llu\n", ull(h->keys),
+                        ull(h->waiters), ull(h->epoch));
+    auto ms = st.rest.find("metadata_store");
+    if (ms == st.rest.end()) return;
+    auto m = proto::StoreHealth::parse(*ms);
+    if (!m) {
+        std::printf("metadata store: %s\n", m.status().message().c_str());
+        return;
+    }
+    std::string backend = m->backend;
+    if (backend != m->endpoint) backend += " at " + m->endpoint;
+    std::printf("metadata store: %s, %s%s%s\n", backend.c_str(),
+                m->reachable ? "reachable" : "NOT reachable", m->reachable ? "" : ": ",
+                m->reachable ? "" : m->error.c_str());
+    if (m->backend == "etcd")
         std::printf(
             "  watch stream %s: %llu keys watched, %llu consumers waiting, %llu "
             "reconnects; lease %lld (TTL %.0f s)\n",
-            m.value("watch_stream_up", false) ? "up" : "DOWN", m.value("watched_keys", 0ull),
-            m.value("waiters", 0ull), m.value("watch_reconnects", 0ull), m.value("lease_id", 0ll),
-            m.value("lease_ttl", 0.0));
-    if (m.value("rejoined", 0ull) || m.value("republished", 0ull))
+            m->watch_stream_up ? "up" : "DOWN", ull(m->watched_keys), ull(m->waiters),
+            ull(m->watch_reconnects), static_cast<long long>(m->lease_id), m->lease_ttl);
+    if (m->rejoined || m->republished)
         std::printf(
             "  registered again %llu times after the store came back empty, "
             "%llu records published again\n",
-            m.value("rejoined", 0ull), m.value("republished", 0ull));
+            ull(m->rejoined), ull(m->republished));
 }
 
 // `dyad service status`: its replicas (copies of other services' files it
 // holds, and what became of the copies of its own), one line; the counters
 // that are not zero follow it.
-void print_replicas(const nlohmann::json& j) {
-    auto it = j.find("replicas");
-    if (it == j.end() || !it->is_object()) return;
-    auto num = [&](const char* k) -> unsigned long long {
-        auto v = it->find(k);
-        return v != it->end() && v->is_number_unsigned() ? v->get<unsigned long long>() : 0ull;
-    };
+void print_replicas(const proto::ServiceStatus& st) {
+    auto it = st.rest.find("replicas");
+    if (it == st.rest.end() || !it->is_object()) return;
+    auto r = proto::ReplicaFigures::parse(*it);
+    if (!r) return;
     std::printf(
         "replicas: %llu copies of each file by default (--replicas), holding %llu of other "
         "services' files (%llu of %llu bytes of --replica-space)\n",
-        num("default_copies"), num("held"), num("bytes"), num("space"));
+        ull(r->default_copies), ull(r->held), ull(r->bytes), ull(r->space));
     std::string counters;
-    for (const auto& [k, v] : it->items()) {
-        if (k == "default_copies" || k == "held" || k == "bytes" || k == "space") continue;
-        if (!v.is_number_unsigned() || v.get<unsigned long long>() == 0) continue;
-        counters += (counters.empty() ? "  " : ", ") + k + " " +
-                    std::to_string(v.get<unsigned long long>());
+    for (const auto& [k, v] : r->counters) {
+        if (v == 0) continue;
+        counters += (counters.empty() ? "  " : ", ") + k + " " + std::to_string(v);
     }
     if (!counters.empty()) std::printf("%s\n", counters.c_str());
 }
@@ -294,18 +294,19 @@ int run_status(dyad::client::Client& c, const Cli& o) {
         std::cout << s->dump(2, ' ', false, kBadUtf8Replaced) << "\n";
         return 0;
     }
-    auto& j = s.value();
-    std::printf("service %s on node %s (pid %d), namespace %s\n", j.value("service_id", "").c_str(),
-                j.value("node", "").c_str(), j.value("pid", 0), j.value("namespace", "").c_str());
-    std::printf("producer dir: %s\nmetadata: %s\nendpoints: %s\n",
-                j.value("producer_dir", "").c_str(), j.value("kvs", "").c_str(),
-                j["endpoints"].dump(-1, ' ', false, kBadUtf8Replaced).c_str());
-    std::printf("uptime: %.1f s, connections: %d\n", j.value("uptime_s", 0.0),
-                j.value("connections", 0));
-    print_counters(j);
-    print_stores(j);
-    print_replicas(j);
-    if (j.contains("metrics")) std::printf("metrics: %s\n", j.value("metrics", "").c_str());
+    auto st = proto::ServiceStatus::parse(s.value());
+    if (!st) return report(st.status());
+    const proto::Identity& id = st->identity;
+    std::printf("service %s on node %s (pid %lld), namespace %s\n", id.service_id.c_str(),
+                id.node.c_str(), static_cast<long long>(id.pid), id.ns.c_str());
+    std::printf("producer dir: %s\nmetadata: %s\nendpoints: %s\n", id.producer_dir.c_str(),
+                id.kvs.c_str(),
+                nlohmann::json(id.endpoints).dump(-1, ' ', false, kBadUtf8Replaced).c_str());
+    std::printf("uptime: %.1f s, connections: %llu\n", st->uptime_s, ull(st->connections));
+    print_counters(st.value());
+    print_stores(st.value());
+    print_replicas(st.value());
+    if (st->metrics) std::printf("metrics: %s\n", st->metrics->c_str());
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "common/paths.hpp"
 #include "common/settings.hpp"
 #include "kvs/outage.hpp"
+#include "proto/hello.hpp"
 #include "timeouts.hpp"
 
 namespace dyad::client {
@@ -95,18 +96,19 @@ Status check_service_uri(const std::string& uri, const std::string& what) {
 
 }  // namespace
 
-ServiceInfo ServiceInfo::from_hello(const nlohmann::json& h) {
+Result<ServiceInfo> ServiceInfo::from_hello(const nlohmann::json& j) {
+    auto hello = proto::Hello::parse(j);
+    if (!hello) return hello.status();
+    const proto::Identity& h = hello->service;
     ServiceInfo s;
-    s.raw = std::make_shared<const nlohmann::json>(h);
-    s.id = h.value("service_id", "");
-    s.node = h.value("node", "");
-    s.ns = h.value("namespace", kDefaultNamespace);
-    s.producer_dir = h.value("producer_dir", "");
-    s.kvs = h.value("kvs", "local");
-    s.endpoints = h.value("endpoints", std::vector<std::string>{});
-    if (h.contains("rank") && h["rank"].is_number_unsigned() &&
-        h["rank"].get<uint64_t>() < UINT32_MAX)
-        s.rank = h["rank"].get<uint32_t>();
+    s.raw = std::make_shared<const nlohmann::json>(j);
+    s.id = h.service_id;
+    s.node = h.node;
+    s.ns = h.ns;
+    s.producer_dir = h.producer_dir;
+    s.kvs = hello->store_here() ? proto::kStoreHere : h.kvs;
+    s.endpoints = h.endpoints;
+    s.rank = h.rank.value_or(UINT32_MAX);
     return s;
 }
 
@@ -139,7 +141,9 @@ Result<ServiceInfo> ServiceLink::service() {
                                ? "set DYAD_SERVICE_URI to the address of this node's dyadd"
                                : "start dyadd on this node, or set DYAD_SERVICE_URI to its "
                                  "address");
-    ServiceInfo s = ServiceInfo::from_hello(c.value()->peer_info());
+    auto got = ServiceInfo::from_hello(c.value()->peer_info());
+    if (!got) return Status(got.status()).wrap(cfg_.service_uri);
+    ServiceInfo s = std::move(got.value());
     if (!s.producer_dir.empty()) s.producer_dir_canonical = canonical_path(s.producer_dir);
     store_ = std::make_unique<kvs::RpcStore>(store_uri(s), pool_);
     pool_->put(std::move(c.value()));
@@ -164,7 +168,7 @@ std::string ServiceLink::ns(const ServiceInfo& svc) const {
 }
 
 std::string ServiceLink::store_uri(const ServiceInfo& svc) const {
-    return svc.kvs == "local" ? cfg_.service_uri : svc.kvs;
+    return svc.kvs == proto::kStoreHere ? cfg_.service_uri : svc.kvs;
 }
 
 Status ServiceLink::store_failure(const Status& e, const ServiceInfo& svc) const {
@@ -175,7 +179,7 @@ Status ServiceLink::store_failure(const Status& e, const ServiceInfo& svc) const
     const std::string retried = "; DYAD retried until the wait's deadline (DYAD_WAIT_TIMEOUT)";
     const bool until_deadline = e.message().find(retried) != std::string::npos;
     std::string uri = store_uri(svc);
-    std::string what = svc.kvs == "local"
+    std::string what = svc.kvs == proto::kStoreHere
                            ? "the node's service (" + svc.id + ") hosts it: is it stopping?"
                            : "start the dyadd that hosts it (the one started without --kvs), or "
                              "correct --kvs of this node's dyadd (" +

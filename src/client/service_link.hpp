@@ -31,8 +31,9 @@ struct ServiceInfo {
     // producer_dir resolved (canonical_path) once, when the service was
     // first reached: a produce compares it with DYAD_PATH_PRODUCER's.
     std::string producer_dir_canonical;
-    // The one place the hello is read (service_link.cpp).
-    static ServiceInfo from_hello(const nlohmann::json& hello);
+    // The one place the hello is read (service_link.cpp), through
+    // proto::Hello: a field of the wrong type is an error naming it.
+    static Result<ServiceInfo> from_hello(const nlohmann::json& hello);
 };
 
 class ServiceLink {

@@ -11,6 +11,21 @@ std::string seconds_text(double s) {
     return b;
 }
 
+std::string seconds_human(double s) {
+    char buf[32];
+    if (s < 1)
+        return "<1 s";
+    else if (s < 100)
+        std::snprintf(buf, sizeof buf, "%.0f s", s);
+    else if (s < 3600)
+        std::snprintf(buf, sizeof buf, "%d min %02d s", static_cast<int>(s) / 60,
+                      static_cast<int>(s) % 60);
+    else
+        std::snprintf(buf, sizeof buf, "%d h %02d min", static_cast<int>(s) / 3600,
+                      static_cast<int>(s) % 3600 / 60);
+    return buf;
+}
+
 std::string seconds_text(std::optional<double> s) {
     return s ? seconds_text(*s) : std::string("inf");
 }

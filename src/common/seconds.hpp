@@ -14,6 +14,10 @@ namespace dyad {
 std::string seconds_text(double s);
 std::string seconds_text(std::optional<double> s);
 
+// For people (a progress line, a wait's message): "<1 s", "42 s",
+// "3 min 07 s", "2 h 05 min".
+std::string seconds_human(double s);
+
 // Seconds from t0 to now, on the steady clock.
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

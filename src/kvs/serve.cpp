@@ -10,18 +10,16 @@
 
 #include <asio/post.hpp>
 
+#include "common/timeouts.hpp"
 #include "embedded_store.hpp"
 #include "get_many.hpp"
 #include "proto/kvs.hpp"
+#include "rpc/handler.hpp"
 #include "rpc/server.hpp"
 
 namespace dyad::kvs {
 namespace wire = proto::kvs;
 namespace {
-// A wait answers TIMEOUT after this long; the client's RpcStore::wait asks
-// again until its own deadline (it slices its waits at 30 s).
-constexpr double kWaitAnswer = 30.0;
-constexpr double kCallTimeout = 30.0;  // a lookup, a put or a page
 // kvs.changes requests served at once (each holds a thread of their own
 // pool and an etcd watch for up to its wait, kChangesMaxWait), and at once
 // for one principal (a local uid, a remote host: rpc::Principal), so that
@@ -29,15 +27,6 @@ constexpr double kCallTimeout = 30.0;  // a lookup, a put or a page
 // instead).
 constexpr int kMaxChanges = 8;
 constexpr int kMaxChangesPerPrincipal = 2;
-
-void fail(const std::shared_ptr<rpc::Request>& r, const Status& s) {
-    r->error(s.err() ? s.err() : EIO, s.message(), s.rc());
-}
-
-// Arguments the request cannot be served with (proto::Fields says which).
-void bad_args(const std::shared_ptr<rpc::Request>& r, const Status& s) {
-    r->error(EINVAL, s.message(), DYAD_RC_BADUNPACK);
-}
 
 // The answer to a lookup of a key the store does not have.
 void not_found(const std::shared_ptr<rpc::Request>& r, const std::string& ns,
@@ -64,7 +53,7 @@ void answer_entry(const std::shared_ptr<rpc::Request>& r, const std::string& ns,
                   const std::string& key, Result<Entry> e) {
     if (e) return r->end(wire::EntryAnswer{std::move(e->value), e->version}.build());
     if (e.status().rc() == DYAD_RC_NOTFOUND) return not_found(r, ns, key);
-    fail(r, e.status());
+    r->fail(e.status());
 }
 }  // namespace
 
@@ -98,7 +87,7 @@ struct StoreServer::Topics {
     bool refused_down(const std::shared_ptr<rpc::Request>& r) const {
         auto down = store->down();
         if (!down) return false;
-        fail(r, *down);
+        r->fail(*down);
         return true;
     }
     void on_put(const std::shared_ptr<rpc::Request>& r);
@@ -153,15 +142,15 @@ void StoreServer::Topics::on_put(const std::shared_ptr<rpc::Request>& r) {
                         "(dyad produce, dyad_produce)",
                         DYAD_RC_NOAUTH);
     if (refused_keyless_writer(server, r)) return;
-    auto a = wire::PutArgs::parse(r->args());
-    if (!a) return bad_args(r, a.status());
+    auto a = rpc::args_as<wire::PutArgs>(*r);
+    if (!a) return;
     std::string writer = r->peer_service();
     Status ok = check_put(writer, a->ns, a->key, a->value);
-    if (!ok) return fail(r, ok);
+    if (!ok) return r->fail(ok);
     run([store = store, r, a = std::move(a.value()), writer = std::move(writer)] {
-        auto v =
-            store->put(a.ns, a.key, a.value, writer, a.replaces, Deadline::after(kCallTimeout));
-        if (!v) return fail(r, v.status());
+        auto v = store->put(a.ns, a.key, a.value, writer, a.replaces,
+                            Deadline::after(timeouts::kServeCall));
+        if (!v) return r->fail(v.status());
         r->end(wire::PutAnswer{v.value()}.build());
     });
 }
@@ -173,21 +162,21 @@ void StoreServer::Topics::on_remove(const std::shared_ptr<rpc::Request>& r) {
                         "it (dyad rm)",
                         DYAD_RC_NOAUTH);
     if (refused_keyless_writer(server, r)) return;
-    auto a = wire::RemoveArgs::parse(r->args());
-    if (!a) return bad_args(r, a.status());
+    auto a = rpc::args_as<wire::RemoveArgs>(*r);
+    if (!a) return;
     std::string writer = r->peer_service();
     Status ok = check_remove(writer, a->ns);
-    if (!ok) return fail(r, ok);
+    if (!ok) return r->fail(ok);
     run([store = store, r, a = std::move(a.value()), writer = std::move(writer)] {
-        Status s = store->remove(a.ns, a.key, writer, Deadline::after(kCallTimeout));
-        if (!s) return fail(r, s);
+        Status s = store->remove(a.ns, a.key, writer, Deadline::after(timeouts::kServeCall));
+        if (!s) return r->fail(s);
         r->end(nlohmann::json::object());
     });
 }
 
 void StoreServer::Topics::on_get(const std::shared_ptr<rpc::Request>& r) {
-    auto a = wire::GetArgs::parse(r->args());
-    if (!a) return bad_args(r, a.status());
+    auto a = rpc::args_as<wire::GetArgs>(*r);
+    if (!a) return;
     // A record that can never be put is never waited for (nor held).
     const size_t most = store->max_key();
     if (a->ns.size() > most || a->key.size() > most)
@@ -203,8 +192,8 @@ void StoreServer::Topics::on_get(const std::shared_ptr<rpc::Request>& r) {
     run([store = store, r, a = std::move(a.value())] {
         if (!a.wait)
             return answer_entry(r, a.ns, a.key,
-                                store->get(a.ns, a.key, Deadline::after(kCallTimeout)));
-        uint64_t id = store->wait(a.ns, a.key, Deadline::after(kWaitAnswer),
+                                store->get(a.ns, a.key, Deadline::after(timeouts::kServeCall)));
+        uint64_t id = store->wait(a.ns, a.key, Deadline::after(timeouts::kWaitAnswer),
                                   [r, ns = a.ns, key = a.key](Result<Entry> e) {
                                       answer_entry(r, ns, key, std::move(e));
                                   });
@@ -213,14 +202,14 @@ void StoreServer::Topics::on_get(const std::shared_ptr<rpc::Request>& r) {
 }
 
 void StoreServer::Topics::on_list(const std::shared_ptr<rpc::Request>& r) {
-    auto a = wire::ListArgs::parse(r->args());
-    if (!a) return bad_args(r, a.status());
+    auto a = rpc::args_as<wire::ListArgs>(*r);
+    if (!a) return;
     if (refused_down(r)) return;
     run([store = store, r, a = std::move(a.value())] {
         PageBuilder built(a.limit);
-        auto page =
-            store->list(a.ns, a.prefix, a.after, built.limit(), Deadline::after(kCallTimeout));
-        if (!page) return fail(r, page.status());
+        auto page = store->list(a.ns, a.prefix, a.after, built.limit(),
+                                Deadline::after(timeouts::kServeCall));
+        if (!page) return r->fail(page.status());
         // The one paging rule, whatever the store's own.
         for (auto& [k, e] : page->entries)
             if (!built.add(std::move(k), std::move(e))) break;
@@ -242,18 +231,18 @@ void StoreServer::Topics::on_list(const std::shared_ptr<rpc::Request>& r) {
 }
 
 void StoreServer::Topics::on_get_many(const std::shared_ptr<rpc::Request>& r) {
-    auto a = wire::GetManyArgs::parse(r->args());
-    if (!a) return bad_args(r, a.status());
+    auto a = rpc::args_as<wire::GetManyArgs>(*r);
+    if (!a) return;
     if (refused_down(r)) return;
     run([store = store, r, a = std::move(a.value())] {
         // Within kGetManyAnswerBudget bytes of values: the keys past it are
         // "later" (asked for again).
-        auto got =
-            store->get_many(a.ns, a.keys, kGetManyAnswerBudget, Deadline::after(kCallTimeout));
-        if (!got) return fail(r, got.status());
+        auto got = store->get_many(a.ns, a.keys, kGetManyAnswerBudget,
+                                   Deadline::after(timeouts::kServeCall));
+        if (!got) return r->fail(got.status());
         std::vector<Lookup>& found = got.value();
         if (found.size() != a.keys.size())
-            return fail(r, Status(DYAD_RC_BADRPC,
+            return r->fail(Status(DYAD_RC_BADRPC,
                                   "the metadata store answered a lookup of " +
                                       std::to_string(a.keys.size()) + " keys with " +
                                       std::to_string(found.size()) + " entries",
@@ -279,27 +268,27 @@ void StoreServer::Topics::on_get_many(const std::shared_ptr<rpc::Request>& r) {
 }
 
 void StoreServer::Topics::on_changes(const std::shared_ptr<rpc::Request>& r) {
-    auto a = wire::ChangesArgs::parse(r->args());
-    if (!a) return bad_args(r, a.status());
+    auto a = rpc::args_as<wire::ChangesArgs>(*r);
+    if (!a) return;
     // A store without revisions says so at once (its clients list).
     if (!store->blocks()) {
-        auto c = store->changes(a->ns, a->after, 0, Deadline::after(kCallTimeout));
-        return fail(r, c ? Status(DYAD_RC_BADRPC, "kvs.changes not served", ENOSYS) : c.status());
+        auto c = store->changes(a->ns, a->after, 0, Deadline::after(timeouts::kServeCall));
+        return r->fail(c ? Status(DYAD_RC_BADRPC, "kvs.changes not served", ENOSYS) : c.status());
     }
     const std::string who = r->peer().key;
     Status slot = take_changes_slot(who);
     if (!slot) {
         store->changes_refused();
-        return fail(r, slot);
+        return r->fail(slot);
     }
     r->cap_deadline(server.max_wait());
     std::call_once(changes_once,
                    [this] { changes_pool = std::make_unique<asio::thread_pool>(kMaxChanges); });
     const double wait = std::min(a->wait, kChangesMaxWait);
     asio::post(*changes_pool, [this, r, a = std::move(a.value()), wait, who] {
-        auto c = store->changes(a.ns, a.after, wait, Deadline::after(kCallTimeout));
+        auto c = store->changes(a.ns, a.after, wait, Deadline::after(timeouts::kServeCall));
         give_changes_slot(who);
-        if (!c) return fail(r, c.status());
+        if (!c) return r->fail(c.status());
         wire::ChangesAnswer out;
         out.next = c->next;
         out.compacted = c->compacted;

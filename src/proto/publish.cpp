@@ -58,7 +58,20 @@ nlohmann::json UnpublishRequest::build() const {
 }
 
 nlohmann::json PublishAnswer::build() const {
-    return {{"version", version}, {"key", key}, {"record", record}};
+    nlohmann::json a = {{"version", version}, {"key", key}, {"record", record}};
+    if (replicas) a["replicas"] = *replicas;
+    if (replicas_warning) a["replicas_warning"] = *replicas_warning;
+    return a;
+}
+
+nlohmann::json UnpublishAnswer::build() const { return {{"key", key}, {"version", version}}; }
+
+Result<UnpublishAnswer> UnpublishAnswer::parse(const nlohmann::json& meta) {
+    Fields f(meta, "the answer of dyad.unpublish");
+    UnpublishAnswer a;
+    a.key = f.str("key");
+    a.version = f.opt_u64("version").value_or(0);
+    return finish(f, std::move(a));
 }
 
 Result<PublishAnswer> PublishAnswer::parse(const nlohmann::json& meta) {
@@ -67,6 +80,8 @@ Result<PublishAnswer> PublishAnswer::parse(const nlohmann::json& meta) {
     a.version = f.u64("version");
     a.key = f.str("key");
     if (const auto* rec = f.object("record", false)) a.record = *rec;
+    a.replicas = f.opt_u64("replicas");
+    a.replicas_warning = f.opt_str("replicas_warning", kMaxText);
     return finish(f, std::move(a));
 }
 

@@ -37,7 +37,7 @@ struct PublishRequest {
 };
 
 // dyad.unpublish: a producer asks its node's dyadd to remove the record of
-// a file it published (the file stays). The answer: {"key": ...}.
+// a file it published (the file stays). The answer: UnpublishAnswer.
 struct UnpublishRequest {
     std::string upath;              // relative to the producer directory
     std::optional<std::string> ns;  // absent: the service's namespace
@@ -48,11 +48,23 @@ struct UnpublishRequest {
     nlohmann::json build() const;
 };
 
-// The answer: the record's version (its generation), its key, the record.
+// The answer of dyad.unpublish: the key removed and the version it had.
+struct UnpublishAnswer {
+    std::string key;
+    uint64_t version = 0;
+    nlohmann::json build() const;
+    static Result<UnpublishAnswer> parse(const nlohmann::json& meta);
+};
+
+// The answer: the record's version (its generation), its key, the record;
+// with replicas asked for and waited for (replicas_sync), how many were
+// made, and a warning when fewer than asked.
 struct PublishAnswer {
     uint64_t version = 0;
     std::string key;
     nlohmann::json record;
+    std::optional<uint64_t> replicas;
+    std::optional<std::string> replicas_warning;
     nlohmann::json build() const;
     static Result<PublishAnswer> parse(const nlohmann::json& meta);
 };

@@ -14,7 +14,8 @@
 #include <cstring>
 
 #include "common/log.hpp"
-#include "service.hpp"
+#include "file_server.hpp"
+#include "publisher.hpp"
 
 namespace dyad::service {
 namespace {
@@ -165,13 +166,13 @@ bool class_lets_read(const FsCreds& c, const struct stat& sb) {
 
 }  // namespace
 
-Status Service::readable_by(const rpc::Peer& peer, const struct stat& sb, const std::string& up,
-                            bool replica) {
+Status FileServer::readable_by(const rpc::Peer& peer, const struct stat& sb, const std::string& up,
+                               bool replica) {
     // With a key every peer proved it belongs to the job; this service's
     // own uid and root can read what it can anyway.
-    if (key_ || peer.trusted) return Status::ok();
+    if (core_.key || peer.trusted) return Status::ok();
     if (replica) {
-        refused_unreadable_++;
+        refused_.unreadable++;
         return Status(DYAD_RC_BADFIO,
                       "a replica of '" + up + "' is not served to " + peer_text(peer) +
                           ": without a key a holder cannot tell who may read the original "
@@ -180,7 +181,7 @@ Status Service::readable_by(const rpc::Peer& peer, const struct stat& sb, const 
     }
     if (opens_as_peer(peer)) return Status::ok();  // the kernel decided (open_for)
     if (peer.uid >= 0 && class_lets_read(creds_of(peer), sb)) return Status::ok();
-    refused_unreadable_++;
+    refused_.unreadable++;
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(sb.st_mode & 07777));
     return Status(DYAD_RC_BADFIO,
@@ -191,9 +192,9 @@ Status Service::readable_by(const rpc::Peer& peer, const struct stat& sb, const 
                   EACCES);
 }
 
-Status Service::may_change(const rpc::Peer& peer, const std::string& up, const char* what,
-                           bool absent_ok) {
-    if (key_ || peer.trusted) return Status::ok();
+Status Publisher::may_change(const rpc::Peer& peer, const std::string& up, const char* what,
+                             bool absent_ok) {
+    if (core_.key || peer.trusted) return Status::ok();
     auto pub = ledger_.find(up);
     if (!pub && absent_ok) return Status::ok();
     if (!pub || pub->uid < 0 || peer.uid < 0 || pub->uid != peer.uid) {

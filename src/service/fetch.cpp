@@ -15,16 +15,18 @@
 #include <chrono>
 
 #include "common/paths.hpp"
+#include "common/seconds.hpp"
 #include "proto/fetch.hpp"
 #include "send_channel.hpp"
 #include "serve_file.hpp"
-#include "service.hpp"
+#include "file_server.hpp"
+#include "replica_holder.hpp"
 
 namespace dyad::service {
 
 // A dyad.fetch between its request and its transfer: what the file thread
 // needs while it waits for the file's lock.
-struct Service::PendingFetch {
+struct FileServer::PendingFetch {
     std::shared_ptr<rpc::Request> r;
     std::string transport;    // canonical
     proto::FetchRequest req;  // its upath normalized
@@ -32,24 +34,28 @@ struct Service::PendingFetch {
     std::shared_ptr<void> hold;  // the peer's fetch slot
 };
 
-void Service::fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
-                   const Status& st) {
+void FileServer::count(const std::string& name) {
+    per_transport_[name];
+    transfer_seconds_[name] = std::make_unique<Histogram>(kSlowBuckets);
+}
+
+void FileServer::fail(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
+                      const Status& st) {
     total_.errors++;
     if (!transport.empty()) {
         per_transport_[transport].errors++;
-        metrics_->note(*r, transport, 0);
+        core_.metrics.note(*r, transport, 0);
     }
     // (Its warning is the request's line: RequestMetrics::finished.)
-    int err = st.err() ? st.err() : EIO;
-    r->error(err, st.message(), st.rc());
+    r->fail(st);
 }
 
-Result<std::string> Service::transport_served(const nlohmann::json& args) {
+Result<std::string> FileServer::transport_served(const nlohmann::json& args) {
     const std::string asked =
         proto::FetchRequest::transport_asked(args).value_or(dtl::universal_backend().name);
     auto canon = dtl::find_backend(asked);
     if (canon && senders_.count(canon.value()->name)) return canon.value()->name;
-    rejected_++;
+    refused_.transport++;
     std::string served;
     for (auto& [n, s] : senders_) served += (served.empty() ? "" : ", ") + n;
     auto why = canon ? unavailable_.find(canon.value()->name) : unavailable_.end();
@@ -59,7 +65,7 @@ Result<std::string> Service::transport_served(const nlohmann::json& args) {
                   EINVAL);
 }
 
-void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
+void FileServer::on_fetch(std::shared_ptr<rpc::Request> r) {
     auto transport = transport_served(r->args());
     if (!transport) return fail(r, "", transport.status());
     auto p = std::make_shared<PendingFetch>();
@@ -74,16 +80,16 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
     per_transport_[p->transport].requests++;
     // One peer's fetches (and LOCAL descriptors) are capped: what it holds
     // is let go when the fetch's job is.
-    auto slot = caps_->take(r->peer().key, dtl::is_local(p->transport), id_);
+    auto slot = core_.caps->take(r->peer().key, dtl::is_local(p->transport), core_.id);
     if (!slot) return fail(r, p->transport, slot.status());
     p->hold = slot.value();
 
     // Open, lock and check on a file thread: never block the loop on disk.
-    asio::post(file_pool_, [this, p] {
+    asio::post(core_.files, [this, p] {
         if (p->r->finished()) return;  // consumer gone before we started
-        auto f = p->req.replica ? open_replica(p->req) : open_for(p->r->peer(), p->req.upath);
+        auto f = p->req.replica ? replicas_.open(p->req) : open_for(p->r->peer(), p->req.upath);
         if (!f) {
-            asio::post(io_,
+            asio::post(core_.io,
                        [this, r = p->r, t = p->transport, st = f.status()] { fail(r, t, st); });
             return;
         }
@@ -97,39 +103,40 @@ void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
 // we never serve a half-rewritten file. The attempt does not block: while the
 // producer holds its lock we retry from a loop timer (1 ms doubling to 50 ms),
 // so waiting fetches hold no thread and end as soon as their consumer goes.
-void Service::try_lock(std::shared_ptr<PendingFetch> p, int attempt) {
+void FileServer::try_lock(std::shared_ptr<PendingFetch> p, int attempt) {
     if (p->r->finished()) return;  // the file closes here, on this file thread
     auto snap = std::make_shared<Snapshot>();
     // Only what this service published, unchanged since (with the lock
     // held, a producer rewriting under its own lock is done by now).
     Status ok = take_served(*p->file, p->req, p->r->peer(), snap.get());
     if (!ok && ok.err() == EAGAIN) {
-        auto timer = std::make_shared<asio::steady_timer>(io_);
+        auto timer = std::make_shared<asio::steady_timer>(core_.io);
         timer->expires_after(std::chrono::milliseconds(std::min(50, 1 << std::min(attempt, 6))));
         timer->async_wait([this, p, attempt, timer](asio::error_code ec) mutable {
             if (ec) return;
             // (Moved: the file closes on a file thread, not on the loop.)
-            asio::post(file_pool_, [this, p = std::move(p), attempt]() mutable {
+            asio::post(core_.files, [this, p = std::move(p), attempt]() mutable {
                 try_lock(std::move(p), attempt + 1);
             });
         });
         return;
     }
     if (!ok) {
-        asio::post(io_, [this, r = p->r, t = p->transport, ok] { fail(r, t, ok); });
+        asio::post(core_.io, [this, r = p->r, t = p->transport, ok] { fail(r, t, ok); });
         return;
     }
     if (Status in = range_within(p->req, p->file->stat()); !in) {
-        asio::post(io_, [this, r = p->r, t = p->transport, in] { fail(r, t, in); });
+        asio::post(core_.io, [this, r = p->r, t = p->transport, in] { fail(r, t, in); });
         return;
     }
     p->file->make_blocking();
     auto job = fetch_job(*p);
     if (send_whole(p->r, p->transport, job, *snap)) return;
-    asio::post(io_, [this, r = p->r, t = p->transport, job, snap] { start_send(r, t, job, snap); });
+    asio::post(core_.io,
+               [this, r = p->r, t = p->transport, job, snap] { start_send(r, t, job, snap); });
 }
 
-Status Service::range_within(const proto::FetchRequest& req, const struct stat& sb) {
+Status FileServer::range_within(const proto::FetchRequest& req, const struct stat& sb) {
     if (!req.offset) return Status::ok();
     const uint64_t size = static_cast<uint64_t>(sb.st_size);
     if (*req.offset <= size) return Status::ok();
@@ -139,16 +146,16 @@ Status Service::range_within(const proto::FetchRequest& req, const struct stat& 
                   ERANGE);
 }
 
-std::shared_ptr<dtl::FetchJob> Service::fetch_job(PendingFetch& p) {
+std::shared_ptr<dtl::FetchJob> FileServer::fetch_job(PendingFetch& p) {
     const auto& r = p.r;
     auto job = std::make_shared<dtl::FetchJob>();
     job->ch = std::make_shared<RequestChannel>(r);
     job->upath = p.req.upath;
     job->local_host = r->local_host();
     job->transport_args = r->args();  // the receiver's own fields, for the sender
-    job->file_pool = &file_pool_;
-    job->idle_timeout_s = opts_.send_timeout;
-    job->budget = budget_.get();
+    job->file_pool = &core_.files;
+    job->idle_timeout_s = core_.opts.send_timeout;
+    job->budget = core_.budget.get();
     job->endpoint = r->session_id();
     job->peer = std::hash<std::string>{}(r->peer().key) | 1;  // never 0
     job->hold = std::move(p.hold);
@@ -164,13 +171,14 @@ std::shared_ptr<dtl::FetchJob> Service::fetch_job(PendingFetch& p) {
     return job;
 }
 
-void Service::start_send(std::shared_ptr<rpc::Request> r, std::string transport,
-                         std::shared_ptr<dtl::FetchJob> job, std::shared_ptr<const Snapshot> snap) {
+void FileServer::start_send(std::shared_ptr<rpc::Request> r, std::string transport,
+                            std::shared_ptr<dtl::FetchJob> job,
+                            std::shared_ptr<const Snapshot> snap) {
     if (r->finished()) return release_fd(job);  // cancelled meanwhile
     per_transport_[transport].in_flight++;
     total_.in_flight++;
     auto t0 = std::chrono::steady_clock::now();
-    senders_[transport]->send(
+    senders_.at(transport)->send(
         job, [this, r, transport, job, snap, t0](Status s, uint64_t bytes, std::string xxh) {
             auto& c = per_transport_[transport];
             c.bytes_sent += bytes;
@@ -179,31 +187,30 @@ void Service::start_send(std::shared_ptr<rpc::Request> r, std::string transport,
             if (total_.in_flight) total_.in_flight--;
             if (!s) {
                 release_fd(job);
-                metrics_->note(*r, transport, bytes);
+                core_.metrics.note(*r, transport, bytes);
                 return fail(r, transport, s);
             }
-            transfer_seconds_[transport]->observe(
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-            metrics_->note(*r, transport, bytes);
+            transfer_seconds_[transport]->observe(seconds_since(t0));
+            core_.metrics.note(*r, transport, bytes);
             // Unchanged to the end, or the consumer installs nothing: what was
             // read may be a mix of two versions whatever its checksum says. (On
             // a file thread: a stat on a network file system is a round trip.)
-            asio::post(file_pool_, [this, r, transport, job, snap, xxh = std::move(xxh)] {
+            asio::post(core_.files, [this, r, transport, job, snap, xxh = std::move(xxh)] {
                 struct stat sb;
                 bool same = job->fd.valid() && ::fstat(job->fd.get(), &sb) == 0 &&
                             Snapshot::of(sb) == *snap;
                 job->fd.reset();
-                asio::post(io_, [this, r, transport, job, same, xxh] {
+                asio::post(core_.io, [this, r, transport, job, same, xxh] {
                     end_send(r, transport, *job, same, xxh);
                 });
             });
         });
 }
 
-void Service::end_send(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
-                       const dtl::FetchJob& job, bool unchanged, const std::string& xxh) {
+void FileServer::end_send(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
+                          const dtl::FetchJob& job, bool unchanged, const std::string& xxh) {
     if (!unchanged) {
-        refused_stale_++;
+        refused_.stale++;
         return fail(r, transport,
                     Status(DYAD_RC_BADFETCH,
                            "'" + job.upath +
@@ -218,10 +225,10 @@ void Service::end_send(const std::shared_ptr<rpc::Request>& r, const std::string
 
 // Closing the file drops its lock, which on a network filesystem is a
 // round trip: do it on a file thread, never on the loop.
-void Service::release_fd(const std::shared_ptr<dtl::FetchJob>& job) {
+void FileServer::release_fd(const std::shared_ptr<dtl::FetchJob>& job) {
     if (!job->fd.valid()) return;
     auto fd = std::make_shared<UniqueFd>(std::move(job->fd));
-    asio::post(file_pool_, [fd] { fd->reset(); });
+    asio::post(core_.files, [fd] { fd->reset(); });
 }
 
 }  // namespace dyad::service

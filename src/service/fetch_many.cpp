@@ -22,10 +22,11 @@
 #include <vector>
 
 #include "common/paths.hpp"
+#include "common/seconds.hpp"
 #include "dtl/fetch_many.hpp"
 #include "proto/fetch.hpp"
 #include "serve_file.hpp"
-#include "service.hpp"
+#include "file_server.hpp"
 
 namespace dyad::service {
 
@@ -34,13 +35,13 @@ namespace dyad::service {
 static_assert(dtl::kRawFileHeader == rpc::kTagHead);
 
 // One file of a dyad.fetch_many.
-struct Service::ManyFile {
+struct FileServer::ManyFile {
     proto::FetchRequest req;  // its upath normalized
     Status error;             // set: answered with this
     Whole got;                // its bytes, from the memory budget
 };
 
-void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
+void FileServer::on_fetch_many(std::shared_ptr<rpc::Request> r) {
     std::string transport = dtl::universal_backend().name;
     auto req = proto::FetchManyRequest::parse(r->args());
     if (!req) return fail(r, transport, req.status());
@@ -64,11 +65,11 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
     per_transport_[transport].requests += files->size();
     // The compact answer, for the clients that ask (older ones do not).
     const bool raw = req->raw_answer;
-    auto slot = caps_->take(r->peer().key, false, id_);
+    auto slot = core_.caps->take(r->peer().key, false, core_.id);
     if (!slot) return fail(r, transport, slot.status());
     const uint64_t owner = r->session_id();
     const uint64_t peer = std::hash<std::string>{}(r->peer().key) | 1;
-    asio::post(file_pool_, [this, r, files, hold = slot.value(), owner, peer, transport, raw] {
+    asio::post(core_.files, [this, r, files, hold = slot.value(), owner, peer, transport, raw] {
         if (r->finished()) return;
         const auto t0 = std::chrono::steady_clock::now();
         for (size_t i = 0; i < files->size(); ++i) {
@@ -82,14 +83,15 @@ void Service::on_fetch_many(std::shared_ptr<rpc::Request> r) {
             one.got = std::move(got.value());
             if (raw) dtl::put_raw_file_header(one.got.buf.data(), i, one.got.digest);
         }
-        asio::post(io_, [this, r, files, hold, transport, t0, raw] {
+        asio::post(core_.io, [this, r, files, hold, transport, t0, raw] {
             answer_many(r, files, transport, t0, raw);
         });
     });
 }
 
-Result<Service::Whole> Service::read_small(const proto::FetchRequest& req, const rpc::Peer& who,
-                                           uint64_t owner, uint64_t peer, size_t front) {
+Result<FileServer::Whole> FileServer::read_small(const proto::FetchRequest& req,
+                                                 const rpc::Peer& who, uint64_t owner,
+                                                 uint64_t peer, size_t front) {
     // The descriptor stays non-blocking (pread_all copes with a filesystem
     // that honours that): one syscall less per file.
     auto f = open_for(who, req.upath);
@@ -103,14 +105,14 @@ Result<Service::Whole> Service::read_small(const proto::FetchRequest& req, const
         return Status(DYAD_RC_BADFETCH, "'" + req.upath + "' is not a small file", EFBIG);
     auto whole =
         read_whole(f->fd(), req.upath, static_cast<size_t>(snap.size), snap, owner, peer, front);
-    if (!whole && whole.status().err() == ESTALE) refused_stale_++;
+    if (!whole && whole.status().err() == ESTALE) refused_.stale++;
     return whole;
 }
 
-void Service::answer_many(const std::shared_ptr<rpc::Request>& r,
-                          const std::shared_ptr<std::vector<ManyFile>>& files,
-                          const std::string& transport, std::chrono::steady_clock::time_point t0,
-                          bool raw) {
+void FileServer::answer_many(const std::shared_ptr<rpc::Request>& r,
+                             const std::shared_ptr<std::vector<ManyFile>>& files,
+                             const std::string& transport, std::chrono::steady_clock::time_point t0,
+                             bool raw) {
     if (r->finished()) return;
     auto watchdog = send_watchdog(r);
     auto left = std::make_shared<size_t>(files->size());
@@ -140,9 +142,8 @@ void Service::answer_many(const std::shared_ptr<rpc::Request>& r,
     c.served += served;
     total_.bytes_sent += bytes;
     total_.served += served;
-    transfer_seconds_[transport]->observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    metrics_->note(*r, transport, bytes);
+    transfer_seconds_[transport]->observe(seconds_since(t0));
+    core_.metrics.note(*r, transport, bytes);
     r->end(proto::FetchManyEnd{files->size(), raw}.build());
 }
 

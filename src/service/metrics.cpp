@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
+#include "common/seconds.hpp"
 #include "common/trace.hpp"
 
 namespace dyad::service {
@@ -282,56 +283,58 @@ void RequestMetrics::finished(const rpc::Request& r, const rpc::Outcome& o) {
         note = std::move(it->second);
         notes_.erase(it);
     }
-    double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - r.arrived()).count();
-
-    // The result: ok, or one of the normal negative answers (an absent key,
-    // a wait whose slice ended: the client asks again), or a failure.
-    using How = rpc::Outcome::How;
-    const char* result = "ok";
+    const double secs = seconds_since(r.arrived());
     bool failed = false;
-    switch (o.how) {
-        case How::ended:
-            break;
-        case How::error:
-            if (kind == Kind::kvs_get && o.errnum == ENOENT) {
-                result = "not_found";
-                not_found_++;
-            } else if (store_refusable(kind) && o.errnum == EHOSTUNREACH &&
-                       o.rc == DYAD_RC_CONNFAIL) {
-                // Refused while the store is down (kvs/outage.hpp): the
-                // outage is logged once and counted by the store's figures,
-                // not once per request a waiting client repeats.
-                result = "store_down";
-                store_down_++;
-            } else {
-                result = "error";
-                failed = true;
-            }
-            break;
-        case How::expired:
-            if (kind == Kind::kvs_wait) {
-                result = "wait_expired";
-                wait_expired_++;
-            } else {
-                result = "error";
-                failed = true;
-            }
-            break;
-        case How::cancelled:
-            result = "cancelled";
-            k.cancelled++;
-            break;
-    }
+    const char* result = result_of(kind, o, k, &failed);
     if (failed) k.errors++;
     if (trace::on()) trace_request(r, kind, note.transport, note.bytes, secs, result);
+    using How = rpc::Outcome::How;
     if (o.how == How::ended && kind == Kind::kvs_wait) wait_for_create_.observe(secs);
     if (o.how == How::ended || (o.how == How::error && !failed)) {
         if (kind == Kind::kvs_put) store_ops_[0].observe(secs);
         if (kind == Kind::kvs_get) store_ops_[1].observe(secs);
         if (kind == Kind::kvs_list) store_ops_[2].observe(secs);
     }
+    log_line(r, kind, note, secs, result, o, failed);
+}
 
+// The result: ok, or one of the normal negative answers (an absent key,
+// a wait whose slice ended: the client asks again), or a failure.
+const char* RequestMetrics::result_of(Kind kind, const rpc::Outcome& o, PerKind& k, bool* failed) {
+    using How = rpc::Outcome::How;
+    switch (o.how) {
+        case How::ended:
+            return "ok";
+        case How::error:
+            if (kind == Kind::kvs_get && o.errnum == ENOENT) {
+                not_found_++;
+                return "not_found";
+            }
+            if (store_refusable(kind) && o.errnum == EHOSTUNREACH && o.rc == DYAD_RC_CONNFAIL) {
+                // Refused while the store is down (kvs/outage.hpp): the
+                // outage is logged once and counted by the store's figures,
+                // not once per request a waiting client repeats.
+                store_down_++;
+                return "store_down";
+            }
+            *failed = true;
+            return "error";
+        case How::expired:
+            if (kind == Kind::kvs_wait) {
+                wait_expired_++;
+                return "wait_expired";
+            }
+            *failed = true;
+            return "error";
+        case How::cancelled:
+            k.cancelled++;
+            return "cancelled";
+    }
+    return "ok";
+}
+
+void RequestMetrics::log_line(const rpc::Request& r, Kind kind, const Note& note, double secs,
+                              const char* result, const rpc::Outcome& o, bool failed) {
     if (!failed && !log::enabled(log::Level::debug)) return;
     // A failure's warning is the peer's doing: rate-limited (debug logs all).
     if (failed && !log::enabled(log::Level::debug) && !failed_lines_.allow()) return;
@@ -364,6 +367,7 @@ void RequestMetrics::finished(const rpc::Request& r, const rpc::Outcome& o) {
     char tail[64];
     std::snprintf(tail, sizeof tail, " duration_ms=%.3f result=%s", secs * 1e3, result);
     line += tail;
+    using How = rpc::Outcome::How;
     if (failed) {
         line += " errno=" + std::string(errno_name(o.errnum)) + " msg=\"" + printable(o.msg) + "\"";
         DYAD_WARN(kSub, "request failed: %s", line.c_str());

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/rate_limit.hpp"
+#include "common/seconds.hpp"
 #include "rpc/server.hpp"
 
 namespace dyad::service {
@@ -53,9 +54,7 @@ class Histogram {
 class ScopedTimer {
   public:
     explicit ScopedTimer(Histogram& h) : h_(h), t0_(std::chrono::steady_clock::now()) {}
-    ~ScopedTimer() {
-        h_.observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
-    }
+    ~ScopedTimer() { h_.observe(seconds_since(t0_)); }
     ScopedTimer(const ScopedTimer&) = delete;
     ScopedTimer& operator=(const ScopedTimer&) = delete;
 
@@ -131,6 +130,12 @@ class RequestMetrics : public rpc::RequestObserver {
         std::string transport;
         uint64_t bytes = 0;
     };
+    // How the request of `kind` ended (result label; *failed: an error of
+    // its own, not a normal negative answer), counted.
+    const char* result_of(Kind kind, const rpc::Outcome& o, PerKind& k, bool* failed);
+    // Its log line: warn when it failed (rate-limited), else debug.
+    void log_line(const rpc::Request& r, Kind kind, const Note& note, double secs,
+                  const char* result, const rpc::Outcome& o, bool failed);
     std::array<PerKind, kKinds> kinds_{};
     // A failed request's warning is a peer's doing: at most 20 every 10 s
     // (then one line saying how many were left out); every failure is

@@ -10,19 +10,18 @@
 #include "common/log.hpp"
 #include "common/paths.hpp"
 #include "common/rate_limit.hpp"
+#include "common/timeouts.hpp"
 #include "common/trace.hpp"
 #include "kvs/record.hpp"
 #include "proto/publish.hpp"
 #include "access.hpp"
-#include "service.hpp"
+#include "handler.hpp"
+#include "publisher.hpp"
+#include "replica_holder.hpp"
 
 namespace dyad::service {
 namespace {
 constexpr const char* kSub = "dyadd";
-// A publish's or a lookup's store request: within the client's 30 s
-// (kControlTimeout), so that a store that stops answering meanwhile is what
-// its error names, not the request's deadline.
-constexpr double kStoreTimeout = 25.0;
 // The trace event of a publish: the file, its key, size and generation.
 void trace_published(trace::Span& sp, const std::string& up, const Result<nlohmann::json>& res) {
     sp.arg("path", up).fail(res.status());
@@ -37,12 +36,10 @@ void trace_published(trace::Span& sp, const std::string& up, const Result<nlohma
 
 }  // namespace
 
-void Service::on_publish(std::shared_ptr<rpc::Request> r) {
-    auto req = proto::PublishRequest::parse(r->args());
-    if (!req) return r->error(EINVAL, req.status().message(), DYAD_RC_BADUNPACK);
-    auto up = normalize_upath(req->upath);
-    if (!up) return r->error(up.status().err(), up.status().message(), up.status().rc());
-    std::string ns = req->ns.value_or(opts_.ns);
+void Publisher::on_publish(std::shared_ptr<rpc::Request> r) {
+    auto req = take_args<proto::PublishRequest>(*r);
+    if (!req) return;
+    std::string ns = req->ns.value_or(core_.opts.ns);
     if (ns.empty() || ns == kServicesNamespace)
         return r->error(EINVAL, "publish into namespace '" + ns + "' refused", DYAD_RC_BADUNPACK);
     if (Status ok = req->check(); !ok) return r->error(EINVAL, ok.message(), DYAD_RC_BADUNPACK);
@@ -50,8 +47,8 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
     // The store is known to be down: said at once (the client asks again
     // until its deadline), not a file thread held until then, which fetches
     // of files already published need.
-    if (auto down = store_->down()) return r->error(down->err(), down->message(), down->rc());
-    const uint64_t copies = req->replicas.value_or(opts_.replicas);
+    if (auto down = core_.store->down()) return r->fail(*down);
+    const uint64_t copies = req->replicas.value_or(core_.opts.replicas);
     const bool sync = req->replicas_sync;
     // The store this service hosts answers a put at once (in memory): the
     // publish is done here on the loop, without the two hand-offs to a file
@@ -59,33 +56,31 @@ void Service::on_publish(std::shared_ptr<rpc::Request> r) {
     // (docs/design.md, "A publish of microseconds"). A file of the producer
     // directory is on node-local storage: its open and stat take
     // microseconds. With replicas, or a store elsewhere, a file thread.
-    if (!copies && !store_->blocks()) {
+    if (!copies && !core_.store->blocks()) {
         trace::Span sp("service.publish", "service");
-        auto res = publish(up.value(), ns, static_cast<unsigned>(depth),
+        auto res = publish(req->upath, ns, static_cast<unsigned>(depth),
                            static_cast<unsigned>(bins), replaces, *r);
-        if (sp.active()) trace_published(sp, up.value(), res);
+        if (sp.active()) trace_published(sp, req->upath, res);
         if (res) return r->end(res.value());
-        Status st = res.status();
-        return r->error(st.err() ? st.err() : EIO, st.message(), st.rc());
+        return r->fail(res.status());
     }
-    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins, replaces, copies, sync] {
+    asio::post(core_.files, [this, r, up = req->upath, ns, depth, bins, replaces, copies, sync] {
         if (r->finished()) return;
         trace::Span sp("service.publish", "service");
         auto res = publish(up, ns, static_cast<unsigned>(depth), static_cast<unsigned>(bins),
                            replaces, *r);
         if (sp.active()) trace_published(sp, up, res);
-        if (res && copies) return replicate_then_answer(r, res.value(), ns, copies, sync);
-        asio::post(io_, [r, res] {
+        if (res && copies) return replicas_.replicate_then_answer(r, res.value(), ns, copies, sync);
+        asio::post(core_.io, [r, res] {
             if (res) return r->end(res.value());
-            Status st = res.status();
-            r->error(st.err() ? st.err() : EIO, st.message(), st.rc());
+            r->fail(res.status());
         });
     });
 }
 
-Result<nlohmann::json> Service::publish(const std::string& up, const std::string& ns,
-                                        unsigned depth, unsigned bins, uint64_t replaces,
-                                        const rpc::Request& from) {
+Result<nlohmann::json> Publisher::publish(const std::string& up, const std::string& ns,
+                                          unsigned depth, unsigned bins, uint64_t replaces,
+                                          const rpc::Request& from) {
     auto fd = open_served_file(up);
     if (!fd) return Status(fd.status()).wrap("cannot publish");
     struct stat sb;
@@ -103,11 +98,11 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
     Published pub = Published::of(sb, ns, key.value());
     pub.uid = from.peer().uid;
     auto before = ledger_.begin(up, pub);
-    auto v =
-        store_put(ns, key.value(), rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), replaces);
+    auto v = core_.calls.put(ns, key.value(), rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced),
+                             replaces);
     ledger_.end(up, std::move(pub), v, before);
     if (!v) return Status(v.status()).wrap("cannot publish '" + up + "'");
-    published_count_++;
+    published_++;
     return proto::PublishAnswer{v.value(), key.value(), rec.to_json()}.build();
 }
 
@@ -116,10 +111,10 @@ Result<nlohmann::json> Service::publish(const std::string& up, const std::string
 // socket: over TCP none can pass), and only one no other user published
 // (docs/security.md, "The node-wide service"). A descriptor that came is
 // checked whoever sent it.
-Status Service::may_publish(const rpc::Request& from, const std::string& up,
-                            const struct stat& sb) {
+Status Publisher::may_publish(const rpc::Request& from, const std::string& up,
+                              const struct stat& sb) {
     const rpc::Peer& peer = from.peer();
-    const bool must_prove = !key_ && !peer.trusted;
+    const bool must_prove = !core_.key && !peer.trusted;
     if (!must_prove && !from.passed_file()) return Status::ok();
     Status ok = check_passed_file(from.passed_file(), sb, up, peer_text(peer));
     if (ok && must_prove) ok = may_change(peer, up, "publish", true);
@@ -127,38 +122,35 @@ Status Service::may_publish(const rpc::Request& from, const std::string& up,
     return ok;
 }
 
-void Service::on_unpublish(std::shared_ptr<rpc::Request> r) {
-    auto req = proto::UnpublishRequest::parse(r->args());
-    if (!req) return r->error(EINVAL, req.status().message(), DYAD_RC_BADUNPACK);
-    auto up = normalize_upath(req->upath);
-    if (!up) return r->error(up.status().err(), up.status().message(), up.status().rc());
-    std::string ns = req->ns.value_or(opts_.ns);
+void Publisher::on_unpublish(std::shared_ptr<rpc::Request> r) {
+    auto req = take_args<proto::UnpublishRequest>(*r);
+    if (!req) return;
+    std::string ns = req->ns.value_or(core_.opts.ns);
     if (ns.empty() || ns == kServicesNamespace)
         return r->error(EINVAL, "unpublish in namespace '" + ns + "' refused", DYAD_RC_BADUNPACK);
     if (req->key_depth > 64 || req->key_bins == 0 || req->key_bins > (1u << 30))
         return r->error(EINVAL, "key_depth must be 0..64 and key_bins 1..2^30", DYAD_RC_BADUNPACK);
     const auto depth = static_cast<unsigned>(req->key_depth);
     const auto bins = static_cast<unsigned>(req->key_bins);
-    asio::post(file_pool_, [this, r, up = up.value(), ns, depth, bins] {
+    asio::post(core_.files, [this, r, up = req->upath, ns, depth, bins] {
         if (r->finished()) return;
         Status may = may_change(r->peer(), up, "unpublish", false);
         if (!may) refused_not_producer_++;
         auto res = may ? unpublish(up, ns, depth, bins) : Result<nlohmann::json>(may);
-        asio::post(io_, [r, res] {
+        asio::post(core_.io, [r, res] {
             if (res) return r->end(res.value());
-            Status st = res.status();
-            r->error(st.err() ? st.err() : EIO, st.message(), st.rc());
+            r->fail(res.status());
         });
     });
 }
 
 // Only this service's own record goes; the file stays where it is.
-Result<nlohmann::json> Service::unpublish(const std::string& up, const std::string& ns,
-                                          unsigned depth, unsigned bins) {
+Result<nlohmann::json> Publisher::unpublish(const std::string& up, const std::string& ns,
+                                            unsigned depth, unsigned bins) {
     auto key = gen_path_key(up, depth, bins);
     if (!key) return key.status();
     auto gate = ledger_.publishing();
-    auto e = store_get(ns, key.value());
+    auto e = core_.calls.get(ns, key.value());
     if (!e && e.status().rc() == DYAD_RC_NOTFOUND)
         return Status(DYAD_RC_NOTFOUND,
                       "'" + up + "' is not published (no record in namespace '" + ns +
@@ -172,12 +164,13 @@ Result<nlohmann::json> Service::unpublish(const std::string& up, const std::stri
                       "'" + up + "' is not published (its key holds the record of '" +
                           rec_up->upath + "'): nothing to unpublish",
                       ENOENT);
-    if (owner && *owner != id_)
+    if (owner && *owner != core_.id)
         return Status(DYAD_RC_NOAUTH,
                       "'" + up + "' was produced by service '" + *owner + "', not this one (" +
-                          id_ + "): only its owner's node can unpublish it",
+                          core_.id + "): only its owner's node can unpublish it",
                       EPERM);
-    Status s = store_->remove(ns, key.value(), id_, Deadline::after(kStoreTimeout));
+    Status s =
+        core_.store->remove(ns, key.value(), core_.id, Deadline::after(timeouts::kStoreCall));
     if (!s && s.rc() == DYAD_RC_NOTFOUND)
         return Status(DYAD_RC_NOTFOUND,
                       "'" + up + "' is not published (no record in namespace '" + ns +
@@ -186,48 +179,41 @@ Result<nlohmann::json> Service::unpublish(const std::string& up, const std::stri
     if (!s) return Status(s).wrap("cannot unpublish '" + up + "'");
     ledger_.forget(up);
     // Its replicas go too, after the answer (replicas.hpp, forget()).
-    if (replicas_ && rec_up) replicas_->forget(ns, key.value(), rec_up.value());
+    if (rec_up) replicas_.forget(ns, key.value(), rec_up.value());
     DYAD_INFO(kSub, "unpublished '%s' (key %s in namespace %s); the file stays on disk", up.c_str(),
               key->c_str(), ns.c_str());
-    return nlohmann::json{{"key", key.value()}, {"version", e->version}};
+    return proto::UnpublishAnswer{key.value(), e->version}.build();
 }
 
-Result<uint64_t> Service::store_put(const std::string& ns, const std::string& key,
-                                    const std::string& value, uint64_t replaces) {
-    ScopedTimer timed(store_calls_[0]);
-    return store_->put(ns, key, value, id_, replaces, Deadline::after(kStoreTimeout));
-}
-
-Result<kvs::Entry> Service::store_get(const std::string& ns, const std::string& key) {
-    ScopedTimer timed(store_calls_[1]);
-    return store_->get(ns, key, Deadline::after(kStoreTimeout));
-}
-
-kvs::Record Service::record_of(const std::string& up, const struct stat& sb) const {
+kvs::Record Publisher::record_of(const std::string& up, const struct stat& sb) const {
     kvs::Record rec;
     rec.upath = up;
-    rec.owner = id_;
-    rec.node = opts_.node;
-    rec.producer_dir = prod_dir_;
-    rec.endpoints = endpoints_;
+    rec.owner = core_.id;
+    rec.node = core_.opts.node;
+    rec.producer_dir = core_.prod_dir;
+    rec.endpoints = core_.endpoints;
     rec.size = static_cast<uint64_t>(sb.st_size);
     rec.mtime_ns = static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
     rec.mode = sb.st_mode & 07777;
     rec.ino = static_cast<uint64_t>(sb.st_ino);
-    rec.rank = rank_;
+    rec.rank = core_.rank;
     return rec;
+}
+
+Status Publisher::check_served(const proto::FetchRequest& req, const struct stat& sb,
+                               const std::string& up, Snapshot* snap) {
+    if (Status one = one_name(up, sb); !one) return one;
+    PublishLedger::Wanted want{
+        req.ns, req.key, req.generation ? std::optional<uint64_t>(req.generation) : std::nullopt};
+    *snap = Snapshot::of(sb);
+    return ledger_.check(
+        core_.id, up, sb, want,
+        [this](const std::string& ns, const std::string& key) { return core_.calls.get(ns, key); });
 }
 
 // ---- putting the service back into a store that lost it ----
 
-bool Service::rejoin(const std::function<bool()>& stopping, uint64_t& republished) {
-    auto v = store_->put(kServicesNamespace, id_, identity().dump(-1, ' ', false, kBadUtf8Replaced),
-                         id_, 0, Deadline::after(10));
-    if (!v) {
-        DYAD_WARN(kSub, "cannot register again in the metadata store at %s: %s (trying again)",
-                  opts_.kvs_uri.c_str(), v.status().to_string().c_str());
-        return false;
-    }
+bool Publisher::republish(const std::function<bool()>& stopping, uint64_t& republished) {
     uint64_t again = 0, changed = 0, failed = 0;
     for (const auto& [up, pub] : ledger_.to_republish()) {
         if (stopping()) return true;
@@ -245,8 +231,8 @@ bool Service::rejoin(const std::function<bool()>& stopping, uint64_t& republishe
         }
         auto rec = record_of(up, sb);
         auto put =
-            store_->put(pub.ns, pub.key, rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), id_,
-                        0, Deadline::after(30));
+            core_.store->put(pub.ns, pub.key, rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced),
+                             core_.id, 0, Deadline::after(timeouts::kRegister));
         if (!put) {
             ++failed;
             DYAD_WARN(kSub, "cannot publish '%s' again: %s", up.c_str(),
@@ -261,24 +247,23 @@ bool Service::rejoin(const std::function<bool()>& stopping, uint64_t& republishe
     DYAD_INFO(kSub,
               "registered again in the metadata store at %s; published again %llu files (%llu "
               "changed since, not published; %llu failed)",
-              opts_.kvs_uri.c_str(), static_cast<unsigned long long>(again),
+              core_.opts.kvs_uri.c_str(), static_cast<unsigned long long>(again),
               static_cast<unsigned long long>(changed), static_cast<unsigned long long>(failed));
     return true;
 }
 
 // ---- the store's host across its own restart ----
 
-Status Service::restore_published() {
-    if (!opts_.open_journal) return Status::ok();
-    const std::string dir =
-        opts_.state_dir.empty() ? prod_dir_ + "/" + kReservedDir : opts_.state_dir;
-    auto opened = opts_.open_journal(dir, id_, prod_dir_);
+Status Publisher::restore() {
+    if (!core_.opts.open_journal) return Status::ok();
+    const std::string dir = core_.state_dir();
+    auto opened = core_.opts.open_journal(dir, core_.id, core_.prod_dir);
     if (!opened) return opened.status();
     auto journal = std::move(opened.value());
     auto rows = journal->load();
     if (!rows) return rows.status();
     const std::string where = journal->describe();
-    if (!store_->hosted()) {
+    if (!core_.store->hosted()) {
         // Another dyadd's store or etcd keeps this service's records across
         // this restart: the durable copy starts again from this run's publishes.
         if (Status c = journal->clear(); !c) return c;
@@ -309,8 +294,8 @@ Status Service::restore_published() {
             continue;
         }
         auto rec = record_of(up, sb);
-        auto put =
-            store_put(pub.ns, pub.key, rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), 0);
+        auto put = core_.calls.put(pub.ns, pub.key,
+                                   rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), 0);
         if (!put) {
             ++failed;
             DYAD_WARN(kSub, "cannot publish '%s' again: %s (produce it again)", up.c_str(),

@@ -10,12 +10,12 @@
 
 #include "common/deadline.hpp"
 #include "common/log.hpp"
+#include "common/timeouts.hpp"
 #include "replicas.hpp"
 
 namespace dyad::service {
 namespace {
 constexpr const char* kSub = "replicas";
-constexpr double kAskTimeout = 60.0;      // a dyad.replicate(_many), plus the time below
 constexpr double kBytesPerSecond = 20e6;  // the slowest pull a deadline allows for
 // How old the registry the owner places replicas by may be.
 constexpr auto kRegistryAge = std::chrono::seconds(2);
@@ -97,7 +97,7 @@ void Replicas::ask_holder(const std::string& id, const std::string& ep,
         proto::ReplicateBatch batch;
         batch.ns = jobs[which[at]].ns;
         std::vector<size_t> in;
-        double timeout = kAskTimeout;
+        double timeout = timeouts::kAskReplica;
         for (; at < which.size() && in.size() < proto::ReplicateBatch::kMaxFiles &&
                jobs[which[at]].ns == batch.ns;
              ++at) {

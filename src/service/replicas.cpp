@@ -13,11 +13,11 @@
 
 #include "common/deadline.hpp"
 #include "common/log.hpp"
+#include "common/timeouts.hpp"
 
 namespace dyad::service {
 namespace {
 constexpr const char* kSub = "replicas";
-constexpr double kDropTimeout = 10.0;  // a dyad.unreplicate
 // How long the worker waits for more pushes to join a batch (linger()).
 constexpr auto kLingerQuiet = std::chrono::milliseconds(10);
 constexpr auto kLingerMost = std::chrono::milliseconds(100);
@@ -211,7 +211,8 @@ void Replicas::drop_one(const Job& j) {
         const std::string ep = tcp_endpoint(e->endpoints);
         if (ep.empty()) continue;
         proto::UnreplicateRequest req{j.ns, j.key, j.rec.upath, e->generation};
-        auto a = pool_.call(ep, "dyad.unreplicate", req.build(), Deadline::after(kDropTimeout));
+        auto a = pool_.call(ep, "dyad.unreplicate", req.build(),
+                            Deadline::after(timeouts::kDropReplica));
         if (a && a->is_object() && a->value("holder", std::string()) == e->holder) {
             n_.unreplicated++;
             continue;

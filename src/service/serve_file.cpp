@@ -10,7 +10,9 @@
 #include "common/log.hpp"
 #include "common/paths.hpp"
 #include "proto/fetch.hpp"
-#include "service.hpp"
+#include "file_server.hpp"
+#include "publisher.hpp"
+#include "replica_holder.hpp"
 
 namespace dyad::service {
 
@@ -116,36 +118,35 @@ Status served_kind(const std::string& up, const struct stat& sb) {
 
 // ---- the service's part: what it published, and who may read it ----
 
-Status Service::take_served(ServedFile& f, const proto::FetchRequest& req, const rpc::Peer& peer,
-                            Snapshot* snap) {
+Status FileServer::take_served(ServedFile& f, const proto::FetchRequest& req, const rpc::Peer& peer,
+                               Snapshot* snap) {
     Status ok = f.take();
     if (!ok) return ok;
     if (req.replica) {
-        ok = replicas_ && req.ns ? replicas_->check(*req.ns, f.upath(), req.generation, f.stat())
-                                 : Status(DYAD_RC_BADFETCH, "no replica held here", ENOENT);
+        ok = replicas_.check(req, f);
         *snap = Snapshot::of(f.stat());
     } else {
-        ok = check_served(req, f.stat(), f.upath(), snap);
+        ok = publisher_.check_served(req, f.stat(), f.upath(), snap);
     }
     if (ok) ok = readable_by(peer, f.stat(), f.upath(), req.replica);
-    if (ok.err() == ESTALE) refused_stale_++;
-    if (ok.err() == ENOENT) refused_unproduced_++;
+    if (ok.err() == ESTALE) refused_.stale++;
+    if (ok.err() == ENOENT) refused_.unproduced++;
     return ok;
 }
 
-bool Service::opens_as_peer(const rpc::Peer& peer) const {
-    return !key_ && !peer.trusted && act_as_users_;
+bool FileServer::opens_as_peer(const rpc::Peer& peer) const {
+    return !core_.key && !peer.trusted && core_.act_as_users;
 }
 
-Result<ServedFile> Service::open_for(const rpc::Peer& peer, const std::string& up) {
-    if (!opens_as_peer(peer)) return ServedFile::open(prod_fd_.get(), prod_dir_, up);
-    auto f = ServedFile::open_as(prod_fd_.get(), prod_dir_, up, creds_of(peer));
-    if (!f && f.status().err() == EACCES) refused_unreadable_++;
+Result<ServedFile> FileServer::open_for(const rpc::Peer& peer, const std::string& up) {
+    if (!opens_as_peer(peer)) return ServedFile::open(core_.prod_fd.get(), core_.prod_dir, up);
+    auto f = ServedFile::open_as(core_.prod_fd.get(), core_.prod_dir, up, creds_of(peer));
+    if (!f && f.status().err() == EACCES) refused_.unreadable++;
     return f;
 }
 
-Result<UniqueFd> Service::open_served_file(const std::string& up) {
-    auto f = ServedFile::open(prod_fd_.get(), prod_dir_, up);
+Result<UniqueFd> Publisher::open_served_file(const std::string& up) {
+    auto f = ServedFile::open(core_.prod_fd.get(), core_.prod_dir, up);
     if (!f) return f.status();
     struct stat sb;
     if (::fstat(f->fd(), &sb) != 0)

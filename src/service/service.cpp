@@ -23,10 +23,11 @@
 #include "common/log.hpp"
 #include "common/paths.hpp"
 #include "common/settings.hpp"
+#include "common/timeouts.hpp"
 #include "kvs/epoch.hpp"
 #include "kvs/record.hpp"
 #include "kvs/registry.hpp"
-#include "proto/identity.hpp"
+#include "proto/hello.hpp"
 #include "rpc/client.hpp"
 #include "rpc/wire.hpp"
 #include "access.hpp"
@@ -56,9 +57,6 @@ std::string public_host(const std::string& host) {
 // The lock of a producer directory: one dyadd serves it. flock, so a
 // process that dies (SIGKILL included) lets go of it at once.
 constexpr const char* kDirLock = "service.lock";
-// How long a registered service with our id has to answer before its
-// registration is taken as stale (it crashed).
-constexpr double kHolderProbe = 3.0;
 
 // The producer directory's .dyad/ holds the service's lock, epoch and
 // ledger: it must be this dyadd's own, private, and no symbolic link (one
@@ -121,12 +119,11 @@ Result<UniqueFd> lock_producer_dir(const std::string& dir, const std::string& id
         char buf[512];
         ssize_t n = ::pread(fd.get(), buf, sizeof buf - 1, 0);
         std::string holder = "another dyadd";
-        auto j = nlohmann::json::parse(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0),
-                                       nullptr, false);
-        if (j.is_object() && j.contains("service_id") && j["service_id"].is_string() &&
-            j.contains("pid") && j["pid"].is_number_integer())
-            holder = "the dyadd of service '" + j["service_id"].get<std::string>() + "' (pid " +
-                     std::to_string(j["pid"].get<int64_t>()) + ")";
+        auto held = proto::DirHolder::parse(nlohmann::json::parse(
+            std::string(buf, n > 0 ? static_cast<size_t>(n) : 0), nullptr, false));
+        if (held)
+            holder = "the dyadd of service '" + held->service_id + "' (pid " +
+                     std::to_string(held->pid) + ")";
         if (e != EWOULDBLOCK)
             return Status(DYAD_RC_BADMANAGEDPATH, "cannot lock '" + path + "'", e);
         return Status(DYAD_RC_BADMANAGEDPATH,
@@ -135,9 +132,8 @@ Result<UniqueFd> lock_producer_dir(const std::string& dir, const std::string& id
                           "): stop it first, or give this dyadd another producer directory",
                       EBUSY);
     }
-    std::string me = nlohmann::json{{"service_id", id}, {"pid", ::getpid()}}.dump(
-                         -1, ' ', false, kBadUtf8Replaced) +
-                     "\n";
+    std::string me =
+        proto::DirHolder{id, ::getpid()}.build().dump(-1, ' ', false, kBadUtf8Replaced) + "\n";
     if (::ftruncate(fd.get(), 0) != 0 ||
         ::pwrite(fd.get(), me.data(), me.size(), 0) != static_cast<ssize_t>(me.size()))
         DYAD_WARN(kSub, "cannot write who holds %s: %s", path.c_str(), std::strerror(errno));
@@ -157,24 +153,21 @@ bool unix_socket_answers(const std::string& path) {
 
 // The registration `value` of service `id` names a dyadd that still
 // answers as `id`: a description of it (where, which pid). Empty when none
-// of its endpoints answers so within kHolderProbe seconds (a crash left it).
+// of its endpoints answers so within timeouts::kHolderProbe seconds (a crash left it).
 std::string live_holder(const std::string& id, const std::string& value,
                         const rpc::Credentials& me) {
     auto held = proto::Identity::parse(nlohmann::json::parse(value, nullptr, false));
     if (!held) return "";
     const bool same_host = held->host_id == dtl::host_id();
-    Deadline until = Deadline::after(kHolderProbe);
+    Deadline until = Deadline::after(timeouts::kHolderProbe);
     for (const auto& ep : held->endpoints) {
         if (ep.rfind("unix:", 0) == 0 && !same_host) continue;
         auto c = rpc::Connection::connect(ep, until, me);
         if (!c) continue;
-        const auto& info = c.value()->peer_info();
-        auto sid = info.find("service_id");
-        if (sid == info.end() || !sid->is_string() || sid->get<std::string>() != id) continue;
+        auto hello = proto::Hello::parse(c.value()->peer_info());
+        if (!hello || hello->service.service_id != id) continue;
         std::string who = "the dyadd at " + ep;
-        auto pid = info.find("pid");
-        if (pid != info.end() && pid->is_number_integer())
-            who += " (pid " + std::to_string(pid->get<int64_t>()) + ")";
+        if (hello->service.pid) who += " (pid " + std::to_string(hello->service.pid) + ")";
         return who;
     }
     return "";
@@ -225,9 +218,7 @@ Service::~Service() {
     stop();
     file_pool_.stop();
     file_pool_.join();
-    replica_pool_.stop();  // (a pull in progress ends first)
-    replica_pool_.join();
-    replicas_.reset();
+    replicas_.shutdown();  // (a pull in progress ends first)
     store_server_.reset();
     // The store's own threads (etcd's watch, lease and sweeper) end with its
     // last reference (here, or the served topics' in server_'s handlers),
@@ -373,8 +364,7 @@ Status Service::start_senders(const std::string& mode) {
             continue;
         }
         senders_[b.name] = std::move(snd.value());
-        per_transport_[b.name];
-        transfer_seconds_[b.name] = std::make_unique<Histogram>(kSlowBuckets);
+        files_.count(b.name);
     }
     if (mode != dtl::kAutoMode && !senders_.count(mode))
         return Status(DYAD_RC_BADDTLMODE,
@@ -418,27 +408,32 @@ Status Service::start_server() {
     for (auto& r : records_)
         if (r.address.empty()) r.address = eps;
     server_->handle("dyad.fetch",
-                    [this](std::shared_ptr<rpc::Request> r) { on_fetch(std::move(r)); });
-    server_->handle("dyad.fetch_many",
-                    [this](std::shared_ptr<rpc::Request> r) { on_fetch_many(std::move(r)); });
+                    [this](std::shared_ptr<rpc::Request> r) { files_.on_fetch(std::move(r)); });
+    server_->handle("dyad.fetch_many", [this](std::shared_ptr<rpc::Request> r) {
+        files_.on_fetch_many(std::move(r));
+    });
     server_->handle("dyad.status",
-                    [this](std::shared_ptr<rpc::Request> r) { on_status(std::move(r)); });
-    server_->handle("dyad.publish",
-                    [this](std::shared_ptr<rpc::Request> r) { on_publish(std::move(r)); });
-    server_->handle("dyad.unpublish",
-                    [this](std::shared_ptr<rpc::Request> r) { on_unpublish(std::move(r)); });
-    server_->handle("dyad.replicate",
-                    [this](std::shared_ptr<rpc::Request> r) { on_replicate(std::move(r)); });
-    server_->handle("dyad.replicate_many",
-                    [this](std::shared_ptr<rpc::Request> r) { on_replicate_many(std::move(r)); });
-    server_->handle("dyad.unreplicate",
-                    [this](std::shared_ptr<rpc::Request> r) { on_unreplicate(std::move(r)); });
+                    [this](std::shared_ptr<rpc::Request> r) { status_.on_status(std::move(r)); });
+    server_->handle("dyad.publish", [this](std::shared_ptr<rpc::Request> r) {
+        publisher_.on_publish(std::move(r));
+    });
+    server_->handle("dyad.unpublish", [this](std::shared_ptr<rpc::Request> r) {
+        publisher_.on_unpublish(std::move(r));
+    });
+    server_->handle("dyad.replicate", [this](std::shared_ptr<rpc::Request> r) {
+        replicas_.on_replicate(std::move(r));
+    });
+    server_->handle("dyad.replicate_many", [this](std::shared_ptr<rpc::Request> r) {
+        replicas_.on_replicate_many(std::move(r));
+    });
+    server_->handle("dyad.unreplicate", [this](std::shared_ptr<rpc::Request> r) {
+        replicas_.on_unreplicate(std::move(r));
+    });
     return Status::ok();
 }
 
 Status Service::start() {
-    started_ = std::chrono::steady_clock::now();
-    started_wall_ = std::chrono::system_clock::now();
+    status_.started();
     if (Status s = open_producer_dir(); !s) return s;
     act_as_users_ = can_act_as_users();
     auto budget = make_budget(opts_);
@@ -459,13 +454,13 @@ Status Service::start() {
     if (Status s = start_senders(mode.value()); !s) return s;
     if (Status s = start_server(); !s) return s;
     if (Status s = start_store(); !s) return s;
-    if (Status s = restore_published(); !s) return s;
-    if (Status s = start_replicas(); !s) return s;
+    if (Status s = publisher_.restore(); !s) return s;
+    if (Status s = replicas_.start(); !s) return s;
     if (!rank_)
         DYAD_WARN(kSub,
                   "this node has no rank (give --rank N): owner_rank of its files is a "
                   "hash of its node id");
-    server_->set_hello_info(identity());
+    server_->set_hello_info(proto::Hello{identity()}.build());
     if (Status s = server_->start_accepting(); !s) return s;
     DYAD_INFO(kSub, "service %s ready: rank %s, producer dir %s, endpoints %s, metadata %s",
               id_.c_str(),
@@ -506,21 +501,23 @@ Status Service::start_store() {
     auto made = kvs::make_service_store(std::move(setup));
     if (!made) return made.status();
     store_ = std::move(made.value());
-    // Our clients ask us (kvs "local" in the hello) unless they ask the
+    // Our clients ask us (kvs proto::kStoreHere in the hello) unless they ask the
     // store's host: with etcd, one connection and one watch stream to the
     // store serve every consumer of this node.
     if (store_->serves_clients())
         store_server_ = std::make_unique<kvs::StoreServer>(*server_, store_);
     // One live dyadd per service id: a registration whose dyadd still
     // answers as this id is refused; one nobody answers for is stale.
-    Status unique = refuse_if_live(id_, store_->get(kServicesNamespace, id_, Deadline::after(10)),
-                                   key_, store_->describe());
+    Status unique = refuse_if_live(
+        id_, store_->get(kServicesNamespace, id_, Deadline::after(timeouts::kRegistryLook)), key_,
+        store_->describe());
     if (!unique) return unique;
     // Registered with the rank given (--rank), or given one by the store.
     rank_ = opts_.rank;
     rank_source_ = opts_.rank ? opts_.rank_source : std::string();
-    auto mine = store_->register_service(id_, identity().dump(-1, ' ', false, kBadUtf8Replaced),
-                                         Deadline::after(30));
+    auto mine =
+        store_->register_service(id_, identity().build().dump(-1, ' ', false, kBadUtf8Replaced),
+                                 Deadline::after(timeouts::kRegister));
     if (!mine) return mine.status();
     store_->start();
     if (auto given = kvs::registry::rank_of(mine->value); !rank_ && given) {
@@ -530,14 +527,14 @@ Status Service::start_store() {
     return Status::ok();
 }
 
-nlohmann::json Service::identity() const {
+proto::Identity Service::identity() const {
     proto::Identity me;
     me.service_id = id_;
     me.node = opts_.node;
     me.host_id = dtl::host_id();
     me.ns = opts_.ns;
     me.producer_dir = prod_dir_;
-    me.kvs = !store_ || store_->serves_clients() ? std::string("local") : opts_.kvs_uri;
+    me.kvs = !store_ || store_->serves_clients() ? std::string(proto::kStoreHere) : opts_.kvs_uri;
     me.endpoints = endpoints_;
     for (const auto& r : records_) me.transports.push_back(r.to_json());
     me.default_mode = opts_.mode;
@@ -546,7 +543,7 @@ nlohmann::json Service::identity() const {
     me.wire_version = rpc::kVersion;
     me.rank = rank_;
     me.rank_source = rank_source_;
-    return me.build();
+    return me;
 }
 
 void Service::catch_signals() {
@@ -585,15 +582,30 @@ void Service::stop() {
     });
 }
 
-Status Service::check_served(const proto::FetchRequest& req, const struct stat& sb,
-                             const std::string& up, Snapshot* snap) {
-    if (Status one = one_name(up, sb); !one) return one;
-    PublishLedger::Wanted want{
-        req.ns, req.key, req.generation ? std::optional<uint64_t>(req.generation) : std::nullopt};
-    *snap = Snapshot::of(sb);
-    return ledger_.check(id_, up, sb, want, [this](const std::string& ns, const std::string& key) {
-        return store_get(ns, key);
-    });
+void Service::set_metrics_endpoint(std::string url) {
+    status_.set_metrics_endpoint(std::move(url));
+}
+
+void Service::metrics(std::function<void(std::string)> done) {
+    status_.metrics(std::move(done));
+}
+
+void Service::health(std::function<void(bool, std::string)> done) {
+    status_.health(std::move(done));
+}
+
+// ---- putting the service back into a store that lost it ----
+
+bool Service::rejoin(const std::function<bool()>& stopping, uint64_t& republished) {
+    auto v = store_->put(kServicesNamespace, id_,
+                         identity().build().dump(-1, ' ', false, kBadUtf8Replaced), id_, 0,
+                         Deadline::after(timeouts::kRegisterAgain));
+    if (!v) {
+        DYAD_WARN(kSub, "cannot register again in the metadata store at %s: %s (trying again)",
+                  opts_.kvs_uri.c_str(), v.status().to_string().c_str());
+        return false;
+    }
+    return publisher_.republish(stopping, republished);
 }
 
 }  // namespace dyad::service

@@ -8,122 +8,151 @@
 
 #include "common/settings.hpp"
 #include "common/trace.hpp"
-#include "service.hpp"
+#include "common/seconds.hpp"
+#include "file_server.hpp"
+#include "publisher.hpp"
+#include "replica_holder.hpp"
+#include "status_reporter.hpp"
 
 namespace dyad::service {
 
-nlohmann::json Service::status_json() const {
-    nlohmann::json j = identity();
-    nlohmann::json per = nlohmann::json::object();
-    uint64_t files_requested = 0;  // files asked for, one per file of a dyad.fetch_many
-    for (const auto& [name, c] : per_transport_) {
-        files_requested += c.requests;
-        per[name] = {{"requests", c.requests},
-                     {"served", c.served},
-                     {"errors", c.errors},
-                     {"bytes_sent", c.bytes_sent},
-                     {"bytes_received", c.bytes_received},
-                     {"in_flight", c.in_flight}};
-        auto it = senders_.find(name);
-        if (it != senders_.end()) {
-            auto extra = it->second->stats();
-            if (extra.is_object() && !extra.empty()) per[name]["transport"] = extra;
-        }
+void StatusReporter::started() {
+    started_ = std::chrono::steady_clock::now();
+    started_wall_ = std::chrono::system_clock::now();
+}
+
+proto::ServiceStatus::Counters StatusReporter::counters() const {
+    proto::ServiceStatus::Counters c;
+    for (const auto& [name, n] : files_.per_transport()) {
+        c.files_requested += n.requests;  // files asked for, one per file of a dyad.fetch_many
+        auto& one = c.per_transport[name];
+        one.requests = n.requests;
+        one.served = n.served;
+        one.errors = n.errors;
+        one.bytes_sent = n.bytes_sent;
+        one.bytes_received = n.bytes_received;
+        one.in_flight = n.in_flight;
+        auto it = files_.senders().find(name);
+        if (it != files_.senders().end()) one.transport = it->second->stats();
     }
-    j["counters"] = {
-        {"requests", metrics_->kind(Kind::fetch).requests},
-        {"fetch_many_requests", metrics_->kind(Kind::fetch_many).requests},
-        {"files_requested", files_requested},
-        {"served", total_.served},
-        {"errors", total_.errors},
-        {"bytes_sent", total_.bytes_sent},
-        {"bytes_received", total_.bytes_received},
-        {"rejected", rejected_},
-        {"published", published_count_.load()},
-        {"refused_unproduced", refused_unproduced_.load()},
-        {"refused_unreadable", refused_unreadable_.load()},
-        {"refused_not_producer", refused_not_producer_.load()},
-        {"refused_stale", refused_stale_.load()},
-        {"auth_refused", server_ ? server_->auth_refused() : 0},
-        {"idle_closed", server_ ? server_->idle_closed() : 0},
-        {"refused_peer_connections", server_ ? server_->refused_peer_connections() : 0},
-        {"refused_connections_table_full", server_ ? server_->connections_refused() : 0},
-        {"reserved_connections_admitted", server_ ? server_->reserved_admitted() : 0},
-        {"refused_peer_request_bytes", server_ ? server_->refused_request_bytes_peer() : 0},
-        {"refused_request_bytes", server_ ? server_->refused_request_bytes_total() : 0},
-        {"refused_peer_fetches", caps_ ? caps_->refused_fetches() : 0},
-        {"refused_peer_local", caps_ ? caps_->refused_local() : 0},
-        {"in_flight", total_.in_flight},
-        {"per_transport", per},
-        {"per_kind", metrics_->to_json()}};
-    j["connections"] = server_ ? server_->session_count() : 0;
-    if (replicas_) j["replicas"] = replicas_->status();
-    // The caps per peer (docs/security.md) and how close to them peers are.
-    nlohmann::json peers = caps_ ? caps_->stats() : nlohmann::json::object();
-    peers["with_connections"] = server_ ? server_->peer_count() : 0;
-    peers["busiest_peer_connections"] = server_ ? server_->busiest_peer_connections() : 0;
-    peers["max_connections_per_peer"] = opts_.max_connections_per_peer;
-    peers["max_fetches_per_peer"] = opts_.max_fetches_per_peer;
-    peers["max_local_per_peer"] = opts_.max_local_per_peer;
-    peers["memory_per_peer"] = budget_ ? budget_->per_peer() : 0;
-    peers["max_request_bytes_per_peer"] = opts_.max_request_bytes_per_peer;
-    peers["max_request_bytes"] = opts_.max_request_bytes;
-    peers["max_wait_s"] = opts_.max_wait;
-    peers["max_connections"] = server_ ? server_->max_connections() : 0;
-    if (server_) {
-        auto rb = server_->request_bytes_stats();
-        peers["request_bytes_held"] = rb["held"];
-        peers["busiest_peer_request_bytes"] = rb["busiest_peer"];
+    const auto& total = files_.total();
+    const auto& refused = files_.refused();
+    c.requests = core_.metrics.kind(Kind::fetch).requests;
+    c.fetch_many_requests = core_.metrics.kind(Kind::fetch_many).requests;
+    c.served = total.served;
+    c.errors = total.errors;
+    c.bytes_sent = total.bytes_sent;
+    c.bytes_received = total.bytes_received;
+    c.in_flight = total.in_flight;
+    c.rejected = refused.transport;
+    c.refused_unproduced = refused.unproduced.load();
+    c.refused_unreadable = refused.unreadable.load();
+    c.refused_stale = refused.stale.load();
+    c.published = publisher_.published();
+    c.refused_not_producer = publisher_.refused_not_producer();
+    if (const rpc::Server* server = server_.get()) {
+        c.auth_refused = server->auth_refused();
+        c.idle_closed = server->idle_closed();
+        c.refused_peer_connections = server->refused_peer_connections();
+        c.refused_connections_table_full = server->connections_refused();
+        c.reserved_connections_admitted = server->reserved_admitted();
+        c.refused_peer_request_bytes = server->refused_request_bytes_peer();
+        c.refused_request_bytes = server->refused_request_bytes_total();
     }
-    j["peers"] = peers;
-    if (budget_) j["memory"] = budget_->stats();
+    if (const PeerCaps* caps = core_.caps.get()) {
+        c.refused_peer_fetches = caps->refused_fetches();
+        c.refused_peer_local = caps->refused_local();
+    }
+    c.per_kind = core_.metrics.to_json();
+    return c;
+}
+
+// The caps per peer (docs/security.md) and how close to them peers are.
+proto::ServiceStatus::Peers StatusReporter::peers() const {
+    const auto& o = core_.opts;
+    proto::ServiceStatus::Peers p;
+    if (core_.caps) p.caps = core_.caps->stats();
+    p.max_connections_per_peer = o.max_connections_per_peer;
+    p.max_fetches_per_peer = o.max_fetches_per_peer;
+    p.max_local_per_peer = o.max_local_per_peer;
+    p.memory_per_peer = core_.budget ? core_.budget->per_peer() : 0;
+    p.max_request_bytes_per_peer = o.max_request_bytes_per_peer;
+    p.max_request_bytes = o.max_request_bytes;
+    p.max_wait_s = o.max_wait;
+    if (const rpc::Server* server = server_.get()) {
+        p.with_connections = server->peer_count();
+        p.busiest_peer_connections = server->busiest_peer_connections();
+        p.max_connections = server->max_connections();
+        auto rb = server->request_bytes_stats();
+        p.request_bytes_held = rb["held"];
+        p.busiest_peer_request_bytes = rb["busiest_peer"];
+    }
+    return p;
+}
+
+namespace {
+
+// The embedded store's figures (docs/user-guide.md, "dyad service status").
+nlohmann::json hosted_json(const kvs::HostedFigures& h) {
+    return {{"keys", h.records},
+            {"waiters", h.waiters},
+            {"bytes", h.bytes - h.registry_bytes},
+            {"registry_bytes", h.registry_bytes},
+            {"max_bytes", h.limits.max_bytes},
+            {"refused", h.refusals.total()},
+            {"refused_too_large", h.refusals.too_large},
+            {"refused_store_full", h.refusals.store_full},
+            {"refused_namespace_records", h.refusals.ns_records},
+            {"refused_namespace_bytes", h.refusals.ns_bytes},
+            {"max_records_per_namespace", h.limits.max_records_per_ns},
+            {"namespaces", h.namespaces},
+            {"max_namespaces", h.limits.max_namespaces},
+            {"refused_namespaces", h.refusals.namespaces},
+            {"max_bytes_per_namespace", h.ns_byte_quota},
+            {"epoch", h.epoch},
+            {"state_dir", h.state_dir}};
+}
+
+}  // namespace
+
+proto::ServiceStatus StatusReporter::status() const {
+    proto::ServiceStatus st;
+    st.identity = identity_();
+    st.counters = counters();
+    st.peers = peers();
+    st.connections = server_ ? server_->session_count() : 0;
+    st.uptime_s = seconds_since(started_);
+    if (!metrics_endpoint_.empty()) st.metrics = metrics_endpoint_;
+    auto& j = st.rest;
+    if (const Replicas* r = replicas_.replicas()) j["replicas"] = r->status();
+    if (core_.budget) j["memory"] = core_.budget->stats();
     if (trace::on()) j["trace"] = trace::stats_json();  // --trace: its file and counters
-    j["uptime_s"] =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    if (auto h = store_ ? store_->hosted() : std::nullopt)
-        j["store"] = {{"keys", h->records},
-                      {"waiters", h->waiters},
-                      {"bytes", h->bytes - h->registry_bytes},
-                      {"registry_bytes", h->registry_bytes},
-                      {"max_bytes", h->limits.max_bytes},
-                      {"refused", h->refusals.total()},
-                      {"refused_too_large", h->refusals.too_large},
-                      {"refused_store_full", h->refusals.store_full},
-                      {"refused_namespace_records", h->refusals.ns_records},
-                      {"refused_namespace_bytes", h->refusals.ns_bytes},
-                      {"max_records_per_namespace", h->limits.max_records_per_ns},
-                      {"namespaces", h->namespaces},
-                      {"max_namespaces", h->limits.max_namespaces},
-                      {"refused_namespaces", h->refusals.namespaces},
-                      {"max_bytes_per_namespace", h->ns_byte_quota},
-                      {"epoch", h->epoch},
-                      {"state_dir", h->state_dir}};
+    if (auto h = core_.store ? core_.store->hosted() : std::nullopt) j["store"] = hosted_json(*h);
     // The settings this service reads, with where each value came from.
     nlohmann::json mine = nlohmann::json::array();
     for (auto& s : settings::describe())
         if (s["read_by"].get<std::string>().find("dyadd") != std::string::npos) mine.push_back(s);
     j["settings"] = mine;
-    return j;
+    return st;
 }
 
-void Service::on_status(std::shared_ptr<rpc::Request> r) {
+void StatusReporter::on_status(std::shared_ptr<rpc::Request> r) {
     // With whether the metadata store answers (a remote one may take a
     // probe: the answer comes from the loop once it is known).
     health([this, r](bool ok, std::string why) {
-        asio::post(io_, [this, r, ok, why = std::move(why)] {
+        asio::post(core_.io, [this, r, ok, why = std::move(why)] {
             if (r->finished()) return;
-            nlohmann::json j = status_json();
-            j["metadata_store"] = store_json(ok, why);
-            if (!metrics_endpoint_.empty()) j["metrics"] = metrics_endpoint_;
-            r->end(std::move(j));
+            proto::ServiceStatus st = status();
+            st.rest["metadata_store"] = store_json(ok, why);
+            r->end(st.build());
         });
     });
 }
 
-nlohmann::json Service::store_json(bool reachable, const std::string& why) const {
+nlohmann::json StatusReporter::store_json(bool reachable, const std::string& why) const {
     // A store that knows whether it is reachable says so (etcd); for the
     // others health() found out.
-    nlohmann::json j = store_->status();
+    nlohmann::json j = core_.store->status();
     if (j.contains("reachable")) {
         if (!j.value("reachable", false)) j["error"] = j.value("error", why);
         return j;
@@ -133,17 +162,17 @@ nlohmann::json Service::store_json(bool reachable, const std::string& why) const
     return j;
 }
 
-void Service::health(std::function<void(bool, std::string)> done) {
+void StatusReporter::health(std::function<void(bool, std::string)> done) {
     // Through the loop first: a service whose loop does not turn is not
     // healthy, and the caller's deadline says so.
-    asio::post(io_, [this, done = std::move(done)]() mutable {
-        if (!store_) return done(true, "");
-        store_->check(std::move(done));
+    asio::post(core_.io, [this, done = std::move(done)]() mutable {
+        if (!core_.store) return done(true, "");
+        core_.store->check(std::move(done));
     });
 }
 
-void Service::metrics(std::function<void(std::string)> done) {
-    asio::post(io_, [this, done = std::move(done)] { done(metrics_text()); });
+void StatusReporter::metrics(std::function<void(std::string)> done) {
+    asio::post(core_.io, [this, done = std::move(done)] { done(metrics_text()); });
 }
 
 // Every metric, on the loop (docs/user-guide.md lists them). The counters are
@@ -243,28 +272,12 @@ void render_store(PromText& t, const std::optional<kvs::HostedFigures>& hosted,
 
 }  // namespace
 
-std::string Service::metrics_text() const {
-    PromText t;
-    t.family("dyad_info", "gauge",
-             "this service: its id, node, version, authentication scheme and metadata store "
-             "(the value is 1)");
-    t.sample("dyad_info",
-             {{"service_id", id_},
-              {"node", opts_.node},
-              {"version", dyad_version()},
-              {"auth", key_ ? auth::kScheme : "none"},
-              {"store", opts_.kvs_uri.empty() ? std::string("embedded") : opts_.kvs_uri}},
-             uint64_t{1});
-    t.gauge("dyad_start_time_seconds", "when this service started, seconds since the Unix epoch",
-            std::chrono::duration<double>(started_wall_.time_since_epoch()).count());
-    t.gauge("dyad_uptime_seconds", "seconds since this service started",
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
-
-    metrics_->render(t);
-
+// The file server's figures: its transfers by transport, its refusals.
+void StatusReporter::render_transfers(PromText& t) const {
+    using Counters = FileServer::Counters;
     auto per = [&](const char* name, const char* type, const char* help, auto field) {
         t.family(name, type, help);
-        for (const auto& [transport, c] : per_transport_)
+        for (const auto& [transport, c] : files_.per_transport())
             t.sample(name, {{"transport", transport}}, static_cast<uint64_t>(field(c)));
     };
     per("dyad_fetch_requests_total", "counter",
@@ -286,23 +299,44 @@ std::string Service::metrics_text() const {
     t.family("dyad_transfer_seconds", "histogram",
              "time this service took to send a file, from the first read to the transport's "
              "completion, successful transfers, by transport");
-    for (const auto& [transport, h] : transfer_seconds_)
+    for (const auto& [transport, h] : files_.transfer_seconds())
         t.histogram("dyad_transfer_seconds", {{"transport", transport}}, h->data());
+    const auto& refused = files_.refused();
     t.family("dyad_fetch_refused_total", "counter",
              "fetches refused before any byte moved, by reason: a transport this service does not "
              "serve, a file it did not produce, a file changed since it was produced");
-    t.sample("dyad_fetch_refused_total", {{"reason", "transport"}}, rejected_);
-    t.sample("dyad_fetch_refused_total", {{"reason", "unproduced"}}, refused_unproduced_.load());
-    t.sample("dyad_fetch_refused_total", {{"reason", "unreadable"}}, refused_unreadable_.load());
-    t.sample("dyad_fetch_refused_total", {{"reason", "stale"}}, refused_stale_.load());
-    t.counter("dyad_published_total", "files this service published (dyad produce)",
-              published_count_.load());
+    t.sample("dyad_fetch_refused_total", {{"reason", "transport"}}, refused.transport);
+    t.sample("dyad_fetch_refused_total", {{"reason", "unproduced"}}, refused.unproduced.load());
+    t.sample("dyad_fetch_refused_total", {{"reason", "unreadable"}}, refused.unreadable.load());
+    t.sample("dyad_fetch_refused_total", {{"reason", "stale"}}, refused.stale.load());
+}
 
-    render_connections(t, server_.get(), caps_.get());
-    if (budget_) render_memory(t, *budget_);
-    render_store(t, store_ ? store_->hosted() : std::nullopt,
-                 store_ ? store_->outage() : std::nullopt, store_calls_);
-    if (replicas_) replicas_->metrics(t);
+std::string StatusReporter::metrics_text() const {
+    PromText t;
+    t.family("dyad_info", "gauge",
+             "this service: its id, node, version, authentication scheme and metadata store "
+             "(the value is 1)");
+    t.sample("dyad_info",
+             {{"service_id", core_.id},
+              {"node", core_.opts.node},
+              {"version", dyad_version()},
+              {"auth", core_.key ? auth::kScheme : "none"},
+              {"store", core_.opts.kvs_uri.empty() ? std::string("embedded") : core_.opts.kvs_uri}},
+             uint64_t{1});
+    t.gauge("dyad_start_time_seconds", "when this service started, seconds since the Unix epoch",
+            std::chrono::duration<double>(started_wall_.time_since_epoch()).count());
+    t.gauge("dyad_uptime_seconds", "seconds since this service started", seconds_since(started_));
+
+    core_.metrics.render(t);
+    render_transfers(t);
+    t.counter("dyad_published_total", "files this service published (dyad produce)",
+              publisher_.published());
+
+    render_connections(t, server_.get(), core_.caps.get());
+    if (core_.budget) render_memory(t, *core_.budget);
+    render_store(t, core_.store ? core_.store->hosted() : std::nullopt,
+                 core_.store ? core_.store->outage() : std::nullopt, core_.calls.histograms());
+    if (const Replicas* r = replicas_.replicas()) r->metrics(t);
     return std::move(t.str());
 }
 

@@ -16,8 +16,9 @@
 #include <chrono>
 
 #include "common/checksum.hpp"
+#include "common/seconds.hpp"
 #include "proto/fetch.hpp"
-#include "service.hpp"
+#include "file_server.hpp"
 
 namespace dyad::service {
 
@@ -25,15 +26,15 @@ namespace {
 constexpr uint64_t kWholeMax = dtl::kFetchManyFileMax;  // bytes: at most one stream chunk
 }  // namespace
 
-Result<Service::Whole> Service::read_whole(int fd, const std::string& upath, size_t n,
-                                           const Snapshot& snap, uint64_t owner, uint64_t peer,
-                                           size_t front, uint64_t from) {
+Result<FileServer::Whole> FileServer::read_whole(int fd, const std::string& upath, size_t n,
+                                                 const Snapshot& snap, uint64_t owner,
+                                                 uint64_t peer, size_t front, uint64_t from) {
     Whole w;
     w.size = n;
     if (n + front > 0) {
         // Whole pages, so that buffers of files of about one size are
         // reused from the budget's cache rather than mapped each time.
-        w.buf = budget_->try_get(owner, (front + n + 4095) & ~size_t(4095), peer);
+        w.buf = core_.budget->try_get(owner, (front + n + 4095) & ~size_t(4095), peer);
         if (!w.buf) return Status(DYAD_RC_BADFETCH, "no memory for '" + upath + "' now", EAGAIN);
         Status st =
             FileSystem::real().pread_all(fd, w.buf.data() + front, n, from, "'" + upath + "'");
@@ -53,18 +54,19 @@ Result<Service::Whole> Service::read_whole(int fd, const std::string& upath, siz
     return w;
 }
 
-std::shared_ptr<asio::steady_timer> Service::send_watchdog(const std::shared_ptr<rpc::Request>& r) {
-    auto watchdog = std::make_shared<asio::steady_timer>(io_);
+std::shared_ptr<asio::steady_timer> FileServer::send_watchdog(
+    const std::shared_ptr<rpc::Request>& r) {
+    auto watchdog = std::make_shared<asio::steady_timer>(core_.io);
     watchdog->expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(std::min(opts_.send_timeout, 1e9))));
+        std::chrono::duration<double>(std::min(core_.opts.send_timeout, 1e9))));
     watchdog->async_wait([r](asio::error_code ec) {
         if (!ec) r->close_connection();
     });
     return watchdog;
 }
 
-bool Service::send_whole(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
-                         const std::shared_ptr<dtl::FetchJob>& job, const Snapshot& snap) {
+bool FileServer::send_whole(const std::shared_ptr<rpc::Request>& r, const std::string& transport,
+                            const std::shared_ptr<dtl::FetchJob>& job, const Snapshot& snap) {
     if (transport != dtl::universal_backend().name || job->size > kWholeMax) return false;
     const auto t0 = std::chrono::steady_clock::now();
     const size_t n = static_cast<size_t>(job->size);
@@ -74,7 +76,7 @@ bool Service::send_whole(const std::shared_ptr<rpc::Request>& r, const std::stri
     job->fd.reset();  // this is a file thread: close (and unlock) here
     const bool same = whole || whole.status().err() != ESTALE;
     if (!whole && same) {
-        asio::post(io_, [this, r, transport, st = whole.status()] { fail(r, transport, st); });
+        asio::post(core_.io, [this, r, transport, st = whole.status()] { fail(r, transport, st); });
         return true;
     }
     auto buf = std::make_shared<dtl::Buffer>();
@@ -83,7 +85,7 @@ bool Service::send_whole(const std::shared_ptr<rpc::Request>& r, const std::stri
         *buf = std::move(whole->buf);
         xxh = std::move(whole->xxh3);
     }
-    asio::post(io_, [this, r, transport, job, buf, same, xxh, t0, n] {
+    asio::post(core_.io, [this, r, transport, job, buf, same, xxh, t0, n] {
         if (r->finished()) return;  // the consumer went away meanwhile
         if (same) {
             // A consumer that takes nothing for the send timeout loses its
@@ -94,10 +96,9 @@ bool Service::send_whole(const std::shared_ptr<rpc::Request>& r, const std::stri
                        [buf, watchdog](bool) { watchdog->cancel(); });
             per_transport_[transport].bytes_sent += n;
             total_.bytes_sent += n;
-            transfer_seconds_[transport]->observe(
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            transfer_seconds_[transport]->observe(seconds_since(t0));
         }
-        metrics_->note(*r, transport, same ? n : 0);
+        core_.metrics.note(*r, transport, same ? n : 0);
         end_send(r, transport, *job, same, xxh);
     });
     return true;

@@ -41,6 +41,7 @@
 
 #include "common/deadline.hpp"
 #include "common/fd.hpp"
+#include "common/seconds.hpp"
 #include "job/hostlist.hpp"
 
 extern char** environ;
@@ -205,6 +206,65 @@ std::string why(const Outcome& x) {
     return x.line.empty() ? ": it ended without a word" : ": " + x.line;
 }
 
+// The command that starts node i of the job (`dyad job node-up`).
+std::vector<std::string> node_up_command(const Options& o, const Job& j, const std::string& self,
+                                         size_t i) {
+    std::vector<std::string> a = {self,
+                                  "job",
+                                  "node-up",
+                                  "--node",
+                                  j.nodes[i],
+                                  "--first",
+                                  j.nodes[0],
+                                  "--rank",
+                                  std::to_string(i),
+                                  "--dir",
+                                  j.dir,
+                                  "--job-id",
+                                  j.id,
+                                  "--namespace",
+                                  j.kvs_namespace,
+                                  "--timeout",
+                                  std::to_string(o.timeout)};
+    if (!o.kvs.empty()) a.insert(a.end(), {"--kvs", o.kvs});
+    if (o.port) a.insert(a.end(), {"--port", std::to_string(o.port)});
+    if (!o.ports.empty()) a.insert(a.end(), {"--ports", o.ports});
+    if (!o.dyadd.empty()) a.insert(a.end(), {"--dyadd", o.dyadd});
+    for (const auto& x : o.dyadd_args) a.push_back("--dyadd-arg=" + x);
+    return a;
+}
+
+// A start that failed on some node, or found the job running already:
+// says so, removes what this start made, and gives the exit code.
+int refuse_start(const Options& o, const Job& j, std::vector<Outcome>& out,
+                 const std::vector<std::string>& failed, const std::vector<std::string>& running) {
+    for (auto& f : failed) std::fprintf(stderr, "%s: %s\n", g_cmd.c_str(), f.c_str());
+    for (auto& x : out)
+        if (x.child.pid > 0 && x.line.rfind("running ", 0) != 0) ::kill(-x.child.pid, SIGTERM);
+    if (!running.empty()) {
+        std::string list;
+        for (auto& r : running) list += (list.empty() ? "" : ", ") + r;
+        std::fprintf(stderr,
+                     "%s: job %s runs already on %s: refused, and that job is left as it "
+                     "is. Stop it first (`dyad job stop` with the same --job-id and nodes), "
+                     "or give another --job-id\n",
+                     g_cmd.c_str(), j.id.c_str(), list.c_str());
+    }
+    // Clean only the nodes where this start made something.
+    Job mine = j;
+    mine.nodes.clear();
+    for (size_t i = 0; i < out.size(); ++i)
+        if (out[i].line.rfind("running ", 0) != 0) mine.nodes.push_back(j.nodes[i]);
+    if (!mine.nodes.empty()) {
+        std::fprintf(stderr, "%s: removing what this start made on %zu node%s\n", g_cmd.c_str(),
+                     mine.nodes.size(), mine.nodes.size() == 1 ? "" : "s");
+        stop_all(o, mine, false);
+    }
+    std::error_code ec;
+    if (running.empty()) fs::remove_all(j.launch_logs, ec);  // else the running job's
+    return running.empty() ? 4 : kAlreadyRunning;
+}
+
 int start(const Options& o) {
     g_cmd = "dyad job start";
     const auto t0 = clock::now();
@@ -214,31 +274,7 @@ int start(const Options& o) {
     const std::string key = random_key_hex();
     if (key.empty()) return fail(std::string("cannot make a key: ") + std::strerror(errno));
     const std::string self = self_exe();
-    auto cmd = [&](size_t i) {
-        std::vector<std::string> a = {self,
-                                      "job",
-                                      "node-up",
-                                      "--node",
-                                      j.nodes[i],
-                                      "--first",
-                                      j.nodes[0],
-                                      "--rank",
-                                      std::to_string(i),
-                                      "--dir",
-                                      j.dir,
-                                      "--job-id",
-                                      j.id,
-                                      "--namespace",
-                                      j.kvs_namespace,
-                                      "--timeout",
-                                      std::to_string(o.timeout)};
-        if (!o.kvs.empty()) a.insert(a.end(), {"--kvs", o.kvs});
-        if (o.port) a.insert(a.end(), {"--port", std::to_string(o.port)});
-        if (!o.ports.empty()) a.insert(a.end(), {"--ports", o.ports});
-        if (!o.dyadd.empty()) a.insert(a.end(), {"--dyadd", o.dyadd});
-        for (const auto& x : o.dyadd_args) a.push_back("--dyadd-arg=" + x);
-        return a;
-    };
+    auto cmd = [&](size_t i) { return node_up_command(o, j, self, i); };
     // The key reaches each node on the launcher's standard input: never an
     // argument (visible in ps) nor a variable (inherited by the launcher's
     // other processes), and no shared file system is needed.
@@ -250,34 +286,8 @@ int start(const Options& o) {
         else if (!out[i].ok)
             failed.push_back("node " + j.nodes[i] + ": dyadd not ready" + why(out[i]));
     }
-    if (!running.empty() || !failed.empty()) {
-        for (auto& f : failed) std::fprintf(stderr, "%s: %s\n", g_cmd.c_str(), f.c_str());
-        for (auto& x : out)
-            if (x.child.pid > 0 && x.line.rfind("running ", 0) != 0) ::kill(-x.child.pid, SIGTERM);
-        if (!running.empty()) {
-            std::string list;
-            for (auto& r : running) list += (list.empty() ? "" : ", ") + r;
-            std::fprintf(stderr,
-                         "%s: job %s runs already on %s: refused, and that job is left as it "
-                         "is. Stop it first (`dyad job stop` with the same --job-id and nodes), "
-                         "or give another --job-id\n",
-                         g_cmd.c_str(), j.id.c_str(), list.c_str());
-        }
-        // Clean only the nodes where this start made something.
-        Job mine = j;
-        mine.nodes.clear();
-        for (size_t i = 0; i < out.size(); ++i)
-            if (out[i].line.rfind("running ", 0) != 0) mine.nodes.push_back(j.nodes[i]);
-        if (!mine.nodes.empty()) {
-            std::fprintf(stderr, "%s: removing what this start made on %zu node%s\n", g_cmd.c_str(),
-                         mine.nodes.size(), mine.nodes.size() == 1 ? "" : "s");
-            stop_all(o, mine, false);
-        }
-        std::error_code ec;
-        if (running.empty()) fs::remove_all(j.launch_logs, ec);  // else the running job's
-        return running.empty() ? 4 : kAlreadyRunning;
-    }
-    const double took = std::chrono::duration<double>(clock::now() - t0).count();
+    if (!running.empty() || !failed.empty()) return refuse_start(o, j, out, failed, running);
+    const double took = seconds_since(t0);
     std::string env = env_text(j);
     if (!o.env_file.empty()) {
         std::ofstream f(o.env_file, std::ios::trunc);
@@ -321,8 +331,7 @@ int stop(const Options& o) {
         std::error_code ec;
         fs::remove_all(job->launch_logs, ec);
         std::fprintf(stderr, "%s: %zu node%s stopped and cleaned in %.3f s\n", g_cmd.c_str(),
-                     job->nodes.size(), job->nodes.size() == 1 ? "" : "s",
-                     std::chrono::duration<double>(clock::now() - t0).count());
+                     job->nodes.size(), job->nodes.size() == 1 ? "" : "s", seconds_since(t0));
     }
     return rc;
 }

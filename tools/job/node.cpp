@@ -166,26 +166,17 @@ Result<pid_t> spawn_dyadd(const Options& o, const std::vector<std::string>& argv
     UniqueFd logfd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (!logfd.valid())
         return Status(DYAD_RC_SYSFAIL, "cannot create " + log + ": " + std::strerror(errno));
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    pid_t pid = ::fork();
-    if (pid < 0) return Status(DYAD_RC_SYSFAIL, std::string("fork: ") + std::strerror(errno));
-    if (pid == 0) {
-        if (o.detach) ::setsid();
-        int devnull = ::open("/dev/null", O_RDONLY);
-        ::dup2(devnull, 0);
-        ::dup2(logfd.get(), 1);
-        ::dup2(logfd.get(), 2);
-        // The job's settings are its arguments, not the caller's DYAD_* variables.
-        for (const char* v : {"DYAD_AUTH_KEY_FILE", "DYAD_KVS_NAMESPACE", "DYAD_NODE_ID",
-                              "DYAD_NODE_RANK", "DYAD_PATH_PRODUCER", "DYAD_SERVICE_URI"})
-            ::unsetenv(v);
-        ::execv(args[0], args.data());
-        std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-        ::_exit(127);
-    }
-    return pid;
+    UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    ExecPlan plan;
+    plan.argv = argv;
+    plan.in = devnull.get();
+    plan.out = logfd.get();
+    plan.err = logfd.get();
+    plan.group = o.detach ? ExecPlan::Group::session : ExecPlan::Group::inherit;
+    // The job's settings are its arguments, not the caller's DYAD_* variables.
+    plan.unset = {"DYAD_AUTH_KEY_FILE", "DYAD_KVS_NAMESPACE", "DYAD_NODE_ID",
+                  "DYAD_NODE_RANK",     "DYAD_PATH_PRODUCER", "DYAD_SERVICE_URI"};
+    return fork_exec(plan);
 }
 
 // Waits until dyadd `pid` is ready: it answers a hello with the job key on

@@ -190,6 +190,29 @@ Result<std::vector<std::string>> launcher_for(const Options& o, const std::strin
                                     "--kill-on-bad-exit=0"};
 }
 
+Result<pid_t> fork_exec(const ExecPlan& plan) {
+    if (plan.argv.empty()) return Status(DYAD_RC_SYSFAIL, "nothing to run", EINVAL);
+    std::vector<char*> args;
+    for (const auto& a : plan.argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = ::fork();
+    if (pid < 0) return Status(DYAD_RC_SYSFAIL, "fork", errno);
+    if (pid > 0) return pid;
+    if (plan.group == ExecPlan::Group::process_group) ::setpgid(0, 0);
+    if (plan.group == ExecPlan::Group::session) ::setsid();
+    if (plan.in >= 0) ::dup2(plan.in, 0);
+    if (plan.out >= 0) ::dup2(plan.out, 1);
+    if (plan.err >= 0) ::dup2(plan.err, 2);
+    if (plan.default_sigpipe) ::signal(SIGPIPE, SIG_DFL);
+    for (const char* v : plan.unset) ::unsetenv(v);
+    if (plan.search_path)
+        ::execvp(args[0], args.data());
+    else
+        ::execv(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+}
+
 // Starts argv in a process group of its own, stdin and stdout pipes to us,
 // stderr to `err_path` (or inherited when empty).
 Result<Child> spawn(const std::vector<std::string>& argv, const std::string& err_path) {
@@ -208,31 +231,25 @@ Result<Child> spawn(const std::vector<std::string>& argv, const std::string& err
             return Status(DYAD_RC_SYSFAIL, "cannot create " + err_path, errno);
         }
     }
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    pid_t pid = ::fork();
-    if (pid == 0) {
-        ::setpgid(0, 0);
-        ::dup2(in[0], 0);
-        ::dup2(out[1], 1);
-        if (err >= 0) ::dup2(err, 2);
-        ::signal(SIGPIPE, SIG_DFL);
-        ::execvp(args[0], args.data());
-        std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-        ::_exit(127);
-    }
-    int e = errno;
+    ExecPlan plan;
+    plan.argv = argv;
+    plan.in = in[0];
+    plan.out = out[1];
+    plan.err = err;
+    plan.group = ExecPlan::Group::process_group;
+    plan.search_path = true;
+    plan.default_sigpipe = true;
+    auto pid = fork_exec(plan);
     ::close(in[0]);
     ::close(out[1]);
     if (err >= 0) ::close(err);
-    if (pid < 0) {
+    if (!pid) {
         ::close(in[1]);
         ::close(out[0]);
-        return Status(DYAD_RC_SYSFAIL, "fork", e);
+        return pid.status();
     }
     Child c;
-    c.pid = pid;
+    c.pid = pid.value();
     c.in.reset(in[1]);
     c.out.reset(out[0]);
     return c;

@@ -44,6 +44,20 @@ std::string job_namespace(const Options& o, const std::string& id);
 // Processes: the launcher's words for a host, children with pipes.
 Result<std::vector<std::string>> launcher_words(const std::string& tmpl, const std::string& host);
 Result<std::vector<std::string>> launcher_for(const Options& o, const std::string& host);
+// The one way the job's tools start a program: fork, then in the child its
+// standard descriptors (each >= 0 is put on 0, 1, 2), a process group or a
+// session of its own, variables it must not inherit removed, SIGPIPE back
+// to its default, and exec (with PATH search or not). A program that
+// cannot run says so on its stderr and exits 127. The child's pid.
+struct ExecPlan {
+    std::vector<std::string> argv;
+    int in = -1, out = -1, err = -1;
+    enum class Group { inherit, process_group, session } group = Group::inherit;
+    std::vector<const char*> unset;
+    bool search_path = false;      // execvp, else execv
+    bool default_sigpipe = false;  // SIGPIPE back to SIG_DFL
+};
+Result<pid_t> fork_exec(const ExecPlan& plan);
 struct Child {
     pid_t pid = -1;
     UniqueFd in;   // our end of its stdin
