@@ -427,6 +427,8 @@ Status Service::start_server() {
                     [this](std::shared_ptr<rpc::Request> r) { on_publish(std::move(r)); });
     server_->handle("dyad.unpublish",
                     [this](std::shared_ptr<rpc::Request> r) { on_unpublish(std::move(r)); });
+    server_->handle(proto::kOriginClaim,
+                    [this](std::shared_ptr<rpc::Request> r) { on_origin_claim(std::move(r)); });
     server_->handle("dyad.replicate",
                     [this](std::shared_ptr<rpc::Request> r) { on_replicate(std::move(r)); });
     server_->handle("dyad.replicate_many",

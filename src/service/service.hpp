@@ -28,6 +28,7 @@
 #include "dtl/dtl.hpp"
 #include "kvs/record.hpp"
 #include "proto/fetch.hpp"
+#include "proto/origin_claim.hpp"
 #include "kvs/serve.hpp"
 #include "kvs/service_store.hpp"
 #include "metrics.hpp"
@@ -210,6 +211,11 @@ class Service {
     // A replica fetch's file, beneath the namespace's replica directory.
     Result<ServedFile> open_replica(const proto::FetchRequest& req);
     void on_unpublish(std::shared_ptr<rpc::Request> r);
+    // dyad.origin_claim (origin_claim.cpp): claims (or releases) an origin
+    // file for this service, so that one node reads it from the origin.
+    void on_origin_claim(std::shared_ptr<rpc::Request> r);
+    Result<proto::OriginClaimAnswer> origin_claim(const proto::OriginClaimRequest& req,
+                                                  const std::string& up, const std::string& ns);
     Result<nlohmann::json> unpublish(const std::string& upath, const std::string& ns,
                                      unsigned depth, unsigned bins);
     Result<nlohmann::json> publish(const std::string& upath, const std::string& ns, unsigned depth,
