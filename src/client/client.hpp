@@ -343,8 +343,9 @@ class Client {
     // that node's publish and consumes it (*done: the status returned is
     // the consume's), or takes the claim over once its holder is gone or
     // past DYAD_TRANSFER_TIMEOUT. *held: this node holds a claim to release.
-    Status claim_or_wait(const std::string& upath, const ServiceInfo& svc, ConsumeReport* rep,
-                         int lock_fd, bool* done, bool* held);
+    Status claim_or_wait(const std::string& upath, const Record& origin_rec,
+                         const ServiceInfo& svc, ConsumeReport* rep, int lock_fd, bool* done,
+                         bool* held);
     void release_claim(const std::string& upath, const ServiceInfo& svc);
     Result<proto::OriginClaimAnswer> claim_call(const std::string& upath, const ServiceInfo& svc,
                                                 uint64_t takes, bool release);

@@ -214,7 +214,7 @@ Status Client::read_through(const std::string& upath, const Record& rec, const S
     bool held = false;
     if (cfg_.origin_publish) {
         bool done = false;
-        Status c = claim_or_wait(upath, svc, rep, lock_fd, &done, &held);
+        Status c = claim_or_wait(upath, rec, svc, rep, lock_fd, &done, &held);
         if (done || !c) {
             if (held) release_claim(upath, svc);
             return c;

@@ -89,8 +89,9 @@ Result<Client::ClaimWait> Client::await_holder(const std::string& upath, const S
     }
 }
 
-Status Client::claim_or_wait(const std::string& upath, const ServiceInfo& svc,
-                             ConsumeReport* rep, int lock_fd, bool* done, bool* held) {
+Status Client::claim_or_wait(const std::string& upath, const Record& origin_rec,
+                             const ServiceInfo& svc, ConsumeReport* rep, int lock_fd, bool* done,
+                             bool* held) {
     *done = *held = false;
     uint64_t takes = 0;
     for (int round = 0; round <= kTakeovers; ++round) {
@@ -108,8 +109,13 @@ Status Client::claim_or_wait(const std::string& upath, const ServiceInfo& svc,
             *held = true;
             // Published meanwhile (by the holder before this one, or by
             // another process of this node): that record, not the origin.
+            // This node's own publish of an older version of the origin
+            // file is what this read replaces, not a reason to skip it.
             auto r = lookup_upath(upath, false, Deadline::after(kClaimCallTimeout));
             if (!r) return Status::ok();
+            if (r->owner == svc.id && !prod_.empty() &&
+                Origin::published_from(prod_.join(upath)) != Origin::identity(origin_rec))
+                return Status::ok();
             *done = true;
             return consume_published(upath, r.value(), svc, rep, lock_fd);
         }
