@@ -77,7 +77,7 @@ def profile(env):
     out = env.volume.cli("volume", "profile", workflow.gluster.VOLUME, "info", "cumulative").stdout
     calls, read = {}, 0
     for line in out.splitlines():
-        m = re.match(r"\s*[\d.]+\s+[\d.]+ us\s+[\d.]+ us\s+[\d.]+ us\s+(\d+)\s+([A-Z_]+)\s*$", line)
+        m = re.match(r"\s*[\d.]+\s+[\d.]+ [nu]s\s+[\d.]+ [nu]s\s+[\d.]+ [nu]s\s+(\d+)\s+([A-Z_]+)\s*$", line)
         if m:
             calls[m.group(2)] = calls.get(m.group(2), 0) + int(m.group(1))
         m = re.match(r"\s*Data Read:\s+(\d+) bytes", line)
@@ -88,6 +88,18 @@ def profile(env):
 
 def clear_profile(env):
     env.volume.cli("volume", "profile", workflow.gluster.VOLUME, "info", "clear")
+
+
+def drop_client_caches(env, names):
+    """Every node's page cache of the files dropped (posix_fadvise
+    DONTNEED on its mount): each run's reads reach GlusterFS."""
+    for n in env.nodes:
+        for x in names:
+            fd = os.open(os.path.join(env.mounts[n.name], x), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def epoch(env, names, method, ns):
@@ -123,6 +135,7 @@ def reads_per_file(env, names, rounds):
         for method in (["gfs", "dyad"] if r % 2 == 0 else ["dyad", "gfs"]):
             for n in env.nodes:
                 shutil.rmtree(n.path("ds"), ignore_errors=True)
+            drop_client_caches(env, names)
             clear_profile(env)
             t0 = time.monotonic()
             actions = epoch(env, names, method, f"once-{uuid.uuid4().hex[:8]}")

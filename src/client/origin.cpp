@@ -50,7 +50,9 @@ std::string Origin::identity(const Record& rec) {
 }
 
 Result<UniqueFd> Origin::open_root() const {
-    UniqueFd fd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    // O_PATH: a directory on a network file system is not opened there
+    // (GlusterFS answers an OPENDIR per open: milliseconds of a range read).
+    UniqueFd fd(::open(dir_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!fd.valid())
         return Status(DYAD_RC_BADFIO,
                       "cannot open the origin directory " + dir_ +

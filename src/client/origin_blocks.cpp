@@ -22,7 +22,11 @@ namespace {
 
 constexpr const char* kSub = "client";
 constexpr const char* kBlocksDir = ".dyad/origin-blocks";
-constexpr char kMagic[8] = {'D', 'Y', 'A', 'D', 'B', 'L', 'K', '1'};
+constexpr char kMagic[8] = {'D', 'Y', 'A', 'D', 'B', 'L', 'K', '2'};
+// Each block's bytes are checked per chunk: a range of a block held reads
+// and hashes the chunks it covers, not the whole block.
+constexpr uint64_t kChunk = 64 << 10;
+constexpr uint64_t kChunksPerBlock = kOriginBlock / kChunk;
 // The sidecar's header: fixed fields, then the origin path; the block
 // entries start at kHeader.
 constexpr uint64_t kHeader = 4096;
@@ -91,8 +95,8 @@ Result<Files> open_files(const std::string& dir, const std::string& upath, bool 
     return f;
 }
 
-uint64_t block_count(uint64_t size) {
-    return (size + kOriginBlock - 1) / kOriginBlock;
+uint64_t chunk_count(uint64_t size) {
+    return (size + kChunk - 1) / kChunk;
 }
 
 // Whether the sidecar describes the origin file `rec` at `upath`.
@@ -122,48 +126,57 @@ Status reset(const Files& f, const std::string& upath, const Record& rec) {
     std::memcpy(buf + sizeof h, upath.data(), upath.size());
     if (::ftruncate(f.data.get(), 0) != 0 || ::ftruncate(f.held.get(), 0) != 0 ||
         !write_full(f.held.get(), buf, kHeader, 0) ||
-        ::ftruncate(f.held.get(), static_cast<off_t>(kHeader + 8 * block_count(rec.size))) != 0)
+        ::ftruncate(f.held.get(), static_cast<off_t>(kHeader + 8 * chunk_count(rec.size))) != 0)
         return Status::sys("reset the block sidecar of '" + upath + "'");
     return Status::ok();
 }
 
-uint64_t entry(int held, uint64_t b) {
+// The checksum of chunk `c` (0: not held).
+uint64_t entry(int held, uint64_t c) {
     uint64_t e = 0;
-    if (read_full(held, reinterpret_cast<char*>(&e), sizeof e, kHeader + 8 * b) != sizeof e)
+    if (read_full(held, reinterpret_cast<char*>(&e), sizeof e, kHeader + 8 * c) != sizeof e)
         return 0;
     return e;
 }
 
-// Block `b` (len bytes) as held, into buf: false when not held or not
-// what its entry says.
-bool held_block(const Files& f, uint64_t b, size_t len, std::vector<char>& buf) {
-    const uint64_t want = entry(f.held.get(), b);
-    if (want == 0) return false;
-    if (read_full(f.data.get(), buf.data(), len, b * kOriginBlock) != static_cast<ssize_t>(len))
-        return false;
-    return hash_of(buf.data(), len) == want;
+size_t piece_len(const Record& rec, uint64_t start, uint64_t unit) {
+    return static_cast<size_t>(std::min<uint64_t>(unit, rec.size - start));
 }
 
-// The part of block b (in buf) inside [offset, offset + length), into dst.
-void copy_part(const std::vector<char>& buf, uint64_t b, size_t len, uint64_t offset,
-               uint64_t length, char* dst) {
-    const uint64_t start = b * kOriginBlock;
+// The part of [start, start + len) (its bytes at p) inside [offset,
+// offset + length), into dst.
+void copy_part(const char* p, uint64_t start, size_t len, uint64_t offset, uint64_t length,
+               char* dst) {
     const uint64_t lo = std::max(offset, start);
     const uint64_t hi = std::min(offset + length, start + len);
-    std::memcpy(dst + (lo - offset), buf.data() + (lo - start), static_cast<size_t>(hi - lo));
+    if (hi > lo) std::memcpy(dst + (lo - offset), p + (lo - start), static_cast<size_t>(hi - lo));
 }
 
-size_t block_len(const Record& rec, uint64_t b) {
-    return static_cast<size_t>(std::min<uint64_t>(kOriginBlock, rec.size - b * kOriginBlock));
+// The held chunks of [from, to) (chunk indices) into buf, each checked:
+// false when one is missing or not what its entry says.
+bool held_chunks(const Files& f, const Record& rec, uint64_t from, uint64_t to,
+                 std::vector<char>& buf) {
+    const uint64_t start = from * kChunk;
+    const size_t len = piece_len(rec, start, (to - from) * kChunk);
+    if (read_full(f.data.get(), buf.data(), len, start) != static_cast<ssize_t>(len)) return false;
+    for (uint64_t c = from; c < to; ++c) {
+        const uint64_t want = entry(f.held.get(), c);
+        const size_t off = static_cast<size_t>((c - from) * kChunk);
+        if (want == 0 || hash_of(buf.data() + off, piece_len(rec, c * kChunk, kChunk)) != want)
+            return false;
+    }
+    return true;
 }
 
-// Every block of the range, as held: false if one is missing or bad.
+// Every chunk of the range, as held: false if one is missing or bad.
 bool all_held(const Files& f, const Record& rec, uint64_t offset, uint64_t length, char* dst,
               std::vector<char>& buf) {
-    for (uint64_t b = offset / kOriginBlock; b <= (offset + length - 1) / kOriginBlock; ++b) {
-        const size_t len = block_len(rec, b);
-        if (!held_block(f, b, len, buf)) return false;
-        copy_part(buf, b, len, offset, length, dst);
+    const uint64_t last = (offset + length - 1) / kChunk + 1;
+    for (uint64_t c = offset / kChunk; c < last; c += kChunksPerBlock) {
+        const uint64_t to = std::min(last, c + kChunksPerBlock);
+        if (!held_chunks(f, rec, c, to, buf)) return false;
+        copy_part(buf.data(), c * kChunk, piece_len(rec, c * kChunk, (to - c) * kChunk), offset,
+                  length, dst);
     }
     return true;
 }
@@ -216,9 +229,11 @@ Status OriginBlocks::read(const Origin& origin, const std::string& upath, const 
     }
     UniqueFd src;  // the origin file, opened at the first block missing
     for (uint64_t b = offset / kOriginBlock; b <= (offset + length - 1) / kOriginBlock; ++b) {
-        const size_t len = block_len(rec, b);
-        if (held_block(f.value(), b, len, buf)) {
-            copy_part(buf, b, len, offset, length, dst);
+        const uint64_t start = b * kOriginBlock;
+        const size_t len = piece_len(rec, start, kOriginBlock);
+        const uint64_t c0 = start / kChunk, c1 = (start + len + kChunk - 1) / kChunk;
+        if (held_chunks(f.value(), rec, c0, c1, buf)) {
+            copy_part(buf.data(), start, len, offset, length, dst);
             continue;
         }
         if (!src.valid()) {
@@ -226,17 +241,19 @@ Status OriginBlocks::read(const Origin& origin, const std::string& upath, const 
             if (!o) return o.status();
             src = std::move(o.value());
         }
-        if (read_full(src.get(), buf.data(), len, b * kOriginBlock) != static_cast<ssize_t>(len)) {
+        if (read_full(src.get(), buf.data(), len, start) != static_cast<ssize_t>(len)) {
             ::ftruncate(f->held.get(), 0);
             return Status(DYAD_RC_BADFETCH, changed_text(upath), ESTALE);
         }
         ++*from_origin;
-        // Kept: the bytes first, then the entry that vouches for them.
-        const uint64_t h = hash_of(buf.data(), len);
-        if (write_full(f->data.get(), buf.data(), len, b * kOriginBlock))
-            write_full(f->held.get(), reinterpret_cast<const char*>(&h), sizeof h,
-                       kHeader + 8 * b);
-        copy_part(buf, b, len, offset, length, dst);
+        // Kept: the bytes first, then the entries that vouch for them.
+        uint64_t sums[kChunksPerBlock];
+        for (uint64_t c = c0; c < c1; ++c)
+            sums[c - c0] = hash_of(buf.data() + (c - c0) * kChunk, piece_len(rec, c * kChunk, kChunk));
+        if (write_full(f->data.get(), buf.data(), len, start))
+            write_full(f->held.get(), reinterpret_cast<const char*>(sums),
+                       static_cast<size_t>(8 * (c1 - c0)), kHeader + 8 * c0);
+        copy_part(buf.data(), start, len, offset, length, dst);
     }
     if (src.valid() && !Origin::unchanged(src.get(), rec)) {
         ::ftruncate(f->held.get(), 0);  // what was read may mix two versions: all goes
