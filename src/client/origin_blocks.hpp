@@ -9,9 +9,11 @@
 //  - `H.data`: the blocks held, each at its offset (a sparse file);
 //  - `H.held`, the sidecar: a header (magic, block size, the origin file's
 //    identity: size, mtime, ctime, inode; and its path) then one XXH3-64
-//    per block (0: not held). A block is used only while the origin file is
-//    the one the header names and its bytes hash to its entry (a block torn
-//    by a crash, or written over, is read from the origin again).
+//    per 64 KiB chunk (0: not held). Blocks are read from the origin and
+//    kept whole; a range reads and checks the chunks it covers. A chunk is
+//    used only while the origin file is the one the header names and its
+//    bytes hash to its entry (torn by a crash, or written over: its block
+//    is read from the origin again).
 // Processes of one node share them: flock on the sidecar, shared to read
 // the held blocks, exclusive to add blocks or start over (the origin file
 // changed: everything held of it goes).
