@@ -12,6 +12,7 @@ import ctypes
 import json
 import ctypes.util
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -66,10 +67,22 @@ def origin_env(origin, **extra):
     return {"DYAD_PATH_ORIGIN": origin, "DYAD_ORIGIN_PUBLISH": 1, "DYAD_WAIT_TIMEOUT": 30, **extra}
 
 
-def test_each_origin_file_is_read_once_by_three_nodes(cluster3):
+@pytest.fixture(params=["embedded", "etcd"])
+def three(request):
+    """Three nodes, the metadata in node0's dyadd or in an etcd (whose
+    first-writer rule holds the claims too)."""
+    if request.param == "etcd" and not shutil.which("etcd"):
+        pytest.skip("etcd is not installed (scripts/install-deps.sh)")
+    c = harness.Cluster(nodes=3, store=request.param)
+    yield c
+    c.cleanup()
+
+
+def test_each_origin_file_is_read_once_by_three_nodes(three):
     """Three nodes consume the same origin files at the same moment: each
     file is opened in the origin once in all; the other two nodes fetch it
     from the node that read it."""
+    cluster3 = three
     origin = os.path.join(cluster3.root, "origin")
     files = [f"ds/s{i}.bin" for i in range(3)]
     for i, rel in enumerate(files):
