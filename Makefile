@@ -126,6 +126,12 @@ bench-scale: build | deps-bench
 bench-workflow: build | deps-bench
 	$(BENCH_ENV) $(PY) bench/workflow/run.py $(BENCH_WORKFLOW_ARGS)
 
+# Read-through that spares the shared file system (issue 49, item 4;
+# bench/README.md): GlusterFS reads per origin file on 3 namespace nodes, and
+# a range re-read against pread from GlusterFS, as root. $(BENCH_OUT)/origin_once.json.
+bench-origin-once: build | deps-bench
+	$(BENCH_ENV) $(PY) bench/origin_once_bench.py
+
 # DYAD beside outside tools (issue 49; bench/README.md): DLIO epochs through
 # DYAD's loader (pydyad.dlio), GlusterFS and local disk, and the MD frame
 # stream beside MPI send/recv and ADIOS2, on 2 and 4 namespace nodes, as root.

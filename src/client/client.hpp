@@ -26,6 +26,7 @@
 #include "record.hpp"
 #include "report.hpp"
 #include "service_link.hpp"
+#include "proto/origin_claim.hpp"
 
 namespace dyad::client {
 
@@ -183,6 +184,36 @@ class Client {
         return fetcher_.stage_commit(upath, rec, lock_fd, rep, fill);
     }
     Deadline wait_deadline() const { return lookup_.wait_deadline(); }
+    // Its reads of the origin (a few times while the file changes), and
+    // with DYAD_ORIGIN_PUBLISH the copy's publish.
+    Status read_origin(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                       ConsumeReport* rep, int lock_fd);
+    // ---- Claims of origin files (origin_claim.cpp) ----
+    // With DYAD_ORIGIN_PUBLISH, before reading `upath` from the origin:
+    // claims it through this node's dyadd. Another node's claim: waits for
+    // that node's publish and consumes it (*done: the status returned is
+    // the consume's), or takes the claim over once its holder is gone or
+    // past DYAD_TRANSFER_TIMEOUT. *held: this node holds a claim to release.
+    Status claim_or_wait(const std::string& upath, const Record& origin_rec,
+                         const ServiceInfo& svc, ConsumeReport* rep, int lock_fd, bool* done,
+                         bool* held);
+    void release_claim(const std::string& upath, const ServiceInfo& svc);
+    Result<proto::OriginClaimAnswer> claim_call(const std::string& upath, const ServiceInfo& svc,
+                                                uint64_t takes, bool release);
+    // What waiting for a claim's holder ended with: its publish, or the
+    // claim's version to take over (0: released, claim anew).
+    struct ClaimWait {
+        std::optional<Record> record;
+        uint64_t takes = 0;
+    };
+    Result<ClaimWait> await_holder(const std::string& upath, const ServiceInfo& svc,
+                                   const proto::OriginClaimAnswer& claim);
+    // Whether the service that holds a claim (its record `value`) no
+    // longer answers.
+    bool claim_holder_gone(const std::string& value, uint64_t version, const ServiceInfo& svc);
+    // A published record of an origin file: in place, or fetched from its owner.
+    Status consume_published(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                             ConsumeReport* rep, int lock_fd);
 
     Config cfg_;
     ManagedDir prod_;

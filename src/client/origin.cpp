@@ -50,7 +50,9 @@ std::string Origin::identity(const Record& rec) {
 }
 
 Result<UniqueFd> Origin::open_root() const {
-    UniqueFd fd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    // O_PATH: a directory on a network file system is not opened there
+    // (GlusterFS answers an OPENDIR per open: milliseconds of a range read).
+    UniqueFd fd(::open(dir_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!fd.valid())
         return Status(DYAD_RC_BADFIO,
                       "cannot open the origin directory " + dir_ +
@@ -64,7 +66,9 @@ Result<UniqueFd> Origin::open_root() const {
 Result<Record> Origin::stat(const std::string& upath) const {
     auto root = open_root();
     if (!root) return root.status();
-    auto f = open_beneath(root->get(), upath, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    // O_PATH: a stat, not an open of the file (no read of it, no open
+    // counted by the file system, no inotify IN_OPEN).
+    auto f = open_beneath(root->get(), upath, O_PATH | O_CLOEXEC);
     if (!f) {
         const int e = f.status().err();
         if (e == ENOENT || e == ENOTDIR)
@@ -207,6 +211,24 @@ Result<Record> Client::lookup_with_origin(const std::string& upath, Deadline dea
 
 Status Client::read_through(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                             ConsumeReport* rep, int lock_fd) {
+    // Published: claimed first, so that of the nodes that want the file
+    // one reads the origin and the others fetch from it (origin_claim.cpp).
+    bool held = false;
+    if (cfg_.origin_publish) {
+        bool done = false;
+        Status c = claim_or_wait(upath, rec, svc, rep, lock_fd, &done, &held);
+        if (done || !c) {
+            if (held) release_claim(upath, svc);
+            return c;
+        }
+    }
+    Status s = read_origin(upath, rec, svc, rep, lock_fd);
+    if (held) release_claim(upath, svc);
+    return s;
+}
+
+Status Client::read_origin(const std::string& upath, const Record& rec, const ServiceInfo& svc,
+                           ConsumeReport* rep, int lock_fd) {
     Record cur = rec;
     Status s;
     for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
@@ -221,12 +243,7 @@ Status Client::read_through(const std::string& upath, const Record& rec, const S
             if (s) {
                 auto fresh = lookup_upath(upath, false, Deadline::after(30.0));
                 if (!fresh) return fresh.status();
-                if (in_place(fresh.value(), svc)) {
-                    rep->transport = "none";
-                    rep->bytes = fresh->size;
-                } else {
-                    s = fetch(upath, fresh.value(), svc, rep, lock_fd);
-                }
+                s = consume_published(upath, fresh.value(), svc, rep, lock_fd);
                 if (s) rep->action = "origin";
                 return s;
             }

@@ -16,6 +16,7 @@
 #include "common/seconds.hpp"
 #include "fetch_channel.hpp"
 #include "fetcher.hpp"
+#include "origin_blocks.hpp"
 
 namespace dyad::client {
 
@@ -152,15 +153,14 @@ std::optional<Status> Fetcher::range_here(const std::string& upath, const Record
         rep->action = "present";
         rep->transport = "none";
     } else if (is_origin(rec)) {
-        // Only in the origin (DYAD_PATH_ORIGIN): the range straight from the
-        // origin's file, checked to be the file looked up before and after
-        // the read (changed: ESTALE, which retry_stale looks up again).
-        auto f = p_.origin.open_file(upath, rec);
-        if (!f) return f.status();
-        s = read_range(f->get(), upath, offset, length, nullptr, dst);
-        if (s && !Origin::unchanged(f->get(), rec)) s = changed(upath);
-        rep->action = "origin";
-        rep->transport = "origin";
+        // Only in the origin (DYAD_PATH_ORIGIN): the blocks this node holds
+        // of the origin's file, the others read from it and kept
+        // (origin_blocks.hpp; changed: ESTALE, which retry_stale looks up again).
+        uint64_t from_origin = 0;
+        s = OriginBlocks(p_.cons.path()).read(p_.origin, upath, rec, offset, length, dst,
+                                              &from_origin);
+        rep->action = from_origin ? "origin" : "present";
+        rep->transport = from_origin ? "origin" : "none";
     } else {
         return std::nullopt;
     }

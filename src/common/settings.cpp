@@ -33,7 +33,7 @@ std::vector<Setting> make_table() { return {
      "seconds a consumer waits for a file to be produced, or produced again after a change "
      "(unset: forever)"},
     {"DYAD_TRANSFER_TIMEOUT", T::seconds, "60", "client",
-     "seconds without progress before a transfer fails"},
+     "seconds without progress before a transfer fails; also how long a node waits for another node's claim of an origin file (\"Each origin file read once\")"},
     {"DYAD_CONSUME_WINDOW", T::count, "16", "client",
      "files in flight when consuming many (`dyad consume FILE...`, `dyad sync`, `dyad_consume_many`): lookups and fetches overlapped"},
     {"DYAD_FETCH_WORKER_THREADS", T::count, "0", "client",

@@ -18,6 +18,7 @@
 #include "core.hpp"
 #include "kvs/record.hpp"
 #include "proto/fetch.hpp"
+#include "proto/origin_claim.hpp"
 #include "publish_ledger.hpp"
 #include "rpc/server.hpp"
 
@@ -31,6 +32,9 @@ class Publisher {
 
     void on_publish(std::shared_ptr<rpc::Request> r);
     void on_unpublish(std::shared_ptr<rpc::Request> r);
+    // dyad.origin_claim (origin_claim.cpp): claims (or releases) an origin
+    // file for this service, so that one node reads it from the origin.
+    void on_origin_claim(std::shared_ptr<rpc::Request> r);
 
     // After the store is up, before serving: opens the ledger's durable
     // copy; the store's host publishes again what it published before it
@@ -49,6 +53,8 @@ class Publisher {
     uint64_t refused_not_producer() const { return refused_not_producer_.load(); }
 
   private:
+    Result<proto::OriginClaimAnswer> origin_claim(const proto::OriginClaimRequest& req,
+                                                  const std::string& up, const std::string& ns);
     Result<nlohmann::json> publish(const std::string& upath, const std::string& ns, unsigned depth,
                                    unsigned bins, uint64_t replaces, const rpc::Request& from);
     Result<nlohmann::json> unpublish(const std::string& upath, const std::string& ns,

@@ -28,6 +28,7 @@
 #include "kvs/record.hpp"
 #include "kvs/registry.hpp"
 #include "proto/hello.hpp"
+#include "proto/origin_claim.hpp"
 #include "rpc/client.hpp"
 #include "rpc/wire.hpp"
 #include "access.hpp"
@@ -419,6 +420,9 @@ Status Service::start_server() {
     });
     server_->handle("dyad.unpublish", [this](std::shared_ptr<rpc::Request> r) {
         publisher_.on_unpublish(std::move(r));
+    });
+    server_->handle(proto::kOriginClaim, [this](std::shared_ptr<rpc::Request> r) {
+        publisher_.on_origin_claim(std::move(r));
     });
     server_->handle("dyad.replicate", [this](std::shared_ptr<rpc::Request> r) {
         replicas_.on_replicate(std::move(r));

@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: Apache-2.0
+// Byte ranges of origin files kept per block (origin_blocks.hpp says how).
+#include "origin_blocks.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+
+#include "common/checksum.hpp"
+#include "common/fd.hpp"
+#include "common/log.hpp"
+#include "common/paths.hpp"
+
+namespace dyad::client {
+namespace {
+
+constexpr const char* kSub = "client";
+constexpr const char* kBlocksDir = ".dyad/origin-blocks";
+constexpr char kMagic[8] = {'D', 'Y', 'A', 'D', 'B', 'L', 'K', '2'};
+// Each block's bytes are checked per chunk: a range of a block held reads
+// and hashes the chunks it covers, not the whole block.
+constexpr uint64_t kChunk = 64 << 10;
+constexpr uint64_t kChunksPerBlock = kOriginBlock / kChunk;
+// The sidecar's header: fixed fields, then the origin path; the block
+// entries start at kHeader.
+constexpr uint64_t kHeader = 4096;
+struct Fixed {
+    char magic[8];
+    uint64_t block, size, generation, ino, path_len;
+    int64_t mtime_ns;
+};
+constexpr size_t kMaxPath = kHeader - sizeof(Fixed);
+
+std::string changed_text(const std::string& upath) {
+    return "the origin's '" + upath + "' changed while its blocks were read: nothing returned";
+}
+
+// pread of exactly n bytes (fewer only at the end of the file).
+ssize_t read_full(int fd, char* p, size_t n, uint64_t off) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = ::pread(fd, p + got, n - got, static_cast<off_t>(off + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += static_cast<size_t>(r);
+    }
+    return static_cast<ssize_t>(got);
+}
+
+bool write_full(int fd, const char* p, size_t n, uint64_t off) {
+    size_t put = 0;
+    while (put < n) {
+        ssize_t r = ::pwrite(fd, p + put, n - put, static_cast<off_t>(off + put));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
+        put += static_cast<size_t>(r);
+    }
+    return true;
+}
+
+uint64_t hash_of(const char* p, size_t n) {
+    const uint64_t h = Xxh3::of(p, n);
+    return h == 0 ? 1 : h;  // 0 marks a block not held
+}
+
+// The sidecar and the data file of one origin file.
+struct Files {
+    UniqueFd held, data;
+};
+
+std::string hashed_name(const std::string& upath) {
+    return Xxh3::to_hex(Xxh3::of(upath.data(), upath.size()));
+}
+
+Result<Files> open_files(const std::string& dir, const std::string& upath, bool create) {
+    UniqueFd root(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!root.valid()) return Status::sys("open the consumer directory " + dir);
+    const std::string name = hashed_name(upath);
+    auto sub = dir_beneath(root.get(), std::string(kBlocksDir) + "/" + name.substr(0, 2), create,
+                           0700);
+    if (!sub) return sub.status();
+    const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0);
+    Files f;
+    f.held.reset(::openat(sub->get(), (name + ".held").c_str(), flags, 0600));
+    if (!f.held.valid()) return Status::sys("open the block sidecar of '" + upath + "'");
+    f.data.reset(::openat(sub->get(), (name + ".data").c_str(), flags, 0600));
+    if (!f.data.valid()) return Status::sys("open the blocks of '" + upath + "'");
+    return f;
+}
+
+uint64_t chunk_count(uint64_t size) {
+    return (size + kChunk - 1) / kChunk;
+}
+
+// Whether the sidecar describes the origin file `rec` at `upath`.
+bool header_matches(int held, const std::string& upath, const Record& rec) {
+    char buf[kHeader];
+    if (read_full(held, buf, kHeader, 0) != static_cast<ssize_t>(kHeader)) return false;
+    Fixed h;
+    std::memcpy(&h, buf, sizeof h);
+    return std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.block == kOriginBlock &&
+           h.size == rec.size && h.generation == rec.generation && h.ino == rec.ino &&
+           h.mtime_ns == rec.mtime_ns && h.path_len == upath.size() &&
+           std::memcmp(buf + sizeof h, upath.data(), upath.size()) == 0;
+}
+
+// Starts over for the origin file `rec`: no block held.
+Status reset(const Files& f, const std::string& upath, const Record& rec) {
+    char buf[kHeader] = {};
+    Fixed h;
+    std::memcpy(h.magic, kMagic, sizeof kMagic);
+    h.block = kOriginBlock;
+    h.size = rec.size;
+    h.generation = rec.generation;
+    h.ino = rec.ino;
+    h.path_len = upath.size();
+    h.mtime_ns = rec.mtime_ns;
+    std::memcpy(buf, &h, sizeof h);
+    std::memcpy(buf + sizeof h, upath.data(), upath.size());
+    if (::ftruncate(f.data.get(), 0) != 0 || ::ftruncate(f.held.get(), 0) != 0 ||
+        !write_full(f.held.get(), buf, kHeader, 0) ||
+        ::ftruncate(f.held.get(), static_cast<off_t>(kHeader + 8 * chunk_count(rec.size))) != 0)
+        return Status::sys("reset the block sidecar of '" + upath + "'");
+    return Status::ok();
+}
+
+// The checksum of chunk `c` (0: not held).
+uint64_t entry(int held, uint64_t c) {
+    uint64_t e = 0;
+    if (read_full(held, reinterpret_cast<char*>(&e), sizeof e, kHeader + 8 * c) != sizeof e)
+        return 0;
+    return e;
+}
+
+size_t piece_len(const Record& rec, uint64_t start, uint64_t unit) {
+    return static_cast<size_t>(std::min<uint64_t>(unit, rec.size - start));
+}
+
+// The part of [start, start + len) (its bytes at p) inside [offset,
+// offset + length), into dst.
+void copy_part(const char* p, uint64_t start, size_t len, uint64_t offset, uint64_t length,
+               char* dst) {
+    const uint64_t lo = std::max(offset, start);
+    const uint64_t hi = std::min(offset + length, start + len);
+    if (hi > lo) std::memcpy(dst + (lo - offset), p + (lo - start), static_cast<size_t>(hi - lo));
+}
+
+// The held chunks of [from, to) (chunk indices) into buf, each checked:
+// false when one is missing or not what its entry says.
+bool held_chunks(const Files& f, const Record& rec, uint64_t from, uint64_t to,
+                 char* buf) {
+    const uint64_t start = from * kChunk;
+    const size_t len = piece_len(rec, start, (to - from) * kChunk);
+    if (read_full(f.data.get(), buf, len, start) != static_cast<ssize_t>(len)) return false;
+    for (uint64_t c = from; c < to; ++c) {
+        const uint64_t want = entry(f.held.get(), c);
+        const size_t off = static_cast<size_t>((c - from) * kChunk);
+        if (want == 0 || hash_of(buf + off, piece_len(rec, c * kChunk, kChunk)) != want)
+            return false;
+    }
+    return true;
+}
+
+// Every chunk of the range, as held: false if one is missing or bad.
+bool all_held(const Files& f, const Record& rec, uint64_t offset, uint64_t length, char* dst,
+              char* buf) {
+    const uint64_t last = (offset + length - 1) / kChunk + 1;
+    for (uint64_t c = offset / kChunk; c < last; c += kChunksPerBlock) {
+        const uint64_t to = std::min(last, c + kChunksPerBlock);
+        if (!held_chunks(f, rec, c, to, buf)) return false;
+        copy_part(buf, c * kChunk, piece_len(rec, c * kChunk, (to - c) * kChunk), offset,
+                  length, dst);
+    }
+    return true;
+}
+
+// The range straight from the origin, keeping nothing.
+Status direct(const Origin& origin, const std::string& upath, const Record& rec, uint64_t offset,
+              uint64_t length, char* dst) {
+    auto o = origin.open_file(upath, rec);
+    if (!o) return o.status();
+    if (read_full(o->get(), dst, static_cast<size_t>(length), offset) !=
+        static_cast<ssize_t>(length))
+        return Status(DYAD_RC_BADFIO, "cannot read '" + upath + "' in the origin directory",
+                      errno ? errno : EIO);
+    if (!Origin::unchanged(o->get(), rec)) return Status(DYAD_RC_BADFETCH, changed_text(upath), ESTALE);
+    return Status::ok();
+}
+
+}  // namespace
+
+Status OriginBlocks::read(const Origin& origin, const std::string& upath, const Record& rec,
+                          uint64_t offset, uint64_t length, char* dst,
+                          uint64_t* from_origin) const {
+    *from_origin = 0;
+    if (length == 0) return Status::ok();
+    if (dir_.empty() || upath.size() > kMaxPath) {
+        *from_origin = 1;
+        return direct(origin, upath, rec, offset, length, dst);
+    }
+    // One block's room per thread, kept: neither allocated nor zeroed per
+    // range (a fresh 1 MiB was most of a range's cost).
+    thread_local std::unique_ptr<char[]> room;
+    if (!room) room.reset(new char[kOriginBlock]);
+    char* const buf = room.get();
+    // The blocks held, under a shared lock: nothing of the origin touched.
+    if (auto f = open_files(dir_, upath, false); f) {
+        if (::flock(f->held.get(), LOCK_SH) == 0 && header_matches(f->held.get(), upath, rec) &&
+            all_held(f.value(), rec, offset, length, dst, buf))
+            return Status::ok();
+    }
+    auto f = open_files(dir_, upath, true);
+    if (!f || ::flock(f->held.get(), LOCK_EX) != 0) {
+        DYAD_DEBUG(kSub, "origin blocks of '%s' not kept: %s", upath.c_str(),
+                   f ? std::strerror(errno) : f.status().message().c_str());
+        *from_origin = 1;
+        return direct(origin, upath, rec, offset, length, dst);
+    }
+    if (!header_matches(f->held.get(), upath, rec)) {
+        Status r = reset(f.value(), upath, rec);
+        if (!r) {
+            ::ftruncate(f->held.get(), 0);
+            *from_origin = 1;
+            return direct(origin, upath, rec, offset, length, dst);
+        }
+    }
+    UniqueFd src;  // the origin file, opened at the first block missing
+    for (uint64_t b = offset / kOriginBlock; b <= (offset + length - 1) / kOriginBlock; ++b) {
+        const uint64_t start = b * kOriginBlock;
+        const size_t len = piece_len(rec, start, kOriginBlock);
+        const uint64_t c0 = start / kChunk, c1 = (start + len + kChunk - 1) / kChunk;
+        if (held_chunks(f.value(), rec, c0, c1, buf)) {
+            copy_part(buf, start, len, offset, length, dst);
+            continue;
+        }
+        if (!src.valid()) {
+            auto o = origin.open_file(upath, rec);
+            if (!o) return o.status();
+            src = std::move(o.value());
+        }
+        if (read_full(src.get(), buf, len, start) != static_cast<ssize_t>(len)) {
+            ::ftruncate(f->held.get(), 0);
+            return Status(DYAD_RC_BADFETCH, changed_text(upath), ESTALE);
+        }
+        ++*from_origin;
+        // Kept: the bytes first, then the entries that vouch for them.
+        uint64_t sums[kChunksPerBlock];
+        for (uint64_t c = c0; c < c1; ++c)
+            sums[c - c0] = hash_of(buf + (c - c0) * kChunk, piece_len(rec, c * kChunk, kChunk));
+        if (write_full(f->data.get(), buf, len, start))
+            write_full(f->held.get(), reinterpret_cast<const char*>(sums),
+                       static_cast<size_t>(8 * (c1 - c0)), kHeader + 8 * c0);
+        copy_part(buf, start, len, offset, length, dst);
+    }
+    if (src.valid() && !Origin::unchanged(src.get(), rec)) {
+        ::ftruncate(f->held.get(), 0);  // what was read may mix two versions: all goes
+        return Status(DYAD_RC_BADFETCH, changed_text(upath), ESTALE);
+    }
+    return Status::ok();
+}
+
+}  // namespace dyad::client

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// Byte ranges of origin files kept per block on the node (DYAD_PATH_ORIGIN;
+// docs/user-guide.md, "Byte ranges of origin files"): a range read of a
+// path only in the origin reads the blocks it covers from the origin once
+// and keeps them under the consumer directory's `.dyad/origin-blocks/`, so
+// that a later range read of the same blocks does not touch the origin.
+//
+// Per origin file two files, named by a hash of its path:
+//  - `H.data`: the blocks held, each at its offset (a sparse file);
+//  - `H.held`, the sidecar: a header (magic, block size, the origin file's
+//    identity: size, mtime, ctime, inode; and its path) then one XXH3-64
+//    per 64 KiB chunk (0: not held). Blocks are read from the origin and
+//    kept whole; a range reads and checks the chunks it covers. A chunk is
+//    used only while the origin file is the one the header names and its
+//    bytes hash to its entry (torn by a crash, or written over: its block
+//    is read from the origin again).
+// Processes of one node share them: flock on the sidecar, shared to read
+// the held blocks, exclusive to add blocks or start over (the origin file
+// changed: everything held of it goes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.hpp"
+#include "origin.hpp"
+#include "record.hpp"
+
+namespace dyad::client {
+
+// The bytes of one block (the last block of a file is shorter).
+inline constexpr uint64_t kOriginBlock = 1 << 20;
+
+class OriginBlocks {
+  public:
+    // `cons_dir`: the consumer directory ("" : none, nothing kept).
+    explicit OriginBlocks(std::string cons_dir) : dir_(std::move(cons_dir)) {}
+    // The bytes [offset, offset + length) of the origin file `rec` (a
+    // record of origin.stat) into `dst`: from the blocks held, the others
+    // read from `origin` (and kept). `from_origin`: how many blocks were
+    // read from the origin. ESTALE: the origin file is no longer `rec`.
+    // Where blocks cannot be kept (no consumer directory, a path too long,
+    // the directory not writable), the range is read from the origin
+    // directly, as without blocks.
+    Status read(const Origin& origin, const std::string& upath, const Record& rec,
+                uint64_t offset, uint64_t length, char* dst, uint64_t* from_origin) const;
+
+  private:
+    std::string dir_;
+};
+
+}  // namespace dyad::client
