@@ -205,6 +205,38 @@ std::string why(const Outcome& x) {
     return x.line.empty() ? ": it ended without a word" : ": " + x.line;
 }
 
+// `dyad job node-up` for node i of the job, as start runs it there.
+std::vector<std::string> node_up_command(const Options& o, const Job& j, size_t i) {
+    std::vector<std::string> a = {self_exe(),
+                                  "job",
+                                  "node-up",
+                                  "--node",
+                                  j.nodes[i],
+                                  "--first",
+                                  j.nodes[0],
+                                  "--rank",
+                                  std::to_string(i),
+                                  "--dir",
+                                  j.dir,
+                                  "--job-id",
+                                  j.id,
+                                  "--namespace",
+                                  j.kvs_namespace,
+                                  "--timeout",
+                                  std::to_string(o.timeout)};
+    if (!o.kvs.empty()) a.insert(a.end(), {"--kvs", o.kvs});
+    if (!o.store.empty()) a.insert(a.end(), {"--store", o.store});
+    if (!o.etcd.empty()) a.insert(a.end(), {"--etcd", o.etcd});
+    std::string all;
+    for (const auto& n : j.nodes) all += (all.empty() ? "" : ",") + n;
+    a.insert(a.end(), {"--nodes", all});
+    if (o.port) a.insert(a.end(), {"--port", std::to_string(o.port)});
+    if (!o.ports.empty()) a.insert(a.end(), {"--ports", o.ports});
+    if (!o.dyadd.empty()) a.insert(a.end(), {"--dyadd", o.dyadd});
+    for (const auto& x : o.dyadd_args) a.push_back("--dyadd-arg=" + x);
+    return a;
+}
+
 int start(const Options& o) {
     g_cmd = "dyad job start";
     const auto t0 = clock::now();
@@ -213,32 +245,7 @@ int start(const Options& o) {
     const Job& j = job.value();
     const std::string key = random_key_hex();
     if (key.empty()) return fail(std::string("cannot make a key: ") + std::strerror(errno));
-    const std::string self = self_exe();
-    auto cmd = [&](size_t i) {
-        std::vector<std::string> a = {self,
-                                      "job",
-                                      "node-up",
-                                      "--node",
-                                      j.nodes[i],
-                                      "--first",
-                                      j.nodes[0],
-                                      "--rank",
-                                      std::to_string(i),
-                                      "--dir",
-                                      j.dir,
-                                      "--job-id",
-                                      j.id,
-                                      "--namespace",
-                                      j.kvs_namespace,
-                                      "--timeout",
-                                      std::to_string(o.timeout)};
-        if (!o.kvs.empty()) a.insert(a.end(), {"--kvs", o.kvs});
-        if (o.port) a.insert(a.end(), {"--port", std::to_string(o.port)});
-        if (!o.ports.empty()) a.insert(a.end(), {"--ports", o.ports});
-        if (!o.dyadd.empty()) a.insert(a.end(), {"--dyadd", o.dyadd});
-        for (const auto& x : o.dyadd_args) a.push_back("--dyadd-arg=" + x);
-        return a;
-    };
+    auto cmd = [&](size_t i) { return node_up_command(o, j, i); };
     // The key reaches each node on the launcher's standard input: never an
     // argument (visible in ps) nor a variable (inherited by the launcher's
     // other processes), and no shared file system is needed.
@@ -366,6 +373,11 @@ Commands add_commands(CLI::App& app, Options& o) {
     c.start->add_option("--kvs", o.kvs,
                         "metadata store: etcd://HOST:PORT[,...] (default: embedded in the first "
                         "node's dyadd)");
+    c.start->add_option("--store", o.store,
+                        "the job's own metadata store: auto (default: an etcd of the job on its "
+                        "first three nodes with 3 nodes or more, else embedded in the first "
+                        "node's dyadd), etcd, embedded");
+    c.start->add_option("--etcd", o.etcd, "the etcd program on the nodes (default: etcd in PATH)");
     c.start->add_option("--namespace", o.kvs_namespace,
                         "metadata namespace (default dyad-job-{jobid})");
     c.start->add_option("--dyadd", o.dyadd,
@@ -404,6 +416,8 @@ Commands add_commands(CLI::App& app, Options& o) {
     c.node_up->add_flag("--from-prolog", o.from_prolog);
     c.node_up->add_option("--namespace", o.kvs_namespace);
     c.node_up->add_option("--kvs", o.kvs);
+    c.node_up->add_option("--store", o.store);
+    c.node_up->add_option("--etcd", o.etcd);
     c.node_up->add_option("--dyadd", o.dyadd);
     c.node_up->add_option("--dyadd-arg", o.dyadd_args);
     c.node_up->add_option("--timeout", o.timeout);

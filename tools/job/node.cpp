@@ -35,6 +35,7 @@
 
 #include "common/deadline.hpp"
 #include "common/fd.hpp"
+#include "job/etcd.hpp"
 #include "job/hostlist.hpp"
 
 extern char** environ;
@@ -303,6 +304,41 @@ Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::
                   EADDRINUSE);
 }
 
+// The store of this node's dyadd (its --kvs): the job's own etcd (its
+// member started here on the first three nodes), the --kvs given, the first
+// node's dyadd (found at the job's ports), or "" (this dyadd hosts it).
+Result<std::string> job_store(const Options& o, const std::string& key_hex, const SlurmConf* sc,
+                              const std::string& addr, const std::vector<unsigned>& ports,
+                              const Deadline& deadline) {
+    std::vector<std::string> nodes;
+    if (!o.nodes.empty()) {
+        auto all = expand_hostlist(o.nodes);
+        if (!all) return all.status();
+        nodes = all.value();
+    }
+    auto plan = etcd_plan(o, nodes, key_hex, sc);
+    if (!plan) return plan.status();
+    if (plan->has_value()) {
+        const EtcdPlan& p = **plan;
+        if (Status s = write_etcd_files(o, key_hex, addr); !s) return s;
+        pid_t member = -1;
+        if (p.me >= 0) {
+            auto pid = start_etcd_member(o, p, key_hex);
+            if (!pid) return pid.status();
+            member = pid.value();
+        }
+        if (Status s = etcd_ready(o, p, key_hex, member, deadline); !s) return s;
+        return etcd_kvs_uri(o, p);
+    }
+    if (!o.kvs.empty() || o.first.empty() || o.first == o.node) return o.kvs;
+    auto first = node_address(o.first, sc);
+    if (!first) return first.status();
+    auto port = find_store(o, first.value(), ports, o.dir + "/" + kKeyName, deadline,
+                           o.dir + "/" + kLogName);
+    if (!port) return port.status();
+    return "tcp://" + first.value() + ":" + std::to_string(port.value());
+}
+
 int node_up_checked(const Options& o, const std::string& where) {
     ::umask(077);
     if (pid_t old = read_pid(o.dir); old > 0 && ::kill(old, 0) == 0 && is_job_dyadd(old, o.dir)) {
@@ -321,6 +357,9 @@ int node_up_checked(const Options& o, const std::string& where) {
         fs::remove_all(o.dir + "/" + kDataName, ec);
         fs::remove_all(o.dir + "/state", ec);
         ::unlink((o.dir + "/" + kSocketName).c_str());
+        stop_etcd(o.dir, 5);
+        for (const char* f : {kEtcdData, kEtcdTls, kEtcdPassword, kEtcdPid})
+            fs::remove_all(o.dir + "/" + f, ec);
         return fail(where + ": " + s.message());
     };
     auto conf = slurm_conf_of(o);
@@ -331,15 +370,9 @@ int node_up_checked(const Options& o, const std::string& where) {
     auto ports = candidate_ports(o, key_hex);
     if (!ports) return failed(ports.status());
     const Deadline deadline = Deadline::after(o.timeout);
-    std::string kvs = o.kvs;
-    if (kvs.empty() && !o.first.empty() && o.first != o.node) {
-        auto first = node_address(o.first, sc);
-        if (!first) return failed(first.status());
-        auto port = find_store(o, first.value(), ports.value(), key, deadline, log);
-        if (!port) return failed(port.status());
-        kvs = "tcp://" + first.value() + ":" + std::to_string(port.value());
-    }
-    auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs, deadline, log);
+    auto kvs = job_store(o, key_hex, sc, addr.value(), ports.value(), deadline);
+    if (!kvs) return failed(kvs.status());
+    auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log);
     if (!up) return failed(up.status());
     const pid_t pid = up->first;
     {
@@ -392,6 +425,10 @@ int node_down(const Options& o) {
         }
     }
     if (pid > 0) remove_shm_of(pid);
+    if (!stop_etcd(o.dir, o.timeout < 10 ? o.timeout : 10)) {
+        fail(o.dir + ": the job's etcd member does not end");
+        rc = kDoesNotEnd;
+    }
     ::unlink((o.dir + "/" + kKeyName).c_str());
     std::error_code ec;
     if (o.keep || o.keep_log) {
