@@ -51,7 +51,7 @@ for i in 1 2 3 4 5; do
   n=node$((2 + i % 3))
   srun --overlap -N1 -n1 -w $n bash -c "{DYAD} consume --timeout 60 \\$DYAD_PATH_CONSUMER/r/f$i.bin >/dev/null && cmp {shared}/f$i.bin \\$DYAD_PATH_CONSUMER/r/f$i.bin && echo same-f$i"
 done
-srun --overlap -N1 -n1 -w node3 bash -c '{DYAD} ls $DYAD_PATH_CONSUMER/r' | sed 's/^/ls: /'
+srun --overlap -N1 -n1 -w node3 {DYAD} ls r/ | sed 's/^/ls: /'
 echo "rc-ls ${{PIPESTATUS[0]}}"
 """)
     job = submit(slurm, script, "--dyad")

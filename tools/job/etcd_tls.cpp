@@ -54,8 +54,7 @@ bool add_ext(X509* x, X509* issuer, int nid, const char* value) {
     return ok;
 }
 
-Cert make_cert(EVP_PKEY* subject_key, const std::string& cn, X509* issuer, EVP_PKEY* issuer_key,
-               long serial) {
+Cert make_cert(EVP_PKEY* subject_key, const std::string& cn, X509* issuer, long serial) {
     Cert x(X509_new());
     if (!x) return nullptr;
     X509_set_version(x.get(), 2);
@@ -90,7 +89,7 @@ Result<TlsFiles> derive_tls(const std::string& key_hex, const std::string& node,
     Pkey ca_key = derived_key(*key, "dyad-job-etcd-ca-v1", "");
     Pkey node_key = derived_key(*key, "dyad-job-etcd-node-v1", node);
     if (!ca_key || !node_key) return Status(DYAD_RC_SYSFAIL, "cannot make the etcd TLS keys", EIO);
-    Cert ca = make_cert(ca_key.get(), "DYAD job etcd CA", nullptr, nullptr, 1);
+    Cert ca = make_cert(ca_key.get(), "DYAD job etcd CA", nullptr, 1);
     bool ok = ca && add_ext(ca.get(), ca.get(), NID_basic_constraints, "critical,CA:TRUE") &&
               add_ext(ca.get(), ca.get(), NID_key_usage, "critical,keyCertSign,cRLSign") &&
               add_ext(ca.get(), ca.get(), NID_subject_key_identifier, "hash") &&
@@ -102,8 +101,7 @@ Result<TlsFiles> derive_tls(const std::string& key_hex, const std::string& node,
     const std::string san =
         "IP:" + host + ",IP:127.0.0.1,DNS:" + std::string(kEtcdServerName) + ",DNS:" + node;
     const long serial = 2 + static_cast<long>(std::hash<std::string>{}(node)&0x7fffffff);
-    Cert leaf =
-        ok ? make_cert(node_key.get(), "dyad-job-member", ca.get(), ca_key.get(), serial) : nullptr;
+    Cert leaf = ok ? make_cert(node_key.get(), "dyad-job-member", ca.get(), serial) : nullptr;
     ok = leaf && add_ext(leaf.get(), ca.get(), NID_basic_constraints, "critical,CA:FALSE") &&
          add_ext(leaf.get(), ca.get(), NID_key_usage, "critical,digitalSignature") &&
          add_ext(leaf.get(), ca.get(), NID_ext_key_usage, "serverAuth,clientAuth") &&
