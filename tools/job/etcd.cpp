@@ -294,8 +294,10 @@ bool stop_etcd(const std::string& dir, double timeout) {
     std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
     std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
     if (line.find(dir + "/" + kEtcdData) == std::string::npos) return true;  // not ours (gone)
-    ::kill(static_cast<pid_t>(pid), SIGTERM);
-    if (wait_gone(static_cast<pid_t>(pid), Deadline::after(timeout))) return true;
+    if (timeout > 0) {
+        ::kill(static_cast<pid_t>(pid), SIGTERM);
+        if (wait_gone(static_cast<pid_t>(pid), Deadline::after(timeout))) return true;
+    }
     ::kill(static_cast<pid_t>(pid), SIGKILL);
     return wait_gone(static_cast<pid_t>(pid), Deadline::after(5));
 }

@@ -65,7 +65,8 @@ Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_he
                   const Deadline& d);
 // dyadd's --kvs for the job's etcd.
 std::string etcd_kvs_uri(const Options& o, const EtcdPlan& p);
-// Stops this node's member (node-down); false when it does not end.
+// Stops this node's member (node-down): SIGTERM, SIGKILL after `timeout`
+// seconds (at once with 0); false when it does not end.
 bool stop_etcd(const std::string& dir, double timeout);
 
 }  // namespace dyad::job::detail

@@ -357,7 +357,7 @@ int node_up_checked(const Options& o, const std::string& where) {
         fs::remove_all(o.dir + "/" + kDataName, ec);
         fs::remove_all(o.dir + "/state", ec);
         ::unlink((o.dir + "/" + kSocketName).c_str());
-        stop_etcd(o.dir, 5);
+        stop_etcd(o.dir, 0);
         for (const char* f : {kEtcdData, kEtcdTls, kEtcdPassword, kEtcdPid})
             fs::remove_all(o.dir + "/" + f, ec);
         return fail(where + ": " + s.message());
@@ -425,8 +425,9 @@ int node_down(const Options& o) {
         }
     }
     if (pid > 0) remove_shm_of(pid);
-    // Its data goes with the job directory: 2 s for a clean stop, then SIGKILL.
-    if (!stop_etcd(o.dir, 2)) {
+    // Its data goes with the job directory: nothing to stop cleanly for (a
+    // leader's SIGTERM waits to hand over to members that stop too).
+    if (!stop_etcd(o.dir, 0)) {
         fail(o.dir + ": the job's etcd member does not end");
         rc = kDoesNotEnd;
     }

@@ -74,7 +74,9 @@ EtcdStore::~EtcdStore() {
         q.set_id(lease_id_);
         pb::LeaseRevokeResponse a;
         grpc::ClientContext ctx;
-        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+        // Best effort: the lease ends by itself; at a job's end its etcd may be
+        // stopping already.
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
         (void)c_->lease().LeaseRevoke(&ctx, q, &a);
     }
 }
