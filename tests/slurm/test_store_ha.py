@@ -3,13 +3,15 @@
 item 4): with 3 nodes or more, a --dyad job keeps its metadata in an etcd of
 its own on its first three nodes (tools/job/etcd.cpp), which refuses anyone
 without the job's credentials. On the real Slurm cluster of this directory."""
+import hashlib
+import hmac
 import os
 import re
 import subprocess
 
 import harness
 
-from test_hardening import ATTACKER, drained, info, submit
+from test_hardening import ATTACKER, SQUAT, drained, info, job_key, job_ports, submit
 
 DYAD = harness.DYAD
 ETCDCTL = "/usr/bin/etcdctl"
@@ -148,3 +150,53 @@ except (ssl.SSLError, OSError):
 """
     r = slurm.on("node4", ATTACKER + ["/usr/bin/python3", "-c", code], check=False)
     return r.returncode == 0
+
+
+def etcd_port(key_hex, label, taken):
+    """The job's etcd port derived under `label` (tools/job/etcd.cpp)."""
+    def part(b):
+        return len(b).to_bytes(8, "little") + b
+    i = 0
+    while True:
+        mac = hmac.new(key_hex.encode(), part(label.encode()) + part(str(i).encode()), hashlib.sha256)
+        p = 20000 + int(mac.hexdigest()[:8], 16) % 10000
+        if p not in taken:
+            return p
+        i += 1
+
+
+def test_a_held_etcd_port_costs_one_member_not_the_job(slurm, shared):
+    """Another user holds, on node2, the client port of the job's etcd: node2's
+    member cannot start, the job runs on the other two members (a transfer
+    between node2 and node3 works) and slurmd's log says why."""
+    out = os.path.join(shared, "out.txt")
+    src = os.path.join(shared, "src.bin")
+    harness.write_file(src, 64 << 10, seed=7)
+    script = os.path.join(shared, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"""#!/bin/bash
+#SBATCH -N3
+#SBATCH -w node[1-3]
+#SBATCH -o {out}
+srun --overlap -N1 -n1 -w node2 bash -c 'mkdir -p $DYAD_PATH_PRODUCER/r && cp {src} $DYAD_PATH_PRODUCER/r/ && {DYAD} produce $DYAD_PATH_PRODUCER/r/src.bin >/dev/null && echo produced'
+srun --overlap -N1 -n1 -w node3 bash -c '{DYAD} consume --timeout 30 $DYAD_PATH_CONSUMER/r/src.bin >/dev/null && cmp {src} $DYAD_PATH_CONSUMER/r/src.bin && echo same'
+""")
+    job = submit(slurm, script, "--dyad", "--hold")
+    key = job_key(slurm, job)
+    dyadd_ports = job_ports(key)
+    client = etcd_port(key, "dyad-job-etcd-client-v1", dyadd_ports)
+    squatter = subprocess.Popen(slurm.prefix("node2") + ATTACKER + ["/usr/bin/python3", "-c", SQUAT, "garbage", str(client)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert squatter.stdout.readline().strip() == "listening", squatter.stderr.read()
+        slurm.cmd("scontrol", "release", job)
+        assert slurm.wait_job_done(job, 90) == "COMPLETED", info(slurm, job, out)
+        text = open(out).read()
+        assert "produced" in text and "same" in text, info(slurm, job, out)
+        logs = "".join(open(p, errors="replace").read() for p in slurm.logs if "slurmd-node2" in p)
+        assert "this node's etcd member" in logs and "ended during its start" in logs, logs[-3000:]
+        assert drained(slurm) == {} and slurm.leftovers(job) == [] and no_etcd_left(slurm) == {}
+    finally:
+        slurm.cmd("scancel", job, check=False)
+        squatter.kill()
+        squatter.wait()

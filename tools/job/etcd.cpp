@@ -217,6 +217,21 @@ void enable_auth(kvs::etcd::Client& c, const std::string& password, const Deadli
 }  // namespace
 
 namespace {
+// etcd's last "error" in its log (JSON lines), else its last line.
+std::string last_error(const std::string& log) {
+    std::ifstream in(log);
+    std::string line, found, last;
+    while (std::getline(in, line)) {
+        last = line;
+        size_t at = line.rfind("\"error\":\"");
+        if (at == std::string::npos) continue;
+        at += 9;
+        found = line.substr(at, line.find('"', at) - at);
+    }
+    found = found.empty() ? last : found;
+    return found.size() > 300 ? found.substr(0, 300) + "..." : found;
+}
+
 // This node's member (our child) ended during the start: cannot run etcd
 // (the job cannot have its store here: an error), or anything else (a
 // port held: the job goes on with the other two, said on stderr).
@@ -228,15 +243,15 @@ Status member_ended(const Options& o, pid_t pid, int status) {
                           (o.etcd.empty() ? std::string("etcd in PATH") : o.etcd) +
                           ") for the job's metadata store: install etcd 3.4 or later on every "
                           "node (Debian: etcd-server), or use the embedded store (plugstack.conf "
-                          "store=embedded; dyad job start --store embedded); " +
-                          log + ":\n" + last_lines(log),
+                          "store=embedded; dyad job start --store embedded): " +
+                          last_error(log),
                       ENOENT);
     std::fprintf(stderr,
-                 "%s: %s: this node's etcd member (pid %d) ended during its start: the job goes on "
-                 "with the other two members, and no longer survives the loss of another node; "
-                 "last lines of %s:\n%s",
-                 g_cmd.c_str(), o.node.c_str(), static_cast<int>(pid), log.c_str(),
-                 last_lines(log).c_str());
+                 "%s: %s: this node's etcd member (pid %d) ended during its start (%s; see %s): "
+                 "the job goes on with the other two members, and no longer survives the loss "
+                 "of another node\n",
+                 g_cmd.c_str(), o.node.c_str(), static_cast<int>(pid), last_error(log).c_str(),
+                 log.c_str());
     return Status::ok();
 }
 }  // namespace
