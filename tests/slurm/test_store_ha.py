@@ -116,6 +116,9 @@ def test_the_jobs_etcd_refuses_strangers(slurm, shared):
         assert r.returncode != 0 and "authentication failed" in r.stderr, r
         # The job's own password (derived from the key, in the job directory) reads the records.
         pw = open(os.path.join(jobdir, "etcd.password")).read().strip()
+        # Nothing of it on etcd's command line, which every user of the node can read.
+        cmdline = open(f"/proc/{pid}/cmdline").read()
+        assert not any(pw[i:i + 8] in cmdline for i in range(len(pw) - 7)), cmdline
         r = slurm.on("node1", base + ["--user", f"root:{pw}", "get", "--prefix", "/dyad/services/", "--keys-only"],
                      check=False, env=env)
         assert r.returncode == 0 and r.stdout.count("/dyad/services/") == 3, r

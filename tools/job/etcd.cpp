@@ -127,6 +127,15 @@ Status write_etcd_files(const Options& o, const std::string& key_hex, const std:
     return s;
 }
 
+namespace {
+// Part of the cluster token (on etcd's command line, which every user sees):
+// a MAC of its own, so that it reveals nothing of the password.
+std::string cluster_token_mac(const std::string& key_hex) {
+    auto key = auth::Key::from_secret(key_hex);
+    return key ? key->proof("dyad-job-etcd-cluster-token-v1", {}).substr(0, 16) : "";
+}
+}  // namespace
+
 Result<pid_t> start_etcd_member(const Options& o, const EtcdPlan& p, const std::string& key_hex) {
     const std::string me = p.members[static_cast<size_t>(p.me)];
     const std::string addr = p.addrs[static_cast<size_t>(p.me)];
@@ -135,8 +144,7 @@ Result<pid_t> start_etcd_member(const Options& o, const EtcdPlan& p, const std::
         cluster += (i ? "," : "") + p.members[i] + "=" + url(p.addrs[i], p.peer_port);
     // The token names the job and its key: another job's members (another
     // key) can never join this cluster, even at the same addresses.
-    const std::string token =
-        "dyad-job-" + o.job_id + "-" + derive_etcd_password(key_hex).substr(0, 16);
+    const std::string token = "dyad-job-" + o.job_id + "-" + cluster_token_mac(key_hex);
     std::vector<std::string> argv = {
         o.etcd.empty() ? "etcd" : o.etcd, "--name", me, "--data-dir", o.dir + "/" + kEtcdData,
         "--listen-client-urls", url(addr, p.client_port), "--advertise-client-urls",
