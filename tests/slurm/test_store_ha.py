@@ -74,37 +74,47 @@ echo "rc-ls ${{PIPESTATUS[0]}}"
 
 
 def test_the_jobs_etcd_refuses_strangers(slurm, shared):
-    """A 3-node --dyad job: its etcd members run as the job's user in the job
-    directory; a client without the job's certificate is refused on the
-    client and the peer port, one with the certificate but without the
-    password can read nothing, and the job's files are not readable by
-    another user. All gone at the job's end."""
+    """A 3-node --dyad job of an unprivileged user (nobody): its etcd members
+    run as that user in the job directory; a client without the job's
+    certificate is refused on the client and the peer port, one with the
+    certificate but without the password can read nothing, and the job's
+    files are not readable by another user (daemon). All gone at the job's
+    end."""
+    import pwd
+    user = pwd.getpwnam("nobody")
+    other = pwd.getpwnam("daemon")
+    stranger = ["setpriv", f"--reuid={other.pw_uid}", f"--regid={other.pw_gid}", "--clear-groups"]
+    os.chmod(shared, 0o777)
     ready = os.path.join(shared, "ready")
     out = os.path.join(shared, "out.txt")
     script = os.path.join(shared, "job.sh")
     with open(script, "w") as f:
         f.write(f"#!/bin/bash\n#SBATCH -N3\n#SBATCH -w node[1-3]\n#SBATCH -o {out}\n"
                 f"srun --overlap -N3 -n3 {DYAD} service status >/dev/null && touch {ready}\nsleep 300\n")
-    job = submit(slurm, script, "--dyad")
+    os.chmod(script, 0o755)
+    job = submit(slurm, script, "--dyad", f"--uid={user.pw_uid}", f"--gid={user.pw_gid}")
     try:
         harness.wait_for(lambda: os.path.exists(ready) or slurm.job_state(job) not in ("PENDING", "RUNNING"), 90,
                          what=f"job {job} to run")
         assert os.path.exists(ready), info(slurm, job, out)
         pid, uid, client, peer = etcd_urls(slurm, "node1")
-        assert uid == 0 and client.startswith("https://") and peer.startswith("https://")
-        jobdir = slurm.job_dir("node1", job)
+        assert uid == user.pw_uid and client.startswith("https://") and peer.startswith("https://")
+        jobdir = slurm.job_dir("node1", job, user.pw_uid)
         tls = os.path.join(jobdir, "etcd-tls")
         # No certificate: refused at the handshake, on both ports.
         for url in (client, peer):
-            assert not slurm_handshake(slurm, url, None), url
+            assert not slurm_handshake(slurm, url, None, stranger), url
         # A certificate of another CA (what a stranger can make): refused.
-        other = os.path.join(shared, "other")
-        os.makedirs(other)
+        other_ca = os.path.join(shared, "other")
+        os.makedirs(other_ca)
+        os.chmod(other_ca, 0o755)
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ed25519", "-nodes", "-subj", "/CN=root",
-                        "-keyout", f"{other}/k.pem", "-out", f"{other}/c.pem", "-days", "1"],
+                        "-keyout", f"{other_ca}/k.pem", "-out", f"{other_ca}/c.pem", "-days", "1"],
                        check=True, capture_output=True)
+        for f in ("k.pem", "c.pem"):
+            os.chmod(os.path.join(other_ca, f), 0o644)
         for url in (client, peer):
-            assert not slurm_handshake(slurm, url, other), url
+            assert not slurm_handshake(slurm, url, other_ca, stranger), url
         # The job's certificate without the password: nothing readable.
         base = [ETCDCTL, "--endpoints", client, "--cacert", f"{tls}/ca.crt", "--cert", f"{tls}/node.crt",
                 "--key", f"{tls}/node.key", "--dial-timeout", "3s", "--command-timeout", "3s"]
@@ -123,16 +133,17 @@ def test_the_jobs_etcd_refuses_strangers(slurm, shared):
                      check=False, env=env)
         assert r.returncode == 0 and r.stdout.count("/dyad/services/") == 3, r
         # Another user cannot read the job's certificates or password.
-        r = slurm.on("node1", ATTACKER + ["cat", f"/tmp/dyad/0/{job}/etcd-tls/node.key"], check=False)
-        assert r.returncode != 0, r
+        for f in ("etcd-tls/node.key", "etcd.password", "etcd/member"):
+            r = slurm.on("node1", stranger + ["ls", f"/tmp/dyad/{user.pw_uid}/{job}/{f}"], check=False)
+            assert r.returncode != 0 and "Permission denied" in r.stderr, r
     finally:
         slurm.cmd("scancel", job, check=False)
     assert slurm.wait_job_done(job, 60) == "CANCELLED", info(slurm, job, out)
     assert drained(slurm) == {} and slurm.leftovers(job) == [] and no_etcd_left(slurm) == {}
 
 
-def slurm_handshake(slurm, url, cert_dir):
-    """A TLS client on node4 (another node, as a stranger would be) that
+def slurm_handshake(slurm, url, cert_dir, who):
+    """A TLS client on node4 (another node), as user `who` (setpriv words), that
     presents `cert_dir`'s certificate (or none) to `url`: True when the
     server let it through to an answer."""
     cert = f"ctx.load_cert_chain('{cert_dir}/c.pem', '{cert_dir}/k.pem')" if cert_dir else "pass"
@@ -151,7 +162,7 @@ try:
 except (ssl.SSLError, OSError):
     sys.exit(1)
 """
-    r = slurm.on("node4", ATTACKER + ["/usr/bin/python3", "-c", code], check=False)
+    r = slurm.on("node4", who + ["/usr/bin/python3", "-c", code], check=False)
     return r.returncode == 0
 
 
