@@ -276,7 +276,7 @@ Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_he
         q.set_password(password);
         pb::AuthenticateResponse a;
         grpc::ClientContext ctx;
-        kvs::etcd::Client::prepare(&ctx, d.min(Deadline::after(1)));
+        kvs::etcd::Client::prepare(&ctx, d.min(Deadline::after(0.25)));
         grpc::Status s = c.value()->auth().Authenticate(&ctx, q, &a);
         if (s.ok()) break;
         last = s.error_message();
