@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -307,9 +308,11 @@ Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::
 // The store of this node's dyadd (its --kvs): the job's own etcd (its
 // member started here on the first three nodes), the --kvs given, the first
 // node's dyadd (found at the job's ports), or "" (this dyadd hosts it).
+// With the job's etcd, *etcd_up is its readiness (etcd_ready, in a thread of
+// its own): dyadd starts meanwhile, its own start overlapping the election.
 Result<std::string> job_store(const Options& o, const std::string& key_hex, const SlurmConf* sc,
                               const std::string& addr, const std::vector<unsigned>& ports,
-                              const Deadline& deadline) {
+                              const Deadline& deadline, std::future<Status>* etcd_up) {
     std::vector<std::string> nodes;
     if (!o.nodes.empty()) {
         auto all = expand_hostlist(o.nodes);
@@ -327,7 +330,9 @@ Result<std::string> job_store(const Options& o, const std::string& key_hex, cons
             if (!pid) return pid.status();
             member = pid.value();
         }
-        if (Status s = etcd_ready(o, p, key_hex, member, deadline); !s) return s;
+        *etcd_up = std::async(std::launch::async, [&o, p, key_hex, member, deadline] {
+            return etcd_ready(o, p, key_hex, member, deadline);
+        });
         return etcd_kvs_uri(o, p);
     }
     if (!o.kvs.empty() || o.first.empty() || o.first == o.node) return o.kvs;
@@ -370,9 +375,20 @@ int node_up_checked(const Options& o, const std::string& where) {
     auto ports = candidate_ports(o, key_hex);
     if (!ports) return failed(ports.status());
     const Deadline deadline = Deadline::after(o.timeout);
-    auto kvs = job_store(o, key_hex, sc, addr.value(), ports.value(), deadline);
+    std::future<Status> etcd_up;
+    auto kvs = job_store(o, key_hex, sc, addr.value(), ports.value(), deadline, &etcd_up);
     if (!kvs) return failed(kvs.status());
     auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log);
+    if (etcd_up.valid()) {  // the job's etcd: its readiness decides
+        Status e = etcd_up.get();
+        if (!e) {
+            if (up) ::kill(up->first, SIGKILL);
+            return failed(e);
+        }
+        // dyadd gave up on an etcd slower than its own connect (10 s): once more
+        if (!up)
+            up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log);
+    }
     if (!up) return failed(up.status());
     const pid_t pid = up->first;
     {
