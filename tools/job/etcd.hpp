@@ -58,8 +58,8 @@ Status write_etcd_files(const Options& o, const std::string& key_hex, const std:
 // goes on with the other two: the logs say why).
 Result<pid_t> start_etcd_member(const Options& o, const EtcdPlan& p, const std::string& key_hex);
 // Until the job's etcd has a leader and its auth on (a member enables it:
-// root with the derived password; idempotent): every node waits for this
-// before its dyadd starts, so that dyadd's own connect is immediate.
+// root with the derived password; idempotent): node-up runs it beside its
+// dyadd's start and returns once both are done.
 // `member`: this node's etcd (our child), -1 if none.
 Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_hex, pid_t member,
                   const Deadline& d);
