@@ -372,6 +372,8 @@ int connect_etcd(Args& a) {
     if (!eps) return fail(kUsage, "--kvs: " + eps.status().message());
     dyad::kvs::etcd::Options eo;
     eo.endpoints = eps.value();
+    if (auto sec = dyad::kvs::etcd::parse_uri_security(o.kvs_uri, &eo.security); !sec)
+        return fail(kUsage, "--kvs: " + sec.message());
     eo.lease_ttl = a.lease_ttl;
     eo.limits.max_records_per_ns = o.store_max_records_per_ns;
     auto st = dyad::kvs::etcd::connect(eo, 10);

@@ -37,7 +37,9 @@
  * beside this plugin's installation), parent=DIR (default /tmp/dyad),
  * ports=LOW-HIGH (default 20000-29999; port=N: that port only), kvs=URI,
  * site_key=PATH, timeout=SECONDS (default 60), transports=LIST (dyadd
- * --transports), user_dir=yes (users may give dir=).
+ * --transports), user_dir=yes (users may give dir=), store=auto|etcd|embedded
+ * (default auto: with 3 nodes or more the job's metadata is in an etcd of
+ * its own on its first three nodes, tools/job/etcd.hpp), etcd=PATH.
  *
  * Users' OPTIONS, comma-separated: mode=TRANSPORT (DYAD_DTL_MODE of the
  * tasks), wait=DURATION (DYAD_WAIT_TIMEOUT), dir=TEMPLATE (if the site allows).

@@ -80,6 +80,12 @@ int dyad_parse_conf(int ac, char** av, struct dyad_conf* c) {
         else if (strncmp(a, "ports=", 6) == 0 || strncmp(a, "port=", 5) == 0)
             bad = copy(c->ports, sizeof c->ports, strchr(a, '=') + 1) ||
                   !valid_ports(strchr(a, '=') + 1);
+        else if (strncmp(a, "store=", 6) == 0)
+            bad = copy(c->store, sizeof c->store, a + 6) ||
+                  (strcmp(a + 6, "auto") != 0 && strcmp(a + 6, "etcd") != 0 &&
+                   strcmp(a + 6, "embedded") != 0);
+        else if (strncmp(a, "etcd=", 5) == 0)
+            bad = copy(c->etcd, sizeof c->etcd, a + 5) || a[5] != '/';
         else if (strncmp(a, "timeout=", 8) == 0)
             bad = (c->timeout = atoi(a + 8)) <= 0;
         else if (strcmp(a, "user_dir=yes") == 0)

@@ -15,7 +15,9 @@ struct dyad_conf {
     char kvs[1024];
     char site_key[DYAD_PATH_MAX];
     char transports[256];
-    char ports[32]; /* LOW-HIGH, or N */
+    char ports[32];           /* LOW-HIGH, or N */
+    char store[16];           /* auto (default), etcd or embedded: the job's own store */
+    char etcd[DYAD_PATH_MAX]; /* the etcd program (default: etcd in PATH) */
     int timeout;
     int user_dir;
 };

@@ -198,7 +198,7 @@ static void take_ready_line(char* text, char* address, size_t n) {
 int dyad_node_up(const struct dyad_conf* c, const char* node, const char* nodes, uint32_t jobid,
                  uid_t uid, gid_t gid, const char* dir, const char* key, struct dyad_started* s) {
     char dyad[DYAD_PATH_MAX], id[16], timeout[16], ports[48], transports[300];
-    char conf_arg[DYAD_PATH_MAX + 16];
+    char conf_arg[DYAD_PATH_MAX + 16], store_arg[32], etcd_arg[DYAD_PATH_MAX + 16];
     memset(s, 0, sizeof *s);
     dyad_tool_of(c, dyad, sizeof dyad);
     snprintf(id, sizeof id, "%u", jobid);
@@ -221,6 +221,14 @@ int dyad_node_up(const struct dyad_conf* c, const char* node, const char* nodes,
         args[n++] = conf_arg;
     }
     if (c->kvs[0]) args[n++] = "--kvs", args[n++] = (char*)c->kvs;
+    if (c->store[0]) {
+        snprintf(store_arg, sizeof store_arg, "--store=%s", c->store);
+        args[n++] = store_arg;
+    }
+    if (c->etcd[0]) {
+        snprintf(etcd_arg, sizeof etcd_arg, "--etcd=%s", c->etcd);
+        args[n++] = etcd_arg;
+    }
     if (c->transports[0]) {
         snprintf(transports, sizeof transports, "--dyadd-arg=--transports=%s", c->transports);
         args[n++] = transports;

@@ -170,6 +170,8 @@ def test_job_start_stop_with_a_launcher(slurm):
         for n in slurm.names:
             st = os.stat(os.path.join(slurm.node_tmp(n), f"dyad-{job}", "job.key"))
             assert st.st_mode & 0o777 == 0o600
+        # 4 nodes: the job's own etcd, a member on each of the first three
+        assert [len(slurm.processes(n, "etcd")) for n in slurm.names] == [1, 1, 1, 0]
         payload = os.urandom(1 << 20)
         # consumer first (node3, waits), producer on node4: unmodified cat under the wrapper
         consumer = subprocess.Popen(slurm.prefix("node3") + ["cat", f"{data}/x/f.bin"], stdout=subprocess.PIPE,
@@ -188,6 +190,7 @@ def test_job_start_stop_with_a_launcher(slurm):
     with open(os.path.join(harness.BUILD, "slurm-timings.txt"), "a") as f:
         f.write(s.stderr.strip().splitlines()[-1] + "\n")
     assert slurm.leftovers(job) == []
+    assert all(not slurm.processes(n, "etcd") for n in slurm.names)
     again = subprocess.run([DYAD, "stop", *base], capture_output=True, text=True, env=env, timeout=90)
     assert again.returncode == 0, again.stderr
 

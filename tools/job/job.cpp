@@ -227,6 +227,11 @@ std::vector<std::string> node_up_command(const Options& o, const Job& j, const s
                                   "--timeout",
                                   std::to_string(o.timeout)};
     if (!o.kvs.empty()) a.insert(a.end(), {"--kvs", o.kvs});
+    if (!o.store.empty()) a.insert(a.end(), {"--store", o.store});
+    if (!o.etcd.empty()) a.insert(a.end(), {"--etcd", o.etcd});
+    std::string all;
+    for (const auto& n : j.nodes) all += (all.empty() ? "" : ",") + n;
+    a.insert(a.end(), {"--nodes", all});
     if (o.port) a.insert(a.end(), {"--port", std::to_string(o.port)});
     if (!o.ports.empty()) a.insert(a.end(), {"--ports", o.ports});
     if (!o.dyadd.empty()) a.insert(a.end(), {"--dyadd", o.dyadd});
@@ -375,6 +380,11 @@ Commands add_commands(CLI::App& app, Options& o) {
     c.start->add_option("--kvs", o.kvs,
                         "metadata store: etcd://HOST:PORT[,...] (default: embedded in the first "
                         "node's dyadd)");
+    c.start->add_option("--store", o.store,
+                        "the job's own metadata store: auto (default: an etcd of the job on its "
+                        "first three nodes with 3 nodes or more, else embedded in the first "
+                        "node's dyadd), etcd, embedded");
+    c.start->add_option("--etcd", o.etcd, "the etcd program on the nodes (default: etcd in PATH)");
     c.start->add_option("--namespace", o.kvs_namespace,
                         "metadata namespace (default dyad-job-{jobid})");
     c.start->add_option("--dyadd", o.dyadd,
@@ -413,6 +423,8 @@ Commands add_commands(CLI::App& app, Options& o) {
     c.node_up->add_flag("--from-prolog", o.from_prolog);
     c.node_up->add_option("--namespace", o.kvs_namespace);
     c.node_up->add_option("--kvs", o.kvs);
+    c.node_up->add_option("--store", o.store);
+    c.node_up->add_option("--etcd", o.etcd);
     c.node_up->add_option("--dyadd", o.dyadd);
     c.node_up->add_option("--dyadd-arg", o.dyadd_args);
     c.node_up->add_option("--timeout", o.timeout);

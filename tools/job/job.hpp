@@ -21,6 +21,8 @@ struct Options {
     std::string job_id;                   // --job-id (else $SLURM_JOB_ID, $PBS_JOBID, ...)
     std::string dir_template;             // --dir (default ${TMPDIR:-/tmp}/dyad-{jobid})
     std::string kvs;                      // --kvs etcd://... (default: embedded on the first node)
+    std::string store;                    // --store auto|etcd|embedded: the job's own store
+    std::string etcd;                     // --etcd PATH: the etcd program (default: etcd in PATH)
     std::string kvs_namespace;            // --namespace (default dyad-job-{jobid})
     unsigned port = 0;                    // --port (default: 8 ports derived from the job key)
     std::string ports;                    // --ports LOW-HIGH the derived ports lie in

@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -35,6 +36,7 @@
 
 #include "common/deadline.hpp"
 #include "common/fd.hpp"
+#include "job/etcd.hpp"
 #include "job/hostlist.hpp"
 
 extern char** environ;
@@ -294,6 +296,45 @@ Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::
                   EADDRINUSE);
 }
 
+// The store of this node's dyadd (its --kvs): the job's own etcd (its
+// member started here on the first three nodes), the --kvs given, the first
+// node's dyadd (found at the job's ports), or "" (this dyadd hosts it).
+// With the job's etcd, *etcd_up is its readiness (etcd_ready, in a thread of
+// its own): dyadd starts meanwhile, its own start overlapping the election.
+Result<std::string> job_store(const Options& o, const std::string& key_hex, const SlurmConf* sc,
+                              const std::string& addr, const std::vector<unsigned>& ports,
+                              const Deadline& deadline, std::future<Status>* etcd_up) {
+    std::vector<std::string> nodes;
+    if (!o.nodes.empty()) {
+        auto all = expand_hostlist(o.nodes);
+        if (!all) return all.status();
+        nodes = all.value();
+    }
+    auto plan = etcd_plan(o, nodes, key_hex, sc);
+    if (!plan) return plan.status();
+    if (plan->has_value()) {
+        const EtcdPlan& p = **plan;
+        if (Status s = write_etcd_files(o, key_hex, addr); !s) return s;
+        pid_t member = -1;
+        if (p.me >= 0) {
+            auto pid = start_etcd_member(o, p, key_hex);
+            if (!pid) return pid.status();
+            member = pid.value();
+        }
+        *etcd_up = std::async(std::launch::async, [&o, p, key_hex, member, deadline] {
+            return etcd_ready(o, p, key_hex, member, deadline);
+        });
+        return etcd_kvs_uri(o, p);
+    }
+    if (!o.kvs.empty() || o.first.empty() || o.first == o.node) return o.kvs;
+    auto first = node_address(o.first, sc);
+    if (!first) return first.status();
+    auto port = find_store(o, first.value(), ports, o.dir + "/" + kKeyName, deadline,
+                           o.dir + "/" + kLogName);
+    if (!port) return port.status();
+    return "tcp://" + first.value() + ":" + std::to_string(port.value());
+}
+
 int node_up_checked(const Options& o, const std::string& where) {
     ::umask(077);
     if (pid_t old = read_pid(o.dir); old > 0 && ::kill(old, 0) == 0 && is_job_dyadd(old, o.dir)) {
@@ -312,6 +353,9 @@ int node_up_checked(const Options& o, const std::string& where) {
         fs::remove_all(o.dir + "/" + kDataName, ec);
         fs::remove_all(o.dir + "/state", ec);
         ::unlink((o.dir + "/" + kSocketName).c_str());
+        stop_etcd(o.dir, 0);
+        for (const char* f : {kEtcdData, kEtcdTls, kEtcdPassword, kEtcdPid})
+            fs::remove_all(o.dir + "/" + f, ec);
         return fail(where + ": " + s.message());
     };
     auto conf = slurm_conf_of(o);
@@ -322,15 +366,20 @@ int node_up_checked(const Options& o, const std::string& where) {
     auto ports = candidate_ports(o, key_hex);
     if (!ports) return failed(ports.status());
     const Deadline deadline = Deadline::after(o.timeout);
-    std::string kvs = o.kvs;
-    if (kvs.empty() && !o.first.empty() && o.first != o.node) {
-        auto first = node_address(o.first, sc);
-        if (!first) return failed(first.status());
-        auto port = find_store(o, first.value(), ports.value(), key, deadline, log);
-        if (!port) return failed(port.status());
-        kvs = "tcp://" + first.value() + ":" + std::to_string(port.value());
+    std::future<Status> etcd_up;
+    auto kvs = job_store(o, key_hex, sc, addr.value(), ports.value(), deadline, &etcd_up);
+    if (!kvs) return failed(kvs.status());
+    auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log);
+    if (etcd_up.valid()) {  // the job's etcd: its readiness decides
+        Status e = etcd_up.get();
+        if (!e) {
+            if (up) ::kill(up->first, SIGKILL);
+            return failed(e);
+        }
+        // dyadd gave up on an etcd slower than its own connect (10 s): once more
+        if (!up)
+            up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log);
     }
-    auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs, deadline, log);
     if (!up) return failed(up.status());
     const pid_t pid = up->first;
     {
@@ -383,6 +432,12 @@ int node_down(const Options& o) {
         }
     }
     if (pid > 0) remove_shm_of(pid);
+    // Its data goes with the job directory: nothing to stop cleanly for (a
+    // leader's SIGTERM waits to hand over to members that stop too).
+    if (!stop_etcd(o.dir, 0)) {
+        fail(o.dir + ": the job's etcd member does not end");
+        rc = kDoesNotEnd;
+    }
     ::unlink((o.dir + "/" + kKeyName).c_str());
     std::error_code ec;
     if (o.keep || o.keep_log) {

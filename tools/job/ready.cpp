@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -71,29 +72,43 @@ Result<std::string> node_address(const std::string& node, const SlurmConf* conf)
     return resolve(node);
 }
 
-Result<std::vector<unsigned>> candidate_ports(const Options& o, const std::string& key_hex) {
-    if (o.port) return std::vector<unsigned>{o.port};
-    unsigned lo = 20000, hi = 29999;
-    if (!o.ports.empty()) {
-        unsigned a = 0, b = 0;
-        char extra = 0;
-        int n = std::sscanf(o.ports.c_str(), "%u-%u%c", &a, &b, &extra);
-        if (n != 2 || a == 0 || b > 65535 || b < a)
-            return Status(DYAD_RC_BAD_CLI_PARSE,
-                          "--ports '" + o.ports + "' is not LOW-HIGH (1-65535, LOW <= HIGH)",
-                          EINVAL);
-        lo = a;
-        hi = b;
-    }
+namespace {
+Status port_range(const Options& o, unsigned* lo, unsigned* hi) {
+    *lo = 20000;
+    *hi = 29999;
+    if (o.ports.empty()) return Status::ok();
+    unsigned a = 0, b = 0;
+    char extra = 0;
+    int n = std::sscanf(o.ports.c_str(), "%u-%u%c", &a, &b, &extra);
+    if (n != 2 || a == 0 || b > 65535 || b < a)
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      "--ports '" + o.ports + "' is not LOW-HIGH (1-65535, LOW <= HIGH)", EINVAL);
+    *lo = a;
+    *hi = b;
+    return Status::ok();
+}
+}  // namespace
+
+std::vector<unsigned> derived_ports(const Options& o, const std::string& key_hex,
+                                    const char* label) {
+    unsigned lo = 0, hi = 0;
+    if (!port_range(o, &lo, &hi)) return {};
     auto key = auth::Key::from_secret(key_hex);
     std::vector<unsigned> out;
     const unsigned span = hi - lo + 1;
     for (unsigned i = 0; out.size() < std::min(kCandidates, span) && i < 64 * kCandidates; ++i) {
-        std::string p = key->proof("dyad-job-port-v1", {std::to_string(i)});
+        std::string p = key->proof(label, {std::to_string(i)});
         unsigned port = lo + static_cast<unsigned>(std::stoul(p.substr(0, 8), nullptr, 16) % span);
         if (std::find(out.begin(), out.end(), port) == out.end()) out.push_back(port);
     }
     return out;
+}
+
+Result<std::vector<unsigned>> candidate_ports(const Options& o, const std::string& key_hex) {
+    if (o.port) return std::vector<unsigned>{o.port};
+    unsigned lo = 0, hi = 0;
+    if (Status s = port_range(o, &lo, &hi); !s) return s;
+    return derived_ports(o, key_hex, "dyad-job-port-v1");
 }
 
 namespace {

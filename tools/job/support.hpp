@@ -76,6 +76,10 @@ Result<std::string> node_address(const std::string& node, const SlurmConf* conf)
 // given, else 8 ports of --ports (default 20000-29999) derived from the job
 // key (hex), so that only the key's holders know them.
 Result<std::vector<unsigned>> candidate_ports(const Options& o, const std::string& key_hex);
+// 8 ports of --ports (default 20000-29999) derived from the job key under
+// `label` (empty when --ports is not valid).
+std::vector<unsigned> derived_ports(const Options& o, const std::string& key_hex,
+                                    const char* label);
 // No one (another user's program, another job) holds addr:port.
 bool port_free(const std::string& addr, unsigned port);
 // A hello with the job key to addr:port: ok when the service proves the key

@@ -5,7 +5,10 @@
 #include <netdb.h>
 
 #include <algorithm>
+#include <cctype>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 namespace dyad::kvs::etcd {
@@ -61,7 +64,85 @@ Result<std::string> resolve(const std::string& ep, bool* v6) {
 }
 }  // namespace
 
-Result<std::unique_ptr<Client>> Client::open(const std::vector<std::string>& endpoints) {
+// The token of the calls, shared with the channel's call credentials.
+struct Client::Token {
+    std::mutex mu;
+    std::string value;
+};
+
+namespace {
+// Adds the current token (if any) to every call of the channel.
+class TokenPlugin : public grpc::MetadataCredentialsPlugin {
+  public:
+    explicit TokenPlugin(std::shared_ptr<Client::Token> t) : t_(std::move(t)) {}
+    bool IsBlocking() const override { return false; }
+    grpc::Status GetMetadata(grpc::string_ref, grpc::string_ref, const grpc::AuthContext&,
+                             std::multimap<grpc::string, grpc::string>* md) override {
+        std::lock_guard<std::mutex> lk(t_->mu);
+        if (!t_->value.empty()) md->emplace("token", t_->value);
+        return grpc::Status::OK;
+    }
+
+  private:
+    std::shared_ptr<Client::Token> t_;
+};
+
+Result<std::string> read_text(const std::string& path, const char* what) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream b;
+    if (!in || !(b << in.rdbuf()))
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      std::string("cannot read the etcd ") + what + " file " + path +
+                          ": check the path in --kvs etcd://...?" + what + "=FILE",
+                      EINVAL);
+    return b.str();
+}
+}  // namespace
+
+Status parse_security(const std::string& query, Security* s) {
+    size_t pos = 0;
+    while (pos < query.size()) {
+        size_t amp = query.find('&', pos);
+        std::string kv =
+            query.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
+        pos = amp == std::string::npos ? query.size() : amp + 1;
+        if (kv.empty()) continue;
+        size_t eq = kv.find('=');
+        std::string k = kv.substr(0, eq), v = eq == std::string::npos ? "" : kv.substr(eq + 1);
+        std::string* to = k == "tls-ca"          ? &s->ca_file
+                          : k == "tls-cert"      ? &s->cert_file
+                          : k == "tls-key"       ? &s->key_file
+                          : k == "tls-name"      ? &s->server_name
+                          : k == "auth-user"     ? &s->user
+                          : k == "password-file" ? &s->password_file
+                          : k == "managed-by"    ? &s->owner
+                                                 : nullptr;
+        if (!to || v.empty())
+            return Status(DYAD_RC_BAD_CLI_PARSE,
+                          "etcd URI parameter '" + kv +
+                              "' is not one of tls-ca=FILE, tls-cert=FILE, tls-key=FILE, "
+                              "tls-name=NAME, auth-user=NAME, password-file=FILE, "
+                              "managed-by=slurm|job",
+                          EINVAL);
+        *to = v;
+    }
+    const bool some = !s->ca_file.empty() || !s->cert_file.empty() || !s->key_file.empty();
+    if (some && (s->ca_file.empty() || s->cert_file.empty() || s->key_file.empty()))
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      "etcd TLS needs tls-ca=, tls-cert= and tls-key= together in the URI", EINVAL);
+    if (s->user.empty() != s->password_file.empty())
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      "etcd auth needs auth-user= and password-file= together in the URI", EINVAL);
+    if (!s->user.empty() && !s->tls())
+        return Status(DYAD_RC_BAD_CLI_PARSE,
+                      "etcd auth (auth-user=) needs TLS (tls-ca=, tls-cert=, tls-key=): a "
+                      "password is never sent in clear",
+                      EINVAL);
+    return Status::ok();
+}
+
+Result<std::unique_ptr<Client>> Client::open(const std::vector<std::string>& endpoints,
+                                             const Security& sec) {
     if (endpoints.empty()) return Status(DYAD_RC_BAD_CLI_PARSE, "no etcd endpoint given", EINVAL);
     std::vector<std::string> addresses;
     std::optional<bool> family_v6;
@@ -100,7 +181,29 @@ Result<std::unique_ptr<Client>> Client::open(const std::vector<std::string>& end
     args.SetMaxReceiveMessageSize(64 << 20);
     args.SetLoadBalancingPolicyName("pick_first");
     c->outage_ = std::make_unique<Outage>("etcd://" + c->where_);
-    c->channel_ = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+    c->sec_ = sec;
+    c->token_ = std::make_shared<Token>();
+    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+    if (sec.tls()) {
+        grpc::SslCredentialsOptions so;
+        auto ca = read_text(sec.ca_file, "tls-ca");
+        auto cert = read_text(sec.cert_file, "tls-cert");
+        auto key = read_text(sec.key_file, "tls-key");
+        for (auto* r : {&ca, &cert, &key})
+            if (!*r) return r->status();
+        so.pem_root_certs = ca.value();
+        so.pem_cert_chain = cert.value();
+        so.pem_private_key = key.value();
+        creds = grpc::SslCredentials(so);
+        if (!sec.server_name.empty()) args.SetSslTargetNameOverride(sec.server_name);
+        if (!sec.user.empty())
+            creds = grpc::CompositeChannelCredentials(
+                creds,
+                grpc::MetadataCredentialsFromPlugin(
+                    std::unique_ptr<grpc::MetadataCredentialsPlugin>(new TokenPlugin(c->token_))));
+    }
+    c->channel_ = grpc::CreateCustomChannel(target, creds, args);
+    c->auth_ = pb::Auth::NewStub(c->channel_);
     c->kv_ = pb::KV::NewStub(c->channel_);
     c->lease_ = pb::Lease::NewStub(c->channel_);
     c->watch_ = pb::Watch::NewStub(c->channel_);
@@ -150,7 +253,74 @@ Result<pb::TxnResponse> Client::txn(const pb::TxnRequest& q, Deadline d) {
     return a;
 }
 
+Status Client::authenticate(Deadline d) {
+    if (sec_.user.empty()) return Status::ok();
+    auto pw = read_text(sec_.password_file, "password-file");
+    if (!pw) return pw.status();
+    std::string password = pw.value();
+    while (!password.empty() && std::isspace(static_cast<unsigned char>(password.back())))
+        password.pop_back();
+    pb::AuthenticateRequest q;
+    q.set_name(sec_.user);
+    q.set_password(password);
+    std::fill(password.begin(), password.end(), '\0');
+    for (;;) {
+        pb::AuthenticateResponse a;
+        grpc::ClientContext ctx;
+        prepare(&ctx, d.min(Deadline::after(2)));
+        grpc::Status s = auth_->Authenticate(&ctx, q, &a);
+        if (s.ok()) {
+            std::lock_guard<std::mutex> lk(token_->mu);
+            token_->value = a.token();
+            return Status::ok();
+        }
+        // Not enabled yet (the job's first node enables it once the
+        // cluster has a leader), no leader yet, or no member up yet.
+        const bool later = s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+                           s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+        if (!later || d.expired()) {
+            if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+                return Status(DYAD_RC_NOAUTH,
+                              "etcd at " + where_ + " refused user '" + sec_.user +
+                                  "' with the password of " + sec_.password_file + ": " +
+                                  s.error_message(),
+                              EACCES);
+            return failed(s, "etcd authentication as '" + sec_.user + "'");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+}
+
+bool Client::auth_refused(const grpc::Status& s) const {
+    if (sec_.user.empty()) return false;
+    return s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+           s.error_message().find("invalid auth token") != std::string::npos ||
+           s.error_message().find("user name is empty") != std::string::npos;
+}
+
+bool Client::reauthenticate(Deadline d) {
+    if (reauths_.fetch_add(1) >= 3) return false;  // refused again at once: give up
+    return static_cast<bool>(authenticate(d.min(Deadline::after(5))));
+}
+
+std::string Client::advice() const {
+    const std::string lost =
+        "the job's own etcd (members on its first three nodes) has lost its majority: two of "
+        "them are gone. Files already consumed stay; new ones cannot be published or found in "
+        "this job. ";
+    if (sec_.owner == "slurm")
+        return lost +
+               "Submit the job again, or start a DYAD of your own in it: eval \"$(dyad job start "
+               "--job-id $SLURM_JOB_ID.2)\" (and `dyad job stop --job-id $SLURM_JOB_ID.2` at its "
+               "end)";
+    if (sec_.owner == "job")
+        return lost + "Stop it (`dyad job stop`) and start it again with `dyad job start`";
+    return "start it, or give dyadd --kvs the endpoints of a running member";
+}
+
 void Client::answered() {
+    reauths_ = 0;
     answered_once_ = true;
     last_answer_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
     outage_->answered(resumed_);
@@ -166,17 +336,18 @@ Status Client::failed(const grpc::Status& s, const std::string& what) {
         case grpc::StatusCode::DEADLINE_EXCEEDED:
             failed(at + " did not answer in time");
             return Status(DYAD_RC_TIMEOUT,
-                          what + ": " + at +
-                              " did not answer in time: is it running and reachable? (`etcdctl "
-                              "--endpoints " +
-                              where_ + " endpoint health`)",
+                          what + ": " + at + " did not answer in time: " +
+                              (sec_.owner.empty() ? "is it running and reachable? (`etcdctl "
+                                                    "--endpoints " +
+                                                        where_ + " endpoint health`)"
+                                                  : advice()),
                           ETIMEDOUT);
         case grpc::StatusCode::UNAVAILABLE:
             failed(at + " is unavailable: " + s.error_message());
-            return Status(DYAD_RC_CONNFAIL,
-                          what + ": " + at + " is unavailable (" + s.error_message() +
-                              "): start it, or give dyadd --kvs the endpoints of a running member",
-                          ECONNREFUSED);
+            return Status(
+                DYAD_RC_CONNFAIL,
+                what + ": " + at + " is unavailable (" + s.error_message() + "): " + advice(),
+                ECONNREFUSED);
         case grpc::StatusCode::RESOURCE_EXHAUSTED:
             return Status(DYAD_RC_BADCOMMIT,
                           what + ": " + at + " refused it: " + s.error_message() +

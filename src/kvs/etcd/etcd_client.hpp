@@ -4,6 +4,9 @@
 // that a job's services spread over the members; reconnecting with a
 // short backoff, so calls ride through a restart of an etcd member), its
 // stubs, the mapping of gRPC errors to ours, and whether etcd answers.
+// With a Security: TLS with a client certificate, and etcd's user/password
+// auth (the token Authenticate returns goes with every call; taken again
+// when etcd says it is no longer valid).
 #pragma once
 
 #include <atomic>
@@ -21,6 +24,7 @@
 #include "common/deadline.hpp"
 #include "common/status.hpp"
 #include "etcd.grpc.pb.h"
+#include "kvs/etcd/etcd_security.hpp"
 #include "kvs/outage.hpp"
 
 namespace dyad::kvs::etcd {
@@ -35,7 +39,12 @@ class Client {
   public:
     // endpoints: HOST:PORT; resolved once (pick_first over the addresses,
     // in a random order).
-    static Result<std::unique_ptr<Client>> open(const std::vector<std::string>& endpoints);
+    static Result<std::unique_ptr<Client>> open(const std::vector<std::string>& endpoints,
+                                                const Security& sec = {});
+    // With a user: a token from etcd (retried while etcd has no leader yet,
+    // or its auth is not enabled yet, until the deadline).
+    Status authenticate(Deadline d);
+    pb::Auth::Stub& auth() { return *auth_; }
 
     const std::string& where() const { return where_; }
     pb::KV::Stub& kv() { return *kv_; }
@@ -57,6 +66,7 @@ class Client {
                 answered();
                 return Status::ok();
             }
+            if (auth_refused(s) && reauthenticate(d)) continue;
             if (retry && s.error_code() == grpc::StatusCode::UNAVAILABLE && !d.expired()) {
                 failed(s.error_message());
                 std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -86,12 +96,24 @@ class Client {
     std::string last_error() const { return outage_->view().error; }
     double seconds_since_answer() const;
 
+    // The token of the calls (shared with the channel's credentials).
+    struct Token;
+
   private:
+    // etcd refused the call's token (expired, or another member's view).
+    bool auth_refused(const grpc::Status& s) const;
+    bool reauthenticate(Deadline d);
+    std::string advice() const;
+
     std::string where_;
+    Security sec_;
+    std::shared_ptr<Token> token_;
+    std::atomic<int> reauths_{0};  // in a row, without an answer between
     std::shared_ptr<grpc::Channel> channel_;
     std::unique_ptr<pb::KV::Stub> kv_;
     std::unique_ptr<pb::Lease::Stub> lease_;
     std::unique_ptr<pb::Watch::Stub> watch_;
+    std::unique_ptr<pb::Auth::Stub> auth_;
     std::atomic<bool> answered_once_{false};
     std::atomic<int64_t> last_answer_ns_{0};
     std::unique_ptr<Outage> outage_;     // made by open()

@@ -27,6 +27,7 @@ Result<std::vector<std::string>> parse_uri(const std::string& uri) {
                       EINVAL);
     std::vector<std::string> out;
     std::string rest = uri.substr(scheme.size());
+    rest = rest.substr(0, rest.find('?'));
     while (!rest.empty() && rest.back() == '/') rest.pop_back();
     size_t pos = 0;
     while (pos <= rest.size()) {
@@ -43,6 +44,11 @@ Result<std::vector<std::string>> parse_uri(const std::string& uri) {
         pos = comma + 1;
     }
     return out;
+}
+
+Status parse_uri_security(const std::string& uri, Security* s) {
+    size_t q = uri.find('?');
+    return q == std::string::npos ? Status::ok() : parse_security(uri.substr(q + 1), s);
 }
 
 EtcdStore::EtcdStore(Options o, std::unique_ptr<Client> c)
@@ -68,7 +74,9 @@ EtcdStore::~EtcdStore() {
         q.set_id(lease_id_);
         pb::LeaseRevokeResponse a;
         grpc::ClientContext ctx;
-        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+        // Best effort: the lease ends by itself; at a job's end its etcd may be
+        // stopping already.
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
         (void)c_->lease().LeaseRevoke(&ctx, q, &a);
     }
 }
@@ -206,8 +214,10 @@ nlohmann::json EtcdStore::status() const {
 }
 
 Result<std::shared_ptr<ServiceStore>> connect(const Options& o, double connect_seconds) {
-    auto c = Client::open(o.endpoints);
+    auto c = Client::open(o.endpoints, o.security);
     if (!c) return c.status();
+    if (Status a = c.value()->authenticate(Deadline::after(connect_seconds)); !a)
+        return Status(a).wrap("cannot use etcd as the metadata store");
     auto s = std::make_shared<EtcdStore>(o, std::move(c.value()));
     Status ok = s->probe(connect_seconds);
     if (!ok) return Status(ok).wrap("cannot use etcd as the metadata store");

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kvs/etcd/etcd_security.hpp"
 #include "kvs/service_store.hpp"
 
 namespace dyad::kvs::etcd {
@@ -27,10 +28,14 @@ struct Options {
     double lease_ttl = 10;               // seconds (dyadd --lease-ttl)
     std::string root = "/dyad";
     StoreLimits limits;  // key and value sizes, records per namespace
+    Security security;   // TLS and auth (the URI's parameters)
 };
 
-// "etcd://h1:p1,h2:p2" -> endpoints; errors name what is wrong.
+// "etcd://h1:p1,h2:p2[?PARAMS]" -> endpoints; errors name what is wrong.
 Result<std::vector<std::string>> parse_uri(const std::string& uri);
+// The URI's parameters (after '?': tls-ca=, tls-cert=, tls-key=, tls-name=,
+// auth-user=, password-file=, managed-by=) into *s.
+Status parse_uri_security(const std::string& uri, Security* s);
 
 // Connects (waiting up to `connect` seconds for a first answer) and returns
 // the store. Errors say which endpoints were tried.
