@@ -38,6 +38,7 @@ PKGS_BUILD=(
   libcli11-dev         # command lines of dyadd and dyad
   libxxhash-dev        # checksums and key hashing (src/common)
   libsodium-dev        # the job key's authentication (src/common/auth.cpp)
+  libssl-dev           # OpenSSL: the certificates of a job's own etcd, derived from its key (tools/job/etcd_tls.cpp)
   libsqlite3-dev       # the publish ledger kept across dyadd restarts (src/service/ledger_journal.cpp, dyadd only)
   libgtest-dev         # unit tests (tests/CMakeLists.txt: GTest::gtest_main), built with everything else
   libslurm-dev         # <slurm/spank.h>: dyad_spank.so is built only where it is found (headers only)
