@@ -14,8 +14,6 @@
 #include <cstring>
 
 #include "common/log.hpp"
-#include "file_server.hpp"
-#include "publisher.hpp"
 
 namespace dyad::service {
 namespace {
@@ -147,10 +145,6 @@ Status check_passed_file(const std::optional<rpc::PassedFile>& passed, const str
     return Status::ok();
 }
 
-// ---- the service's rules (service.hpp) ----
-
-namespace {
-
 // Whether `c` may read a file of this owner, group and mode by its
 // permission classes alone, as the kernel takes them: the owner's bits for
 // the owner, else the group's for a member, else the others' (a member of
@@ -162,54 +156,6 @@ bool class_lets_read(const FsCreds& c, const struct stat& sb) {
     for (gid_t g : c.groups) member = member || g == sb.st_gid;
     if (member) return sb.st_mode & S_IRGRP;
     return sb.st_mode & S_IROTH;
-}
-
-}  // namespace
-
-Status FileServer::readable_by(const rpc::Peer& peer, const struct stat& sb, const std::string& up,
-                               bool replica) {
-    // With a key every peer proved it belongs to the job; this service's
-    // own uid and root can read what it can anyway.
-    if (core_.key || peer.trusted) return Status::ok();
-    if (replica) {
-        refused_.unreadable++;
-        return Status(DYAD_RC_BADFIO,
-                      "a replica of '" + up + "' is not served to " + peer_text(peer) +
-                          ": without a key a holder cannot tell who may read the original "
-                          "(fetch it from its owner, or run the job with a key)",
-                      EACCES);
-    }
-    if (opens_as_peer(peer)) return Status::ok();  // the kernel decided (open_for)
-    if (peer.uid >= 0 && class_lets_read(creds_of(peer), sb)) return Status::ok();
-    refused_.unreadable++;
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(sb.st_mode & 07777));
-    return Status(DYAD_RC_BADFIO,
-                  "'" + up + "' is not readable by " + peer_text(peer) + " (mode " + mode +
-                      "): this service has no key and serves a user only what that user "
-                      "could read itself; make the file readable to it, or run the job "
-                      "with a key (dyad keygen, dyadd --auth-key)",
-                  EACCES);
-}
-
-Status Publisher::may_change(const rpc::Peer& peer, const std::string& up, const char* what,
-                             bool absent_ok) {
-    if (core_.key || peer.trusted) return Status::ok();
-    auto pub = ledger_.find(up);
-    if (!pub && absent_ok) return Status::ok();
-    if (!pub || pub->uid < 0 || peer.uid < 0 || pub->uid != peer.uid) {
-        const std::string by = !pub           ? std::string("no user of this node")
-                               : pub->uid < 0 ? std::string("a user this service no longer knows")
-                                              : "uid " + std::to_string(pub->uid);
-        return Status(DYAD_RC_NOAUTH,
-                      std::string("cannot ") + what + " '" + up + "' for " + peer_text(peer) +
-                          ": it was published by " + by +
-                          "; without a key only that user, "
-                          "dyadd's own (uid " +
-                          std::to_string(::geteuid()) + ") and root may " + what + " it",
-                      EPERM);
-    }
-    return Status::ok();
 }
 
 }  // namespace dyad::service

@@ -69,6 +69,10 @@ class ActingAs {
 Status check_passed_file(const std::optional<rpc::PassedFile>& passed, const struct stat& sb,
                          const std::string& up, const std::string& who);
 
+// Whether `c` may read a file `sb` by its permission classes alone (owner,
+// group, others; no ACLs): for a dyadd that cannot open files as its peers.
+bool class_lets_read(const FsCreds& c, const struct stat& sb);
+
 // "uid 1001", "a peer of unknown uid".
 std::string peer_text(const rpc::Peer& peer);
 

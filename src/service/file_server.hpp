@@ -4,7 +4,7 @@
 // (fetch.cpp: one file over any served transport; whole_file.cpp: a small
 // one in one go over the stream) and dyad.fetch_many (fetch_many.cpp: many
 // small files in one request); both take a file the same way
-// (serve_file.hpp, serve_file.cpp; who may read it: access.cpp). It counts
+// (serve_file.hpp; the checks, and who may read it: file_server.cpp). It counts
 // what it serves, by transport, for the status and the metrics.
 #pragma once
 

@@ -319,4 +319,35 @@ Status Publisher::restore() {
     return Status::ok();
 }
 
+Result<UniqueFd> Publisher::open_served_file(const std::string& up) {
+    auto f = ServedFile::open(core_.prod_fd.get(), core_.prod_dir, up);
+    if (!f) return f.status();
+    struct stat sb;
+    if (::fstat(f->fd(), &sb) != 0)
+        return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
+    if (Status kind = served_kind(up, sb); !kind) return kind;
+    f->make_blocking();
+    return f->release();
+}
+
+Status Publisher::may_change(const rpc::Peer& peer, const std::string& up, const char* what,
+                             bool absent_ok) {
+    if (core_.key || peer.trusted) return Status::ok();
+    auto pub = ledger_.find(up);
+    if (!pub && absent_ok) return Status::ok();
+    if (!pub || pub->uid < 0 || peer.uid < 0 || pub->uid != peer.uid) {
+        const std::string by = !pub           ? std::string("no user of this node")
+                               : pub->uid < 0 ? std::string("a user this service no longer knows")
+                                              : "uid " + std::to_string(pub->uid);
+        return Status(DYAD_RC_NOAUTH,
+                      std::string("cannot ") + what + " '" + up + "' for " + peer_text(peer) +
+                          ": it was published by " + by +
+                          "; without a key only that user, "
+                          "dyadd's own (uid " +
+                          std::to_string(::geteuid()) + ") and root may " + what + " it",
+                      EPERM);
+    }
+    return Status::ok();
+}
+
 }  // namespace dyad::service

@@ -62,14 +62,14 @@ class Publisher {
     // Whether `from` may publish `up` (open as `sb`): access.hpp.
     Status may_publish(const rpc::Request& from, const std::string& up, const struct stat& sb);
     // A keyless publish or unpublish of `up` by `peer`: allowed to dyadd's
-    // uid and root, else only for the uid that published it (access.cpp);
+    // uid and root, else only for the uid that published it (publish.cpp);
     // `absent_ok`: also when this service has not published it.
     Status may_change(const rpc::Peer& peer, const std::string& up, const char* what,
                       bool absent_ok);
     // The record publish() writes for the file `up` as `sb` says it is.
     kvs::Record record_of(const std::string& up, const struct stat& sb) const;
     // Opens a regular file beneath the producer directory (errors say why
-    // not), for a publish or a re-join (serve_file.cpp).
+    // not), for a publish or a re-join (publish.cpp).
     Result<UniqueFd> open_served_file(const std::string& upath);
 
     Core& core_;

@@ -10,9 +10,6 @@
 #include "common/log.hpp"
 #include "common/paths.hpp"
 #include "proto/fetch.hpp"
-#include "file_server.hpp"
-#include "publisher.hpp"
-#include "replica_holder.hpp"
 
 namespace dyad::service {
 
@@ -114,46 +111,6 @@ Status served_kind(const std::string& up, const struct stat& sb) {
     if (!S_ISREG(sb.st_mode))
         return Status(DYAD_RC_BADFIO, "'" + up + "' is not a regular file", EINVAL);
     return Status::ok();
-}
-
-// ---- the service's part: what it published, and who may read it ----
-
-Status FileServer::take_served(ServedFile& f, const proto::FetchRequest& req, const rpc::Peer& peer,
-                               Snapshot* snap) {
-    Status ok = f.take();
-    if (!ok) return ok;
-    if (req.replica) {
-        ok = replicas_.check(req, f);
-        *snap = Snapshot::of(f.stat());
-    } else {
-        ok = publisher_.check_served(req, f.stat(), f.upath(), snap);
-    }
-    if (ok) ok = readable_by(peer, f.stat(), f.upath(), req.replica);
-    if (ok.err() == ESTALE) refused_.stale++;
-    if (ok.err() == ENOENT) refused_.unproduced++;
-    return ok;
-}
-
-bool FileServer::opens_as_peer(const rpc::Peer& peer) const {
-    return !core_.key && !peer.trusted && core_.act_as_users;
-}
-
-Result<ServedFile> FileServer::open_for(const rpc::Peer& peer, const std::string& up) {
-    if (!opens_as_peer(peer)) return ServedFile::open(core_.prod_fd.get(), core_.prod_dir, up);
-    auto f = ServedFile::open_as(core_.prod_fd.get(), core_.prod_dir, up, creds_of(peer));
-    if (!f && f.status().err() == EACCES) refused_.unreadable++;
-    return f;
-}
-
-Result<UniqueFd> Publisher::open_served_file(const std::string& up) {
-    auto f = ServedFile::open(core_.prod_fd.get(), core_.prod_dir, up);
-    if (!f) return f.status();
-    struct stat sb;
-    if (::fstat(f->fd(), &sb) != 0)
-        return Status(DYAD_RC_BADFIO, "stat of '" + up + "' failed", errno);
-    if (Status kind = served_kind(up, sb); !kind) return kind;
-    f->make_blocking();
-    return f->release();
 }
 
 }  // namespace dyad::service

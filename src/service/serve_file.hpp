@@ -11,7 +11,7 @@
 //                         with that user's credentials (access.hpp)
 //   ServedFile::take      a shared OFD lock without waiting, then one fstat
 //                         under it: what the file is now (a regular file)
-//   Service::take_served  take(), then what this service published,
+//   FileServer::take_served  take(), then what this service published,
 //                         unchanged (and readable by the peer where it
 //                         could not be opened as the peer): its
 //                         Snapshot (service.hpp)

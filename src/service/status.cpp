@@ -176,7 +176,7 @@ void StatusReporter::metrics(std::function<void(std::string)> done) {
 }
 
 // Every metric, on the loop (docs/user-guide.md lists them). The counters are
-// the ones status_json() shows.
+// the ones status() shows.
 namespace {
 
 // The connections and the caps per peer (docs/security.md).
