@@ -172,7 +172,15 @@ class Node:
             def answers():
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"dyadd exited with {self.proc.returncode} during its start")
-                return self.dyad("service", "status", check=False, timeout=30).returncode == 0
+                p = self.dyad("--json", "service", "status", check=False, timeout=30)
+                if p.returncode != 0:
+                    return False
+                # UCX and libfabric are set up right after the start: the
+                # tests start once every transport is served.
+                try:
+                    return not json.loads(p.stdout).get("transports_starting")
+                except ValueError:
+                    return True
 
             wait_for(answers, 30.0, what=f"{self.name}'s service to answer")
         except RuntimeError as e:  # it exited: say why

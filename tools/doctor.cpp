@@ -5,6 +5,7 @@
 // transport) and says what to fix. Read-only: it creates and publishes
 // nothing.
 #include "doctor.hpp"
+#include "doctor_site.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -252,6 +253,9 @@ int doctor(bool json) {
         r.add("client", Verdict::fail, c.status().message(), "see the message");
     else
         check_service(r, *c.value(), cfg.value());
+    // Inside a --dyad job: one metadata store for every node (doctor_job.cpp).
+    for (auto& f : job_store_findings())
+        r.add(f.name, static_cast<Verdict>(f.verdict), f.detail, f.fix);
     r.print(json);
     return r.failed() ? 1 : 0;
 }

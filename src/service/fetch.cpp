@@ -60,6 +60,7 @@ Result<std::string> Service::transport_served(const nlohmann::json& args) {
 }
 
 void Service::on_fetch(std::shared_ptr<rpc::Request> r) {
+    if (held_for_late(r)) return;  // its transport is being set up (late_transports.cpp)
     auto transport = transport_served(r->args());
     if (!transport) return fail(r, "", transport.status());
     auto p = std::make_shared<PendingFetch>();

@@ -144,6 +144,9 @@ void add_service_options(CLI::App& app, Args& a) {
     app.add_option("--transports", transports,
                    "serve only these transports, comma-separated (default: every one this build "
                    "has)");
+    app.add_flag("!--transports-at-start", o.late_transports,
+                 "set up every transport (UCX and libfabric too) before the service is ready; "
+                 "by default they are set up right after, and AUTO picks them once they are");
     app.add_option("--memory", memory,
                    "memory for transfer buffers, all consumers together, e.g. 256M (default: "
                    "$DYAD_SERVICE_MEMORY or 256M)");
@@ -409,6 +412,7 @@ int serve(Args& a, const sigset_t& old) {
     // that would post to a destroyed loop).
     if (!a.no_publish_ledger) a.o.open_journal = dyad::service::open_sqlite_journal;
     a.o.pull_replica = dyad::service::make_replica_puller(a.o.send_timeout);
+    a.o.late_started = dyad::log::install_crash_handler;  // over what UCX put in
     dyad::service::Service svc(std::move(a.o));
     std::unique_ptr<dyad::service::MetricsHttp> metrics;
     if (!a.metrics_listen.empty()) {

@@ -220,6 +220,7 @@ Service::Service(Options opts)
 }
 
 Service::~Service() {
+    stop_late_transports();  // (it may be registering in the store)
     // First: the store's threads that call back into the service (a rejoin).
     if (store_) store_->close();
     stop();
@@ -365,6 +366,10 @@ Status Service::start_senders(const std::string& mode) {
     }
     for (const auto& b : dtl::backends()) {
         if (!wanted(opts_, b)) continue;
+        if (starts_late(b, mode)) {
+            late_.push_back(&b);
+            continue;
+        }
         auto snd = b.make_sender(io_, bind_);
         if (!snd) {
             DYAD_WARN(kSub, "transport %s unavailable: %s", b.name.c_str(),
@@ -381,6 +386,7 @@ Status Service::start_senders(const std::string& mode) {
                       "--mode " + mode + " is not served by this dyadd (see --transports)", EINVAL);
     for (const auto& [name, snd] : senders_)
         for (auto& r : snd->records()) records_.push_back(std::move(r));
+    if (Status s = set_aside_late_figures(); !s) return s;
     return dtl::apply_figures(opts_.figures, &records_);
 }
 
@@ -482,6 +488,7 @@ Status Service::start() {
                   h->epoch,
                   static_cast<unsigned long long>((static_cast<uint64_t>(h->epoch) << 32) | 1),
                   h->state_dir.c_str(), kvs::kEpochFile);
+    start_late_transports();
     return Status::ok();
 }
 
@@ -539,7 +546,10 @@ nlohmann::json Service::identity() const {
     me.producer_dir = prod_dir_;
     me.kvs = !store_ || store_->serves_clients() ? std::string("local") : opts_.kvs_uri;
     me.endpoints = endpoints_;
-    for (const auto& r : records_) me.transports.push_back(r.to_json());
+    {
+        std::lock_guard<std::mutex> lk(records_mu_);
+        for (const auto& r : records_) me.transports.push_back(r.to_json());
+    }
     me.default_mode = opts_.mode;
     me.pid = ::getpid();
     me.auth = key_ ? auth::kScheme : "none";

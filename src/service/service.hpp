@@ -11,7 +11,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include <shared_mutex>
@@ -107,6 +109,13 @@ struct Options {
     uint64_t replicas = 0;
     uint64_t replica_space = 8ull << 30;
     PullFn pull_replica;
+    // Start-up (late_transports.cpp): UCX and libfabric are set up on a
+    // thread of their own once the service is ready, unless they are
+    // --mode or this is false (dyadd --transports-at-start).
+    bool late_transports = true;
+    // Called on that thread once they are set up (dyadd: its crash handler
+    // again, over the ones the transport libraries installed).
+    std::function<void()> late_started;
 };
 
 // True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost).
@@ -356,6 +365,30 @@ class Service {
     uint64_t rejected_ = 0;
     std::chrono::steady_clock::time_point started_;
     std::optional<asio::signal_set> signals_;
+
+    // ---- transports set up after the service is ready (late_transports.cpp) ----
+    // Whether backend `b` is set up late (not the universal one, not LOCAL,
+    // not --mode `mode`).
+    bool starts_late(const dtl::Backend& b, const std::string& mode) const;
+    // DYAD_DTL_FIGURES items naming a late transport: put aside (applied
+    // once it is set up), checked now against placeholders.
+    Status set_aside_late_figures();
+    // Starts the thread; its senders are installed on the loop
+    // (install_late), then the service registers again with their records.
+    void start_late_transports();
+    void install_late(const std::string& name, Result<std::unique_ptr<dtl::Sender>> made,
+                      double seconds);
+    // A fetch asking for a transport still being set up: held (true) until it is.
+    bool held_for_late(const std::shared_ptr<rpc::Request>& r);
+    void stop_late_transports();  // first thing of ~Service
+    std::vector<const dtl::Backend*> late_;  // to set up (start_senders)
+    std::string late_figures_;               // their DYAD_DTL_FIGURES items
+    std::set<std::string> starting_;         // loop: not yet installed
+    std::map<std::string, std::vector<std::shared_ptr<rpc::Request>>> held_;  // loop
+    std::thread late_thread_;
+    std::atomic<bool> late_stop_{false};
+    // records_ grows on the late thread; identity() reads it from any thread.
+    mutable std::mutex records_mu_;
 };
 
 }  // namespace dyad::service

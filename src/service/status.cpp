@@ -57,6 +57,8 @@ nlohmann::json Service::status_json() const {
         {"per_transport", per},
         {"per_kind", metrics_->to_json()}};
     j["connections"] = server_ ? server_->session_count() : 0;
+    // Transports still being set up after the start (late_transports.cpp).
+    j["transports_starting"] = starting_;
     if (replicas_) j["replicas"] = replicas_->status();
     // The caps per peer (docs/security.md) and how close to them peers are.
     nlohmann::json peers = caps_ ? caps_->stats() : nlohmann::json::object();
