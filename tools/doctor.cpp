@@ -12,7 +12,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -21,26 +20,12 @@
 #include "client/client.hpp"
 #include "common/auth.hpp"
 #include "common/config.hpp"
-#include "common/json_text.hpp"
 #include "common/settings.hpp"
 
 namespace dyad::tools {
 namespace {
 
 enum class Verdict { ok, note, warn, fail };
-
-const char* word(Verdict v) {
-    switch (v) {
-        case Verdict::ok:
-            return "ok";
-        case Verdict::note:
-            return "note";
-        case Verdict::warn:
-            return "warn";
-        default:
-            return "FAIL";
-    }
-}
 
 struct Check {
     std::string name;
@@ -59,25 +44,12 @@ class Report {
             if (c.verdict == Verdict::fail) return true;
         return false;
     }
+    // As `dyad doctor --site` prints its findings (doctor_site.cpp).
     void print(bool json) const {
-        if (json) {
-            nlohmann::json list = nlohmann::json::array();
-            for (const auto& c : checks_)
-                list.push_back({{"check", c.name},
-                                {"verdict", word(c.verdict)},
-                                {"detail", c.detail},
-                                {"fix", c.fix}});
-            std::cout << nlohmann::json({{"ok", !failed()}, {"checks", list}})
-                             .dump(2, ' ', false, kBadUtf8Replaced)
-                      << "\n";
-            return;
-        }
-        for (const auto& c : checks_) {
-            std::printf("%-5s %-18s %s\n", word(c.verdict), c.name.c_str(), c.detail.c_str());
-            if (!c.fix.empty()) std::printf("      %-18s fix: %s\n", "", c.fix.c_str());
-        }
-        std::printf("%s\n", failed() ? "Something above needs fixing (FAIL)."
-                                     : "Nothing blocks DYAD here.");
+        std::vector<Finding> f;
+        for (const auto& c : checks_)
+            f.push_back({c.name, static_cast<Finding::Verdict>(c.verdict), c.detail, c.fix});
+        print_findings(f, json);
     }
 
   private:

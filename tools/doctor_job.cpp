@@ -16,6 +16,7 @@
 #include "job/hostlist.hpp"
 #include "job/slurm_conf.hpp"
 #include "job/support.hpp"
+#include "proto/identity.hpp"
 #include "rpc/client.hpp"
 
 namespace dyad::tools {
@@ -64,7 +65,8 @@ std::string ask(const std::string& node, const job::SlurmConf* sc, const std::ve
             *why = c.status().message();
             continue;
         }
-        if (c.value()->peer_info().value("node", std::string()) != node) continue;
+        auto id = proto::Identity::parse(c.value()->peer_info());
+        if (!id || id->node != node) continue;  // another node's (or not a dyadd)
         auto st = c.value()->call("dyad.status", nlohmann::json::object(), Deadline::after(5));
         if (!st) {
             *why = uri + ": " + st.status().message();

@@ -57,8 +57,6 @@ nlohmann::json Service::status_json() const {
         {"per_transport", per},
         {"per_kind", metrics_->to_json()}};
     j["connections"] = server_ ? server_->session_count() : 0;
-    // Transports still being set up after the start (late_transports.cpp).
-    j["transports_starting"] = starting_;
     if (replicas_) j["replicas"] = replicas_->status();
     // The caps per peer (docs/security.md) and how close to them peers are.
     nlohmann::json peers = caps_ ? caps_->stats() : nlohmann::json::object();
@@ -116,6 +114,7 @@ void Service::on_status(std::shared_ptr<rpc::Request> r) {
             if (r->finished()) return;
             nlohmann::json j = status_json();
             j["metadata_store"] = store_json(ok, why);
+            j["transports_starting"] = starting_;  // still being set up (late_transports.cpp)
             if (!metrics_endpoint_.empty()) j["metrics"] = metrics_endpoint_;
             r->end(std::move(j));
         });
