@@ -51,8 +51,9 @@ std::string store_of(const nlohmann::json& status) {
 
 // The store node `node`'s dyadd uses, asked on the job's ports; "" and
 // *why when no dyadd of this job answers there.
-std::string ask(const std::string& node, const job::SlurmConf* sc, const std::vector<unsigned>& ports,
-                const rpc::Credentials& creds, std::string* why) {
+std::string ask(const std::string& node, const job::SlurmConf* sc,
+                const std::vector<unsigned>& ports, const rpc::Credentials& creds,
+                std::string* why) {
     auto addr = job::detail::node_address(node, sc);
     if (!addr) {
         *why = addr.status().message();
@@ -74,7 +75,8 @@ std::string ask(const std::string& node, const job::SlurmConf* sc, const std::ve
         }
         return store_of(st.value());
     }
-    if (why->empty()) *why = "no dyadd of this job answers on " + addr.value() + " (the job's ports)";
+    if (why->empty())
+        *why = "no dyadd of this job answers on " + addr.value() + " (the job's ports)";
     return "";
 }
 }  // namespace
@@ -97,7 +99,8 @@ std::vector<Finding> job_store_findings() {
     std::string read;
     if (PlugstackEntry e; !conf.empty() && find_plugstack_entry(conf, &e, &read)) {
         if (e.args.count("ports")) o.ports = e.args.at("ports");
-        if (e.args.count("port")) o.port = static_cast<unsigned>(std::strtoul(e.args.at("port").c_str(), nullptr, 10));
+        if (e.args.count("port"))
+            o.port = static_cast<unsigned>(std::strtoul(e.args.at("port").c_str(), nullptr, 10));
     }
     auto ports = job::detail::candidate_ports(o, key_hex);
     if (!ports) return f;
@@ -113,8 +116,7 @@ std::vector<Finding> job_store_findings() {
         else
             by_store[store].push_back(node);
     }
-    if (!unasked.empty())
-        f.push_back({"job's stores", V::warn, "could not ask " + unasked, ""});
+    if (!unasked.empty()) f.push_back({"job's stores", V::warn, "could not ask " + unasked, ""});
     if (by_store.size() == 1)
         f.push_back({"job's stores", V::ok,
                      "every node's dyadd (" + std::to_string(by_store.begin()->second.size()) +

@@ -14,12 +14,14 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -158,7 +160,8 @@ int print_findings(const std::vector<Finding>& f, bool json) {
         std::printf("%-5s %-18s %s\n", word(c.verdict), c.name.c_str(), c.detail.c_str());
         if (!c.fix.empty()) std::printf("      %-18s fix: %s\n", "", c.fix.c_str());
     }
-    std::printf("%s\n", failed ? "Something above needs fixing (FAIL)." : "Nothing blocks DYAD here.");
+    std::printf("%s\n",
+                failed ? "Something above needs fixing (FAIL)." : "Nothing blocks DYAD here.");
     return failed ? 1 : 0;
 }
 
@@ -184,45 +187,57 @@ using V = Finding::Verdict;
 
 void check_prolog_flags(std::vector<Finding>& f, const job::SlurmConf& sc) {
     if (sc.prolog_alloc()) {
-        f.push_back({"PrologFlags", V::ok, "PrologFlags=" + sc.prolog_flags + " (" + sc.path + ")", ""});
+        f.push_back(
+            {"PrologFlags", V::ok, "PrologFlags=" + sc.prolog_flags + " (" + sc.path + ")", ""});
         return;
     }
-    f.push_back({"PrologFlags", V::fail,
-                 sc.path + " has " + (sc.prolog_flags.empty() ? "no PrologFlags" : "PrologFlags=" + sc.prolog_flags) +
-                     ": without Alloc the job prolog does not run on every node at allocation, and "
-                     "--dyad jobs fail at once",
-                 "add PrologFlags=Alloc to slurm.conf on every node and the controller, then "
-                 "`scontrol reconfigure` (check: scontrol show config | grep -i PrologFlags)"});
+    f.push_back(
+        {"PrologFlags", V::fail,
+         sc.path + " has " +
+             (sc.prolog_flags.empty() ? "no PrologFlags" : "PrologFlags=" + sc.prolog_flags) +
+             ": without Alloc the job prolog does not run on every node at allocation, and "
+             "--dyad jobs fail at once",
+         "add PrologFlags=Alloc to slurm.conf on every node and the controller, then "
+         "`scontrol reconfigure` (check: scontrol show config | grep -i PrologFlags)"});
 }
 
 // The plugin's line: the .so present, dyadd and dyad beside it of this build.
 void check_plugin(std::vector<Finding>& f, const PlugstackEntry& e) {
-    f.push_back({"plugstack", V::ok, e.file + ": " + (e.required ? "required " : "optional ") + e.plugin,
-                 e.required ? "" : "(optional: a node where the plugin cannot load runs jobs without DYAD)"});
+    f.push_back(
+        {"plugstack", V::ok, e.file + ": " + (e.required ? "required " : "optional ") + e.plugin,
+         e.required ? ""
+                    : "(optional: a node where the plugin cannot load runs jobs without DYAD)"});
     if (!readable(e.plugin)) {
-        f.push_back({"plugin", V::fail, e.plugin + " is not readable on this node",
-                     "install DYAD on every node at the same path, or correct the path in " + e.file});
+        f.push_back(
+            {"plugin", V::fail, e.plugin + " is not readable on this node",
+             "install DYAD on every node at the same path, or correct the path in " + e.file});
         return;
     }
     std::string dyadd = e.args.count("dyadd") ? e.args.at("dyadd") : "";
     if (dyadd.empty()) {  // bin/dyadd of the nearest ancestor of the plugin's directory
         std::string d = dir_of(e.plugin);
         for (int up = 0; up < 4 && dyadd.empty() && d.size() > 1; ++up, d = dir_of(d))
-            if (::access((dir_of(d) + "/bin/dyadd").c_str(), X_OK) == 0) dyadd = dir_of(d) + "/bin/dyadd";
+            if (::access((dir_of(d) + "/bin/dyadd").c_str(), X_OK) == 0)
+                dyadd = dir_of(d) + "/bin/dyadd";
     }
     if (dyadd.empty() || ::access(dyadd.c_str(), X_OK) != 0) {
-        f.push_back({"dyadd", V::fail, "no dyadd program " + (dyadd.empty() ? "beside " + e.plugin : "at " + dyadd),
-                     "install dyadd and dyad beside the plugin (PREFIX/bin), or give dyadd=PATH in " + e.file});
+        f.push_back(
+            {"dyadd", V::fail,
+             "no dyadd program " + (dyadd.empty() ? "beside " + e.plugin : "at " + dyadd),
+             "install dyadd and dyad beside the plugin (PREFIX/bin), or give dyadd=PATH in " +
+                 e.file});
         return;
     }
     const std::string mine = std::string("dyadd ") + dyad_version();
     const std::string theirs = version_of(dyadd);
     const std::string tool = dir_of(dyadd) + "/dyad";
     if (theirs != mine)
-        f.push_back({"dyadd", V::fail, dyadd + " says '" + theirs + "', this dyad is " + dyad_version(),
+        f.push_back({"dyadd", V::fail,
+                     dyadd + " says '" + theirs + "', this dyad is " + dyad_version(),
                      "install the plugin, dyadd and dyad of one build on every node"});
     else if (::access(tool.c_str(), X_OK) != 0)
-        f.push_back({"dyadd", V::fail, "no dyad program beside " + dyadd + " (the prolog runs " + tool + ")",
+        f.push_back({"dyadd", V::fail,
+                     "no dyad program beside " + dyadd + " (the prolog runs " + tool + ")",
                      "install dyad beside dyadd"});
     else
         f.push_back({"dyadd", V::ok, dyadd + " and " + tool + ", " + theirs, ""});
@@ -236,7 +251,8 @@ void check_site_key(std::vector<Finding>& f, const PlugstackEntry& e) {
         ::stat("/etc/munge/munge.key", &st) == 0)
         path = "/etc/munge/munge.key";
     const std::string make = "dyad keygen " + path + " && chmod 0400 " + path +
-                             " as root, and copy the same file to every node (check: ls -l " + path + ")";
+                             " as root, and copy the same file to every node (check: ls -l " +
+                             path + ")";
     if (::lstat(path.c_str(), &st) != 0) {
         f.push_back({"site key", V::fail, path + ": " + std::strerror(errno), make});
         return;
@@ -246,15 +262,17 @@ void check_site_key(std::vector<Finding>& f, const PlugstackEntry& e) {
     else if (st.st_mode & 077)
         f.push_back({"site key", V::fail,
                      path + " has mode " + mode_text(st.st_mode) +
-                         ": group or others can read it (the plugin refuses it; anyone could derive every job's key)",
+                         ": group or others can read it (the plugin refuses it; anyone could "
+                         "derive every job's key)",
                      "chmod 0400 " + path});
     else if (st.st_uid != 0)
         f.push_back({"site key", V::fail, path + " is not root's", "chown root: " + path});
     else if (st.st_size < 32)
         f.push_back({"site key", V::fail, path + " holds fewer than 32 bytes", make});
     else
-        f.push_back({"site key", V::ok, path + " (root's, mode " + mode_text(st.st_mode) + ", " +
-                                            std::to_string(st.st_size) + " bytes); every node needs the same file",
+        f.push_back({"site key", V::ok,
+                     path + " (root's, mode " + mode_text(st.st_mode) + ", " +
+                         std::to_string(st.st_size) + " bytes); every node needs the same file",
                      ""});
 }
 
@@ -278,7 +296,8 @@ std::map<std::string, std::string> check_nodes(std::vector<Finding>& f, const jo
                      "every node (DNS or /etc/hosts; check: getent hosts NAME)"});
     else
         f.push_back({"node names", V::ok,
-                     std::to_string(addrs.size()) + " nodes, each with an address (NodeAddr or its name resolved)",
+                     std::to_string(addrs.size()) +
+                         " nodes, each with an address (NodeAddr or its name resolved)",
                      ""});
     return addrs;
 }
@@ -290,8 +309,10 @@ struct Ports {
 Ports ports_of(const PlugstackEntry& e) {
     Ports p;
     unsigned a = 0, b = 0;
-    if (e.args.count("port") && std::sscanf(e.args.at("port").c_str(), "%u", &a) == 1) p.lo = p.hi = a;
-    if (e.args.count("ports") && std::sscanf(e.args.at("ports").c_str(), "%u-%u", &a, &b) == 2 && a <= b)
+    if (e.args.count("port") && std::sscanf(e.args.at("port").c_str(), "%u", &a) == 1)
+        p.lo = p.hi = a;
+    if (e.args.count("ports") && std::sscanf(e.args.at("ports").c_str(), "%u-%u", &a, &b) == 2 &&
+        a <= b)
         p = {a, b};
     return p;
 }
@@ -309,7 +330,8 @@ unsigned listened(const Ports& p) {
             if (!(ws >> slot >> local >> remote >> state) || state != "0A") continue;
             size_t colon = local.rfind(':');
             if (colon == std::string::npos) continue;
-            unsigned port = static_cast<unsigned>(std::strtoul(local.c_str() + colon + 1, nullptr, 16));
+            unsigned port =
+                static_cast<unsigned>(std::strtoul(local.c_str() + colon + 1, nullptr, 16));
             if (port >= p.lo && port <= p.hi) ++n;
         }
     }
@@ -318,7 +340,8 @@ unsigned listened(const Ports& p) {
 
 // Whether addr:port answers from here (connected, or refused: nothing
 // filters it), within the deadline; all at once.
-std::vector<std::string> unreachable(const std::map<std::string, std::string>& addrs, unsigned port) {
+std::vector<std::string> unreachable(const std::map<std::string, std::string>& addrs,
+                                     unsigned port) {
     std::vector<std::pair<std::string, UniqueFd>> socks;
     std::vector<std::string> out;
     for (const auto& [node, addr] : addrs) {
@@ -329,7 +352,8 @@ std::vector<std::string> unreachable(const std::map<std::string, std::string>& a
             auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
             a6->sin6_family = AF_INET6;
             a6->sin6_port = htons(static_cast<uint16_t>(port));
-            if (::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6->sin6_addr) != 1) continue;
+            if (::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a6->sin6_addr) != 1)
+                continue;
             len = sizeof *a6;
         } else {
             auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
@@ -352,7 +376,8 @@ std::vector<std::string> unreachable(const std::map<std::string, std::string>& a
     for (auto& [name, s] : socks) p.push_back({s.get(), POLLOUT, 0});
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (!p.empty() && std::chrono::steady_clock::now() < until) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            until - std::chrono::steady_clock::now());
         if (::poll(p.data(), p.size(), static_cast<int>(left.count()) + 1) <= 0) break;
         for (auto& q : p)
             if (q.revents) q.fd = -q.fd - 1;  // answered: done (poll skips negative fds)
@@ -369,12 +394,14 @@ std::vector<std::string> unreachable(const std::map<std::string, std::string>& a
     return out;
 }
 
-void check_ports(std::vector<Finding>& f, const Ports& p, const std::map<std::string, std::string>& addrs) {
+void check_ports(std::vector<Finding>& f, const Ports& p,
+                 const std::map<std::string, std::string>& addrs) {
     const std::string range = std::to_string(p.lo) + "-" + std::to_string(p.hi);
     const unsigned span = p.hi - p.lo + 1, held = listened(p);
     if (held >= span)
         f.push_back({"ports", V::fail, "every port of " + range + " is held on this node",
-                     "free them, or give the plugin another range (ports=LOW-HIGH in plugstack.conf; check: ss -tln)"});
+                     "free them, or give the plugin another range (ports=LOW-HIGH in "
+                     "plugstack.conf; check: ss -tln)"});
     else
         f.push_back({"ports", held ? V::note : V::ok,
                      range + ": " + std::to_string(held) + " of " + std::to_string(span) +
@@ -384,21 +411,27 @@ void check_ports(std::vector<Finding>& f, const Ports& p, const std::map<std::st
     unsigned elo = 0, ehi = 0;
     if (eph >> elo >> ehi && elo <= p.hi && ehi >= p.lo)
         f.push_back({"ports", V::warn,
-                     range + " overlaps the kernel's ephemeral ports (" + std::to_string(elo) + "-" +
-                         std::to_string(ehi) + "): outgoing connections may take a job's port",
+                     range + " overlaps the kernel's ephemeral ports (" + std::to_string(elo) +
+                         "-" + std::to_string(ehi) +
+                         "): outgoing connections may take a job's port",
                      "give the plugin a range outside it (ports=LOW-HIGH), or set "
-                     "net.ipv4.ip_local_reserved_ports=" + range});
+                     "net.ipv4.ip_local_reserved_ports=" +
+                         range});
     auto bad = unreachable(addrs, p.lo);
     std::string list;
     for (const auto& b : bad) list += (list.empty() ? "" : "; ") + b;
     if (!bad.empty())
         f.push_back({"ports reachable", V::fail,
-                     "port " + std::to_string(p.lo) + " of the job range does not answer from here on " + list,
-                     "open TCP " + range + " between the nodes (firewall), or give the plugin a range that is "
-                     "open (check: nc -zv NODE " + std::to_string(p.lo) + " says refused or open, not a timeout)"});
+                     "port " + std::to_string(p.lo) +
+                         " of the job range does not answer from here on " + list,
+                     "open TCP " + range +
+                         " between the nodes (firewall), or give the plugin a range that is "
+                         "open (check: nc -zv NODE " +
+                         std::to_string(p.lo) + " says refused or open, not a timeout)"});
     else if (!addrs.empty())
         f.push_back({"ports reachable", V::ok,
-                     "port " + std::to_string(p.lo) + " answers (open or refused, not filtered) on " +
+                     "port " + std::to_string(p.lo) +
+                         " answers (open or refused, not filtered) on " +
                          std::to_string(addrs.size()) + " nodes",
                      ""});
 }
@@ -409,7 +442,8 @@ int doctor_site(const std::string& given, bool json) {
     const std::string conf = find_slurm_conf(given);
     if (conf.empty()) {
         f.push_back({"slurm.conf", V::fail,
-                     given.empty() ? "no readable slurm.conf ($SLURM_CONF, /etc/slurm/slurm.conf)" : given + " is not readable",
+                     given.empty() ? "no readable slurm.conf ($SLURM_CONF, /etc/slurm/slurm.conf)"
+                                   : given + " is not readable",
                      "run it on a node of the cluster, or give --slurm-conf PATH"});
         return print_findings(f, json);
     }
@@ -423,9 +457,10 @@ int doctor_site(const std::string& given, bool json) {
     PlugstackEntry e;
     std::string read;
     if (!find_plugstack_entry(conf, &e, &read))
-        f.push_back({"plugstack", V::fail, "no dyad_spank.so line in " + read,
-                     "add `required PREFIX/lib/dyad_spank.so` to plugstack.conf on every node and where "
-                     "jobs are submitted (docs/user-guide.md, \"Slurm: for administrators\")"});
+        f.push_back(
+            {"plugstack", V::fail, "no dyad_spank.so line in " + read,
+             "add `required PREFIX/lib/dyad_spank.so` to plugstack.conf on every node and where "
+             "jobs are submitted (docs/user-guide.md, \"Slurm: for administrators\")"});
     else {
         check_plugin(f, e);
         check_site_key(f, e);

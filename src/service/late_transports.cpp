@@ -114,8 +114,8 @@ void Service::start_late_transports() {
         if (opts_.late_started) opts_.late_started();
         if (late_stop_ || !added) return;
         // Consumers read the owner's records from the registry.
-        auto e = store_->register_service(
-            id_, identity().dump(-1, ' ', false, kBadUtf8Replaced), Deadline::after(10));
+        auto e = store_->register_service(id_, identity().dump(-1, ' ', false, kBadUtf8Replaced),
+                                          Deadline::after(10));
         if (!e)
             DYAD_WARN(kSub,
                       "could not register the transports set up after the start: %s (consumers "
