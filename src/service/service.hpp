@@ -380,7 +380,7 @@ class Service {
                       double seconds);
     // A fetch asking for a transport still being set up: held (true) until it is.
     bool held_for_late(const std::shared_ptr<rpc::Request>& r);
-    void stop_late_transports();  // first thing of ~Service
+    void stop_late_transports();             // first thing of ~Service
     std::vector<const dtl::Backend*> late_;  // to set up (start_senders)
     std::string late_figures_;               // their DYAD_DTL_FIGURES items
     std::set<std::string> starting_;         // loop: not yet installed
