@@ -2,6 +2,7 @@
 #include "wait_log.hpp"
 
 #include <algorithm>
+#include <cctype>
 
 #include "common/log.hpp"
 #include "rpc/server.hpp"
@@ -21,6 +22,22 @@ std::string who(const rpc::Peer& p) {
     size_t colon = host.rfind(':');
     if (colon != std::string::npos && host.find(']') == std::string::npos) host.resize(colon);
     return s + ", from " + host;
+}
+
+// The file's name in a record key ("bin.bin.bin.upath", common/keygen.hpp):
+// the key without its leading hexadecimal levels.
+std::string file_of(const std::string& key) {
+    size_t pos = 0;
+    for (int level = 0; level < 16; ++level) {
+        size_t dot = key.find('.', pos);
+        if (dot == std::string::npos || dot == pos || dot - pos > 8 || dot + 1 >= key.size()) break;
+        bool hex =
+            std::all_of(key.begin() + static_cast<long>(pos), key.begin() + static_cast<long>(dot),
+                        [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+        if (!hex) break;
+        pos = dot + 1;
+    }
+    return key.substr(pos);
 }
 }  // namespace
 
@@ -101,13 +118,14 @@ void WaitLog::tick() {
                 const auto waited =
                     std::chrono::duration_cast<std::chrono::seconds>(now - w.start).count();
                 DYAD_INFO("kvs",
-                          "a client (%s) has waited %lld s for '%s' (namespace '%s'): not "
-                          "produced yet; it waits on",
-                          w.who.c_str(), static_cast<long long>(waited), w.key.c_str(),
-                          w.ns.c_str());
+                          "a client (%s) has waited %lld s for '%s' (key '%s' in namespace "
+                          "'%s'): not produced yet; it waits on",
+                          w.who.c_str(), static_cast<long long>(waited), file_of(w.key).c_str(),
+                          w.key.c_str(), w.ns.c_str());
+                // At 5, 10, 20, 40 ... s of the wait, then every kLongestGap.
+                w.next = std::max(now, w.next + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(w.gap)));
                 w.gap = std::min(w.gap * 2, kLongestGap);
-                w.next = now + std::chrono::duration_cast<Clock::duration>(
-                                   std::chrono::duration<double>(w.gap));
             }
         }
         ++it;

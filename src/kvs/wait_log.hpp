@@ -3,7 +3,7 @@
 // client's wait-for-create (kvs.get with wait) that has lasted kFirstLine
 // seconds is logged in the service's log, one line naming the file (key and
 // namespace), the waiting client (pid, uid, address) and how long it has
-// waited, again at growing intervals (5, 10, 20, 40 ... s, then every
+// waited, again as it goes on (at 10, 20, 40 ... s, then every
 // kLongestGap). A client asks again every 30 s (the service answers TIMEOUT
 // at --max-wait): a request for the same file from the same client that
 // comes within kRejoin seconds of the last one goes on counting the same

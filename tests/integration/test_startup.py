@@ -6,7 +6,6 @@ before (a fixed mode that cannot work is still an error at start);
 --transports-at-start sets up every one before. No timing is asserted
 (bench/startup_bench.py measures it): the order of the log's lines says it."""
 import json
-import os
 
 import pytest
 
@@ -45,17 +44,15 @@ def test_late_transports_are_set_up_after_ready_and_registered():
         for t in LATE:
             if f"transport {t} ready" in log_text(prod):
                 harness.wait_for(lambda: t in registered_transports(prod), 10, what=f"{t} in the registry")
-        harness.write_file(prod.path("late/a.bin"), 3 << 20, seed=3)
-        prod.dyad("produce", prod.path("late/a.bin"))
         for t in LATE:  # a fixed mode asks for it by name, and gets it
             if f"transport {t} ready" not in log_text(prod):
                 continue
             dest = f"late/{t}.bin"
-            os.link(prod.path("late/a.bin"), prod.path(dest))
+            harness.write_file(prod.path(dest), 3 << 20, seed=3)
             prod.dyad("produce", prod.path(dest))
             p = cons.dyad("--json", "consume", cons.path(dest), env_extra={"DYAD_DTL_MODE": t})
             assert json.loads(p.stdout)["transport"] == t, p.stdout
-            assert harness.sha256(cons.path(dest)) == harness.sha256(prod.path("late/a.bin"))
+            assert harness.sha256(cons.path(dest)) == harness.sha256(prod.path(dest))
     finally:
         c.cleanup()
 
