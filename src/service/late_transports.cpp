@@ -14,6 +14,8 @@
 // transport set up before the service is ready (a fixed mode that cannot
 // work is still an error at start), and so does --transports-at-start for
 // all of them.
+#include <signal.h>
+
 #include <cctype>
 #include <chrono>
 
@@ -33,6 +35,16 @@ std::string upper(std::string s) {
     return s;
 }
 }  // namespace
+
+Service::KeepSignalHandlers::KeepSignalHandlers() {
+    ::sigaction(SIGTERM, nullptr, &before[0]);
+    ::sigaction(SIGINT, nullptr, &before[1]);
+}
+
+Service::KeepSignalHandlers::~KeepSignalHandlers() {
+    ::sigaction(SIGTERM, &before[0], nullptr);
+    ::sigaction(SIGINT, &before[1], nullptr);
+}
 
 bool Service::starts_late(const dtl::Backend& b, const std::string& mode) const {
     return opts_.late_transports && !b.universal && b.kind != dtl::Kind::local && b.name != mode;
@@ -69,7 +81,10 @@ Status Service::set_aside_late_figures() {
 }
 
 void Service::start_late_transports() {
-    if (late_.empty()) return;
+    if (late_.empty()) {
+        if (opts_.late_started) asio::post(io_, opts_.late_started);
+        return;
+    }
     std::string names;
     for (const dtl::Backend* b : late_) {
         starting_.insert(b->name);
@@ -80,9 +95,13 @@ void Service::start_late_transports() {
     std::string eps;
     for (const auto& e : endpoints_) eps += (eps.empty() ? "" : " ") + e;
     late_thread_ = std::thread([this, eps] {
+        // What transport libraries install for SIGTERM and SIGINT while they
+        // initialise is undone (the signals are blocked meanwhile: dyadd's
+        // main lets them through once late_started has run).
+        auto keep = std::make_unique<KeepSignalHandlers>();
         size_t added = 0;
         for (const dtl::Backend* b : late_) {
-            if (late_stop_) return;
+            if (late_stop_) break;
             const auto t0 = std::chrono::steady_clock::now();
             auto made = b->make_sender(io_, bind_);
             const double secs =
@@ -111,7 +130,8 @@ void Service::start_late_transports() {
                 install_late(name, std::move(*box), secs);
             });
         }
-        if (opts_.late_started) opts_.late_started();
+        keep.reset();
+        if (opts_.late_started) asio::post(io_, opts_.late_started);
         if (late_stop_ || !added) return;
         // Consumers read the owner's records from the registry.
         auto e = store_->register_service(id_, identity().dump(-1, ' ', false, kBadUtf8Replaced),

@@ -360,6 +360,7 @@ Status Service::open_producer_dir() {
 }
 
 Status Service::start_senders(const std::string& mode) {
+    KeepSignalHandlers keep;  // (late_transports.cpp)
     for (const auto& t : opts_.transports) {
         auto b = dtl::find_backend(t);
         if (!b) return Status(b.status()).wrap("--transports");

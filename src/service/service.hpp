@@ -18,6 +18,7 @@
 
 #include <shared_mutex>
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <asio.hpp>
@@ -113,8 +114,11 @@ struct Options {
     // thread of their own once the service is ready, unless they are
     // --mode or this is false (dyadd --transports-at-start).
     bool late_transports = true;
-    // Called on that thread once they are set up (dyadd: its crash handler
-    // again, over the ones the transport libraries installed).
+    // Called on the loop once every transport is set up (at once when none
+    // is set up late): dyadd installs its crash handler again and lets
+    // SIGTERM/SIGINT through. Meanwhile the late thread keeps the handlers
+    // of SIGTERM and SIGINT as they were before (a library's own would end
+    // the process).
     std::function<void()> late_started;
 };
 
@@ -367,6 +371,13 @@ class Service {
     std::optional<asio::signal_set> signals_;
 
     // ---- transports set up after the service is ready (late_transports.cpp) ----
+    // Keeps the handlers of SIGTERM and SIGINT (asio's) across transport
+    // set-ups: a library's own would end the process at the next signal.
+    struct KeepSignalHandlers {
+        KeepSignalHandlers();
+        ~KeepSignalHandlers();
+        struct sigaction before[2];
+    };
     // Whether backend `b` is set up late (not the universal one, not LOCAL,
     // not --mode `mode`).
     bool starts_late(const dtl::Backend& b, const std::string& mode) const;

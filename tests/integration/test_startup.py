@@ -84,3 +84,28 @@ def test_a_fixed_mode_that_cannot_work_still_fails_the_start():
         assert "--mode UCX is not served" in log_text(node), log_text(node)
     finally:
         c.cleanup()
+
+
+@pytest.mark.skipif("MARGO" not in LATE, reason="this build has no libfabric")
+def test_sigterm_while_transports_are_set_up_stops_cleanly(tmp_path):
+    """A SIGTERM that comes while libfabric is being set up (after the
+    service is ready) waits for the set-up, then stops dyadd as usual (exit
+    0): a library's own handler never gets it."""
+    import subprocess
+    import time
+    key = str(tmp_path / "key")
+    subprocess.run([harness.DYAD, "keygen", key], check=True, capture_output=True)
+    log = tmp_path / "dyadd.log"
+    with open(log, "wb") as out:
+        p = subprocess.Popen([harness.DYADD, "--node", "n0", "--listen", f"127.0.0.1:{harness.free_port('127.0.0.1')}",
+                              "--auth-key", key, str(tmp_path / "prod")], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        harness.wait_for(lambda: "after the start" in log.read_text(), 30, what="the late set-up", interval=0.001)
+        p.terminate()
+        assert p.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    text = log.read_text()
+    assert "signal 15: shutting down" in text and "stopped" in text, text
