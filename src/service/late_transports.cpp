@@ -10,7 +10,8 @@
 // registered records do not list it yet; a consumer that already read the
 // owner's records keeps them). A fetch asking for it by name (a fixed
 // DYAD_DTL_MODE) is held until it is set up, then served, or answered with
-// why it is not served; it keeps its own deadline. --mode names a
+// why it is not served; it keeps its own deadline (and waits kMaxHold at
+// most). --mode names a
 // transport set up before the service is ready (a fixed mode that cannot
 // work is still an error at start), and so does --transports-at-start for
 // all of them.
@@ -29,6 +30,8 @@ constexpr const char* kSub = "dyadd";
 // Fetches held for transports being set up, at most (more are refused,
 // EBUSY: the consumer tries again or another transport).
 constexpr size_t kMaxHeld = 1024;
+// A fetch waits at most this long for its transport's set-up.
+constexpr std::chrono::seconds kMaxHold{30};
 
 std::string upper(std::string s) {
     for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -182,6 +185,19 @@ bool Service::held_for_late(const std::shared_ptr<rpc::Request>& r) {
         return true;
     }
     held_[b.value()->name].push_back(r);
+    // However long the fetch's own deadline: at most kMaxHold.
+    auto timer = std::make_shared<asio::steady_timer>(io_, kMaxHold);
+    timer->async_wait([this, timer, weak = std::weak_ptr<rpc::Request>(r),
+                       name = b.value()->name](asio::error_code ec) {
+        auto held = weak.lock();
+        if (ec || !held || held->finished() || !starting_.count(name)) return;
+        fail(held, "",
+             Status(DYAD_RC_BADDTLMODE,
+                    "transport " + name + " is still being set up on this service after " +
+                        std::to_string(kMaxHold.count()) +
+                        " s (see its log); use another DYAD_DTL_MODE, or AUTO",
+                    ETIMEDOUT));
+    });
     return true;
 }
 
