@@ -86,22 +86,21 @@ class Node:
             args += ["--socket", self.socket]
         args += self.cluster.dyadd_args + list(extra_args)
         self.log = open(self.log_path, "ab")
-        env = dict(os.environ)
-        for var in ("SLURM_NODEID", "FLUX_TASK_RANK", "PMIX_RANK"):  # ranks come from the test
-            env.pop(var, None)
-        env.update(self.extra_env)
+        ranks = ("SLURM_NODEID", "FLUX_TASK_RANK", "PMIX_RANK")  # ranks come from the test
+        env = {**{k: v for k, v in os.environ.items() if k not in ranks}, **self.extra_env}
         self.proc = subprocess.Popen(self.prefix + args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         try:
             wait_listening(self.host, self.port, proc=self.proc)
             if self.socket:  # dyadd binds it before its TCP port; make sure anyway
                 wait_for(lambda: os.path.exists(self.socket), 10.0, what=f"{self.socket} to appear")
 
-            # dyadd listens once it has registered in its store and is ready;
-            # its answer to a status says so too (and checks the socket).
+            # dyadd listens once it has registered in its store and is ready; its answer to a
+            # status says so (and checks the socket), and when UCX and libfabric are set up too.
             def answers():
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"dyadd exited with {self.proc.returncode} during its start")
-                return self.dyad("service", "status", check=False, timeout=30).returncode == 0
+                p = self.dyad("--json", "service", "status", check=False, timeout=30)
+                return p.returncode == 0 and not json.loads(p.stdout).get("transports_starting")
 
             wait_for(answers, 30.0, what=f"{self.name}'s service to answer")
         except RuntimeError as e:  # it exited: say why

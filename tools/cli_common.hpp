@@ -125,6 +125,8 @@ struct Cli {
     uint64_t sync_count = 0;
     std::string status_wait_text;  // service status --wait [DURATION]: "" if given alone
     std::string sync_prefix, stat_file, ls_prefix, key_path, keygen_path, uri;
+    bool doctor_site = false;  // doctor --site
+    std::string slurm_conf;    // doctor --slurm-conf
 };
 
 // A relative name as `dyad ls` prints it: resolved against the consumer

@@ -5,13 +5,13 @@
 // transport) and says what to fix. Read-only: it creates and publishes
 // nothing.
 #include "doctor.hpp"
+#include "doctor_site.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -20,7 +20,6 @@
 #include "client/client.hpp"
 #include "common/auth.hpp"
 #include "common/config.hpp"
-#include "common/json_text.hpp"
 #include "common/settings.hpp"
 #include "proto/service_status.hpp"
 
@@ -28,19 +27,6 @@ namespace dyad::tools {
 namespace {
 
 enum class Verdict { ok, note, warn, fail };
-
-const char* word(Verdict v) {
-    switch (v) {
-        case Verdict::ok:
-            return "ok";
-        case Verdict::note:
-            return "note";
-        case Verdict::warn:
-            return "warn";
-        default:
-            return "FAIL";
-    }
-}
 
 struct Check {
     std::string name;
@@ -59,25 +45,12 @@ class Report {
             if (c.verdict == Verdict::fail) return true;
         return false;
     }
+    // As `dyad doctor --site` prints its findings (doctor_site.cpp).
     void print(bool json) const {
-        if (json) {
-            nlohmann::json list = nlohmann::json::array();
-            for (const auto& c : checks_)
-                list.push_back({{"check", c.name},
-                                {"verdict", word(c.verdict)},
-                                {"detail", c.detail},
-                                {"fix", c.fix}});
-            std::cout << nlohmann::json({{"ok", !failed()}, {"checks", list}})
-                             .dump(2, ' ', false, kBadUtf8Replaced)
-                      << "\n";
-            return;
-        }
-        for (const auto& c : checks_) {
-            std::printf("%-5s %-18s %s\n", word(c.verdict), c.name.c_str(), c.detail.c_str());
-            if (!c.fix.empty()) std::printf("      %-18s fix: %s\n", "", c.fix.c_str());
-        }
-        std::printf("%s\n", failed() ? "Something above needs fixing (FAIL)."
-                                     : "Nothing blocks DYAD here.");
+        std::vector<Finding> f;
+        for (const auto& c : checks_)
+            f.push_back({c.name, static_cast<Finding::Verdict>(c.verdict), c.detail, c.fix});
+        print_findings(f, json);
     }
 
   private:
@@ -244,6 +217,9 @@ int doctor(bool json) {
         r.add("client", Verdict::fail, c.status().message(), "see the message");
     else
         check_service(r, *c.value(), cfg.value());
+    // Inside a --dyad job: one metadata store for every node (doctor_job.cpp).
+    for (auto& f : job_store_findings())
+        r.add(f.name, static_cast<Verdict>(f.verdict), f.detail, f.fix);
     r.print(json);
     return r.failed() ? 1 : 0;
 }

@@ -35,6 +35,7 @@
 #include "common/settings.hpp"
 #include "common/keygen.hpp"
 #include "doctor.hpp"
+#include "doctor_site.hpp"
 #include "dtl/dtl.hpp"
 #include "common/json_text.hpp"
 #include "job/job.hpp"
@@ -184,7 +185,15 @@ void add_info_commands(CLI::App& app, Cli& o, Commands& c) {
     c.doctor = app.add_subcommand(
         "doctor",
         "check the settings, directories, key, service, metadata store and transport of this "
-        "process's environment, and say what to fix (exit 1 if something must be)");
+        "process's environment (inside a --dyad job: also that every node uses one metadata "
+        "store), and say what to fix (exit 1 if something must be)");
+    c.doctor->add_flag("--site", o.doctor_site,
+                       "check instead what a Slurm site needs for --dyad, on this node: "
+                       "PrologFlags=Alloc, the plugstack line, node addresses, the job ports, the "
+                       "site secret, dyadd of this build");
+    c.doctor->add_option("--slurm-conf", o.slurm_conf,
+                         "with --site: Slurm's configuration (default $SLURM_CONF, else "
+                         "/etc/slurm/slurm.conf)");
     auto* service = app.add_subcommand("service", "ask a service about itself");
     c.status = service->add_subcommand("status", "identity, transports and counters of a service");
     c.status->add_option("--uri", o.uri, "service to ask (default DYAD_SERVICE_URI)");
@@ -346,7 +355,9 @@ int run_rm(dyad::client::Client& c, const Cli& o) {
 int dispatch(const Commands& c, Cli& o, dyad::job::Options& job_options) {
     if (*c.job.job) return dyad::job::run(c.job, job_options);
     if (*c.keygen) return run_keygen(o);
-    if (*c.doctor) return dyad::tools::doctor(o.json);
+    if (*c.doctor)
+        return o.doctor_site ? dyad::tools::doctor_site(o.slurm_conf, o.json)
+                             : dyad::tools::doctor(o.json);
     g_json = o.json;
     auto cfg = dyad::Config::from_env();
     if (!cfg && !*c.config) return report(cfg.status());

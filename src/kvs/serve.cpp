@@ -16,6 +16,7 @@
 #include "proto/kvs.hpp"
 #include "rpc/handler.hpp"
 #include "rpc/server.hpp"
+#include "wait_log.hpp"
 
 namespace dyad::kvs {
 namespace wire = proto::kvs;
@@ -62,6 +63,8 @@ struct StoreServer::Topics {
     rpc::Server& server;
     std::shared_ptr<ServiceStore> store;
     std::unique_ptr<asio::thread_pool> pool;  // for a store whose calls block
+    // Waits that last, logged (wait_log.hpp).
+    std::shared_ptr<WaitLog> waits = std::make_shared<WaitLog>();
     // kvs.changes: their own pool (made at the first), so that their waits
     // never hold the threads of lookups and puts; requests in it.
     std::once_flag changes_once;
@@ -189,6 +192,7 @@ void StoreServer::Topics::on_get(const std::shared_ptr<rpc::Request>& r) {
     // (ETIMEDOUT; the client asks again).
     if (a->wait) r->cap_deadline(server.max_wait());
     if (refused_down(r)) return;
+    if (a->wait) waits->watch(r, a->ns, a->key);
     run([store = store, r, a = std::move(a.value())] {
         if (!a.wait)
             return answer_entry(r, a.ns, a.key,

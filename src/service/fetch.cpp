@@ -66,6 +66,7 @@ Result<std::string> FileServer::transport_served(const nlohmann::json& args) {
 }
 
 void FileServer::on_fetch(std::shared_ptr<rpc::Request> r) {
+    if (hold_ && hold_(r)) return;  // its transport is being set up (late_transports.cpp)
     auto transport = transport_served(r->args());
     if (!transport) return fail(r, "", transport.status());
     auto p = std::make_shared<PendingFetch>();

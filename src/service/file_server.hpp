@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -63,6 +64,12 @@ class FileServer {
     void count(const std::string& name);
 
     void on_fetch(std::shared_ptr<rpc::Request> r);
+    // Asked first by on_fetch: true when the fetch is held elsewhere (its
+    // transport is still being set up: Service::held_for_late), to come
+    // back through on_fetch later.
+    void set_hold(std::function<bool(const std::shared_ptr<rpc::Request>&)> hold) {
+        hold_ = std::move(hold);
+    }
     void on_fetch_many(std::shared_ptr<rpc::Request> r);
 
     // For the status reporter (loop only).
@@ -154,6 +161,7 @@ class FileServer {
               const Status& st);
 
     Core& core_;
+    std::function<bool(const std::shared_ptr<rpc::Request>&)> hold_;
     const std::map<std::string, std::unique_ptr<dtl::Sender>>& senders_;
     const std::map<std::string, std::string>& unavailable_;  // transport -> why not served
     Publisher& publisher_;

@@ -144,6 +144,9 @@ void add_service_options(CLI::App& app, Args& a) {
     app.add_option("--transports", transports,
                    "serve only these transports, comma-separated (default: every one this build "
                    "has)");
+    app.add_flag("!--transports-at-start", o.late_transports,
+                 "set up every transport (UCX and libfabric too) before the service is ready; "
+                 "by default they are set up right after, and AUTO picks them once they are");
     app.add_option("--memory", memory,
                    "memory for transfer buffers, all consumers together, e.g. 256M (default: "
                    "$DYAD_SERVICE_MEMORY or 256M)");
@@ -404,14 +407,22 @@ dyad::Result<std::unique_ptr<dyad::service::MetricsHttp>> bind_metrics(
 }
 
 // Starts the service and runs it until SIGTERM/SIGINT; the exit code.
-// `old`: the signal mask to restore once start-up is over.
+// `old`: the signal mask to restore once every transport is set up.
 int serve(Args& a, const sigset_t& old) {
     // The service holds the only reference to an external store: it ends
     // the store's threads before its own loop goes (a wait answered after
     // that would post to a destroyed loop).
     if (!a.no_publish_ledger) a.o.open_journal = dyad::service::open_sqlite_journal;
     a.o.pull_replica = dyad::service::make_replica_puller(a.o.send_timeout);
+    // Once every transport is set up (UCX and libfabric after the start):
+    // our crash handler over theirs, and SIGTERM/SIGINT let through (they
+    // wait, blocked, while a library may hold them: see main()).
+    a.o.late_started = [old] {
+        dyad::log::install_crash_handler();
+        pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    };
     dyad::service::Service svc(std::move(a.o));
+    svc.catch_signals();  // (asio's handlers, kept over what the transports install)
     std::unique_ptr<dyad::service::MetricsHttp> metrics;
     if (!a.metrics_listen.empty()) {
         auto m = bind_metrics(a, svc);
@@ -429,8 +440,6 @@ int serve(Args& a, const sigset_t& old) {
     // (UCX's backtrace printer; the plugin loader already undid PSM's
     // `.btr` file writer): a crash goes to our error log, nowhere else.
     dyad::log::install_crash_handler();
-    svc.catch_signals();
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     svc.run(true);
     if (metrics) metrics->stop();
     DYAD_INFO("dyadd", "stopped");

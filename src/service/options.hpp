@@ -79,6 +79,16 @@ struct Options {
     uint64_t replicas = 0;
     uint64_t replica_space = 8ull << 30;
     PullFn pull_replica;
+    // Start-up (late_transports.cpp): UCX and libfabric are set up on a
+    // thread of their own once the service is ready, unless they are
+    // --mode or this is false (dyadd --transports-at-start).
+    bool late_transports = true;
+    // Called on the loop once every transport is set up (at once when none
+    // is set up late): dyadd installs its crash handler again and lets
+    // SIGTERM/SIGINT through. Meanwhile the late thread keeps the handlers
+    // of SIGTERM and SIGINT as they were before (a library's own would end
+    // the process).
+    std::function<void()> late_started;
 };
 
 }  // namespace dyad::service

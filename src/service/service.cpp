@@ -211,9 +211,14 @@ Service::Service(Options opts)
     : opts_(std::move(opts)), file_pool_(opts_.io_threads ? opts_.io_threads : 1) {
     if (opts_.node.empty()) opts_.node = hostname();
     id_ = opts_.node;
+    // Transports set up after the start (late_transports.cpp): fetches
+    // asking for one are held meanwhile; the status lists them.
+    files_.set_hold([this](const std::shared_ptr<rpc::Request>& r) { return held_for_late(r); });
+    status_.set_starting([this] { return starting_; });
 }
 
 Service::~Service() {
+    stop_late_transports();  // (it may be registering in the store)
     // First: the store's threads that call back into the service (a rejoin).
     if (store_) store_->close();
     stop();
@@ -351,12 +356,17 @@ Status Service::open_producer_dir() {
 }
 
 Status Service::start_senders(const std::string& mode) {
+    KeepSignalHandlers keep;  // (late_transports.cpp)
     for (const auto& t : opts_.transports) {
         auto b = dtl::find_backend(t);
         if (!b) return Status(b.status()).wrap("--transports");
     }
     for (const auto& b : dtl::backends()) {
         if (!wanted(opts_, b)) continue;
+        if (starts_late(b, mode)) {
+            late_.push_back(&b);
+            continue;
+        }
         auto snd = b.make_sender(io_, bind_);
         if (!snd) {
             DYAD_WARN(kSub, "transport %s unavailable: %s", b.name.c_str(),
@@ -372,6 +382,7 @@ Status Service::start_senders(const std::string& mode) {
                       "--mode " + mode + " is not served by this dyadd (see --transports)", EINVAL);
     for (const auto& [name, snd] : senders_)
         for (auto& r : snd->records()) records_.push_back(std::move(r));
+    if (Status s = set_aside_late_figures(); !s) return s;
     return dtl::apply_figures(opts_.figures, &records_);
 }
 
@@ -481,6 +492,7 @@ Status Service::start() {
                   h->epoch,
                   static_cast<unsigned long long>((static_cast<uint64_t>(h->epoch) << 32) | 1),
                   h->state_dir.c_str(), kvs::kEpochFile);
+    start_late_transports();
     return Status::ok();
 }
 
@@ -540,7 +552,10 @@ proto::Identity Service::identity() const {
     me.producer_dir = prod_dir_;
     me.kvs = !store_ || store_->serves_clients() ? std::string(proto::kStoreHere) : opts_.kvs_uri;
     me.endpoints = endpoints_;
-    for (const auto& r : records_) me.transports.push_back(r.to_json());
+    {
+        std::lock_guard<std::mutex> lk(records_mu_);
+        for (const auto& r : records_) me.transports.push_back(r.to_json());
+    }
     me.default_mode = opts_.mode;
     me.pid = ::getpid();
     me.auth = key_ ? auth::kScheme : "none";

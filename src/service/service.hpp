@@ -11,11 +11,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include <shared_mutex>
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <asio.hpp>
@@ -141,6 +144,38 @@ class Service {
     FileServer files_{core_, senders_, unavailable_, publisher_, replicas_};
     StatusReporter status_{core_,      server_,   files_,
                            publisher_, replicas_, [this] { return identity(); }};
+
+    // ---- transports set up after the service is ready (late_transports.cpp) ----
+    // Keeps the handlers of SIGTERM and SIGINT (asio's) across transport
+    // set-ups: a library's own would end the process at the next signal.
+    struct KeepSignalHandlers {
+        KeepSignalHandlers();
+        ~KeepSignalHandlers();
+        struct sigaction before[2];
+    };
+    // Whether backend `b` is set up late (not the universal one, not LOCAL,
+    // not --mode `mode`).
+    bool starts_late(const dtl::Backend& b, const std::string& mode) const;
+    // DYAD_DTL_FIGURES items naming a late transport: put aside (applied
+    // once it is set up), checked now against placeholders.
+    Status set_aside_late_figures();
+    // Starts the thread; its senders are installed on the loop
+    // (install_late), then the service registers again with their records.
+    void start_late_transports();
+    void install_late(const std::string& name, Result<std::unique_ptr<dtl::Sender>> made,
+                      double seconds);
+    // A fetch asking for a transport still being set up: held (true) until
+    // it is (the file server asks, FileServer::set_hold).
+    bool held_for_late(const std::shared_ptr<rpc::Request>& r);
+    void stop_late_transports();             // first thing of ~Service
+    std::vector<const dtl::Backend*> late_;  // to set up (start_senders)
+    std::string late_figures_;               // their DYAD_DTL_FIGURES items
+    std::set<std::string> starting_;         // loop: not yet installed
+    std::map<std::string, std::vector<std::shared_ptr<rpc::Request>>> held_;  // loop
+    std::thread late_thread_;
+    std::atomic<bool> late_stop_{false};
+    // records_ grows on the late thread; identity() reads it from any thread.
+    mutable std::mutex records_mu_;
 };
 
 }  // namespace dyad::service

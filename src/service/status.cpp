@@ -144,6 +144,8 @@ void StatusReporter::on_status(std::shared_ptr<rpc::Request> r) {
             if (r->finished()) return;
             proto::ServiceStatus st = status();
             st.rest["metadata_store"] = store_json(ok, why);
+            // Still being set up (late_transports.cpp).
+            st.rest["transports_starting"] = starting_ ? starting_() : std::set<std::string>();
             r->end(st.build());
         });
     });

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +40,10 @@ class StatusReporter {
     void started();
     // Where the metrics are served ("" for nowhere), for the status.
     void set_metrics_endpoint(std::string url) { metrics_endpoint_ = std::move(url); }
+    // The transports still being set up (loop; Service's late_transports.cpp).
+    void set_starting(std::function<std::set<std::string>()> starting) {
+        starting_ = std::move(starting);
+    }
 
     void on_status(std::shared_ptr<rpc::Request> r);
     // See Service::health and Service::metrics.
@@ -61,6 +66,7 @@ class StatusReporter {
     const ReplicaHolder& replicas_;
     std::function<proto::Identity()> identity_;
     std::string metrics_endpoint_;
+    std::function<std::set<std::string>()> starting_;
     std::chrono::system_clock::time_point started_wall_;
     std::chrono::steady_clock::time_point started_;
 };

@@ -104,3 +104,33 @@ def test_a_wait_is_reported_on_a_pipe_and_at_the_kill(cluster):
         for p, _, _ in procs.values():
             if p.poll() is None:
                 p.kill()
+
+
+def log_lines(node, needle):
+    with open(node.log_path, errors="replace") as f:
+        return [line.rstrip("\n") for line in f if needle in line]
+
+
+def test_a_long_wait_is_logged_by_the_service_that_holds_it():
+    """The dyadd log says who waits for what, and for how long (issue 46,
+    item 3): a consumer's wait held by its service (its store's host) is one
+    line after 5 s naming the file, the client's pid and uid, then again at
+    10 s. Each request is held at most --max-wait 2 s, so the client asks
+    again and again: the lines count the whole wait, not the last request."""
+    c = harness.Cluster(nodes=1, dyadd_args=["--max-wait", "2"])
+    try:
+        node = c[0]
+        p = node.dyad_async("consume", node.path("logged/never.bin"), env_extra={"DYAD_WAIT_TIMEOUT": 60})
+        try:
+            needle = "for 'logged/never.bin'"
+            lines = harness.wait_for(lambda: len(log_lines(node, needle)) >= 2 and log_lines(node, needle), 20,
+                                     what="two lines of the wait in the dyadd log", interval=0.2)
+        finally:
+            p.kill()
+            p.wait()
+        first, second = lines[0], lines[1]
+        assert f"pid {p.pid}, uid {os.getuid()}" in first, first
+        assert "has waited 5 s" in first and "namespace" in first, first
+        assert "has waited 10 s" in second, second
+    finally:
+        c.cleanup()
