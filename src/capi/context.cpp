@@ -147,7 +147,6 @@ extern "C" const CtxBefore2026 dyad_capi_ctx_default_before_2026 = {
     3u,      1024u,   0u,      1u,    0u,      -1,      nullptr, nullptr, nullptr, false};
 __asm__(".symver dyad_capi_ctx_default_before_2026, dyad_ctx_default@DYAD_1");
 
-
 namespace dyad::capi {
 
 std::mutex g_mu;
@@ -261,13 +260,13 @@ std::shared_ptr<client::Client> client_of(dyad_ctx_t* ctx, dyad_rc_t* rc) {
     std::lock_guard<std::mutex> lk(g_mu);
     if (!ctx || ctx != &g_ctx || !g_live || !g_ctx.initialized || !state()) {
         *rc = fail(Status(DYAD_RC_NOCTX,
-                                "DYAD is not initialised: call dyad_init or dyad_init_env first"));
+                          "DYAD is not initialised: call dyad_init or dyad_init_env first"));
         return nullptr;
     }
     if (!state()->client) {
-        *rc = fail(Status(
-            DYAD_RC_NOCTX,
-            "DYAD is inert: neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set"));
+        *rc =
+            fail(Status(DYAD_RC_NOCTX,
+                        "DYAD is inert: neither DYAD_PATH_PRODUCER nor DYAD_PATH_CONSUMER is set"));
         return nullptr;
     }
     // A queued publish that failed since the last call is this call's
@@ -372,8 +371,8 @@ dyad_rc_t reconfigure(const char* what, Change&& change) {
     std::lock_guard<std::mutex> lk(g_mu);
     if (!g_live || !g_ctx.initialized || !state())
         return fail(Status(DYAD_RC_NOCTX, std::string(what) +
-                                                    ": DYAD is not initialised: call dyad_init "
-                                                    "or dyad_init_env first"));
+                                              ": DYAD is not initialised: call dyad_init "
+                                              "or dyad_init_env first"));
     Config cfg = state()->cfg;
     dyad_dtl_comm_mode_t mode = state()->comm_mode;
     Status s = change(cfg, mode);
@@ -426,8 +425,7 @@ dyad_rc_t init_explicit(bool debug, bool check, bool shared_storage, bool reinit
             cfg.cache_grace_period = extra->cache_grace_period;
             cfg.path_origin = extra->path_origin;
         }
-        if (debug && cfg.log_level > log::Level::debug)
-            cfg.log_level = log::Level::debug;
+        if (debug && cfg.log_level > log::Level::debug) cfg.log_level = log::Level::debug;
         if (dtl_mode_str && *dtl_mode_str) {
             auto m = dtl::canonical_mode(dtl_mode_str);
             if (!m) return fail(m.status());

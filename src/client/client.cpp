@@ -54,8 +54,8 @@ Result<std::unique_ptr<Client>> Client::create(Config cfg, FileSystem* fs) {
     if (Status cs = check_cache_settings(cfg); !cs) return cs;
     auto creds = rpc::Credentials::from_settings();
     if (!creds) return creds.status();
-    std::unique_ptr<Client> c(new Client(std::move(cfg), fs ? *fs : FileSystem::real(),
-                                         std::move(creds.value()), fixed));
+    std::unique_ptr<Client> c(
+        new Client(std::move(cfg), fs ? *fs : FileSystem::real(), std::move(creds.value()), fixed));
     // A consumer usually starts before its data exists: set the transport up
     // now rather than on the first fetch. A fixed transport that cannot work
     // here is an error now, not a wait for files it could never move. AUTO
@@ -116,8 +116,9 @@ Status Client::consume(const std::string& path, ConsumeReport* report) {
 
 Status Client::consume_record(const std::string& path, Record rec, ConsumeReport* report,
                               Deadline deadline) {
-    return lookup_.retry_stale(path, std::move(rec), deadline,
-                       [&](const Record& r) { return consume_once(path, r, report, deadline); });
+    return lookup_.retry_stale(path, std::move(rec), deadline, [&](const Record& r) {
+        return consume_once(path, r, report, deadline);
+    });
 }
 
 Status Client::consume_with(const std::string& path, const Record& rec, ConsumeReport* report) {

@@ -194,9 +194,8 @@ class Client {
     // that node's publish and consumes it (*done: the status returned is
     // the consume's), or takes the claim over once its holder is gone or
     // past DYAD_TRANSFER_TIMEOUT. *held: this node holds a claim to release.
-    Status claim_or_wait(const std::string& upath, const Record& origin_rec,
-                         const ServiceInfo& svc, ConsumeReport* rep, int lock_fd, bool* done,
-                         bool* held);
+    Status claim_or_wait(const std::string& upath, const Record& origin_rec, const ServiceInfo& svc,
+                         ConsumeReport* rep, int lock_fd, bool* done, bool* held);
     void release_claim(const std::string& upath, const ServiceInfo& svc);
     Result<proto::OriginClaimAnswer> claim_call(const std::string& upath, const ServiceInfo& svc,
                                                 uint64_t takes, bool release);
@@ -222,12 +221,12 @@ class Client {
     Origin origin_;
     Cache cache_;
     // The parts, each one concept (each file says what it holds).
-    ServiceLink link_;         // the node's service: hello, store, connections
-    OwnerDirectory owners_;    // owners' registry entries, endpoints, down marks
+    ServiceLink link_;          // the node's service: hello, store, connections
+    OwnerDirectory owners_;     // owners' registry entries, endpoints, down marks
     TransportPlanner planner_;  // which transports, best first
-    Lookup lookup_;            // records, stat, listing, stale retry
-    Producer producer_;        // produce, unpublish
-    Fetcher fetcher_;          // the path of bytes, from a source
+    Lookup lookup_;             // records, stat, listing, stale retry
+    Producer producer_;         // produce, unpublish
+    Fetcher fetcher_;           // the path of bytes, from a source
 };
 
 }  // namespace dyad::client

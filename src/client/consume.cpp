@@ -58,11 +58,13 @@ Status Fetcher::stage_commit(const std::string& upath, const Record& rec, int lo
     trace::Span moving("transfer", "client");
     auto trailer = fill(sink);
     if (moving.active())
-        trace_transfer(moving, rec, p_.lookup.key_of(upath), rep->transport, sink.bytes(), trailer.status());
+        trace_transfer(moving, rec, p_.lookup.key_of(upath), rep->transport, sink.bytes(),
+                       trailer.status());
     if (!trailer) return trailer.status();
     trace::Span committing("commit", "client");
     Status s = staging.value()->commit(trailer.value(), rec);
-    if (committing.active()) trace_commit(committing, rec, p_.lookup.key_of(upath), sink.bytes(), s);
+    if (committing.active())
+        trace_commit(committing, rec, p_.lookup.key_of(upath), sink.bytes(), s);
     if (!s) return s;
     rep->action = "fetched";
     rep->bytes = sink.bytes();

@@ -564,7 +564,7 @@ Result<bool> ConsumerStore::install_whole(const std::string& upath, const Record
 }
 
 Result<bool> ConsumerStore::link_unnamed(int fd, int dfd, const std::string& upath,
-                                          const std::string& base, const std::string& t) {
+                                         const std::string& base, const std::string& t) {
     // Linked by its descriptor where the kernel lets this process
     // (flink_ok_), else by its /proc name, which costs a walk through
     // /proc (on 10,000 x 4 KiB in tmpfs, ~1.5 of the ~17 us an install

@@ -99,7 +99,8 @@ Status Fetcher::from_replicas(const std::string& upath, const Record& rec, const
         rep->transport = b.name;
         Status s = stage_commit(upath, rec, lock_fd, rep, [&](FileSink& sink) {
             bool retry = false;
-            return receive(b, src, req, sink, [&sink] { return sink.bytes(); }, &retry);
+            return receive(
+                b, src, req, sink, [&sink] { return sink.bytes(); }, &retry);
         });
         if (s) {
             rep->endpoint = ep;

@@ -81,7 +81,8 @@ Status Fetcher::fetch_via(const dtl::Backend& b, const Source& src, const std::s
         }
         proto::FetchRequest req = request_of(upath, rec, nspace);
         req.replica = src.replica;
-        return receive(b, src, std::move(req), sink, [&sink] { return sink.bytes(); }, retry);
+        return receive(
+            b, src, std::move(req), sink, [&sink] { return sink.bytes(); }, retry);
     });
 }
 

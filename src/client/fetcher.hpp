@@ -134,8 +134,8 @@ class Fetcher {
     // One attempt over one transport; *retry says another may still work
     // (nothing was received and the failure is this transport's).
     Status fetch_via(const dtl::Backend& b, const Source& src, const std::string& upath,
-                     const Record& rec, const std::string& nspace, ConsumeReport* rep,
-                     int lock_fd, bool* retry);
+                     const Record& rec, const std::string& nspace, ConsumeReport* rep, int lock_fd,
+                     bool* retry);
     // The one path of bytes: `req` (request_of, maybe with a range or as a
     // replica fetch) to `src` over `b`, its bytes into `sink`; the END
     // trailer. `received`: the bytes the sink has taken.
@@ -163,8 +163,7 @@ class Fetcher {
     std::vector<size_t> unsettled(const std::vector<size_t>& which,
                                   const std::vector<std::string>& upaths,
                                   const std::vector<Record>& records, const ServiceInfo& svc,
-                                  const FinishFn& finish,
-                                  std::chrono::steady_clock::time_point t0);
+                                  const FinishFn& finish, std::chrono::steady_clock::time_point t0);
     // One served file of a dyad.fetch_many, all its bytes here: installed
     // whole without a lock where the file system allows, else under its
     // lock, staged and committed as a lone fetch's.

@@ -129,8 +129,8 @@ Result<Record> Lookup::find(const std::string& upath, bool should_wait, Deadline
     return r;
 }
 
-Status Lookup::lookup_failure(Status s, const std::string& upath, bool should_wait,
-                              bool look_once, const ServiceInfo& svc) const {
+Status Lookup::lookup_failure(Status s, const std::string& upath, bool should_wait, bool look_once,
+                              const ServiceInfo& svc) const {
     if (look_once && s.rc() == DYAD_RC_NOTFOUND) s = Status(DYAD_RC_TIMEOUT, "", ETIMEDOUT);
     if (s.rc() == DYAD_RC_TIMEOUT && should_wait)
         return Status(DYAD_RC_TIMEOUT,

@@ -83,8 +83,8 @@ Result<Files> open_files(const std::string& dir, const std::string& upath, bool 
     UniqueFd root(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!root.valid()) return Status::sys("open the consumer directory " + dir);
     const std::string name = hashed_name(upath);
-    auto sub = dir_beneath(root.get(), std::string(kBlocksDir) + "/" + name.substr(0, 2), create,
-                           0700);
+    auto sub =
+        dir_beneath(root.get(), std::string(kBlocksDir) + "/" + name.substr(0, 2), create, 0700);
     if (!sub) return sub.status();
     const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0);
     Files f;
@@ -154,8 +154,7 @@ void copy_part(const char* p, uint64_t start, size_t len, uint64_t offset, uint6
 
 // The held chunks of [from, to) (chunk indices) into buf, each checked:
 // false when one is missing or not what its entry says.
-bool held_chunks(const Files& f, const Record& rec, uint64_t from, uint64_t to,
-                 char* buf) {
+bool held_chunks(const Files& f, const Record& rec, uint64_t from, uint64_t to, char* buf) {
     const uint64_t start = from * kChunk;
     const size_t len = piece_len(rec, start, (to - from) * kChunk);
     if (read_full(f.data.get(), buf, len, start) != static_cast<ssize_t>(len)) return false;
@@ -175,8 +174,8 @@ bool all_held(const Files& f, const Record& rec, uint64_t offset, uint64_t lengt
     for (uint64_t c = offset / kChunk; c < last; c += kChunksPerBlock) {
         const uint64_t to = std::min(last, c + kChunksPerBlock);
         if (!held_chunks(f, rec, c, to, buf)) return false;
-        copy_part(buf, c * kChunk, piece_len(rec, c * kChunk, (to - c) * kChunk), offset,
-                  length, dst);
+        copy_part(buf, c * kChunk, piece_len(rec, c * kChunk, (to - c) * kChunk), offset, length,
+                  dst);
     }
     return true;
 }
@@ -190,7 +189,8 @@ Status direct(const Origin& origin, const std::string& upath, const Record& rec,
         static_cast<ssize_t>(length))
         return Status(DYAD_RC_BADFIO, "cannot read '" + upath + "' in the origin directory",
                       errno ? errno : EIO);
-    if (!Origin::unchanged(o->get(), rec)) return Status(DYAD_RC_BADFETCH, changed_text(upath), ESTALE);
+    if (!Origin::unchanged(o->get(), rec))
+        return Status(DYAD_RC_BADFETCH, changed_text(upath), ESTALE);
     return Status::ok();
 }
 

@@ -42,8 +42,8 @@ class OriginBlocks {
     // Where blocks cannot be kept (no consumer directory, a path too long,
     // the directory not writable), the range is read from the origin
     // directly, as without blocks.
-    Status read(const Origin& origin, const std::string& upath, const Record& rec,
-                uint64_t offset, uint64_t length, char* dst, uint64_t* from_origin) const;
+    Status read(const Origin& origin, const std::string& upath, const Record& rec, uint64_t offset,
+                uint64_t length, char* dst, uint64_t* from_origin) const;
 
   private:
     std::string dir_;

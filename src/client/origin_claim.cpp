@@ -36,7 +36,7 @@ Result<proto::OriginClaimAnswer> Client::claim_call(const std::string& upath,
     req.takes = takes;
     req.release = release;
     auto v = link_.pool().call(cfg_.service_uri, proto::kOriginClaim, req.build(),
-                         Deadline::after(kClaimCallTimeout));
+                               Deadline::after(kClaimCallTimeout));
     if (!v) return v.status();
     return proto::OriginClaimAnswer::parse(v.value());
 }
@@ -48,15 +48,14 @@ void Client::release_claim(const std::string& upath, const ServiceInfo& svc) {
                    r.status().to_string().c_str());
 }
 
-bool Client::claim_holder_gone(const std::string& value, uint64_t version,
-                               const ServiceInfo& svc) {
+bool Client::claim_holder_gone(const std::string& value, uint64_t version, const ServiceInfo& svc) {
     auto holder = Record::from_json(value, version);
     if (!holder) return true;  // not a claim this client can read: not waited for
     const std::string ep = OwnerDirectory::endpoint(holder.value(), svc);
     if (ep.empty()) return true;
     bool refused = false;
     auto v = link_.pool().call(ep, "dyad.status", nlohmann::json::object(),
-                         Deadline::after(kHolderPing), 0, true, &refused);
+                               Deadline::after(kHolderPing), 0, true, &refused);
     return !v && (refused || v.status().rc() == DYAD_RC_TIMEOUT);
 }
 

@@ -41,12 +41,12 @@
 namespace dyad::client {
 namespace {
 
-constexpr size_t kBatch = 512;           // keys per kvs.get_many
-constexpr size_t kFirstBatch = 64;       // ... in the first, which the workers wait for
-constexpr double kPollFirst = 0.02;      // seconds between looks for missing files, at first
-constexpr double kPollMax = 1.0;         // ... growing to this while nothing appears
-constexpr size_t kMinBatch = 8;          // files of one dyad.fetch_many, at least when ready
-constexpr size_t kBatchScan = 1024;      // ready files looked at for a batch's company
+constexpr size_t kBatch = 512;       // keys per kvs.get_many
+constexpr size_t kFirstBatch = 64;   // ... in the first, which the workers wait for
+constexpr double kPollFirst = 0.02;  // seconds between looks for missing files, at first
+constexpr double kPollMax = 1.0;     // ... growing to this while nothing appears
+constexpr size_t kMinBatch = 8;      // files of one dyad.fetch_many, at least when ready
+constexpr size_t kBatchScan = 1024;  // ready files looked at for a batch's company
 
 }  // namespace
 

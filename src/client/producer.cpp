@@ -119,7 +119,8 @@ Status Producer::produce(const std::string& path) {
     sp.fail(v.status());
     if (!v) return publish_failure(v.status(), connect_failed, full);
     // Published: no longer a cache copy, never evicted (cache.hpp).
-    if (auto cu = cons_.empty() ? std::nullopt : cons_.relative(full, cfg_.relative_to_managed_path))
+    if (auto cu =
+            cons_.empty() ? std::nullopt : cons_.relative(full, cfg_.relative_to_managed_path))
         cache_.forget(*cu);
     auto answer = proto::PublishAnswer::parse(v.value());
     if (sp.active() && answer) trace_produced(sp, up.value(), answer.value());
@@ -209,7 +210,7 @@ Status Producer::unpublish(const std::string& path) {
     req.key_bins = cfg_.key_bins;
     bool connect_failed = false;
     auto v = link_.pool().call(cfg_.service_uri, "dyad.unpublish", req.build(),
-                         Deadline::after(timeouts::kControl), 0, false, &connect_failed);
+                               Deadline::after(timeouts::kControl), 0, false, &connect_failed);
     if (!v && connect_failed)
         return Status(DYAD_RC_CONNFAIL,
                       "cannot unpublish '" + path + "': " + v.status().to_string(),

@@ -84,8 +84,7 @@ Status read_range(int fd, const std::string& upath, uint64_t offset, uint64_t le
 }
 
 // Never past what was produced: the whole range lies in the file.
-Status check_range(const std::string& upath, const Record& rec, uint64_t offset,
-                   uint64_t length) {
+Status check_range(const std::string& upath, const Record& rec, uint64_t offset, uint64_t length) {
     if (offset > rec.size || length > rec.size - offset)
         return Status(DYAD_RC_BADFIO,
                       "byte range [" + std::to_string(offset) + ", " + std::to_string(offset) +
@@ -101,8 +100,8 @@ Status check_range(const std::string& upath, const Record& rec, uint64_t offset,
 
 }  // namespace
 
-Status Fetcher::range(const std::string& upath, const Record& rec, uint64_t offset,
-                      uint64_t length, RangeBytes* out, ConsumeReport* rep) {
+Status Fetcher::range(const std::string& upath, const Record& rec, uint64_t offset, uint64_t length,
+                      RangeBytes* out, ConsumeReport* rep) {
     if (Status c = check_range(upath, rec, offset, length); !c) return c;
     auto svc = p_.link.service();
     if (!svc) return svc.status();
@@ -136,8 +135,8 @@ Status Fetcher::range(const std::string& upath, const Record& rec, uint64_t offs
 }
 
 std::optional<Status> Fetcher::range_here(const std::string& upath, const Record& rec,
-                                          const ServiceInfo& svc, uint64_t offset,
-                                          uint64_t length, char* dst, ConsumeReport* rep) {
+                                          const ServiceInfo& svc, uint64_t offset, uint64_t length,
+                                          char* dst, ConsumeReport* rep) {
     Status s;
     if (in_place(rec, svc)) {
         // The producer's own file (same directory, or shared storage): the
@@ -157,8 +156,8 @@ std::optional<Status> Fetcher::range_here(const std::string& upath, const Record
         // of the origin's file, the others read from it and kept
         // (origin_blocks.hpp; changed: ESTALE, which retry_stale looks up again).
         uint64_t from_origin = 0;
-        s = OriginBlocks(p_.cons.path()).read(p_.origin, upath, rec, offset, length, dst,
-                                              &from_origin);
+        s = OriginBlocks(p_.cons.path())
+                .read(p_.origin, upath, rec, offset, length, dst, &from_origin);
         rep->action = from_origin ? "origin" : "present";
         rep->transport = from_origin ? "origin" : "none";
     } else {

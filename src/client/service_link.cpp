@@ -134,7 +134,8 @@ Result<ServiceInfo> ServiceLink::service() {
     std::lock_guard<std::mutex> lk(mu_);
     if (svc_) return *svc_;
     if (Status u = check_service_uri(cfg_.service_uri, "DYAD_SERVICE_URI"); !u) return u;
-    auto c = rpc::Connection::connect(cfg_.service_uri, Deadline::after(timeouts::kControl), creds_);
+    auto c =
+        rpc::Connection::connect(cfg_.service_uri, Deadline::after(timeouts::kControl), creds_);
     if (!c)
         return unreachable(cfg_.service_uri, c.status(),
                            rpc::Connection::not_dyad(c.status())

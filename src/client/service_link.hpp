@@ -69,7 +69,7 @@ class ServiceLink {
     const bool slurm_job_;  // DYAD_JOB_MANAGER=slurm: the job's services are not the user's
     std::shared_ptr<rpc::ConnectionPool> pool_;
     std::mutex mu_;
-    std::optional<ServiceInfo> svc_;      // under mu_
+    std::optional<ServiceInfo> svc_;     // under mu_
     std::unique_ptr<kvs::Store> store_;  // under mu_
 };
 

@@ -64,7 +64,9 @@ nlohmann::json PublishAnswer::build() const {
     return a;
 }
 
-nlohmann::json UnpublishAnswer::build() const { return {{"key", key}, {"version", version}}; }
+nlohmann::json UnpublishAnswer::build() const {
+    return {{"key", key}, {"version", version}};
+}
 
 Result<UnpublishAnswer> UnpublishAnswer::parse(const nlohmann::json& meta) {
     Fields f(meta, "the answer of dyad.unpublish");

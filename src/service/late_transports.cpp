@@ -138,8 +138,8 @@ void Service::start_late_transports() {
         if (opts_.late_started) asio::post(io_, opts_.late_started);
         if (late_stop_ || !added) return;
         // Consumers read the owner's records from the registry.
-        auto e = store_->register_service(id_, identity().build().dump(-1, ' ', false, kBadUtf8Replaced),
-                                          Deadline::after(10));
+        auto e = store_->register_service(
+            id_, identity().build().dump(-1, ' ', false, kBadUtf8Replaced), Deadline::after(10));
         if (!e)
             DYAD_WARN(kSub,
                       "could not register the transports set up after the start: %s (consumers "
@@ -178,9 +178,9 @@ bool Service::held_for_late(const std::shared_ptr<rpc::Request>& r) {
     for (const auto& [k, v] : held_) n += v.size();
     if (n >= kMaxHeld) {
         r->fail(Status(DYAD_RC_BADDTLMODE,
-                    "transport " + b.value()->name + " is still being set up on this service " +
-                        "and " + std::to_string(kMaxHeld) + " fetches wait for it already",
-                    EBUSY));
+                       "transport " + b.value()->name + " is still being set up on this service " +
+                           "and " + std::to_string(kMaxHeld) + " fetches wait for it already",
+                       EBUSY));
         return true;
     }
     held_[b.value()->name].push_back(r);
@@ -191,10 +191,10 @@ bool Service::held_for_late(const std::shared_ptr<rpc::Request>& r) {
         auto held = weak.lock();
         if (ec || !held || held->finished() || !starting_.count(name)) return;
         held->fail(Status(DYAD_RC_BADDTLMODE,
-                    "transport " + name + " is still being set up on this service after " +
-                        std::to_string(kMaxHold.count()) +
-                        " s (see its log); use another DYAD_DTL_MODE, or AUTO",
-                    ETIMEDOUT));
+                          "transport " + name + " is still being set up on this service after " +
+                              std::to_string(kMaxHold.count()) +
+                              " s (see its log); use another DYAD_DTL_MODE, or AUTO",
+                          ETIMEDOUT));
     });
     return true;
 }

@@ -26,7 +26,8 @@ void Publisher::on_origin_claim(std::shared_ptr<rpc::Request> r) {
     if (!up) return r->fail(up.status());
     const std::string ns = req->ns.value_or(core_.opts.ns);
     if (ns.empty() || ns == kServicesNamespace)
-        return r->fail(Status(DYAD_RC_BADUNPACK, "claim in namespace '" + ns + "' refused", EINVAL));
+        return r->fail(
+            Status(DYAD_RC_BADUNPACK, "claim in namespace '" + ns + "' refused", EINVAL));
     if (auto down = core_.store->down()) return r->fail(*down);
     asio::post(core_.files, [this, r, req = std::move(req.value()), up = up.value(), ns] {
         if (r->finished()) return;
@@ -39,10 +40,10 @@ void Publisher::on_origin_claim(std::shared_ptr<rpc::Request> r) {
 }
 
 Result<proto::OriginClaimAnswer> Publisher::origin_claim(const proto::OriginClaimRequest& req,
-                                                       const std::string& up,
-                                                       const std::string& ns) {
-    auto key = gen_path_key(up, static_cast<unsigned>(req.key_depth),
-                            static_cast<unsigned>(req.key_bins));
+                                                         const std::string& up,
+                                                         const std::string& ns) {
+    auto key =
+        gen_path_key(up, static_cast<unsigned>(req.key_depth), static_cast<unsigned>(req.key_bins));
     if (!key) return key.status();
     const std::string cns = proto::claims_namespace(ns);
     const Deadline until = Deadline::after(kClaimStoreTimeout);
@@ -61,9 +62,9 @@ Result<proto::OriginClaimAnswer> Publisher::origin_claim(const proto::OriginClai
     rec.producer_dir = core_.prod_dir;
     rec.endpoints = core_.endpoints;
     rec.rank = core_.rank;
-    auto v = core_.store->put(cns, key.value(),
-                              rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced), core_.id,
-                              req.takes, until);
+    auto v =
+        core_.store->put(cns, key.value(), rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced),
+                         core_.id, req.takes, until);
     if (v) {
         a.held = true;
         a.holder = core_.id;

@@ -86,7 +86,8 @@ json status_doc() {
     j["memory"] = {{"limit", 1}};
     j["store"] = {{"keys", 3}, {"waiters", 1}, {"epoch", 2}, {"state_dir", "/s"}};
     j["metadata_store"] = {{"backend", "embedded"}, {"endpoint", "embedded"}, {"reachable", true}};
-    j["replicas"] = {{"default_copies", 1}, {"held", 2}, {"bytes", 3}, {"space", 4}, {"pushed", 5u}};
+    j["replicas"] = {
+        {"default_copies", 1}, {"held", 2}, {"bytes", 3}, {"space", 4}, {"pushed", 5u}};
     j["settings"] = json::array();
     return j;
 }
