@@ -1,0 +1,162 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where a DYAD MD frame stream spends its time, per frame (issue 49's
+stream goals): one bench/outside stream run of DYAD (node 0 to node 1, as
+`make bench-outside` runs it) with every process of it measured, as root.
+
+    DYAD_BUILD_DIR=build python3 bench/outside/profile_stream.py [--method pydyad]
+        [--size 644KiB] [--frames 64] [--out DIR]
+
+Two runs of the same stream:
+  1. CPU: `perf stat -e task-clock,context-switches,cpu-migrations` around
+     the producer and the consumer, /proc/PID/stat CPU time of both dyadds
+     over the run; per frame (CPU ms / frame) beside the run's wall time per
+     frame.
+  2. Syscalls: `strace -c -f` around the producer and the consumer and
+     attached to both dyadds (strace slows every call: its run's rates are
+     not figures, its call counts per frame are).
+Prints a summary and writes DIR/profile-<method>-<size>.txt with the raw
+perf and strace tables.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import outside as ox  # noqa: E402
+
+wf = ox.wf
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+class Wrapped:
+    """env.spawn with the producer's and consumer's command wrapped."""
+
+    def __init__(self, env, wrap):
+        self.env, self.wrap, self.files = env, wrap, {}
+        self.orig = env.spawn
+
+    def __enter__(self):
+        def spawn(node, cmd, e, log):
+            side = "consumer" if "consume" in cmd else "producer"
+            path = os.path.join(self.env.cluster.root, f"{side}.{self.wrap[0]}")
+            self.files[side] = path
+            return self.orig(node, self.wrap[1](path) + cmd, e, log)
+        self.env.spawn = spawn
+        return self
+
+    def __exit__(self, *exc):
+        self.env.spawn = self.orig
+
+
+def perf(path):
+    return ["perf", "stat", "-e", "task-clock,context-switches,cpu-migrations", "-x", ",", "-o", path, "--"]
+
+
+def strace(path):
+    return ["strace", "-c", "-f", "-o", path]
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as e:
+        return f"({e})"
+
+
+def task_clock_ms(text):
+    for line in text.splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[2].startswith("task-clock"):
+            return float(parts[0])
+    return None
+
+
+def top_calls(text, n=8):
+    """The strace -c table's busiest rows: (calls, name, seconds)."""
+    rows = []
+    for line in text.splitlines():
+        p = line.split()
+        if len(p) >= 5 and p[0].replace(".", "").isdigit() and p[-1] != "total":
+            try:
+                calls = int(p[3])
+            except ValueError:
+                continue
+            rows.append((calls, p[-1], float(p[1])))
+    return sorted(rows, reverse=True)[:n]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--method", default="pydyad")
+    p.add_argument("--size", default="644KiB", choices=list(wf.FRAME_SIZES))
+    p.add_argument("--frames", type=int, default=64)
+    p.add_argument("--out", default=os.path.join(os.environ.get("BENCH_OUT", os.path.join(wf.ROOT, "build", "bench")),
+                                                 "outside"))
+    a = p.parse_args()
+    reason = wf.unavailable_reason()
+    if reason:
+        sys.exit(f"profile_stream: cannot run here: {reason}")
+    os.makedirs(a.out, exist_ok=True)
+    size = wf.FRAME_SIZES[a.size]
+    report = [f"profile_stream: {a.method}, {a.frames} frames of {a.size}, node 0 -> node 1, load "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"]
+    raw = []
+    with wf.Env(2, gfs=False) as env:
+        ox.run_dyad_frames(env, a.method, size, 8)  # warm-up
+        pids = [n.service_pid() for n in env.nodes]
+        before = [cpu_seconds(x) for x in pids]
+        with Wrapped(env, ("perf", perf)) as w:
+            res = ox.run_dyad_frames(env, a.method, size, a.frames)
+        after = [cpu_seconds(x) for x in pids]
+        texts = {s: read(f) for s, f in w.files.items()}
+        wall = res["e2e_wall"]
+        report.append(f"run 1 (perf stat): {res['steady_fps']:.1f} frames/s steady, {res['frames_per_s']:.1f} end "
+                      f"to end; wall {wall * 1e3 / a.frames:.2f} ms/frame end to end, gap p50 "
+                      f"{ox_pct(res['gaps'], .5) * 1e3:.2f} ms")
+        for side in ("producer", "consumer"):
+            ms = task_clock_ms(texts.get(side, ""))
+            report.append(f"  {side}: CPU {ms:.0f} ms in all, {ms / a.frames:.2f} ms/frame (process start-up in)"
+                          if ms else f"  {side}: no perf figure")
+            raw.append(f"== perf stat, {side}\n{texts.get(side)}")
+        for k, (b, e) in enumerate(zip(before, after)):
+            report.append(f"  dyadd of node {k}: CPU {(e - b) * 1e3:.0f} ms, {(e - b) * 1e3 / a.frames:.2f} ms/frame")
+        traces = [os.path.join(env.cluster.root, f"dyadd{k}.strace") for k in range(2)]
+        attached = [subprocess.Popen(["strace", "-c", "-f", "-p", str(x), "-o", t], stderr=subprocess.DEVNULL)
+                    for x, t in zip(pids, traces)]
+        time.sleep(1.0)  # strace attached to every thread
+        with Wrapped(env, ("strace", strace)) as w:
+            res2 = ox.run_dyad_frames(env, a.method, size, a.frames)
+        for s in attached:
+            s.terminate()
+            s.wait(timeout=30)
+        report.append(f"run 2 (strace -c, slowed): {res2['steady_fps']:.1f} frames/s steady; syscalls per frame:")
+        named = [(side, read(f)) for side, f in w.files.items()] + [(f"dyadd of node {k}", read(t))
+                                                                     for k, t in enumerate(traces)]
+        for side, text in named:
+            raw.append(f"== strace -c -f, {side}\n{text}")
+            top = ", ".join(f"{name} {calls / a.frames:.1f} ({sec * 1e3 / a.frames:.2f} ms)"
+                            for calls, name, sec in top_calls(text))
+            report.append(f"  {side}: {top}")
+    text = "\n".join(report)
+    print(text)
+    with open(os.path.join(a.out, f"profile-{a.method}-{a.size}.txt"), "w") as f:
+        f.write(text + "\n\n" + "\n".join(raw))
+
+
+def ox_pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))] if v else 0.0
+
+
+if __name__ == "__main__":
+    main()
