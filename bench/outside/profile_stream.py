@@ -14,6 +14,9 @@ Two runs of the same stream:
   2. Syscalls: `strace -c -f` around the producer and the consumer and
      attached to both dyadds (strace slows every call: its run's rates are
      not figures, its call counts per frame are).
+  3. Samples: `perf record` around the producer and the consumer and
+     attached to the serving dyadd: the share of each one's CPU by DSO
+     (the Python interpreter, libdyad, libc, the kernel's copies...).
 Prints a summary and writes DIR/profile-<method>-<size>.txt with the raw
 perf and strace tables.
 """
@@ -59,6 +62,20 @@ class Wrapped:
 
 def perf(path):
     return ["perf", "stat", "-e", "task-clock,context-switches,cpu-migrations", "-x", ",", "-o", path, "--"]
+
+
+def record(path):
+    return ["perf", "record", "-q", "-F", "2000", "-o", path, "--"]
+
+
+def shares(path, sort, n=7):
+    """perf report's top rows by `sort` (dso or sym): "name share, ..."."""
+    p = subprocess.run(["perf", "report", "-i", path, "--stdio", "--sort", sort, "-q"], capture_output=True,
+                       text=True)
+    rows = [line.split(None, 1) for line in p.stdout.splitlines()]
+    rows = [(r[0], r[1].strip().replace("[k] ", "").replace("[.] ", "")) for r in rows
+            if len(r) == 2 and r[0].endswith("%")]
+    return ", ".join(f"{name} {share}" for share, name in rows[:n]) or p.stderr.strip()[-200:]
 
 
 def strace(path):
@@ -147,6 +164,18 @@ def main():
             top = ", ".join(f"{name} {calls / a.frames:.1f} ({sec * 1e3 / a.frames:.2f} ms)"
                             for calls, name, sec in top_calls(text))
             report.append(f"  {side}: {top}")
+        rec = os.path.join(env.cluster.root, "dyadd0.perf")
+        attached = subprocess.Popen(["perf", "record", "-q", "-F", "2000", "-p", str(pids[0]), "-o", rec],
+                                    stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        with Wrapped(env, ("perf.data", record)) as w:
+            res3 = ox.run_dyad_frames(env, a.method, size, a.frames)
+        attached.send_signal(2)
+        attached.wait(timeout=60)
+        report.append(f"run 3 (perf record): {res3['steady_fps']:.1f} frames/s steady; CPU samples by DSO:")
+        for side, f in list(w.files.items()) + [("dyadd of node 0", rec)]:
+            report.append(f"  {side}: {shares(f, 'dso')}")
+            report.append(f"    top symbols: {shares(f, 'sym', 10)}")
     text = "\n".join(report)
     print(text)
     with open(os.path.join(a.out, f"profile-{a.method}-{a.size}.txt"), "w") as f:
