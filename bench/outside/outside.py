@@ -250,8 +250,18 @@ def run_dyad_frames(env, method, size, frames):
 def adios2_unavailable(adios2_dir):
     if not adios2_dir:
         return "ADIOS2_DIR is not set (ADIOS2 is not in Debian 12: build it from source with SST on)"
-    if not glob.glob(os.path.join(adios2_dir, "lib*", "libadios2_cxx11.so*")):
-        return f"ADIOS2_DIR={adios2_dir} has no lib/libadios2_cxx11.so"
+    if not adios2_cxx_lib(adios2_dir):
+        return f"ADIOS2_DIR={adios2_dir} has no lib/libadios2_cxx.so (2.10+) or lib/libadios2_cxx11.so: not an install"
+    return None
+
+
+def adios2_cxx_lib(adios2_dir):
+    """(library directory, C++ binding's link name): libadios2_cxx from 2.10 on,
+    libadios2_cxx11 before."""
+    for name in ("adios2_cxx", "adios2_cxx11"):
+        hits = glob.glob(os.path.join(adios2_dir, "lib*", f"lib{name}.so"))
+        if hits:
+            return os.path.dirname(hits[0]), name
     return None
 
 
@@ -275,10 +285,10 @@ def adios2_version(adios2_dir):
 
 def build_adios2_driver(adios2_dir, build_dir):
     """Compiles bench/outside/adios2_frames.cpp against ADIOS2_DIR."""
-    lib = os.path.dirname(glob.glob(os.path.join(adios2_dir, "lib*", "libadios2_cxx11.so*"))[0])
+    lib, name = adios2_cxx_lib(adios2_dir)
     exe = os.path.join(build_dir, "adios2_frames")
     subprocess.run(["g++", "-O2", "-std=c++17", os.path.join(HERE, "adios2_frames.cpp"), "-o", exe,
-                    f"-I{adios2_dir}/include", f"-L{lib}", f"-Wl,-rpath,{lib}", "-ladios2_cxx11", "-ladios2_core"],
+                    f"-I{adios2_dir}/include", f"-L{lib}", f"-Wl,-rpath,{lib}", f"-l{name}", "-ladios2_core"],
                    check=True, capture_output=True, text=True)
     return exe
 
