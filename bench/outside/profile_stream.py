@@ -2,6 +2,8 @@
 """Where a DYAD MD frame stream spends its time, per frame (issue 49's
 stream goals): one bench/outside stream run of DYAD (node 0 to node 1, as
 `make bench-outside` runs it) with every process of it measured, as root.
+The same for ADIOS2 (--method adios2-sst or adios2-bp5, ADIOS2_DIR set):
+its writer and reader take the producer's and consumer's places.
 
     DYAD_BUILD_DIR=build python3 bench/outside/profile_stream.py [--method pydyad]
         [--size 644KiB] [--frames 64] [--out DIR]
@@ -49,7 +51,7 @@ class Wrapped:
 
     def __enter__(self):
         def spawn(node, cmd, e, log):
-            side = "consumer" if "consume" in cmd else "producer"
+            side = "consumer" if "consume" in cmd or "read" in cmd else "producer"
             path = os.path.join(self.env.cluster.root, f"{side}.{self.wrap[0]}")
             self.files[side] = path
             return self.orig(node, self.wrap[1](path) + cmd, e, log)
@@ -125,15 +127,27 @@ def main():
         sys.exit(f"profile_stream: cannot run here: {reason}")
     os.makedirs(a.out, exist_ok=True)
     size = wf.FRAME_SIZES[a.size]
+    if a.method.startswith("adios2"):
+        why = ox.adios2_unavailable(os.environ.get("ADIOS2_DIR"))
+        if why:
+            sys.exit(f"profile_stream: {why}")
+        exe = ox.build_adios2_driver(os.environ["ADIOS2_DIR"], a.out)
+        engine = a.method.split("-")[1].upper()
+
+        def run(env, n):
+            return ox.run_adios2_frames(env, exe, engine, size, n)
+    else:
+        def run(env, n):
+            return ox.run_dyad_frames(env, a.method, size, n)
     report = [f"profile_stream: {a.method}, {a.frames} frames of {a.size}, node 0 -> node 1, load "
               f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})"]
     raw = []
-    with wf.Env(2, gfs=False) as env:
-        ox.run_dyad_frames(env, a.method, size, 8)  # warm-up
+    with wf.Env(2, gfs=a.method == "adios2-bp5") as env:
+        run(env, 8)  # warm-up
         pids = [n.service_pid() for n in env.nodes]
         before = [cpu_seconds(x) for x in pids]
         with Wrapped(env, ("perf", perf)) as w:
-            res = ox.run_dyad_frames(env, a.method, size, a.frames)
+            res = run(env, a.frames)
         after = [cpu_seconds(x) for x in pids]
         texts = {s: read(f) for s, f in w.files.items()}
         wall = res["e2e_wall"]
@@ -152,7 +166,7 @@ def main():
                     for x, t in zip(pids, traces)]
         time.sleep(1.0)  # strace attached to every thread
         with Wrapped(env, ("strace", strace)) as w:
-            res2 = ox.run_dyad_frames(env, a.method, size, a.frames)
+            res2 = run(env, a.frames)
         for s in attached:
             s.terminate()
             s.wait(timeout=30)
@@ -169,7 +183,7 @@ def main():
                                     stderr=subprocess.DEVNULL)
         time.sleep(0.5)
         with Wrapped(env, ("perf.data", record)) as w:
-            res3 = ox.run_dyad_frames(env, a.method, size, a.frames)
+            res3 = run(env, a.frames)
         attached.send_signal(2)
         attached.wait(timeout=60)
         report.append(f"run 3 (perf record): {res3['steady_fps']:.1f} frames/s steady; CPU samples by DSO:")
