@@ -12,7 +12,10 @@ their median and range reported.
 """
 import json
 import os
+import re
 import statistics
+import subprocess
+import tempfile
 
 import outside as ox
 
@@ -43,6 +46,18 @@ def fmt(x, unit=1.0):
         return "-"
     x *= unit
     return f"{x:.3g}" if abs(x) < 100 else f"{x:.0f}"
+
+
+def clean(msg, root):
+    """A failure's text for the table: no terminal colours, no machine paths."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", msg).replace(root, "<cluster>")
+
+
+def storage():
+    """The file system the nodes' directories (and GlusterFS's bricks) are on."""
+    d = tempfile.gettempdir()
+    p = subprocess.run(["stat", "-f", "-c", "%T", d], capture_output=True, text=True)
+    return f"{p.stdout.strip() or '?'} ({d})"
 
 
 def usable(methods, adios2_exe, skipped):
@@ -85,8 +100,9 @@ def md_rounds(env, sizes, frames, rounds, log, methods, adios2_exe, skipped):
                         f"({res['steady_MB_per_s']:.0f} MB/s), {res['frames_per_s']:.1f} end to end, "
                         f"gap p50 {pct(res['gaps'], .5) * 1e3:.2f} ms, load {res['load1']:.1f}")
                 except (RuntimeError, OSError, KeyError, ValueError) as e:
-                    log(f"md round {r} {label} {m}: FAILED: {str(e)[:400]}")
-                    failures.append(f"round {r} {label} {m}: {str(e)[:200]}")
+                    why = clean(str(e), env.cluster.root)
+                    log(f"md round {r} {label} {m}: FAILED: {why[:400]}")
+                    failures.append(f"round {r} {label} {m}: {why[:300]}")
                     res = None
                 if r:
                     out.setdefault(label, {}).setdefault(m, []).append(res)
@@ -144,7 +160,9 @@ def write_md(outdir, md, meta, skipped, failures=()):
              f"namespaces of one machine); {meta['rounds']} interleaved rounds after a warm-up, the order of the "
              "methods rotated each round. Load average (1 min) during the runs: "
              f"{meta.get('load', '?')} on 2 cores: other builds shared the machine, so read ratios of the same round, "
-             "not absolute rates.", "",
+             "not absolute rates. The nodes' directories (DYAD's files, GlusterFS's bricks): "
+             f"{meta.get('storage', 'the root disk (ext4)')}.", "",
+             f"Command: `{meta.get('command', 'make bench-outside')}`", "",
              "- pydyad: `dyad_open('wb')` publishes; the consumer `get_metadata(should_wait=True)` + "
              "`consume_w_metadata`, then reads and checks (bench/workflow/md_pair.py). dyad-wrapper: the same "
              "frames through `libdyad_wrapper.so` (plain open/write/close, open/read).",
@@ -163,7 +181,7 @@ def write_md(outdir, md, meta, skipped, failures=()):
         if v:
             lines += [f"Skipped {k}: {v}", ""]
     for f in failures:
-        lines += [f"Failed run (left out): {f}", ""]
+        lines += [f"Failed run (left out): {clean(f, '/tmp')}", ""]
     lines += ["| frame | method | steady frames/s | steady MB/s | gap p50 / p90 / max (ms) | end-to-end frames/s | "
               "end-to-end MB/s | SST rendezvous (s) | load |", "|---|---|---|---|---|---|---|---|---|"]
     for label, x in summ.items():
