@@ -24,6 +24,7 @@ perf and strace tables.
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import time
@@ -193,7 +194,7 @@ def main():
     text = "\n".join(report)
     print(text)
     with open(os.path.join(a.out, f"profile-{a.method}-{a.size}.txt"), "w") as f:
-        f.write(text + "\n\n" + "\n".join(raw))
+        f.write(re.sub(r"\S*/dyad-cluster-\w+", "<cluster>", text + "\n\n" + "\n".join(raw)))
 
 
 def ox_pct(v, q):
