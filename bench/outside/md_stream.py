@@ -167,7 +167,7 @@ def write_md(outdir, md, meta, skipped, failures=()):
              "`consume_w_metadata`, then reads and checks (bench/workflow/md_pair.py). dyad-wrapper: the same "
              "frames through `libdyad_wrapper.so` (plain open/write/close, open/read).",
              "- mpi: `MPI_Send`/`MPI_Recv` (mpi4py, OpenMPI, pml ob1, btl tcp between the namespaces), one buffer, "
-             "checked (bench/outside/mpi_frames.py).",
+             f"checked (bench/outside/mpi_frames.py){meta.get('mpi_note', ', mpi_yield_when_idle 1')}.",
              f"- adios2-sst / adios2-bp5: ADIOS2 {meta.get('adios2', '?')}, one step per frame, one uint8 variable "
              "(bench/outside/adios2_frames.cpp); SST over its TCP (WAN) data plane, QueueLimit 4, reader on node 1 "
              "started first; BP5 written to the GlusterFS volume through node 0's mount, read through node 1's as "

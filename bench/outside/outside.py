@@ -228,6 +228,11 @@ def run_mpi_frames(env, size, frames, timeout=600):
     """MPI send/recv of the frames between node 0 and node 1."""
     out = os.path.join(env.cluster.root, f"mpi-{uuid.uuid4().hex[:6]}.json")
     cmd, menv = mpirun_base(env, 2)
+    # A receiver that busy-polls for the next frame is starved or not by
+    # whatever else shares the cores: 84 to 4,504 frames/s of 644 KiB from
+    # round to round on the loaded 2 cores here. Yielding while idle, as
+    # OpenMPI advises for oversubscribed nodes, made it steady (3,354-4,404).
+    cmd = cmd + ["--mca", "mpi_yield_when_idle", "1"]
     argv = ["/usr/bin/python3", MPI_FRAMES, "--frames", str(frames), "--size", str(size), "--out", out]
     run_logged(cmd + mpmd([(env.nodes[0], argv, {}), (env.nodes[1], argv, {})]), menv, out + ".log", timeout,
                "MPI frames")
