@@ -19,7 +19,8 @@ A row whose tool is missing is printed as skipped, with the reason.
 
 Interleaved rounds: each round runs every method of a configuration once,
 the order rotated from round to round; round 0 warms up and is not counted.
-Writes $BENCH_OUT/outside: dlio.md, md.md, results.json, dlio.png, md.png.
+Writes $BENCH_OUT/outside: dlio.md, md.md, md.json, results.json, dlio.png,
+md.png (the stream rows: bench/outside/md_stream.py).
 """
 import argparse
 import json
