@@ -50,7 +50,8 @@ def fmt(x, unit=1.0):
 
 def clean(msg, root):
     """A failure's text for the table: no terminal colours, no machine paths."""
-    return re.sub(r"\x1b\[[0-9;]*m", "", msg).replace(root, "<cluster>")
+    msg = re.sub(r"\x1b\[[0-9;]*m", "", msg).replace(root, "<cluster>")
+    return re.sub(r"\S*/dyad-cluster-\w+", "<cluster>", msg)
 
 
 def storage():
