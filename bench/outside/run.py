@@ -306,7 +306,8 @@ def main():
         if exe:
             meta["adios2"] = ox.adios2_version(os.environ["ADIOS2_DIR"])
         meta["storage"] = md_stream.storage()
-        meta["command"] = ("ADIOS2_DIR=... " if exe else "") + "python3 bench/outside/run.py " + " ".join(sys.argv[1:])
+        argv = [x for i, x in enumerate(sys.argv[1:]) if x != "--out" and (i == 0 or sys.argv[i] != "--out")]
+        meta["command"] = ("ADIOS2_DIR=... " if exe else "") + "python3 bench/outside/run.py " + " ".join(argv)
         load0 = os.getloadavg()[0]
         with wf.Env(2) as env:
             md, failures = md_stream.md_rounds(env, a.sizes.split(","), a.frames, a.rounds, log,
