@@ -15,11 +15,19 @@
 #   bash scripts/bench-outside-setup.sh
 #
 # The Debian packages come first: bash bench/outside/install-deps.sh (root).
+# ADIOS2 (the SST and BP5 stream rows) is built from its own source tree when
+# ADIOS2_SRC is set (scripts/bench-outside-adios2.sh: ADIOS2_DIR, the prefix,
+# defaults to $ADIOS2_SRC/../adios2; about 16 min of one core); alone (no
+# DLIO_SRC) only ADIOS2 is built. Then `make bench-outside ADIOS2_DIR=PREFIX`.
 # The venv sees Debian's packages (--system-site-packages: torch, mpi4py,
 # omegaconf, numpy...). Prints the venv's python on its last line.
 set -euo pipefail
 
 die() { echo "bench-outside-setup: $*" >&2; exit 1; }
+if [ -n "${ADIOS2_SRC:-}" ]; then
+  bash "$(dirname "$0")/bench-outside-adios2.sh"
+  [ -n "${DLIO_SRC:-}" ] || exit 0  # ADIOS2 only
+fi
 [ -n "${DLIO_SRC:-}" ] || die "set DLIO_SRC to a checkout of github argonne-lcf/dlio_benchmark"
 [ -n "${HYDRA_SRC:-}" ] || die "set HYDRA_SRC to hydra-core 1.3.2's source (github facebookresearch/hydra, tag v1.3.2)"
 DLIO_SRC=$(cd "$DLIO_SRC" && pwd) || die "DLIO_SRC=$DLIO_SRC is not a directory"

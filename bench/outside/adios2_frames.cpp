@@ -2,7 +2,7 @@
 // The MD frame stream through ADIOS2 (bench/outside, issue 49): one step
 // per frame, written by one process and read by another.
 //
-//   adios2_frames write NAME --engine SST|BP5 --frames N --size BYTES
+//   adios2_frames write NAME --engine SST|BP5 --frames N --size BYTES [--out JSON]
 //   adios2_frames read NAME --engine SST|BP5 --frames N --size BYTES --out JSON
 //
 // Frame i: a 16-byte header (pair 0, frame i, little-endian) and the same
@@ -12,7 +12,9 @@
 // the reader first. BP5: NAME is a directory on the shared file system; the
 // reader waits for it (OpenTimeoutSecs) and reads each step as it lands.
 // The reader checks every byte and writes per-frame wall-clock times (one
-// machine, one clock) and frames per second from its first BeginStep.
+// machine, one clock: "frame_done", each frame read and checked), the time
+// it called Open ("t_open") and frames per second from its first BeginStep;
+// the writer (with --out) the time it started, before ADIOS2 was set up.
 //
 // Built only by bench/outside/run.py when ADIOS2_DIR is given (ADIOS2 is not
 // in Debian 12), never by the project's CMake.
@@ -91,6 +93,7 @@ void set_engine(adios2::IO& io, const Args& a) {
 }
 
 int write_side(const Args& a) {
+    double t_start = now();
     adios2::ADIOS adios;
     adios2::IO io = adios.DeclareIO("frames");
     set_engine(io, a);
@@ -106,7 +109,11 @@ int write_side(const Args& a) {
         w.EndStep();
     }
     w.Close();
-    return 0;
+    if (a.out.empty()) return 0;
+    std::ofstream o(a.out);
+    o.precision(17);
+    o << "{\"side\": \"write\", \"t_start\": " << t_start << ", \"t_end\": " << now() << "}\n";
+    return o ? 0 : 1;
 }
 
 int read_side(const Args& a) {
@@ -146,11 +153,14 @@ int read_side(const Args& a) {
     r.Close();
     double wall = times.back() - t0;
     std::ofstream o(a.out);
+    o.precision(17);
     o << "{\"method\": \"adios2-" << a.engine << "\", \"frames\": " << a.frames
       << ", \"size\": " << a.size << ", \"rendezvous\": " << (t0 - t_open) << ", \"wall\": " << wall
       << ", \"frames_per_s\": " << (a.frames / wall)
       << ", \"MiB_per_s\": " << (static_cast<double>(a.frames) * a.size / wall / 1048576.0)
-      << ", \"adios2\": \"" << ADIOS2_VERSION_STR << "\"}\n";
+      << ", \"t_open\": " << t_open << ", \"t_first_begin\": " << t0 << ", \"frame_done\": [";
+    for (size_t i = 0; i < times.size(); ++i) o << (i ? ", " : "") << times[i];
+    o << "], \"adios2\": \"" << ADIOS2_VERSION_STR << "\"}\n";
     return o ? 0 : 1;
 }
 

@@ -61,7 +61,7 @@ def main():
         with open(a.out, "w") as f:
             json.dump({"method": "mpi", "frames": a.frames, "size": a.size, "t_start": t0, "wall": wall,
                        "frames_per_s": a.frames / wall, "MiB_per_s": a.frames * a.size / wall / (1 << 20),
-                       "frame_gaps": gaps, "mpi": MPI.Get_library_version().splitlines()[0]}, f)
+                       "frame_gaps": gaps, "frame_done": times, "mpi": MPI.Get_library_version().splitlines()[0]}, f)
 
 
 if __name__ == "__main__":

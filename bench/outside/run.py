@@ -19,7 +19,8 @@ A row whose tool is missing is printed as skipped, with the reason.
 
 Interleaved rounds: each round runs every method of a configuration once,
 the order rotated from round to round; round 0 warms up and is not counted.
-Writes $BENCH_OUT/outside: dlio.md, md.md, results.json, dlio.png, md.png.
+Writes $BENCH_OUT/outside: dlio.md, md.md, md.json, results.json, dlio.png,
+md.png (the stream rows: bench/outside/md_stream.py).
 """
 import argparse
 import json
@@ -33,6 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import outside as ox  # noqa: E402
+import md_stream  # noqa: E402
 
 wf = ox.wf
 WORKLOADS = {"unet3d_dyad": {"batch": 4}, "resnet50_dyad": {"batch": 16}}
@@ -182,66 +184,7 @@ def write_dlio(outdir, summaries, meta, skipped):
     return text
 
 
-def md_rounds(env, sizes, frames, rounds, log, adios2_exe, skipped):
-    methods = ["pydyad", "mpi"]
-    if adios2_exe:
-        methods += ["adios2-sst", "adios2-bp5"]
-    out = {}
-    for r in range(rounds + 1):
-        for label in sizes:
-            size = FRAME_SIZES[label]
-            for m in rotated(methods, r):
-                if m == "mpi" and skipped.get("mpi"):
-                    continue
-                n = frames if r else min(frames, 8)
-                if m == "mpi":
-                    res = ox.run_mpi_frames(env, size, n)
-                elif m.startswith("adios2"):
-                    res = ox.run_adios2_frames(env, adios2_exe, m.split("-")[1].upper(), size, n)
-                else:
-                    res = ox.run_dyad_frames(env, m, size, n)
-                log(f"md round {r} {label} {m}: {res['frames_per_s']:.1f} frames/s ({res['MiB_per_s']:.0f} MiB/s)")
-                if r:
-                    out.setdefault(label, {}).setdefault(m, []).append(res)
-    return out
-
-
-def write_md(outdir, md, meta, skipped):
-    lines = [f"# The MD frame stream between two nodes ({meta['machine']})", "",
-             f"{meta['frames']} frames back to back (no simulation time), producer or sender on node 0, consumer or "
-             "receiver on node 1; frames/s over the stream's wall time (first write to last frame checked); "
-             f"medians over {meta['rounds']} interleaved rounds. pydyad: dyad_open('wb') publishes, "
-             "get_metadata + consume_w_metadata, read and check. mpi: MPI_Send/MPI_Recv (OpenMPI, pml ob1, btl tcp "
-             "between the namespaces), receive buffer checked.", ""]
-    for k, v in skipped.items():
-        if v:
-            lines += [f"Skipped {k}: {v}", ""]
-    methods = sorted({m for s in md.values() for m in s}, key=lambda m: ["pydyad", "mpi", "adios2-sst",
-                                                                         "adios2-bp5"].index(m))
-    lines += ["| frame | " + " | ".join(f"{m} frames/s" for m in methods) + " | DYAD / MPI (stream) | "
-              "DYAD movement p50 (ms) | MPI frame p50 (ms) | DYAD / MPI (per frame) |",
-              "|---|" + "---|" * (len(methods) + 4)]
-    for label, s in md.items():
-        fps = {m: med([r["frames_per_s"] for r in rs]) for m, rs in s.items()}
-        ratio = fps["pydyad"] / fps["mpi"] if fps.get("pydyad") and fps.get("mpi") else None
-        mv = pct([x for r in s.get("pydyad", []) for x in r["frame_movement"]], .5)
-        gap = pct([x for r in s.get("mpi", []) for x in r["frame_gaps"][1:]], .5)
-        per = gap / mv if mv and gap else None
-        lines.append(f"| {label} | " + " | ".join(f3(fps.get(m)) for m in methods) +
-                     f" | {'-' if ratio is None else f'{ratio:.2f}x'} | {f3(mv, 1e3)} | {f3(gap, 1e3)} | "
-                     f"{'-' if per is None else f'{per:.2f}x'} |")
-    lines += ["", "Stream: frames / wall time (DYAD's wall starts at the producer's start and includes the consumer "
-              "process catching up; MPI's starts after a barrier of both ranks). Per frame: DYAD's movement (from the "
-              "later of publish and the consumer asking, to the frame read and checked) beside MPI's time between "
-              "two receives of the back-to-back stream; the ratio is the per-frame rate, DYAD / MPI.", "",
-              "Goal: DYAD at least 0.7x MPI send/recv of the same frames between the same two nodes.", ""]
-    text = "\n".join(lines)
-    with open(os.path.join(outdir, "md.md"), "w") as f:
-        f.write(text)
-    return text
-
-
-def charts(outdir, dl, md):
+def charts(outdir, dl):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -260,20 +203,6 @@ def charts(outdir, dl, md):
         axes[0][0].legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(outdir, "dlio.png"), dpi=110)
-        plt.close(fig)
-    if md:
-        fig, ax = plt.subplots(figsize=(5.5, 3.6))
-        labels = list(md)
-        methods = sorted({m for s in md.values() for m in s})
-        for i, m in enumerate(methods):
-            vals = [med([r["MiB_per_s"] for r in md[lb].get(m, [])]) or 0 for lb in labels]
-            ax.bar([k + (i - (len(methods) - 1) / 2) * 0.8 / len(methods) for k in range(len(labels))], vals,
-                   0.8 / len(methods), label=m)
-        ax.set_xticks(range(len(labels)), labels)
-        ax.set_ylabel("MiB/s (frames x size / wall)")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(outdir, "md.png"), dpi=110)
         plt.close(fig)
 
 
@@ -309,6 +238,9 @@ def main():
     p.add_argument("--workloads", default="unet3d_dyad,resnet50_dyad")
     p.add_argument("--frames", type=int, default=64)
     p.add_argument("--sizes", default=",".join(FRAME_SIZES))
+    p.add_argument("--md-methods", default=md_stream.DEFAULT_METHODS,
+                   help=f"the stream's methods, of {','.join(md_stream.ORDER)}; the first DYAD one is judged by "
+                   "the goals")
     p.add_argument("--only", choices=["dlio", "md", "trace"])
     p.add_argument("--tables-from", metavar="RESULTS_JSON", help="write the tables and charts again from a "
                    "results.json (no measurement)")
@@ -322,9 +254,13 @@ def main():
         if r.get("dlio"):
             dl = {k: {m: {int(e): v for e, v in s.items()} for m, s in x.items()} for k, x in r["dlio"].items()}
             print(write_dlio(a.out, dl, r["meta"], r["skipped"].get("dlio")))
-        if r.get("md"):
-            print(write_md(a.out, r["md"], r["meta"], {k: r["skipped"].get(k) for k in ("mpi", "adios2")}))
-        charts(a.out, r.get("dlio") and dl, r.get("md"))
+        md = r.get("md") or r.get("runs")  # a results.json or an md.json
+        if md:
+            print(md_stream.write_md(a.out, md, r["meta"], {k: r["skipped"].get(k) for k in ("mpi", "adios2")},
+                                     r.get("md_failures", r.get("failures", []))))
+            md_stream.chart(a.out, md)
+        if r.get("dlio"):
+            charts(a.out, dl)
         return
     reason = wf.unavailable_reason()
     if reason:
@@ -367,16 +303,25 @@ def main():
         for k in ("mpi", "adios2"):
             if skipped[k]:
                 log(f"bench-outside: {k} rows skipped: {skipped[k]}")
+        if exe:
+            meta["adios2"] = ox.adios2_version(os.environ["ADIOS2_DIR"])
+        meta["storage"] = md_stream.storage()
+        argv = [x for i, x in enumerate(sys.argv[1:]) if x != "--out" and (i == 0 or sys.argv[i] != "--out")]
+        meta["command"] = ("ADIOS2_DIR=... " if exe else "") + "python3 bench/outside/run.py " + " ".join(argv)
+        load0 = os.getloadavg()[0]
         with wf.Env(2) as env:
-            md = md_rounds(env, a.sizes.split(","), a.frames, a.rounds, log, exe, skipped)
-        results["md"] = md
-        texts.append(write_md(a.out, md, meta, {k: skipped[k] for k in ("mpi", "adios2")}))
+            md, failures = md_stream.md_rounds(env, a.sizes.split(","), a.frames, a.rounds, log,
+                                               a.md_methods.split(","), exe, skipped)
+        meta["load"] = f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+        results["md"], results["md_failures"] = md, failures
+        texts.append(md_stream.write_md(a.out, md, meta, {k: skipped[k] for k in ("mpi", "adios2")}, failures))
+        md_stream.chart(a.out, md)
     if a.only in (None, "trace") and not skipped["dlio"]:
         py, why = dlio_python(log)
         if py:
             results["trace"] = {wl: traced_dlio(py, wl, max(int(x) for x in a.nodes.split(",")), a.out, log)
                                 for wl in a.workloads.split(",")}
-    charts(a.out, results.get("dlio"), results.get("md"))
+    charts(a.out, results.get("dlio"))
     with open(os.path.join(a.out, "results.json"), "w") as fh:
         json.dump(results, fh, indent=1, default=str)
     print("\n".join(texts))

@@ -207,6 +207,7 @@ def run_md(env, method, size, frames, pairs=1, nodes=2, sim=0.0, poll=0.005, kee
         res["consumption"].append(sum(lat))
         res["frame_movement"] += mv
         res["frame_latency"] += lat
+        res.setdefault("frame_done", []).extend(c["t_done"] for c in cj["frames"])
         t_last = max(t_last or cj["t_end"], cj["t_end"])
     res["wall"] = (t_last - t_first) if t_last else None
     for k in ("production", "movement", "consumption"):
