@@ -125,6 +125,10 @@ void install_signal_lines() {
 
 void print_due(Slot& s, int64_t now) {
     if (now < s.next_ns) return;
+    // The kill's last line is in place before the first "still waiting"
+    // line is out: a user (or a test) who sees that line and kills the
+    // process at once gets the last line too.
+    install_signal_lines();
     char line[kText + 512];
     int n =
         std::snprintf(line, sizeof line, "dyad: still waiting for %s: %lld s so far; %s\n", s.what,
@@ -132,7 +136,6 @@ void print_due(Slot& s, int64_t now) {
     if (n > 0) write_all(line, static_cast<size_t>(n) < sizeof line ? n : sizeof line - 1);
     s.gap = s.gap * 2 < WaitNotice::kLongestGap ? s.gap * 2 : WaitNotice::kLongestGap;
     s.next_ns = now + static_cast<int64_t>(s.gap * 1e9);
-    install_signal_lines();
 }
 
 void notifier() {
