@@ -32,11 +32,15 @@ What each rank does:
   into one contiguous piece per rank: each rank reads others' samples.
   DYAD_DLIO_SHUFFLE=none keeps DLIO's own blocks (a rank reads only what it
   owns; DYAD moves nothing).
-- Prefetch. A thread of the process that iterates the loader consumes the
-  files of the next DYAD_DLIO_AHEAD samples (default 64) with
-  Dyad.consume_many, in the order the epoch reads them, while DataLoader
-  workers read earlier ones. A worker finds its sample present, or waits for
-  the transfer already under way, or consumes it itself.
+- Prefetch. Each epoch (a pass of the sampler), a thread of the process
+  that iterates the loader consumes the files of the epoch's samples owned
+  elsewhere with Dyad.consume_many, in reading order, one group at a time:
+  at most DYAD_DLIO_INFLIGHT_BYTES (default 16 MiB) in a group, the first
+  group the first batch's files, then groups twice the last up to the budget
+  (DyadPrefetchSampler). A worker reads a file the prefetch consumed in this
+  pass without a lookup when the copy still carries the install stamp the
+  prefetch saw (local_mark()), waits for one the prefetch has not finished
+  (asking for it first), or consumes it itself.
 - Names. A file's DYAD name is DYAD_DLIO_PREFIX (default: the last
   component of data_folder) / its path under data_folder, in the producer
   and consumer directories of DYAD.
@@ -46,8 +50,8 @@ What each rank does:
 
 The samples are read with DLIO's own reader for the format (so DLIO's
 per-format cost and profiling stay), from the copy DYAD brought to this node.
-A sample consumed once by a worker process is not looked up again in later
-epochs of that process (a training set does not change during a run).
+Every pass checks every file again (batched lookups): a file produced again
+between epochs is never read stale.
 
 Everything but DyadTorchDataLoader (owner_of, Plan, stage_owned,
 DyadSampleSet, DyadPrefetchSampler) is plain Python without DLIO: the tests
@@ -66,8 +70,8 @@ import time
 
 from .bindings import Dyad, DyadError
 
-__all__ = ["DyadDLIOError", "DyadPrefetchSampler", "DyadSampleSet", "Plan", "owner_of", "rank_and_world",
-           "stage_owned", "DyadTorchDataLoader"]
+__all__ = ["DyadDLIOError", "DyadPrefetchSampler", "DyadSampleSet", "Plan", "local_mark", "owner_of",
+           "rank_and_world", "stage_owned", "DyadTorchDataLoader"]
 
 
 class DyadDLIOError(RuntimeError):
