@@ -88,7 +88,7 @@ def one_run(cluster, tmp, pythonpath, a, tag):
                                                    os.path.join(tmp, f"data{r}"), str(a.files), str(a.per_file),
                                                    str(a.batch), str(a.workers)],
                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, text=True)
+                                    stderr=None if os.environ.get("DLIO_BENCH_STDERR") else subprocess.DEVNULL, text=True)
     for r, p in procs.items():
         line = p.stdout.readline()
         if line.strip() != "ready":

@@ -430,9 +430,9 @@ class DyadPrefetchSampler:
             self._sizes = [total, n]
         return total // n if n else 1 << 20
 
-    def _next_group(self, ahead, i, target, pass_):
-        """The next group from ahead[i:] (files wanted by a worker first):
-        (group, new i)."""
+    def _next_group(self, ahead, i, target, count, pass_):
+        """The next group from ahead[i:] (files wanted by a worker first), at
+        most `target` bytes and `count` files: (group, new i)."""
         table = self.samples.table
         wanted = [k for k in range(i, len(ahead)) if table.wanted(ahead[k][1], pass_)]
         first = set(wanted)
@@ -445,7 +445,7 @@ class DyadPrefetchSampler:
             if table.state(f) != (pass_, _PLANNED):
                 continue
             cost = 0 if local_mark(self.samples.file_path(f)) is not None else est
-            if group and (used + cost > target or len(group) >= 256):
+            if group and (used + cost > target or len(group) >= count):
                 break
             group.append(f)
             used += cost
@@ -480,32 +480,38 @@ class DyadPrefetchSampler:
         samples.dyad.consume_many(names, window=self.window, on_done=done, raise_errors=False)
 
     def _prefetch(self, ahead, pass_, first):
-        i, target = 0, None
+        i, target, count = 0, None, None
         while i < len(ahead) and not self._stop.is_set() and self.samples.table.current == pass_:
             if target is None:  # the first group: the first batch's files
-                n = sum(1 for pos, _ in ahead if pos < first)
-                target = max(1, min(self.budget, n * self._estimate()))
-            else:
-                target = min(self.budget, target * 2)
+                count = max(1, sum(1 for pos, _ in ahead if pos < first))
+                target = max(1, min(self.budget, count * self._estimate()))
+            else:  # then wider, in bytes and in files (copies already here cost a lookup each)
+                target, count = min(self.budget, target * 2), min(256, count * 2)
             if self.ahead:
                 with self._cv:
                     self._cv.wait_for(lambda: self._stop.is_set() or ahead[i][0] < self._pos + self.ahead
                                       or any(self.samples.table.wanted(f, pass_) for _, f in ahead[i:]), 1.0)
-            group, i = self._next_group(ahead, i, target, pass_)
+            group, i = self._next_group(ahead, i, target, count, pass_)
             if group:
                 self._consume_group(group, pass_)
 
-    def _end_pass(self):
+    def close(self):
+        """Stops the prefetch (after the group under way) and waits for its
+        thread: no thread of ours inside libdyad after an epoch's finalize."""
         if self._thread is not None:
             self._stop.set()
             with self._cv:
                 self._cv.notify_all()
-            self._thread.join()  # no thread of ours inside libdyad when a pass ends
+            self._thread.join()
             self._thread = None
         self._stop.clear()
 
     def __iter__(self):
-        self._end_pass()  # a pass the reader left early (DLIO stops at its step count)
+        # A pass the reader left early (DLIO stops at its step count) ends
+        # here. The sampler hands out its last index long before the workers
+        # have read the epoch: its thread goes on until the epoch's files are
+        # here, or the next pass, or close().
+        self.close()
         order = self.samples.plan.order(self.epoch())
         ahead = list(self._files_ahead(order))
         table = self.samples.table
@@ -516,15 +522,12 @@ class DyadPrefetchSampler:
         self._thread = threading.Thread(target=self._prefetch, args=(ahead, pass_, self.first), daemon=True,
                                         name="dyad-dlio-prefetch")
         self._thread.start()
-        try:
-            for pos, g in enumerate(order):
-                if self.ahead:
-                    with self._cv:
-                        self._pos = pos
-                        self._cv.notify_all()
-                yield g
-        finally:
-            self._end_pass()
+        for pos, g in enumerate(order):
+            if self.ahead:
+                with self._cv:
+                    self._pos = pos
+                    self._cv.notify_all()
+            yield g
 
 
 def _dlio_config():
@@ -657,7 +660,9 @@ if _Base is not None:
                 yield batch
 
         def finalize(self):
-            pass
+            """After each epoch (DLIO calls it): the prefetch stops."""
+            if self.sampler is not None:
+                self.sampler.close()
 else:
     def __getattr__(name):
         if name == "DyadTorchDataLoader":
