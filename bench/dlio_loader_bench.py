@@ -83,6 +83,8 @@ def one_run(cluster, tmp, pythonpath, a, tag):
         cons = os.path.join(tmp, f"cons-{tag}-{r}")
         env = pyenv(node, consumer=False, DYAD_PATH_CONSUMER=cons, DYAD_WAIT_TIMEOUT=120,
                     DYAD_DLIO_PREFIX=f"ds-{tag}")
+        if a.budget and tag.startswith("new"):
+            env["DYAD_DLIO_INFLIGHT_BYTES"] = str(a.budget)
         env["PYTHONPATH"] = os.pathsep.join([standin, pythonpath])
         procs[r] = subprocess.Popen(node.prefix + [sys.executable, "-c", DRIVER, str(r), str(a.nodes),
                                                    os.path.join(tmp, f"data{r}"), str(a.files), str(a.per_file),
@@ -122,6 +124,7 @@ def main():
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--size", type=int, default=1 << 20, help="bytes of a file")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--budget", type=int, help="DYAD_DLIO_INFLIGHT_BYTES of the new loader")
     ap.add_argument("--json", help="write the figures here too")
     a = ap.parse_args()
     T.FILES, T.PER_FILE, T.RANKS = a.files, a.per_file, a.nodes

@@ -437,7 +437,7 @@ class DyadPrefetchSampler:
         wanted = [k for k in range(i, len(ahead)) if table.wanted(ahead[k][1], pass_)]
         first = set(wanted)
         picks = wanted + [k for k in range(i, len(ahead)) if k not in first]
-        group, used, est = [], 0, self._estimate()
+        group, used, moves, est = [], 0, 0, self._estimate()
         for k in picks:
             pos, f = ahead[k]
             if k not in first and self.ahead and pos >= self._pos + self.ahead and group:
@@ -445,10 +445,11 @@ class DyadPrefetchSampler:
             if table.state(f) != (pass_, _PLANNED):
                 continue
             cost = 0 if local_mark(self.samples.file_path(f)) is not None else est
-            if group and (used + cost > target or len(group) >= count):
+            if group and (used + cost > target or moves + (cost > 0) > count or len(group) >= 256):
                 break
             group.append(f)
             used += cost
+            moves += cost > 0
         while i < len(ahead) and table.state(ahead[i][1]) != (pass_, _PLANNED):
             i += 1
         return group, i
@@ -485,7 +486,7 @@ class DyadPrefetchSampler:
             if target is None:  # the first group: the first batch's files
                 count = max(1, sum(1 for pos, _ in ahead if pos < first))
                 target = max(1, min(self.budget, count * self._estimate()))
-            else:  # then wider, in bytes and in files (copies already here cost a lookup each)
+            else:  # then wider, in bytes and in files to move (a copy already here costs a lookup)
                 target, count = min(self.budget, target * 2), min(256, count * 2)
             if self.ahead:
                 with self._cv:
