@@ -83,6 +83,8 @@ def one_run(cluster, tmp, pythonpath, a, tag):
         cons = os.path.join(tmp, f"cons-{tag}-{r}")
         env = pyenv(node, consumer=False, DYAD_PATH_CONSUMER=cons, DYAD_WAIT_TIMEOUT=120,
                     DYAD_DLIO_PREFIX=f"ds-{tag}")
+        if os.environ.get("DYAD_DLIO_DEBUG"):
+            env["DYAD_DLIO_DEBUG"] = "1"
         if a.budget and tag.startswith("new"):
             env["DYAD_DLIO_INFLIGHT_BYTES"] = str(a.budget)
         env["PYTHONPATH"] = os.pathsep.join([standin, pythonpath])

@@ -397,12 +397,15 @@ class DyadPrefetchSampler:
         self.first = max(1, int(first))
         self.requested = []
         self.groups = []
+        self.launched = []  # (time.time() when started, the group's names)
         self.failed = 0
         self._sizes = [0, 0]  # bytes, files seen
         self._thread = None
         self._stop = threading.Event()
         self._pos = 0
         self._cv = threading.Condition()
+        self._bcv = threading.Condition()  # bytes in flight (estimated): self._inflight
+        self._inflight = 0
 
     def __len__(self):
         return len(self.samples.plan.order(self.epoch()))
@@ -432,12 +435,13 @@ class DyadPrefetchSampler:
 
     def _next_group(self, ahead, i, target, count, pass_):
         """The next group from ahead[i:] (files wanted by a worker first), at
-        most `target` bytes and `count` files: (group, new i)."""
+        most `target` bytes and `count` files to move: (group, the estimated
+        bytes of each, new i)."""
         table = self.samples.table
         wanted = [k for k in range(i, len(ahead)) if table.wanted(ahead[k][1], pass_)]
         first = set(wanted)
         picks = wanted + [k for k in range(i, len(ahead)) if k not in first]
-        group, used, moves, est = [], 0, 0, self._estimate()
+        group, costs, used, moves, est = [], [], 0, 0, self._estimate()
         for k in picks:
             pos, f = ahead[k]
             if k not in first and self.ahead and pos >= self._pos + self.ahead and group:
@@ -448,18 +452,27 @@ class DyadPrefetchSampler:
             if group and (used + cost > target or moves + (cost > 0) > count or len(group) >= 256):
                 break
             group.append(f)
+            costs.append(cost)
             used += cost
             moves += cost > 0
         while i < len(ahead) and table.state(ahead[i][1]) != (pass_, _PLANNED):
             i += 1
-        return group, i
+        return group, costs, i
 
-    def _consume_group(self, group, pass_):
+    def _release(self, nbytes):
+        with self._bcv:
+            self._inflight -= nbytes
+            self._bcv.notify_all()
+
+    def _consume_group(self, group, costs, pass_):
         table, samples = self.samples.table, self.samples
-        paths = {samples.file_path(f): f for f in group}
+        paths = {samples.file_path(f): (f, c) for f, c in zip(group, costs)}
+        held = dict(paths)
 
         def done(name, error):
-            f = paths[name]
+            f, cost = paths[name]
+            if held.pop(name, None) is not None:
+                self._release(cost)
             if error is None:
                 mark = local_mark(name)
                 try:
@@ -473,28 +486,55 @@ class DyadPrefetchSampler:
             self.failed += 1  # the worker reading it consumes it and reports the error
             table.set(f, pass_, _FAILED)
 
+        try:
+            samples.dyad.consume_many(list(paths), window=self.window, on_done=done, raise_errors=False)
+        finally:
+            self._release(sum(c for _, c in held.values()))  # any the callback did not see
+
+    def _launch(self, group, costs, pass_, calls):
+        """Starts consuming `group` once its bytes fit in the budget beside
+        those in flight (or nothing is in flight)."""
+        need = sum(costs)
+        with self._bcv:
+            while not self._stop.is_set() and self._inflight and self._inflight + need > self.budget:
+                self._bcv.wait(1.0)
+            if self._stop.is_set():
+                return
+            self._inflight += need
+        table, names = self.samples.table, [self.samples.plan.names[f] for f in group]
         for f in group:
             table.set(f, pass_, _SCHEDULED)
-        names = list(paths)
-        self.requested += [samples.plan.names[f] for f in group]
-        self.groups.append([samples.plan.names[f] for f in group])
-        samples.dyad.consume_many(names, window=self.window, on_done=done, raise_errors=False)
+        self.requested += names
+        self.groups.append(names)
+        self.launched.append((time.time(), names))
+        t = threading.Thread(target=self._consume_group, args=(group, costs, pass_), daemon=True,
+                             name="dyad-dlio-group")
+        t.start()
+        calls.append(t)
 
     def _prefetch(self, ahead, pass_, first):
-        i, target, count = 0, None, None
-        while i < len(ahead) and not self._stop.is_set() and self.samples.table.current == pass_:
-            if target is None:  # the first group: the first batch's files
-                count = max(1, sum(1 for pos, _ in ahead if pos < first))
-                target = max(1, min(self.budget, count * self._estimate()))
-            else:  # then wider, in bytes and in files to move (a copy already here costs a lookup)
-                target, count = min(self.budget, target * 2), min(256, count * 2)
-            if self.ahead:
-                with self._cv:
-                    self._cv.wait_for(lambda: self._stop.is_set() or ahead[i][0] < self._pos + self.ahead
-                                      or any(self.samples.table.wanted(f, pass_) for _, f in ahead[i:]), 1.0)
-            group, i = self._next_group(ahead, i, target, count, pass_)
-            if group:
-                self._consume_group(group, pass_)
+        """Groups one after another, each started when its bytes fit: a
+        group is at most half the budget after the first, so that the next
+        one moves while the last of the one before finish."""
+        i, target, count, calls = 0, None, None, []
+        try:
+            while i < len(ahead) and not self._stop.is_set() and self.samples.table.current == pass_:
+                if target is None:  # the first group: the first batch's files
+                    count = max(1, sum(1 for pos, _ in ahead if pos < first))
+                    target = max(1, min(self.budget, count * self._estimate()))
+                else:  # then wider, in bytes and in files to move (a copy already here costs a lookup)
+                    target, count = max(1, min(self.budget // 2, target * 2)), min(256, count * 2)
+                if self.ahead:
+                    with self._cv:
+                        self._cv.wait_for(lambda: self._stop.is_set() or ahead[i][0] < self._pos + self.ahead
+                                          or any(self.samples.table.wanted(f, pass_) for _, f in ahead[i:]), 1.0)
+                group, costs, i = self._next_group(ahead, i, target, count, pass_)
+                if group:
+                    self._launch(group, costs, pass_, calls)
+                calls = [t for t in calls if t.is_alive()]
+        finally:
+            for t in calls:
+                t.join()
 
     def close(self):
         """Stops the prefetch (after the group under way) and waits for its
