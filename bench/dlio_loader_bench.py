@@ -162,16 +162,18 @@ def main():
 def report(rows, a, mode):
     print(f"\n{a.nodes} nodes ({mode}), {a.files} files of {a.size >> 10} KiB x {a.per_file} samples, "
           f"batch {a.batch}, {a.workers} worker(s), {a.rounds} interleaved rounds")
-    print("| loader | epoch | samples/s (median of rounds) | batch wait p50 (ms) | p90 (ms) | p99 (ms) |")
-    print("|---|---|---|---|---|---|")
+    print("| loader | epoch | samples/s (median of rounds) | batch wait p50 (ms) | p90 (ms) | p99 (ms) "
+          "| first batch p50 (ms) |")
+    print("|---|---|---|---|---|---|---|")
     rates = {}
     for tag in ("old", "new"):
         for ep in (0, 1):
             per_round = [sum(res[r][ep]["samples"] / res[r][ep]["wall"] for r in res) for res in rows[tag]]
             waits = [w * 1000 for res in rows[tag] for r in res for w in res[r][ep]["waits"][1:]]
+            firsts = [res[r][ep]["waits"][0] * 1000 for res in rows[tag] for r in res if res[r][ep]["waits"]]
             rates[tag, ep] = per_round
             print(f"| {tag} | {ep + 1} | {statistics.median(per_round):.1f} | {pct(waits, .5):.2f} | "
-                  f"{pct(waits, .9):.2f} | {pct(waits, .99):.2f} |")
+                  f"{pct(waits, .9):.2f} | {pct(waits, .99):.2f} | {pct(firsts, .5):.1f} |")
     for ep in (0, 1):
         ratios = [n / o for n, o in zip(rates["new", ep], rates["old", ep])]
         print(f"epoch {ep + 1} samples/s new/old per round: {', '.join(f'{x:.2f}' for x in ratios)} "

@@ -34,9 +34,9 @@ What each rank does:
   owns; DYAD moves nothing).
 - Prefetch. Each epoch (a pass of the sampler), a thread of the process
   that iterates the loader consumes the files of the epoch's samples owned
-  elsewhere with Dyad.consume_many, in reading order, one group at a time:
-  at most DYAD_DLIO_INFLIGHT_BYTES (default 16 MiB) in a group, the first
-  group the first batch's files, then groups twice the last up to the budget
+  elsewhere with Dyad.consume_many, in reading order, in groups: at most
+  DYAD_DLIO_INFLIGHT_BYTES (default 64 MiB) in flight, the first group the
+  first batch's files, then groups twice the last up to half the budget
   (DyadPrefetchSampler). A worker reads a file the prefetch consumed in this
   pass without a lookup when the copy still carries the install stamp the
   prefetch saw (local_mark()), waits for one the prefetch has not finished
@@ -379,16 +379,18 @@ class DyadPrefetchSampler:
     """A torch sampler (duck-typed: __iter__, __len__) over this rank's
     samples of each epoch (plan.order(epoch()); epoch is a callable). Each
     iteration is a pass: a thread consumes the files of this epoch's samples
-    owned by other ranks with consume_many, one group at a time, a group
-    holding at most `budget` bytes (estimated from the sizes seen so far;
-    copies already here count nothing, they cost a batched lookup only). The
-    first group is the first batch's files, then each group may be twice the
-    last up to the budget (ramp); files a worker is waiting for go first.
-    With ahead > 0 the prefetch stays within `ahead` samples of the samples
-    handed out. requested: the file names asked for, in order; groups: the
-    groups, as lists of names."""
+    owned by other ranks with consume_many, in groups, at most `budget` bytes
+    in flight at once (estimated from the sizes seen so far, each file's
+    share given back as it lands; copies already here count nothing, they
+    cost a batched lookup only). The first group is the first batch's files,
+    then each group may be twice the last up to half the budget (ramp), so
+    that one moves while the last files of the one before land; files a
+    worker is waiting for go first. With ahead > 0 the prefetch stays within
+    `ahead` samples of the samples handed out. requested: the file names
+    asked for, in order; groups: the groups, as lists of names; launched:
+    (time.time() at its start, names) per group."""
 
-    def __init__(self, samples, epoch, ahead=0, window=0, budget=16 << 20, first=1):
+    def __init__(self, samples, epoch, ahead=0, window=0, budget=64 << 20, first=1):
         self.samples = samples
         self.epoch = epoch
         self.ahead = max(0, int(ahead))
@@ -576,7 +578,7 @@ def _dlio_config():
     place for them)."""
     ahead = _env_int(["DYAD_DLIO_AHEAD"])
     budget = _env_int(["DYAD_DLIO_INFLIGHT_BYTES"])
-    return {"ahead": ahead or 0, "budget": budget if budget and budget > 0 else 16 << 20,
+    return {"ahead": ahead or 0, "budget": budget if budget and budget > 0 else 64 << 20,
             "shuffle": os.environ.get("DYAD_DLIO_SHUFFLE", "global"),
             "prefix": os.environ.get("DYAD_DLIO_PREFIX"),
             "window": _env_int(["DYAD_CONSUME_WINDOW"]) or 0}
