@@ -491,7 +491,9 @@ class DyadPrefetchSampler:
         try:
             samples.dyad.consume_many(list(paths), window=self.window, on_done=done, raise_errors=False)
         finally:
-            self._release(sum(c for _, c in held.values()))  # any the callback did not see
+            for f, c in held.values():  # any the callback did not see: the worker consumes it
+                table.set(f, pass_, _FAILED)
+            self._release(sum(c for _, c in held.values()))
 
     def _launch(self, group, costs, pass_, calls):
         """Starts consuming `group` once its bytes fit in the budget beside
@@ -537,6 +539,11 @@ class DyadPrefetchSampler:
         finally:
             for t in calls:
                 t.join()
+            # Files this pass will not bring (stopped, or an error here): no
+            # worker waits for them, it consumes them itself.
+            for _, f in ahead:
+                if self.samples.table.state(f) in ((pass_, _PLANNED), (pass_, _SCHEDULED)):
+                    self.samples.table.set(f, pass_, _FAILED)
 
     def close(self):
         """Stops the prefetch (after the group under way) and waits for its
