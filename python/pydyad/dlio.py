@@ -533,8 +533,11 @@ class DyadPrefetchSampler:
                         self._cv.wait_for(lambda: self._stop.is_set() or ahead[i][0] < self._pos + self.ahead
                                           or any(self.samples.table.wanted(f, pass_) for _, f in ahead[i:]), 1.0)
                 group, costs, i = self._next_group(ahead, i, target, count, pass_)
-                if group:
-                    self._launch(group, costs, pass_, calls)
+                # Copies already here in a call of their own: one lookup and
+                # they are ready, not after the transfers of the same group.
+                for part in ([k for k, c in enumerate(costs) if c == 0], [k for k, c in enumerate(costs) if c]):
+                    if part:
+                        self._launch([group[k] for k in part], [costs[k] for k in part], pass_, calls)
                 calls = [t for t in calls if t.is_alive()]
         finally:
             for t in calls:
