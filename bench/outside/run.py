@@ -157,7 +157,7 @@ def write_dlio(outdir, summaries, meta, skipped):
              f"{meta['rounds']} interleaved rounds (after one warm-up); batch waits are DLIO's own per-step load "
              "times, pooled over ranks and rounds, without each rank's first step of an epoch (the DataLoader's start, "
              "excluded by DLIO's own figures too: its median is the 'first batch' column). dyad: pydyad.dlio.DyadTorchDataLoader (global shuffle, "
-             "ahead 64); gfs and local: DLIO's PyTorch loader.", ""]
+             "prefetch of 64 MiB in flight, ramped; local reads checked by install stamp); gfs and local: DLIO's PyTorch loader.", ""]
     if skipped:
         lines += [f"Skipped: {skipped}", ""]
     for key, s in summaries.items():

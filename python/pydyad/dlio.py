@@ -32,11 +32,15 @@ What each rank does:
   into one contiguous piece per rank: each rank reads others' samples.
   DYAD_DLIO_SHUFFLE=none keeps DLIO's own blocks (a rank reads only what it
   owns; DYAD moves nothing).
-- Prefetch. A thread of the process that iterates the loader consumes the
-  files of the next DYAD_DLIO_AHEAD samples (default 64) with
-  Dyad.consume_many, in the order the epoch reads them, while DataLoader
-  workers read earlier ones. A worker finds its sample present, or waits for
-  the transfer already under way, or consumes it itself.
+- Prefetch. Each epoch (a pass of the sampler), a thread of the process
+  that iterates the loader consumes the files of the epoch's samples owned
+  elsewhere with Dyad.consume_many, in reading order, in groups: at most
+  DYAD_DLIO_INFLIGHT_BYTES (default 64 MiB) in flight, the first group the
+  first batch's files, then groups twice the last up to half the budget
+  (DyadPrefetchSampler). A worker reads a file the prefetch consumed in this
+  pass without a lookup when the copy still carries the install stamp the
+  prefetch saw (local_mark()), waits for one the prefetch has not finished
+  (asking for it first), or consumes it itself.
 - Names. A file's DYAD name is DYAD_DLIO_PREFIX (default: the last
   component of data_folder) / its path under data_folder, in the producer
   and consumer directories of DYAD.
@@ -46,26 +50,28 @@ What each rank does:
 
 The samples are read with DLIO's own reader for the format (so DLIO's
 per-format cost and profiling stay), from the copy DYAD brought to this node.
-A sample consumed once by a worker process is not looked up again in later
-epochs of that process (a training set does not change during a run).
+Every pass checks every file again (batched lookups): a file produced again
+between epochs is never read stale.
 
 Everything but DyadTorchDataLoader (owner_of, Plan, stage_owned,
 DyadSampleSet, DyadPrefetchSampler) is plain Python without DLIO: the tests
 drive it with a stand-in of DLIO (tests/python/test_pydyad_dlio.py).
 """
+import hashlib
 import math
+import multiprocessing
 import os
 import pickle
-import queue
 import random
 import shutil
+import stat
 import threading
 import time
 
 from .bindings import Dyad, DyadError
 
-__all__ = ["DyadDLIOError", "DyadPrefetchSampler", "DyadSampleSet", "Plan", "owner_of", "rank_and_world",
-           "stage_owned", "DyadTorchDataLoader"]
+__all__ = ["DyadDLIOError", "DyadPrefetchSampler", "DyadSampleSet", "Plan", "local_mark", "owner_of",
+           "rank_and_world", "stage_owned", "DyadTorchDataLoader"]
 
 
 class DyadDLIOError(RuntimeError):
@@ -213,11 +219,75 @@ def stage_owned(plan, dyad=None, prod_dir=None, log=None):
     return copied, there
 
 
+_STAMP_ATTR = "user.dyad"  # the install stamp libdyad's consumer store sets on a copy it installed
+# Per-file state in the shared table: pass * 4 + one of these.
+_PLANNED, _SCHEDULED, _READY, _FAILED = 0, 1, 2, 3
+
+
+def local_mark(path):
+    """A 56-bit digest of which produce the copy at `path` is: its install
+    stamp (the user.dyad attribute libdyad's consumer store writes: owner,
+    generation, mtime, size installed), else its size and mtime (file systems
+    without user xattrs, as the consumer store's own check). None when there
+    is no regular file."""
+    try:
+        mark = os.getxattr(path, _STAMP_ATTR)
+    except OSError:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        mark = f"{st.st_size} {st.st_mtime_ns}".encode()
+    return int.from_bytes(hashlib.blake2b(mark, digest_size=7).digest(), "little")
+
+
+class _FileTable:
+    """What the prefetch knows, shared with the DataLoader's worker
+    processes (an anonymous shared mapping: inherited by fork, handed over
+    when a worker is spawned): slot 0 the current pass (epoch iteration);
+    per file its state (pass * 4 + _PLANNED.._FAILED), the mark of the copy
+    the prefetch checked, and the pass a worker wants it in."""
+
+    def __init__(self, nfiles):
+        self.arr = multiprocessing.RawArray("q", 1 + 3 * nfiles)
+
+    @property
+    def current(self):
+        return self.arr[0]
+
+    def begin_pass(self):
+        self.arr[0] += 1
+        return self.arr[0]
+
+    def state(self, f):
+        v = self.arr[1 + 3 * f]
+        return divmod(v, 4)
+
+    def set(self, f, pass_, state, mark=0):
+        if state == _READY:
+            self.arr[2 + 3 * f] = mark  # the mark before the state that vouches for it
+        self.arr[1 + 3 * f] = pass_ * 4 + state
+
+    def mark(self, f):
+        return self.arr[2 + 3 * f]
+
+    def want(self, f, pass_):
+        self.arr[3 + 3 * f] = pass_
+
+    def wanted(self, f, pass_):
+        return self.arr[3 + 3 * f] == pass_
+
+
 class DyadSampleSet:
     """Where sample g is on this node, and making it be there: path(g) (the
     producer copy for owned files, the consumer copy otherwise) and
-    fetch(g), which consumes a file owned elsewhere (once per process) and
-    raises DyadDLIOError naming the sample when that fails."""
+    fetch(g). A file the prefetch consumed in the current pass is read as it
+    is once its copy still carries the mark the prefetch saw (one getxattr, no
+    lookup); a file the prefetch has scheduled is waited for; else the
+    worker consumes it itself (a lookup: the copy is checked against the
+    current produce). Errors raise DyadDLIOError naming the sample."""
 
     def __init__(self, plan, prod_dir=None, cons_dir=None):
         self.plan = plan
@@ -227,19 +297,23 @@ class DyadSampleSet:
                 cons_dir or os.environ.get("DYAD_PATH_CONSUMER")):
             raise DyadDLIOError("pydyad.dlio: set DYAD_PATH_PRODUCER (the directory this node's dyadd serves) and "
                                 "DYAD_PATH_CONSUMER (where samples of other ranks arrive)")
+        self.table = _FileTable(len(plan.files))
+        wait = _env_int(["DYAD_WAIT_TIMEOUT"])
+        self.wait_s = 60.0 if not wait or wait <= 0 else float(wait)
+        self.local_reads = 0  # samples of others read as the prefetch left them (no lookup)
+        self.own_consumes = 0  # files this process consumed itself (a lookup each)
         self._dyad = None
         self._pid = None
-        self._have = set()  # files this process consumed (not asked again)
 
     def __getstate__(self):
         s = dict(self.__dict__)
-        s["_dyad"], s["_pid"], s["_have"] = None, None, set()
+        s["_dyad"], s["_pid"] = None, None
         return s
 
     @property
     def dyad(self):
         if self._dyad is None or self._pid != os.getpid():
-            self._dyad, self._pid, self._have = _dyad(), os.getpid(), set()
+            self._dyad, self._pid = _dyad(), os.getpid()
         return self._dyad
 
     def mine(self, g):
@@ -256,37 +330,84 @@ class DyadSampleSet:
         f = self.plan.file_of(g)
         return f"sample {g} (file {self.plan.names[f]}, owned by rank {self.plan.owner(f)})"
 
+    def _await_prefetch(self, f, pass_):
+        """Waits (up to DYAD_WAIT_TIMEOUT) while the prefetch has file f
+        planned or under way in this pass; True when it is ready here."""
+        deadline = time.monotonic() + self.wait_s
+        nap = 0.0005
+        wanted = False
+        while True:
+            p, st = self.table.state(f)
+            if p != pass_ or self.table.current != pass_ or st == _FAILED:
+                return False
+            if st == _READY:
+                return True
+            if not wanted:  # planned, not yet scheduled: ask for it next
+                self.table.want(f, pass_)
+                wanted = True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(nap)
+            nap = min(nap * 2, 0.005)
+
     def fetch(self, g):
         """Makes sample g's file present on this node; returns its path."""
         f = self.plan.file_of(g)
         path = self.file_path(f)
-        if self.plan.owner(f) == self.plan.rank or f in self._have:
+        if self.plan.owner(f) == self.plan.rank:
             return path
+        pass_ = self.table.current
+        if pass_ > 0 and self._await_prefetch(f, pass_):
+            if local_mark(path) == self.table.mark(f):
+                self.local_reads += 1
+                return path
         try:
             self.dyad.consume(path)
         except DyadError as e:
             raise DyadDLIOError(f"pydyad.dlio: rank {self.plan.rank} could not read {self.describe(g)} "
                                 f"through DYAD into {path}: {e}. Is rank {self.plan.owner(f)} running the same "
                                 f"workload (same files, same number of ranks) and publishing?") from e
-        self._have.add(f)
+        self.own_consumes += 1
+        if pass_ > 0 and self.table.current == pass_:
+            mark = local_mark(path)
+            if mark is not None:
+                self.table.set(f, pass_, _READY, mark)
         return path
 
 
 class DyadPrefetchSampler:
     """A torch sampler (duck-typed: __iter__, __len__) over this rank's
-    samples of each epoch (plan.order(epoch()); epoch is a callable). From
-    the first index on, a thread consumes the files of the next `ahead`
-    samples owned by other ranks, in reading order, with consume_many.
-    requested: the file names it asked for, in order (for tests and logs)."""
+    samples of each epoch (plan.order(epoch()); epoch is a callable). Each
+    iteration is a pass: a thread consumes the files of this epoch's samples
+    owned by other ranks with consume_many, in groups, at most `budget` bytes
+    in flight at once (estimated from the sizes seen so far, each file's
+    share given back as it lands; copies already here count nothing, they
+    cost a batched lookup only). The first group is the first batch's files,
+    then each group may be twice the last up to half the budget (ramp), so
+    that one moves while the last files of the one before land; files a
+    worker is waiting for go first. With ahead > 0 the prefetch stays within
+    `ahead` samples of the samples handed out. requested: the file names
+    asked for, in order; groups: the groups, as lists of names; launched:
+    (time.time() at its start, names) per group."""
 
-    def __init__(self, samples, epoch, ahead=64, window=0):
+    def __init__(self, samples, epoch, ahead=0, window=0, budget=64 << 20, first=1):
         self.samples = samples
         self.epoch = epoch
-        self.ahead = max(1, int(ahead))
+        self.ahead = max(0, int(ahead))
         self.window = int(window)
+        self.budget = max(1, int(budget))
+        self.first = max(1, int(first))
         self.requested = []
+        self.groups = []
+        self.launched = []  # (time.time() when started, the group's names)
         self.failed = 0
-        self._done = set()
+        self._sizes = [0, 0]  # bytes, files seen
+        self._thread = None
+        self._stop = threading.Event()
+        self._pos = 0
+        self._cv = threading.Condition()
+        self._bcv = threading.Condition()  # bytes in flight (estimated): self._inflight
+        self._inflight = 0
 
     def __len__(self):
         return len(self.samples.plan.order(self.epoch()))
@@ -297,58 +418,178 @@ class DyadPrefetchSampler:
         seen = set()
         for pos, g in enumerate(order):
             f = self.samples.plan.file_of(g)
-            if f in seen or f in self._done or self.samples.mine(g):
+            if f in seen or self.samples.mine(g):
                 continue
             seen.add(f)
             yield pos, f
 
-    def _prefetch(self, todo):
-        d = self.samples.dyad
-        while True:
-            batch = [todo.get()]
-            while batch[-1] is not None:
+    def _estimate(self):
+        total, n = self._sizes
+        if n == 0:  # the sizes of files this rank owns, a first guess
+            for f in self.samples.plan.owned()[:32]:
                 try:
-                    batch.append(todo.get_nowait())
-                except queue.Empty:
-                    break
-            files = [f for f in batch if f is not None]
-            if files:
-                names = [self.samples.file_path(f) for f in files]
-                self.requested += [self.samples.plan.names[f] for f in files]
-                errors = d.consume_many(names, window=self.window, raise_errors=False)
-                for f, e in zip(files, errors):
-                    if e is None:
-                        self._done.add(f)
-                    else:
-                        self.failed += 1  # the worker reading it consumes it and reports the error
-            if batch[-1] is None:
+                    total += os.stat(self.samples.file_path(f)).st_size
+                    n += 1
+                except OSError:
+                    pass
+            self._sizes = [total, n]
+        return total // n if n else 1 << 20
+
+    def _next_group(self, ahead, i, target, count, pass_):
+        """The next group from ahead[i:] (files wanted by a worker first), at
+        most `target` bytes and `count` files to move: (group, the estimated
+        bytes of each, new i)."""
+        table = self.samples.table
+        wanted = [k for k in range(i, len(ahead)) if table.wanted(ahead[k][1], pass_)]
+        first = set(wanted)
+        picks = wanted + [k for k in range(i, len(ahead)) if k not in first]
+        group, costs, used, moves, est = [], [], 0, 0, self._estimate()
+        for k in picks:
+            pos, f = ahead[k]
+            if k not in first and self.ahead and pos >= self._pos + self.ahead and group:
+                break
+            if table.state(f) != (pass_, _PLANNED):
+                continue
+            cost = 0 if local_mark(self.samples.file_path(f)) is not None else est
+            if group and (used + cost > target or moves + (cost > 0) > count or len(group) >= 256):
+                break
+            group.append(f)
+            costs.append(cost)
+            used += cost
+            moves += cost > 0
+        while i < len(ahead) and table.state(ahead[i][1]) != (pass_, _PLANNED):
+            i += 1
+        return group, costs, i
+
+    def _release(self, nbytes):
+        with self._bcv:
+            self._inflight -= nbytes
+            self._bcv.notify_all()
+
+    def _consume_group(self, group, costs, pass_):
+        table, samples = self.samples.table, self.samples
+        paths = {samples.file_path(f): (f, c) for f, c in zip(group, costs)}
+        held = dict(paths)
+
+        def done(name, error):
+            f, cost = paths[name]
+            if held.pop(name, None) is not None:
+                self._release(cost)
+            if error is None:
+                mark = local_mark(name)
+                try:
+                    self._sizes[0] += os.stat(name).st_size
+                    self._sizes[1] += 1
+                except OSError:
+                    pass
+                if mark is not None:
+                    table.set(f, pass_, _READY, mark)
+                    return
+            self.failed += 1  # the worker reading it consumes it and reports the error
+            table.set(f, pass_, _FAILED)
+
+        try:
+            samples.dyad.consume_many(list(paths), window=self.window, on_done=done, raise_errors=False)
+        finally:
+            for f, c in held.values():  # any the callback did not see: the worker consumes it
+                table.set(f, pass_, _FAILED)
+            self._release(sum(c for _, c in held.values()))
+
+    def _launch(self, group, costs, pass_, calls):
+        """Starts consuming `group` once its bytes fit in the budget beside
+        those in flight (or nothing is in flight)."""
+        need = sum(costs)
+        with self._bcv:
+            while not self._stop.is_set() and self._inflight and self._inflight + need > self.budget:
+                self._bcv.wait(1.0)
+            if self._stop.is_set():
                 return
+            self._inflight += need
+        table, names = self.samples.table, [self.samples.plan.names[f] for f in group]
+        for f in group:
+            table.set(f, pass_, _SCHEDULED)
+        self.requested += names
+        self.groups.append(names)
+        self.launched.append((time.time(), names))
+        t = threading.Thread(target=self._consume_group, args=(group, costs, pass_), daemon=True,
+                             name="dyad-dlio-group")
+        t.start()
+        calls.append(t)
+
+    def _prefetch(self, ahead, pass_, first):
+        """Groups one after another, each started when its bytes fit: a
+        group is at most half the budget after the first, so that the next
+        one moves while the last of the one before finish."""
+        i, target, count, calls = 0, None, None, []
+        try:
+            while i < len(ahead) and not self._stop.is_set() and self.samples.table.current == pass_:
+                if target is None:  # the first group: the first batch's files
+                    count = max(1, sum(1 for pos, _ in ahead if pos < first))
+                    target = max(1, min(self.budget, count * self._estimate()))
+                else:  # then wider, in bytes and in files to move (a copy already here costs a lookup)
+                    target, count = max(1, min(self.budget // 2, target * 2)), min(256, count * 2)
+                if self.ahead:
+                    with self._cv:
+                        self._cv.wait_for(lambda: self._stop.is_set() or ahead[i][0] < self._pos + self.ahead
+                                          or any(self.samples.table.wanted(f, pass_) for _, f in ahead[i:]), 1.0)
+                group, costs, i = self._next_group(ahead, i, target, count, pass_)
+                # Copies already here in a call of their own: one lookup and
+                # they are ready, not after the transfers of the same group.
+                for part in ([k for k, c in enumerate(costs) if c == 0], [k for k, c in enumerate(costs) if c]):
+                    if part:
+                        self._launch([group[k] for k in part], [costs[k] for k in part], pass_, calls)
+                calls = [t for t in calls if t.is_alive()]
+        finally:
+            for t in calls:
+                t.join()
+            # Files this pass will not bring (stopped, or an error here): no
+            # worker waits for them, it consumes them itself.
+            for _, f in ahead:
+                if self.samples.table.state(f) in ((pass_, _PLANNED), (pass_, _SCHEDULED)):
+                    self.samples.table.set(f, pass_, _FAILED)
+
+    def close(self):
+        """Stops the prefetch (after the group under way) and waits for its
+        thread: no thread of ours inside libdyad after an epoch's finalize."""
+        if self._thread is not None:
+            self._stop.set()
+            with self._cv:
+                self._cv.notify_all()
+            self._thread.join()
+            self._thread = None
+        self._stop.clear()
 
     def __iter__(self):
+        # A pass the reader left early (DLIO stops at its step count) ends
+        # here. The sampler hands out its last index long before the workers
+        # have read the epoch: its thread goes on until the epoch's files are
+        # here, or the next pass, or close().
+        self.close()
         order = self.samples.plan.order(self.epoch())
         ahead = list(self._files_ahead(order))
-        todo = queue.Queue()
-        thread = threading.Thread(target=self._prefetch, args=(todo,), daemon=True, name="dyad-dlio-prefetch")
-        sent = 0
-        try:
-            thread.start()
-            for pos, g in enumerate(order):
-                # The files of samples [pos, pos + ahead) are requested.
-                while sent < len(ahead) and ahead[sent][0] < pos + self.ahead:
-                    todo.put(ahead[sent][1])
-                    sent += 1
-                yield g
-            todo.put(None)
-            thread.join()  # no thread of ours inside libdyad when the epoch ends
-        finally:
-            todo.put(None)
+        table = self.samples.table
+        pass_ = table.begin_pass()
+        for _, f in ahead:
+            table.set(f, pass_, _PLANNED)
+        self._pos = 0
+        self._thread = threading.Thread(target=self._prefetch, args=(ahead, pass_, self.first), daemon=True,
+                                        name="dyad-dlio-prefetch")
+        self._thread.start()
+        for pos, g in enumerate(order):
+            if self.ahead:
+                with self._cv:
+                    self._pos = pos
+                    self._cv.notify_all()
+            yield g
 
 
 def _dlio_config():
     """Loader settings from the environment (DLIO's configuration has no
     place for them)."""
     ahead = _env_int(["DYAD_DLIO_AHEAD"])
-    return {"ahead": 64 if ahead is None else ahead, "shuffle": os.environ.get("DYAD_DLIO_SHUFFLE", "global"),
+    budget = _env_int(["DYAD_DLIO_INFLIGHT_BYTES"])
+    return {"ahead": ahead or 0, "budget": budget if budget and budget > 0 else 64 << 20,
+            "shuffle": os.environ.get("DYAD_DLIO_SHUFFLE", "global"),
             "prefix": os.environ.get("DYAD_DLIO_PREFIX"),
             "window": _env_int(["DYAD_CONSUME_WINDOW"]) or 0}
 
@@ -452,7 +693,8 @@ if _Base is not None:
             dataset = _DyadTorchDataset(self.samples, self.format_type, self.dataset_type, self.epoch_number,
                                         self.batch_size, workers)
             self.sampler = DyadPrefetchSampler(self.samples, lambda: self._reading, ahead=self.cfg["ahead"],
-                                               window=self.cfg["window"])
+                                               window=self.cfg["window"], budget=self.cfg["budget"],
+                                               first=self.batch_size)
             kw = {}
             if workers > 0:
                 kw = {"multiprocessing_context": a.multiprocessing_context, "persistent_workers": True,
@@ -471,7 +713,9 @@ if _Base is not None:
                 yield batch
 
         def finalize(self):
-            pass
+            """After each epoch (DLIO calls it): the prefetch stops."""
+            if self.sampler is not None:
+                self.sampler.close()
 else:
     def __getattr__(name):
         if name == "DyadTorchDataLoader":

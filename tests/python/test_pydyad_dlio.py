@@ -108,7 +108,7 @@ class ReaderFactory:
 # What dlio_benchmark/main.py does with a custom loader, reduced: prints one
 # JSON line per epoch (the samples read, in order) and the loader's state.
 DRIVER = r"""
-import importlib, inspect, json, logging, math, os, sys
+import importlib, inspect, json, logging, math, os, sys, time
 from dlio_benchmark.utils.config import ConfigArguments
 from dlio_benchmark.common.enumerations import DatasetType
 from dlio_benchmark.data_loader.base_data_loader import BaseDataLoader
@@ -135,7 +135,14 @@ for epoch in range(1, epochs + 1):
         read += [int(row[0]) for row in batch]
         step += 1
     loader.finalize()
-    print(json.dumps({"epoch": epoch, "read": read, "requested": list(loader.sampler.requested)}), flush=True)
+    print(json.dumps({"epoch": epoch, "read": read, "requested": list(loader.sampler.requested),
+                      "groups": getattr(loader.sampler, "groups", None),
+                      "launched": getattr(loader.sampler, "launched", None)}), flush=True)
+    go = os.environ.get("DLIO_TEST_PAUSE")
+    if go and epoch < epochs:  # the test changes the dataset between epochs
+        deadline = time.monotonic() + 60
+        while not os.path.exists(f"{go}.{rank}") and time.monotonic() < deadline:
+            time.sleep(0.02)
 """
 
 
@@ -154,12 +161,16 @@ def write_standin(root):
             f.write(text.lstrip("\n"))
 
 
-def write_sample_file(path, f):
+def write_sample_file(path, f, pad=0, plus=0):
+    """File f's samples: every value of sample g is g + plus; `pad` bytes
+    more (uncompressed) make it that much bigger."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     x = np.zeros((8, PER_FILE), dtype=np.int64)
     for s in range(PER_FILE):
-        x[:, s] = f * PER_FILE + s  # every value of sample g is g
-    np.savez(path, x=x)
+        x[:, s] = f * PER_FILE + s + plus
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp.npz")
+    np.savez(tmp, x=x, pad=np.zeros(pad, dtype=np.uint8))
+    os.rename(tmp, path)  # never half a file under its name
 
 
 def run_ranks(cluster, tmp_path, ranks, epochs=2, workers=1, timeout=120, **env_extra):
@@ -170,11 +181,10 @@ def run_ranks(cluster, tmp_path, ranks, epochs=2, workers=1, timeout=120, **env_
         write_standin(str(standin))
     procs = {}
     driver = DRIVER % {"per_file": PER_FILE, "batch": BATCH, "classname": CLASSNAME}
+    extra = {"DYAD_WAIT_TIMEOUT": 60, "DYAD_DLIO_AHEAD": 4, "DYAD_DLIO_PREFIX": "ds", **env_extra}
     for r in ranks:
         node = cluster[r]
-        env = pyenv(node, consumer=False, DYAD_PATH_CONSUMER=str(tmp_path / f"cons{r}"),
-                    DYAD_WAIT_TIMEOUT=env_extra.pop("DYAD_WAIT_TIMEOUT", 60), DYAD_DLIO_AHEAD=4,
-                    DYAD_DLIO_PREFIX="ds", **env_extra)
+        env = pyenv(node, consumer=False, DYAD_PATH_CONSUMER=str(tmp_path / f"cons{r}"), **extra)
         env["PYTHONPATH"] = f"{standin}{os.pathsep}{env['PYTHONPATH']}"
         procs[r] = subprocess.Popen([sys.executable, "-c", driver, str(r), str(RANKS), str(tmp_path / f"data{r}"),
                                      str(FILES), str(epochs), str(workers)], env=env, stdout=subprocess.PIPE,
@@ -189,14 +199,14 @@ def three():
     c.cleanup()
 
 
-def make_datasets(tmp_path, cluster, already_produced=()):
+def make_datasets(tmp_path, cluster, already_produced=(), pad=0):
     """Rank r's dataset has only the files DLIO's sharding gives it; a file
     in already_produced is instead in its owner's producer directory."""
     for f in range(FILES):
         r = dlio_owner(f)
         rel = os.path.join("train", f"img_{f:02d}_of_{FILES}.npz")
         write_sample_file(os.path.join(cluster[r].dir, "ds", rel) if f in already_produced
-                          else str(tmp_path / f"data{r}" / rel), f)
+                          else str(tmp_path / f"data{r}" / rel), f, pad=pad)
 
 
 def epochs_of(out):
@@ -234,9 +244,10 @@ def test_dlio_loader_ownership_consume_and_prefetch_order(three, tmp_path):
                 want.append(name)
         assert e1["requested"] == want, (r, e1["requested"], want)
         # Epoch 2 (same seed: seed_change_epoch off) reads the same samples,
-        # all on the node already: nothing more is requested.
+        # all on the node already: the prefetch checks the same files again
+        # (batched lookups: a copy here must still be the current produce).
         assert sorted(e2["read"]) == sorted(e1["read"])
-        assert e2["requested"] == e1["requested"]
+        assert e2["requested"] == e1["requested"] + want
         # Staging: the owned files, copied from the dataset (file 0 was in
         # rank 0's producer directory already and is published as it is).
         copied = len(owned) - (1 if r == 0 else 0)
@@ -283,3 +294,83 @@ def test_rank_and_world_without_dlio(monkeypatch):
     assert dlio.rank_and_world(Args()) == (1, 3)
     # DLIO's sharding of 10 files x 3 samples over 4 ranks (blocks of 8).
     assert [dlio.owner_of(f, 10, 3, 4) for f in range(10)] == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]
+
+
+def read_trace(directory):
+    """Events of every trace file in `directory` (a file cut short by a
+    process's exit is closed here)."""
+    events = []
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name)) as f:
+            text = f.read().rstrip().rstrip(",")
+        events += json.loads(text if text.endswith("]") else text + "]")
+    return [e for e in events if e.get("ph") == "X"]
+
+
+def test_prefetch_holds_its_byte_budget_and_brings_the_first_batch_first(three, tmp_path):
+    # Files of ~64 KiB; a budget of 150000 bytes holds two of them.
+    pad, budget = 64 << 10, 150000
+    make_datasets(tmp_path, three, pad=pad)
+    trace = tmp_path / "trace0"
+    procs = run_ranks(three, tmp_path, [1, 2], epochs=1, DYAD_DLIO_AHEAD=64, DYAD_DLIO_INFLIGHT_BYTES=budget)
+    procs.update(run_ranks(three, tmp_path, [0], epochs=1, DYAD_DLIO_AHEAD=64, DYAD_DLIO_INFLIGHT_BYTES=budget,
+                           DYAD_TRACE=str(trace)))
+    results = {r: epochs_of(finish(p, timeout=180)[0]) for r, p in procs.items()}
+    (e1,) = results[0]
+    events = read_trace(trace)
+    commits = [e for e in events if e["name"] == "commit"]
+    assert [e for e in events if e["name"] == "consume_many"] and commits, events
+    # What rank 0's prefetch had in flight: a file from the start of the
+    # consume_many call that asked for it (the loader's record) to the end of
+    # its commit (libdyad's own trace, with the bytes it installed).
+    # (A loader without that record: from the start of the last consume_many
+    # call before the commit, which can only count less.)
+    launched = e1["launched"] or []
+    started = {name: t * 1e6 for t, names in launched for name in names}
+    calls = sorted(e["ts"] for e in events if e["name"] == "consume_many")
+    spans = []
+    for c in commits:
+        start = started.get(c["args"]["path"], max([t for t in calls if t <= c["ts"]], default=c["ts"]))
+        spans.append((start, c["ts"] + c["dur"], c["args"]["bytes"]))
+    held = [sum(b for s, e, b in spans if s <= t <= e) for t, _, _ in spans]
+    assert max(held) <= budget, (held, budget)
+    # The first call brings exactly the first batch's files owned elsewhere.
+    owned = {f for f in range(FILES) if dlio_owner(f) == 0}
+    first = {os.path.join("ds", "train", f"img_{g // PER_FILE:02d}_of_{FILES}.npz") for g in e1["read"][:BATCH]
+             if g // PER_FILE not in owned}
+    assert launched and set(launched[0][1]) == first, (launched[:1], first, e1["read"][:BATCH])
+
+
+def test_local_samples_are_read_without_a_lookup_and_never_stale(three, tmp_path):
+    make_datasets(tmp_path, three)
+    trace = tmp_path / "trace0"
+    go = tmp_path / "go"
+    procs = run_ranks(three, tmp_path, [1, 2], DLIO_TEST_PAUSE=str(go))
+    procs.update(run_ranks(three, tmp_path, [0], DLIO_TEST_PAUSE=str(go), DYAD_TRACE=str(trace)))
+    first = {}
+    for r, p in procs.items():  # each rank's epoch 1, then it waits
+        line = p.stdout.readline()
+        assert line.startswith("{"), (r, line, p.stderr.read() if p.poll() is not None else "")
+        first[r] = json.loads(line)
+    # A file rank 0 read from another rank is produced again, changed.
+    owned0 = {f for f in range(FILES) if dlio_owner(f) == 0}
+    f = next(g // PER_FILE for g in first[0]["read"] if g // PER_FILE not in owned0)
+    q = dlio_owner(f)
+    path = os.path.join(three[q].dir, "ds", "train", f"img_{f:02d}_of_{FILES}.npz")
+    write_sample_file(path, f, plus=1000)
+    three[q].dyad("produce", path)
+    for r in range(RANKS):
+        (go.parent / f"{go.name}.{r}").touch()
+    second = {}
+    for r, p in procs.items():
+        out, _ = finish(p, timeout=180)
+        second[r] = epochs_of(out)[0]
+    # Rank 0 read others' samples in both epochs without a lookup of its
+    # own in its DataLoader worker: no single-file consume in its trace.
+    events = read_trace(trace)
+    assert [e for e in events if e["name"] == "consume_many"], events
+    assert [e["args"].get("path") for e in events if e["name"] == "consume"] == []
+    # Every rank read the file produced again as it is now, never stale.
+    for r in range(RANKS):
+        want = sorted(g + 1000 if g // PER_FILE == f else g for g in first[r]["read"])
+        assert sorted(second[r]["read"]) == want, (r, f, second[r]["read"], want)
