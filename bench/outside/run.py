@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -35,25 +34,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import outside as ox  # noqa: E402
 import md_stream  # noqa: E402
+from md_stream import med, pct, rotated  # noqa: E402  (the same statistics for every row)
 
 wf = ox.wf
 WORKLOADS = {"unet3d_dyad": {"batch": 4}, "resnet50_dyad": {"batch": 16}}
 FRAME_SIZES = {k: wf.FRAME_SIZES[k] for k in ("644KiB", "2.46MiB", "8.75MiB")}
-
-
-def pct(v, q):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(round(q * (len(v) - 1))))] if v else None
-
-
-def med(v):
-    v = [x for x in v if x is not None]
-    return statistics.median(v) if v else None
-
-
-def rotated(xs, r):
-    k = r % len(xs)
-    return xs[k:] + xs[:k]
 
 
 def f3(x, unit=1.0):
