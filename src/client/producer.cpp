@@ -70,23 +70,25 @@ Status refuse_if_being_written(const UniqueFd& fd, const std::string& full) {
 
 }  // namespace
 
-Result<std::string> Producer::relative(const std::string& path) const {
+Result<std::string> Producer::relative(const std::string& path, const char* verb) const {
+    const std::string v = verb;
     if (prod_.empty())
         return Status(
             DYAD_RC_BADMANAGEDPATH,
-            "cannot produce '" + path + "': no producer directory (set DYAD_PATH_PRODUCER)",
+            "cannot " + v + " '" + path + "': no producer directory (set DYAD_PATH_PRODUCER)",
             EINVAL);
     auto up = prod_.relative(path, cfg_.relative_to_managed_path);
     if (!up && canonical_path(path) == prod_.path())
         return Status(DYAD_RC_UNTRACKED,
-                      "'" + path + "' is the producer directory itself (DYAD_PATH_PRODUCER): " +
-                          "produce the files in it ('dyad produce -r " + path +
-                          "' publishes every one)",
+                      "'" + path + "' is the producer directory itself (DYAD_PATH_PRODUCER): " + v +
+                          " the files in it" +
+                          (v == "produce" ? " ('dyad produce -r " + path + "' publishes every one)"
+                                          : std::string()),
                       EINVAL);
     if (!up)
         return Status(DYAD_RC_UNTRACKED,
                       "'" + path + "' is not inside the producer directory " + prod_.path() +
-                          " (DYAD_PATH_PRODUCER): only files under it can be produced",
+                          " (DYAD_PATH_PRODUCER): only files under it can be " + v + "d",
                       EINVAL);
     if (Status r = reserved_check(up); !r) return r;
     return std::move(up.value());
@@ -95,7 +97,7 @@ Result<std::string> Producer::relative(const std::string& path) const {
 Status Producer::produce(const std::string& path) {
     trace::Span sp("produce", "client");
     sp.arg("path", path);
-    auto up = relative(path);
+    auto up = relative(path, "produce");
     if (!up) return up.status();
     auto svc = link_.service();
     if (!svc) return svc.status();
@@ -190,17 +192,8 @@ Status Producer::publish_failure(const Status& e, bool connect_failed,
 }
 
 Status Producer::unpublish(const std::string& path) {
-    if (prod_.empty())
-        return Status(
-            DYAD_RC_BADMANAGEDPATH,
-            "cannot unpublish '" + path + "': no producer directory (set DYAD_PATH_PRODUCER)",
-            EINVAL);
-    auto up = prod_.relative(path, cfg_.relative_to_managed_path);
-    if (!up)
-        return Status(DYAD_RC_UNTRACKED,
-                      "'" + path + "' is not inside the producer directory " + prod_.path() +
-                          " (DYAD_PATH_PRODUCER): only files under it are unpublished",
-                      EINVAL);
+    auto up = relative(path, "unpublish");
+    if (!up) return up.status();
     auto svc = link_.service();
     if (!svc) return svc.status();
     proto::UnpublishRequest req;

@@ -34,7 +34,8 @@ class Producer {
 
   private:
     // The relative path of a file to produce, or why it cannot be.
-    Result<std::string> relative(const std::string& path) const;
+    // `verb` ("produce", "unpublish") names the call in the errors.
+    Result<std::string> relative(const std::string& path, const char* verb) const;
     // What dyad.publish asks for the file `full` (relative path `upath`).
     proto::PublishRequest request(const std::string& upath, const std::string& full,
                                   const ServiceInfo& svc) const;

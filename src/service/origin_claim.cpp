@@ -55,13 +55,7 @@ Result<proto::OriginClaimAnswer> Publisher::origin_claim(const proto::OriginClai
             return Status(s).wrap("cannot release the claim of '" + up + "'");
         return a;
     }
-    kvs::Record rec;
-    rec.upath = up;
-    rec.owner = core_.id;
-    rec.node = core_.opts.node;
-    rec.producer_dir = core_.prod_dir;
-    rec.endpoints = core_.endpoints;
-    rec.rank = core_.rank;
+    kvs::Record rec = own_record(up);  // (no file: no size, mtime, inode)
     auto v =
         core_.store->put(cns, key.value(), rec.to_json().dump(-1, ' ', false, kBadUtf8Replaced),
                          core_.id, req.takes, until);

@@ -185,18 +185,23 @@ Result<nlohmann::json> Publisher::unpublish(const std::string& up, const std::st
     return proto::UnpublishAnswer{key.value(), e->version}.build();
 }
 
-kvs::Record Publisher::record_of(const std::string& up, const struct stat& sb) const {
+kvs::Record Publisher::own_record(const std::string& up) const {
     kvs::Record rec;
     rec.upath = up;
     rec.owner = core_.id;
     rec.node = core_.opts.node;
     rec.producer_dir = core_.prod_dir;
     rec.endpoints = core_.endpoints;
+    rec.rank = core_.rank;
+    return rec;
+}
+
+kvs::Record Publisher::record_of(const std::string& up, const struct stat& sb) const {
+    kvs::Record rec = own_record(up);
     rec.size = static_cast<uint64_t>(sb.st_size);
     rec.mtime_ns = static_cast<int64_t>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
     rec.mode = sb.st_mode & 07777;
     rec.ino = static_cast<uint64_t>(sb.st_ino);
-    rec.rank = core_.rank;
     return rec;
 }
 

@@ -67,6 +67,9 @@ class Publisher {
     Status may_change(const rpc::Peer& peer, const std::string& up, const char* what,
                       bool absent_ok);
     // The record publish() writes for the file `up` as `sb` says it is.
+    // The record of `up` as this service's, without the file's figures
+    // (a claim of an origin file; record_of adds them).
+    kvs::Record own_record(const std::string& up) const;
     kvs::Record record_of(const std::string& up, const struct stat& sb) const;
     // Opens a regular file beneath the producer directory (errors say why
     // not), for a publish or a re-join (publish.cpp).
