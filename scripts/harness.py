@@ -155,13 +155,41 @@ class Node:
         e.update({k: str(v) for k, v in extra.items()})
         return e
 
-    def dyad(self, *args, check=True, timeout=600, env_extra=None, **kw):
-        """Runs the dyad tool as a process of this node."""
+    def dyad(self, *args, check=True, timeout=240, env_extra=None, **kw):
+        """Runs the dyad tool as a process of this node. One that outlives
+        `timeout` gets SIGTERM (its last line says what it waited for) and
+        fails the test with its stderr and the tail of every service's log."""
         env = self.env(**(env_extra or {}))
-        p = subprocess.run(self.prefix + [DYAD, *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)
+        with subprocess.Popen(self.prefix + [DYAD, *args], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, **kw) as proc:
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                try:
+                    _, err = proc.communicate(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    _, err = proc.communicate()
+                raise AssertionError(self.hung(args, timeout, err)) from None
+        p = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
         if check and p.returncode != 0:
             raise RuntimeError(f"dyad {' '.join(args)} failed ({p.returncode}): {p.stderr}")
         return p
+
+    def hung(self, args, timeout, stderr):
+        """What a dyad command that did not end within `timeout` s printed,
+        and the last lines of every service of the cluster."""
+        if isinstance(stderr, bytes):
+            stderr = stderr.decode(errors="replace")
+        text = [f"dyad {' '.join(map(str, args))} on {self.name} still ran after {timeout} s; its stderr:",
+                stderr or "(nothing)"]
+        for n in getattr(self.cluster, "nodes", []):
+            log = getattr(n, "log_path", None)
+            if log and os.path.exists(log):
+                with open(log, errors="replace") as f:
+                    text.append(f"--- last lines of {log}:\n" + "".join(f.readlines()[-30:]))
+        return "\n".join(text)
 
     def dyad_async(self, *args, env_extra=None):
         env = self.env(**(env_extra or {}))

@@ -65,6 +65,7 @@ PKGS_TEST=(
                        # port), rsync in job scripts (tests); the distribution's service is disabled below
   acl                  # setfacl: the ACL case of the node-wide service's test (tests/integration/test_nodewide.py)
   python3-pytest       # every Python test (ctest runs pytest)
+  python3-pytest-timeout  # a hanging test fails after 300 s with every thread's stack (tests/CMakeLists.txt)
   python3-venv         # pip install ./python into a fresh venv (tests/python/test_pydyad_install.py)
   python3-numpy        # examples/python, pydyad.torch
   python3-h5py         # pydyad.hdf and its tests
