@@ -28,7 +28,6 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <future>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -135,10 +134,19 @@ int node_up(const Options& o) {
     return node_up_checked(opt, where);
 }
 
-// dyadd's command line for this node, listening on addr:port; `kvs` is the
-// store (empty: this dyadd hosts it).
+// The store of this node's dyadd: its --kvs ("": this dyadd hosts it);
+// late: the job's own etcd, reached once dyadd is ready (dyadd --store-late).
+struct JobStore {
+    std::string kvs;
+    bool late = false;
+    pid_t member = -1;       // this node's etcd member (our child), if any
+    bool port_held = false;  // one of its ports held by another program
+};
+
+// dyadd's command line for this node, listening on addr:port.
 std::vector<std::string> dyadd_argv(const Options& o, const std::string& addr, unsigned port,
-                                    const std::string& key, const std::string& kvs) {
+                                    const std::string& key, const JobStore& store) {
+    const std::string& kvs = store.kvs;
     std::vector<std::string> argv = {
         o.dyadd.empty() ? default_dyadd() : o.dyadd,
         "--node",
@@ -156,6 +164,7 @@ std::vector<std::string> dyadd_argv(const Options& o, const std::string& addr, u
         "--state-dir",
         o.dir + "/state"};
     if (!kvs.empty()) argv.insert(argv.end(), {"--kvs", kvs});
+    if (store.late) argv.push_back("--store-late");
     argv.insert(argv.end(), o.dyadd_args.begin(), o.dyadd_args.end());
     argv.push_back(o.dir + "/" + kDataName);
     return argv;
@@ -263,7 +272,7 @@ Result<std::optional<SlurmConf>> slurm_conf_of(const Options& o) {
 // fails under dyadd, taken meanwhile, moves on to the next). Its pid and port.
 Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::string& addr,
                                                    const std::vector<unsigned>& ports,
-                                                   const std::string& key, const std::string& kvs,
+                                                   const std::string& key, const JobStore& kvs,
                                                    const Deadline& deadline,
                                                    const std::string& log) {
     std::string skipped;
@@ -296,14 +305,13 @@ Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::
                   EADDRINUSE);
 }
 
-// The store of this node's dyadd (its --kvs): the job's own etcd (its
-// member started here on the first three nodes), the --kvs given, the first
-// node's dyadd (found at the job's ports), or "" (this dyadd hosts it).
-// With the job's etcd, *etcd_up is its readiness (etcd_ready, in a thread of
-// its own): dyadd starts meanwhile, its own start overlapping the election.
-Result<std::string> job_store(const Options& o, const std::string& key_hex, const SlurmConf* sc,
-                              const std::string& addr, const std::vector<unsigned>& ports,
-                              const Deadline& deadline, std::future<Status>* etcd_up) {
+// The store of this node's dyadd: the job's own etcd (its member started
+// here on the first three nodes, and the helper that enables its auth:
+// dyadd and node-up do not wait for its election), the --kvs given, the
+// first node's dyadd (found at the job's ports), or "" (this dyadd hosts it).
+Result<JobStore> job_store(const Options& o, const std::string& key_hex, const SlurmConf* sc,
+                           const std::string& addr, const std::vector<unsigned>& ports,
+                           const Deadline& deadline) {
     std::vector<std::string> nodes;
     if (!o.nodes.empty()) {
         auto all = expand_hostlist(o.nodes);
@@ -312,27 +320,34 @@ Result<std::string> job_store(const Options& o, const std::string& key_hex, cons
     }
     auto plan = etcd_plan(o, nodes, key_hex, sc);
     if (!plan) return plan.status();
+    JobStore js;
     if (plan->has_value()) {
         const EtcdPlan& p = **plan;
         if (Status s = write_etcd_files(o, key_hex, addr); !s) return s;
-        pid_t member = -1;
         if (p.me >= 0) {
+            // (A port held makes the member end at once: waited for below.)
+            js.port_held = !port_free(addr, p.client_port) || !port_free(addr, p.peer_port);
             auto pid = start_etcd_member(o, p, key_hex);
             if (!pid) return pid.status();
-            member = pid.value();
+            js.member = pid.value();
+            Status a = start_etcd_auth(o, p, key_hex, js.member, o.dir + "/" + kLogName);
+            if (!a) return a;
         }
-        *etcd_up = std::async(std::launch::async, [&o, p, key_hex, member, deadline] {
-            return etcd_ready(o, p, key_hex, member, deadline);
-        });
-        return etcd_kvs_uri(o, p);
+        js.kvs = etcd_kvs_uri(o, p);
+        js.late = true;
+        return js;
     }
-    if (!o.kvs.empty() || o.first.empty() || o.first == o.node) return o.kvs;
+    if (!o.kvs.empty() || o.first.empty() || o.first == o.node) {
+        js.kvs = o.kvs;
+        return js;
+    }
     auto first = node_address(o.first, sc);
     if (!first) return first.status();
     auto port = find_store(o, first.value(), ports, o.dir + "/" + kKeyName, deadline,
                            o.dir + "/" + kLogName);
     if (!port) return port.status();
-    return "tcp://" + first.value() + ":" + std::to_string(port.value());
+    js.kvs = "tcp://" + first.value() + ":" + std::to_string(port.value());
+    return js;
 }
 
 int node_up_checked(const Options& o, const std::string& where) {
@@ -366,21 +381,19 @@ int node_up_checked(const Options& o, const std::string& where) {
     auto ports = candidate_ports(o, key_hex);
     if (!ports) return failed(ports.status());
     const Deadline deadline = Deadline::after(o.timeout);
-    std::future<Status> etcd_up;
-    auto kvs = job_store(o, key_hex, sc, addr.value(), ports.value(), deadline, &etcd_up);
+    auto kvs = job_store(o, key_hex, sc, addr.value(), ports.value(), deadline);
     if (!kvs) return failed(kvs.status());
     auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log);
-    if (etcd_up.valid()) {  // the job's etcd: its readiness decides
-        Status e = etcd_up.get();
-        if (!e) {
-            if (up) ::kill(up->first, SIGKILL);
-            return failed(e);
-        }
-        // dyadd gave up on an etcd slower than its own connect (10 s): once more
-        if (!up)
-            up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log);
-    }
     if (!up) return failed(up.status());
+    // This node's etcd member: one that ended is said (the job goes on with
+    // the other two); one whose port is held ends at once, waited for.
+    if (kvs->member > 0) {
+        Status m = check_member(o, kvs->member, Deadline::after(kvs->port_held ? 5 : 0));
+        if (!m) {
+            ::kill(up->first, SIGKILL);
+            return failed(m);
+        }
+    }
     const pid_t pid = up->first;
     {
         std::ofstream pf(o.dir + "/" + kPidName);
