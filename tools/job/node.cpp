@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <utility>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -138,9 +139,7 @@ int node_up(const Options& o) {
 // late: the job's own etcd, reached once dyadd is ready (dyadd --store-late).
 struct JobStore {
     std::string kvs;
-    bool late = false;
-    pid_t member = -1;       // this node's etcd member (our child), if any
-    bool port_held = false;  // one of its ports held by another program
+    std::optional<EtcdPlan> etcd;  // the job's own (dyadd --store-late)
 };
 
 // dyadd's command line for this node, listening on addr:port.
@@ -164,7 +163,7 @@ std::vector<std::string> dyadd_argv(const Options& o, const std::string& addr, u
         "--state-dir",
         o.dir + "/state"};
     if (!kvs.empty()) argv.insert(argv.end(), {"--kvs", kvs});
-    if (store.late) argv.push_back("--store-late");
+    if (store.etcd) argv.push_back("--store-late");
     argv.insert(argv.end(), o.dyadd_args.begin(), o.dyadd_args.end());
     argv.push_back(o.dir + "/" + kDataName);
     return argv;
@@ -270,11 +269,13 @@ Result<std::optional<SlurmConf>> slurm_conf_of(const Options& o) {
 
 // Starts dyadd on the first of `ports` no one else holds (a port whose bind
 // fails under dyadd, taken meanwhile, moves on to the next). Its pid and port.
+// `spawned`: called once, right after the first dyadd is started (what
+// overlaps its start).
 Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::string& addr,
                                                    const std::vector<unsigned>& ports,
                                                    const std::string& key, const JobStore& kvs,
-                                                   const Deadline& deadline,
-                                                   const std::string& log) {
+                                                   const Deadline& deadline, const std::string& log,
+                                                   std::function<void()> spawned) {
     std::string skipped;
     for (unsigned port : ports) {
         if (!port_free(addr, port)) {
@@ -285,6 +286,7 @@ Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::
         auto pid = spawn_dyadd(o, dyadd_argv(o, addr, port, key, kvs), log);
         if (!pid) return pid.status();
         g_child = pid.value();
+        if (spawned) std::exchange(spawned, nullptr)();
         bool exited = false;
         Status s = wait_ready(o, pid.value(), addr, port, key, deadline, log, &exited);
         if (s) {
@@ -305,9 +307,8 @@ Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::
                   EADDRINUSE);
 }
 
-// The store of this node's dyadd: the job's own etcd (its member started
-// here on the first three nodes, and the helper that enables its auth:
-// dyadd and node-up do not wait for its election), the --kvs given, the
+// The store of this node's dyadd: the job's own etcd (its files written;
+// its member starts once dyadd is ready: start_member), the --kvs given, the
 // first node's dyadd (found at the job's ports), or "" (this dyadd hosts it).
 Result<JobStore> job_store(const Options& o, const std::string& key_hex, const SlurmConf* sc,
                            const std::string& addr, const std::vector<unsigned>& ports,
@@ -322,19 +323,9 @@ Result<JobStore> job_store(const Options& o, const std::string& key_hex, const S
     if (!plan) return plan.status();
     JobStore js;
     if (plan->has_value()) {
-        const EtcdPlan& p = **plan;
         if (Status s = write_etcd_files(o, key_hex, addr); !s) return s;
-        if (p.me >= 0) {
-            // (A port held makes the member end at once: waited for below.)
-            js.port_held = !port_free(addr, p.client_port) || !port_free(addr, p.peer_port);
-            auto pid = start_etcd_member(o, p, key_hex);
-            if (!pid) return pid.status();
-            js.member = pid.value();
-            Status a = start_etcd_auth(o, p, key_hex, js.member, o.dir + "/" + kLogName);
-            if (!a) return a;
-        }
-        js.kvs = etcd_kvs_uri(o, p);
-        js.late = true;
+        js.kvs = etcd_kvs_uri(o, **plan);
+        js.etcd = std::move(**plan);
         return js;
     }
     if (!o.kvs.empty() || o.first.empty() || o.first == o.node) {
@@ -348,6 +339,19 @@ Result<JobStore> job_store(const Options& o, const std::string& key_hex, const S
     if (!port) return port.status();
     js.kvs = "tcp://" + first.value() + ":" + std::to_string(port.value());
     return js;
+}
+
+// This node's etcd member and the helper that turns the job's etcd auth on
+// (etcd.hpp). An error when etcd cannot run at all; a member that ended at
+// once (a port held) is said, the job goes on with the other two.
+Status start_member(const Options& o, const EtcdPlan& p, const std::string& key_hex,
+                    const std::string& addr) {
+    const bool held = !port_free(addr, p.client_port) || !port_free(addr, p.peer_port);
+    auto pid = start_etcd_member(o, p, key_hex);
+    if (!pid) return pid.status();
+    if (Status a = start_etcd_auth(o, p, key_hex, pid.value(), o.dir + "/" + kLogName); !a)
+        return a;
+    return check_member(o, pid.value(), Deadline::after(held ? 5 : 0));
 }
 
 int node_up_checked(const Options& o, const std::string& where) {
@@ -383,17 +387,16 @@ int node_up_checked(const Options& o, const std::string& where) {
     const Deadline deadline = Deadline::after(o.timeout);
     auto kvs = job_store(o, key_hex, sc, addr.value(), ports.value(), deadline);
     if (!kvs) return failed(kvs.status());
-    auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log);
+    // This node's etcd member starts while dyadd does (dyadd does not wait
+    // for it: --store-late).
+    Status member = Status::ok();
+    auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log, [&] {
+        if (kvs->etcd && kvs->etcd->me >= 0)
+            member = start_member(o, *kvs->etcd, key_hex, addr.value());
+    });
+    if (up && !member) ::kill(up->first, SIGKILL);
+    if (!member) return failed(member);
     if (!up) return failed(up.status());
-    // This node's etcd member: one that ended is said (the job goes on with
-    // the other two); one whose port is held ends at once, waited for.
-    if (kvs->member > 0) {
-        Status m = check_member(o, kvs->member, Deadline::after(kvs->port_held ? 5 : 0));
-        if (!m) {
-            ::kill(up->first, SIGKILL);
-            return failed(m);
-        }
-    }
     const pid_t pid = up->first;
     {
         std::ofstream pf(o.dir + "/" + kPidName);
