@@ -373,7 +373,7 @@ int node_up_checked(const Options& o, const std::string& where) {
         fs::remove_all(o.dir + "/state", ec);
         ::unlink((o.dir + "/" + kSocketName).c_str());
         stop_etcd(o.dir, 0);
-        for (const char* f : {kEtcdData, kEtcdTls, kEtcdPassword, kEtcdPid})
+        for (const char* f : {kEtcdData, kEtcdTls, kEtcdPassword, kEtcdPid, kEtcdAuthPid})
             fs::remove_all(o.dir + "/" + f, ec);
         return fail(where + ": " + s.message());
     };
