@@ -168,6 +168,10 @@ void check_service(Report& r, client::Client& c, const Config& cfg) {
                             (m->endpoint.empty() ? std::string("?") : m->endpoint);
         if (m->reachable)
             r.add("metadata store", Verdict::ok, where);
+        else if (m->starting)
+            r.add("metadata store", Verdict::warn,
+                  where + " not reached yet, the service is starting: " + m->error,
+                  "a job's own etcd elects its leader within a second or two; ask again");
         else
             r.add("metadata store", Verdict::fail,
                   where + " does not answer: " +

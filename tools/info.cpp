@@ -236,8 +236,11 @@ void print_stores(const proto::ServiceStatus& st) {
     std::string backend = m->backend;
     if (backend != m->endpoint) backend += " at " + m->endpoint;
     std::printf("metadata store: %s, %s%s%s\n", backend.c_str(),
-                m->reachable ? "reachable" : "NOT reachable", m->reachable ? "" : ": ",
-                m->reachable ? "" : m->error.c_str());
+                m->reachable  ? "reachable"
+                : m->starting ? "STARTING (not reached yet)"
+                              : "NOT reachable",
+                m->reachable ? "" : ": ", m->reachable ? "" : m->error.c_str());
+    if (m->starting) return;
     if (m->backend == "etcd")
         std::printf(
             "  watch stream %s: %llu keys watched, %llu consumers waiting, %llu "

@@ -201,6 +201,7 @@ Result<StoreHealth> StoreHealth::parse(const nlohmann::json& j) {
     Fields f(j, "the status's metadata store");
     StoreHealth h;
     h.reachable = f.opt_bool("reachable").value_or(true);
+    h.starting = f.opt_bool("starting").value_or(false);
     h.backend = f.opt_str("backend").value_or("");
     h.endpoint = f.opt_str("endpoint", kMaxText).value_or("");
     h.error = f.opt_str("error", kMaxText).value_or("");

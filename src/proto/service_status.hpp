@@ -76,6 +76,7 @@ struct ServiceStatus {
 // tools read it: whether it answers, and an etcd store's watch and lease.
 struct StoreHealth {
     bool reachable = true;
+    bool starting = false;  // not reached yet since the service started (dyadd --store-late)
     std::string backend, endpoint, error;
     uint64_t rejoined = 0, republished = 0;
     // etcd's

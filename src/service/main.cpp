@@ -67,6 +67,7 @@ struct Args {
     std::string replica_space;
     double lease_ttl = 10;
     bool no_publish_ledger = false;  // --no-publish-ledger
+    bool store_late = false;         // --store-late
     // Where --metrics-listen binds (parsed from it).
     std::string metrics_host;
     uint16_t metrics_port = 0;
@@ -133,6 +134,12 @@ void add_service_options(CLI::App& app, Args& a) {
                    "learn it is gone within that time)")
         ->capture_default_str()
         ->check(CLI::Range(1.0, 3600.0));
+    app.add_flag("--store-late", a.store_late,
+                 "with etcd: be ready (listen, answer) before etcd answers, and reach it, "
+                 "check this service id and register in the background; requests wait for it "
+                 "meanwhile, each up to its deadline. A wrong password or another live dyadd "
+                 "of this --node still ends dyadd (exit code 4, 1), said in its error log. "
+                 "`dyad job` starts a job's dyadds so");
     app.add_option("--io-threads", o.io_threads, "threads for file reads")
         ->capture_default_str()
         ->check(CLI::Range(1, 64));
@@ -370,7 +377,10 @@ int check_metrics_listen(Args& a) {
 // the exit code.
 int connect_etcd(Args& a) {
     auto& o = a.o;
-    if (o.kvs_uri.rfind("etcd://", 0) != 0) return -1;
+    if (o.kvs_uri.rfind("etcd://", 0) != 0) {
+        if (a.store_late) return fail(kUsage, "--store-late is for --kvs etcd://...");
+        return -1;
+    }
     auto eps = dyad::kvs::etcd::parse_uri(o.kvs_uri);
     if (!eps) return fail(kUsage, "--kvs: " + eps.status().message());
     dyad::kvs::etcd::Options eo;
@@ -379,6 +389,13 @@ int connect_etcd(Args& a) {
         return fail(kUsage, "--kvs: " + sec.message());
     eo.lease_ttl = a.lease_ttl;
     eo.limits.max_records_per_ns = o.store_max_records_per_ns;
+    if (a.store_late) {  // reached once the service is ready
+        std::string where;
+        for (const auto& e : eo.endpoints) where += (where.empty() ? "" : ",") + e;
+        o.late_store = std::make_shared<dyad::kvs::LateStore>("etcd", where, o.kvs_uri);
+        o.connect_store = [eo](double seconds) { return dyad::kvs::etcd::connect(eo, seconds); };
+        return -1;
+    }
     auto st = dyad::kvs::etcd::connect(eo, 10);
     if (!st) return fail(kNetwork, st.status().to_string());
     o.external_store = st.value();
@@ -442,6 +459,9 @@ int serve(Args& a, const sigset_t& old) {
     dyad::log::install_crash_handler();
     svc.run(true);
     if (metrics) metrics->stop();
+    // --store-late: the store refused this service for good (logged).
+    if (auto f = svc.store_failure())
+        return fail(f->connecting ? kNetwork : start_failure_code(f->why), f->why.to_string());
     DYAD_INFO("dyadd", "stopped");
     return 0;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status.hpp"
+#include "kvs/late_store.hpp"
 #include "kvs/service_store.hpp"
 #include "publish_ledger.hpp"
 #include "replicas.hpp"
@@ -28,6 +29,13 @@ struct Options {
     // The store the service talks to itself (--kvs etcd://...; made by
     // dyadd's main, which alone links the etcd client): kvs_uri names it.
     std::shared_ptr<kvs::ServiceStore> external_store;
+    // dyadd --store-late (instead of external_store): the service is ready
+    // before its store answers (kvs/late_store.hpp); connect_store then
+    // connects it, one try of up to `seconds`: an error of rc
+    // DYAD_RC_TIMEOUT or DYAD_RC_CONNFAIL is a store not up yet (tried
+    // again), any other is final (late_store.cpp in this directory).
+    std::shared_ptr<kvs::LateStore> late_store;
+    std::function<Result<std::shared_ptr<kvs::ServiceStore>>(double seconds)> connect_store;
     // Where the embedded store keeps its epoch (--state-dir; "": the
     // producer directory's .dyad/).
     std::string state_dir;

@@ -167,6 +167,10 @@ std::string live_holder(const std::string& id, const std::string& value,
         if (!c) continue;
         auto hello = proto::Hello::parse(c.value()->peer_info());
         if (!hello || hello->service.service_id != id) continue;
+        // This very dyadd (with --store-late it answers before it looks),
+        // at an endpoint the stale registration names too.
+        if (hello->service.pid == ::getpid() && hello->service.host_id == dtl::host_id())
+            continue;
         std::string who = "the dyadd at " + ep;
         if (hello->service.pid) who += " (pid " + std::to_string(hello->service.pid) + ")";
         return who;
@@ -174,9 +178,8 @@ std::string live_holder(const std::string& id, const std::string& value,
     return "";
 }
 
-// One live dyadd per service id: `held` (the registry's entry for `id`, if
-// any) must not name a dyadd that still answers as `id`; one nobody answers
-// for is stale and may be replaced.
+}  // namespace
+
 Status refuse_if_live(const std::string& id, const Result<kvs::Entry>& held,
                       std::shared_ptr<const auth::Key> key, const std::string& store) {
     if (!held) return Status::ok();
@@ -193,8 +196,6 @@ Status refuse_if_live(const std::string& id, const Result<kvs::Entry>& held,
                       "first (a registration whose dyadd is gone does not block a restart)",
                   EBUSY);
 }
-
-}  // namespace
 
 bool is_loopback_host(const std::string& host) {
     if (host == "localhost") return true;
@@ -218,6 +219,7 @@ Service::Service(Options opts)
 }
 
 Service::~Service() {
+    stop_reaching_store();
     stop_late_transports();  // (it may be registering in the store)
     // First: the store's threads that call back into the service (a rejoin).
     if (store_) store_->close();
@@ -492,11 +494,20 @@ Status Service::start() {
                   h->epoch,
                   static_cast<unsigned long long>((static_cast<uint64_t>(h->epoch) << 32) | 1),
                   h->state_dir.c_str(), kvs::kEpochFile);
+    if (opts_.late_store) start_reaching_store();
     start_late_transports();
     return Status::ok();
 }
 
 Status Service::start_store() {
+    if (opts_.late_store) {
+        // Reached, and registered in, once the service is ready (late_store.cpp).
+        store_ = opts_.late_store;
+        store_server_ = std::make_unique<kvs::StoreServer>(*server_, store_);
+        rank_ = opts_.rank;
+        rank_source_ = opts_.rank ? opts_.rank_source : std::string();
+        return Status::ok();
+    }
     kvs::StoreSetup setup;
     setup.uri = opts_.kvs_uri;
     setup.external = std::move(opts_.external_store);

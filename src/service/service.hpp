@@ -54,6 +54,12 @@ using kvs::kServicesNamespace;
 
 // True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost).
 bool is_loopback_host(const std::string& host);
+// One live dyadd per service id: `held` (the registry's entry for `id`, if
+// any) must not name a dyadd that still answers as `id` (other than this
+// one); one nobody answers for is stale and may be replaced. EBUSY naming
+// it otherwise; `store` names the store in the message.
+Status refuse_if_live(const std::string& id, const Result<kvs::Entry>& held,
+                      std::shared_ptr<const auth::Key> key, const std::string& store);
 
 // The service of one node: its life cycle (start, run, stop) and its
 // identity (id, rank, endpoints, transports). What it does is in its parts,
@@ -89,6 +95,14 @@ class Service {
     void health(std::function<void(bool ok, std::string why)> done);
     // Where the metrics are served ("" for nowhere), for status. Before run().
     void set_metrics_endpoint(std::string url);
+    // A --store-late service that could not reach its store, or register
+    // in it, for good stops (run() returns): why, and whether reaching the
+    // store failed (else the registration). None otherwise.
+    struct StoreFailure {
+        Status why;
+        bool connecting = false;
+    };
+    std::optional<StoreFailure> store_failure() const;
 
   private:
     // Registers again in the remote store and has the publisher publish
@@ -104,6 +118,22 @@ class Service {
     Status start_store();
     // What it registers in the store and says in its hello and status.
     proto::Identity identity() const;
+
+    // ---- the store reached once the service is ready (--store-late;
+    // late_store.cpp): a thread connects it, registers the service and
+    // attaches it to opts_.late_store ----
+    void start_reaching_store();
+    void reach_store();
+    // The store, once connected (null: stopping, or failed for good).
+    std::shared_ptr<kvs::ServiceStore> connect_late();
+    // The one-live-dyadd check and the registration; false: failed (said).
+    bool register_late(kvs::ServiceStore& real);
+    void store_failed(const Status& why, bool connecting);
+    void stop_reaching_store();  // first thing of ~Service
+    std::thread store_thread_;
+    std::atomic<bool> store_stop_{false};
+    mutable std::mutex store_failure_mu_;
+    std::optional<StoreFailure> store_failure_;
 
     Options opts_;
     // Before the loop and the pool: handlers still queued there when the

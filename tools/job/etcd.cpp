@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <thread>
 
 #include "common/auth.hpp"
@@ -128,6 +129,46 @@ Status write_etcd_files(const Options& o, const std::string& key_hex, const std:
 }
 
 namespace {
+// etcd's last "error" in its log (JSON lines), else its last line.
+std::string last_error(const std::string& log) {
+    std::ifstream in(log);
+    std::string line, found, last;
+    while (std::getline(in, line)) {
+        last = line;
+        size_t at = line.rfind("\"error\":\"");
+        if (at == std::string::npos) continue;
+        at += 9;
+        found = line.substr(at, line.find('"', at) - at);
+    }
+    found = found.empty() ? last : found;
+    return found.size() > 300 ? found.substr(0, 300) + "..." : found;
+}
+
+// This node's member (our child) ended during the start: cannot run etcd
+// (the job cannot have its store here: an error), or anything else (a
+// port held: the job goes on with the other two, said on stderr).
+Status member_ended(const Options& o, pid_t pid, int status) {
+    const std::string log = o.dir + "/" + kEtcdLog;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
+        return Status(DYAD_RC_SYSFAIL,
+                      "cannot run etcd (" +
+                          (o.etcd.empty() ? std::string("etcd in PATH") : o.etcd) +
+                          ") for the job's metadata store: install etcd 3.4 or later on every "
+                          "node (Debian: etcd-server), or use the embedded store (plugstack.conf "
+                          "store=embedded; dyad job start --store embedded): " +
+                          last_error(log),
+                      ENOENT);
+    std::fprintf(stderr,
+                 "%s: %s: this node's etcd member (pid %d) ended during its start (%s; see %s): "
+                 "the job goes on with the other two members, and no longer survives the loss "
+                 "of another node\n",
+                 g_cmd.c_str(), o.node.c_str(), static_cast<int>(pid), last_error(log).c_str(),
+                 log.c_str());
+    return Status::ok();
+}
+}  // namespace
+
+namespace {
 // Part of the cluster token (on etcd's command line, which every user sees):
 // a MAC of its own, so that it reveals nothing of the password.
 std::string cluster_token_mac(const std::string& key_hex) {
@@ -167,6 +208,11 @@ Result<pid_t> start_etcd_member(const Options& o, const EtcdPlan& p, const std::
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
+    // Whether etcd could be run at all, known at once: the child writes
+    // exec's errno here; a successful exec closes it empty.
+    int report[2];
+    if (::pipe2(report, O_CLOEXEC) != 0) return Status(DYAD_RC_SYSFAIL, "pipe", errno);
+    UniqueFd rd(report[0]), wr(report[1]);
     pid_t pid = ::fork();
     if (pid < 0) return Status(DYAD_RC_SYSFAIL, "fork", errno);
     if (pid == 0) {
@@ -182,8 +228,23 @@ Result<pid_t> start_etcd_member(const Options& o, const EtcdPlan& p, const std::
                 drop.push_back(std::string(*e).substr(0, std::string(*e).find('=')));
         for (const auto& v : drop) ::unsetenv(v.c_str());
         ::execvp(args[0], args.data());
-        std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+        const int e = errno;
+        std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(e));
+        (void)!::write(wr.get(), &e, sizeof e);
         ::_exit(127);
+    }
+    wr.reset();
+    int e = 0;
+    ssize_t n;
+    while ((n = ::read(rd.get(), &e, sizeof e)) < 0 && errno == EINTR) {
+    }
+    if (n > 0) {
+        int status = 0;
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        Status ended = member_ended(o, pid, status);  // (exit code 127: an error)
+        if (!ended) return ended;
+        return Status(DYAD_RC_SYSFAIL, std::string("cannot run etcd: ") + std::strerror(e), e);
     }
     std::ofstream(o.dir + "/" + kEtcdPid) << pid << "\n";
     return pid;
@@ -224,46 +285,6 @@ void enable_auth(kvs::etcd::Client& c, const std::string& password, const Deadli
 }
 }  // namespace
 
-namespace {
-// etcd's last "error" in its log (JSON lines), else its last line.
-std::string last_error(const std::string& log) {
-    std::ifstream in(log);
-    std::string line, found, last;
-    while (std::getline(in, line)) {
-        last = line;
-        size_t at = line.rfind("\"error\":\"");
-        if (at == std::string::npos) continue;
-        at += 9;
-        found = line.substr(at, line.find('"', at) - at);
-    }
-    found = found.empty() ? last : found;
-    return found.size() > 300 ? found.substr(0, 300) + "..." : found;
-}
-
-// This node's member (our child) ended during the start: cannot run etcd
-// (the job cannot have its store here: an error), or anything else (a
-// port held: the job goes on with the other two, said on stderr).
-Status member_ended(const Options& o, pid_t pid, int status) {
-    const std::string log = o.dir + "/" + kEtcdLog;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-        return Status(DYAD_RC_SYSFAIL,
-                      "cannot run etcd (" +
-                          (o.etcd.empty() ? std::string("etcd in PATH") : o.etcd) +
-                          ") for the job's metadata store: install etcd 3.4 or later on every "
-                          "node (Debian: etcd-server), or use the embedded store (plugstack.conf "
-                          "store=embedded; dyad job start --store embedded): " +
-                          last_error(log),
-                      ENOENT);
-    std::fprintf(stderr,
-                 "%s: %s: this node's etcd member (pid %d) ended during its start (%s; see %s): "
-                 "the job goes on with the other two members, and no longer survives the loss "
-                 "of another node\n",
-                 g_cmd.c_str(), o.node.c_str(), static_cast<int>(pid), last_error(log).c_str(),
-                 log.c_str());
-    return Status::ok();
-}
-}  // namespace
-
 Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_hex, pid_t member,
                   const Deadline& d) {
     auto c = kvs::etcd::Client::open(endpoints(p), security_of(o));
@@ -301,6 +322,75 @@ Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_he
     return Status::ok();
 }
 
+namespace {
+// Process `pid` is this job's etcd member (not a recycled pid, not a zombie).
+bool is_member(const std::string& dir, pid_t pid) {
+    std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+    std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    return line.find(dir + "/" + kEtcdData) != std::string::npos;
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The auth helper's life: until the job's etcd serves with its auth on
+// (this node's member enables it), or this node's member is gone. Its exit code.
+int enable_auth_until_served(const Options& o, const EtcdPlan& p, const std::string& key_hex,
+                             pid_t member) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (double gap = 5;; gap = std::min(gap * 2, 600.0)) {
+        Status s = etcd_ready(o, p, key_hex, -1, Deadline::after(gap));
+        if (s) {
+            std::fprintf(stderr,
+                         "%s: %s: the job's etcd serves, its auth on, %.3f s after this node's "
+                         "member started\n",
+                         g_cmd.c_str(), o.node.c_str(), since(t0));
+            return 0;
+        }
+        if (!is_member(o.dir, member)) {
+            std::fprintf(stderr,
+                         "%s: %s: this node's etcd member (pid %d) is gone before the job's etcd "
+                         "served (%s); see %s\n",
+                         g_cmd.c_str(), o.node.c_str(), static_cast<int>(member),
+                         s.message().c_str(), kEtcdLog);
+            return 1;
+        }
+        std::fprintf(stderr, "%s: %s: the job's etcd does not serve yet after %.0f s (%s)\n",
+                     g_cmd.c_str(), o.node.c_str(), since(t0), s.message().c_str());
+    }
+}
+}  // namespace
+
+Status start_etcd_auth(const Options& o, const EtcdPlan& p, const std::string& key_hex,
+                       pid_t member, const std::string& log) {
+    UniqueFd logfd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (!logfd.valid()) return Status(DYAD_RC_SYSFAIL, "cannot create " + log, errno);
+    std::fflush(nullptr);
+    pid_t pid = ::fork();
+    if (pid < 0) return Status(DYAD_RC_SYSFAIL, "fork", errno);
+    if (pid == 0) {
+        ::setsid();
+        int devnull = ::open("/dev/null", O_RDONLY);
+        ::dup2(devnull, 0);
+        ::dup2(logfd.get(), 1);
+        ::dup2(logfd.get(), 2);
+        for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::signal(sig, SIG_DFL);
+        ::_exit(enable_auth_until_served(o, p, key_hex, member));
+    }
+    std::ofstream(o.dir + "/" + kEtcdAuthPid) << pid << "\n";
+    return Status::ok();
+}
+
+Status check_member(const Options& o, pid_t member, const Deadline& d) {
+    for (;;) {
+        int status = 0;
+        if (::waitpid(member, &status, WNOHANG) == member) return member_ended(o, member, status);
+        if (d.expired()) return Status::ok();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+}
+
 std::string etcd_kvs_uri(const Options& o, const EtcdPlan& p) {
     auto s = security_of(o);
     std::string uri = "etcd://";
@@ -311,6 +401,18 @@ std::string etcd_kvs_uri(const Options& o, const EtcdPlan& p) {
 }
 
 bool stop_etcd(const std::string& dir, double timeout) {
+    // The auth helper first (node-up's own process, forked: its command
+    // line names the job directory).
+    if (std::ifstream helper(dir + "/" + kEtcdAuthPid); helper) {
+        long hp = 0;
+        std::ifstream cmd;
+        if (helper >> hp && hp > 1) cmd.open("/proc/" + std::to_string(hp) + "/cmdline");
+        std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+        if (cmd && line.find(dir) != std::string::npos && line.find("node-up") != std::string::npos) {
+            ::kill(static_cast<pid_t>(hp), SIGKILL);
+            wait_gone(static_cast<pid_t>(hp), Deadline::after(5));
+        }
+    }
     std::ifstream in(dir + "/" + kEtcdPid);
     long pid = 0;
     if (!(in >> pid) || pid <= 1) return true;

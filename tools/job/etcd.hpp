@@ -28,6 +28,7 @@ inline constexpr size_t kEtcdMembers = 3;
 inline constexpr const char* kEtcdData = "etcd";
 inline constexpr const char* kEtcdLog = "etcd.log";
 inline constexpr const char* kEtcdPid = "etcd.pid";
+inline constexpr const char* kEtcdAuthPid = "etcd-auth.pid";
 inline constexpr const char* kEtcdTls = "etcd-tls";
 inline constexpr const char* kEtcdPassword = "etcd.password";
 
@@ -58,14 +59,25 @@ Status write_etcd_files(const Options& o, const std::string& key_hex, const std:
 // goes on with the other two: the logs say why).
 Result<pid_t> start_etcd_member(const Options& o, const EtcdPlan& p, const std::string& key_hex);
 // Until the job's etcd has a leader and its auth on (a member enables it:
-// root with the derived password; idempotent): node-up runs it beside its
-// dyadd's start and returns once both are done.
-// `member`: this node's etcd (our child), -1 if none.
+// root with the derived password; idempotent), or `d`.
+// `member`: this node's etcd (our child, whose end is told), -1 if none.
 Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_hex, pid_t member,
                   const Deadline& d);
+// On a member's node: etcd_ready, with the auth enabled, in a process of
+// its own, detached (its lines to `log`, its pid in the job directory):
+// node-up does not wait for the election; the job's dyadds are ready before
+// their store answers (dyadd --store-late). Forked before node-up uses gRPC
+// (gRPC does not survive a fork); it ends once the job's etcd serves, or
+// once this node's member (`member`) is gone; stop_etcd ends it.
+Status start_etcd_auth(const Options& o, const EtcdPlan& p, const std::string& key_hex,
+                       pid_t member, const std::string& log);
+// This node's member (our child) ended by `d` (at once: only whether it has):
+// an error when etcd cannot run at all, else said on stderr (the job goes on
+// with the other two members; member_ended).
+Status check_member(const Options& o, pid_t member, const Deadline& d);
 // dyadd's --kvs for the job's etcd.
 std::string etcd_kvs_uri(const Options& o, const EtcdPlan& p);
-// Stops this node's member (node-down): SIGTERM, SIGKILL after `timeout`
+// Stops this node's member and its auth helper (node-down): SIGTERM, SIGKILL after `timeout`
 // seconds (at once with 0); false when it does not end.
 bool stop_etcd(const std::string& dir, double timeout);
 

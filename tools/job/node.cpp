@@ -28,7 +28,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <future>
+#include <utility>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -135,10 +135,17 @@ int node_up(const Options& o) {
     return node_up_checked(opt, where);
 }
 
-// dyadd's command line for this node, listening on addr:port; `kvs` is the
-// store (empty: this dyadd hosts it).
+// The store of this node's dyadd: its --kvs ("": this dyadd hosts it);
+// late: the job's own etcd, reached once dyadd is ready (dyadd --store-late).
+struct JobStore {
+    std::string kvs;
+    std::optional<EtcdPlan> etcd;  // the job's own (dyadd --store-late)
+};
+
+// dyadd's command line for this node, listening on addr:port.
 std::vector<std::string> dyadd_argv(const Options& o, const std::string& addr, unsigned port,
-                                    const std::string& key, const std::string& kvs) {
+                                    const std::string& key, const JobStore& store) {
+    const std::string& kvs = store.kvs;
     std::vector<std::string> argv = {
         o.dyadd.empty() ? default_dyadd() : o.dyadd,
         "--node",
@@ -156,6 +163,7 @@ std::vector<std::string> dyadd_argv(const Options& o, const std::string& addr, u
         "--state-dir",
         o.dir + "/state"};
     if (!kvs.empty()) argv.insert(argv.end(), {"--kvs", kvs});
+    if (store.etcd) argv.push_back("--store-late");
     argv.insert(argv.end(), o.dyadd_args.begin(), o.dyadd_args.end());
     argv.push_back(o.dir + "/" + kDataName);
     return argv;
@@ -261,11 +269,13 @@ Result<std::optional<SlurmConf>> slurm_conf_of(const Options& o) {
 
 // Starts dyadd on the first of `ports` no one else holds (a port whose bind
 // fails under dyadd, taken meanwhile, moves on to the next). Its pid and port.
+// `spawned`: called once, right after the first dyadd is started (what
+// overlaps its start).
 Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::string& addr,
                                                    const std::vector<unsigned>& ports,
-                                                   const std::string& key, const std::string& kvs,
-                                                   const Deadline& deadline,
-                                                   const std::string& log) {
+                                                   const std::string& key, const JobStore& kvs,
+                                                   const Deadline& deadline, const std::string& log,
+                                                   std::function<void()> spawned) {
     std::string skipped;
     for (unsigned port : ports) {
         if (!port_free(addr, port)) {
@@ -276,6 +286,7 @@ Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::
         auto pid = spawn_dyadd(o, dyadd_argv(o, addr, port, key, kvs), log);
         if (!pid) return pid.status();
         g_child = pid.value();
+        if (spawned) std::exchange(spawned, nullptr)();
         bool exited = false;
         Status s = wait_ready(o, pid.value(), addr, port, key, deadline, log, &exited);
         if (s) {
@@ -296,14 +307,12 @@ Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::
                   EADDRINUSE);
 }
 
-// The store of this node's dyadd (its --kvs): the job's own etcd (its
-// member started here on the first three nodes), the --kvs given, the first
-// node's dyadd (found at the job's ports), or "" (this dyadd hosts it).
-// With the job's etcd, *etcd_up is its readiness (etcd_ready, in a thread of
-// its own): dyadd starts meanwhile, its own start overlapping the election.
-Result<std::string> job_store(const Options& o, const std::string& key_hex, const SlurmConf* sc,
-                              const std::string& addr, const std::vector<unsigned>& ports,
-                              const Deadline& deadline, std::future<Status>* etcd_up) {
+// The store of this node's dyadd: the job's own etcd (its files written;
+// its member starts once dyadd is ready: start_member), the --kvs given, the
+// first node's dyadd (found at the job's ports), or "" (this dyadd hosts it).
+Result<JobStore> job_store(const Options& o, const std::string& key_hex, const SlurmConf* sc,
+                           const std::string& addr, const std::vector<unsigned>& ports,
+                           const Deadline& deadline) {
     std::vector<std::string> nodes;
     if (!o.nodes.empty()) {
         auto all = expand_hostlist(o.nodes);
@@ -312,27 +321,37 @@ Result<std::string> job_store(const Options& o, const std::string& key_hex, cons
     }
     auto plan = etcd_plan(o, nodes, key_hex, sc);
     if (!plan) return plan.status();
+    JobStore js;
     if (plan->has_value()) {
-        const EtcdPlan& p = **plan;
         if (Status s = write_etcd_files(o, key_hex, addr); !s) return s;
-        pid_t member = -1;
-        if (p.me >= 0) {
-            auto pid = start_etcd_member(o, p, key_hex);
-            if (!pid) return pid.status();
-            member = pid.value();
-        }
-        *etcd_up = std::async(std::launch::async, [&o, p, key_hex, member, deadline] {
-            return etcd_ready(o, p, key_hex, member, deadline);
-        });
-        return etcd_kvs_uri(o, p);
+        js.kvs = etcd_kvs_uri(o, **plan);
+        js.etcd = std::move(**plan);
+        return js;
     }
-    if (!o.kvs.empty() || o.first.empty() || o.first == o.node) return o.kvs;
+    if (!o.kvs.empty() || o.first.empty() || o.first == o.node) {
+        js.kvs = o.kvs;
+        return js;
+    }
     auto first = node_address(o.first, sc);
     if (!first) return first.status();
     auto port = find_store(o, first.value(), ports, o.dir + "/" + kKeyName, deadline,
                            o.dir + "/" + kLogName);
     if (!port) return port.status();
-    return "tcp://" + first.value() + ":" + std::to_string(port.value());
+    js.kvs = "tcp://" + first.value() + ":" + std::to_string(port.value());
+    return js;
+}
+
+// This node's etcd member and the helper that turns the job's etcd auth on
+// (etcd.hpp). An error when etcd cannot run at all; a member that ended at
+// once (a port held) is said, the job goes on with the other two.
+Status start_member(const Options& o, const EtcdPlan& p, const std::string& key_hex,
+                    const std::string& addr) {
+    const bool held = !port_free(addr, p.client_port) || !port_free(addr, p.peer_port);
+    auto pid = start_etcd_member(o, p, key_hex);
+    if (!pid) return pid.status();
+    if (Status a = start_etcd_auth(o, p, key_hex, pid.value(), o.dir + "/" + kLogName); !a)
+        return a;
+    return check_member(o, pid.value(), Deadline::after(held ? 5 : 0));
 }
 
 int node_up_checked(const Options& o, const std::string& where) {
@@ -354,7 +373,7 @@ int node_up_checked(const Options& o, const std::string& where) {
         fs::remove_all(o.dir + "/state", ec);
         ::unlink((o.dir + "/" + kSocketName).c_str());
         stop_etcd(o.dir, 0);
-        for (const char* f : {kEtcdData, kEtcdTls, kEtcdPassword, kEtcdPid})
+        for (const char* f : {kEtcdData, kEtcdTls, kEtcdPassword, kEtcdPid, kEtcdAuthPid})
             fs::remove_all(o.dir + "/" + f, ec);
         return fail(where + ": " + s.message());
     };
@@ -366,20 +385,17 @@ int node_up_checked(const Options& o, const std::string& where) {
     auto ports = candidate_ports(o, key_hex);
     if (!ports) return failed(ports.status());
     const Deadline deadline = Deadline::after(o.timeout);
-    std::future<Status> etcd_up;
-    auto kvs = job_store(o, key_hex, sc, addr.value(), ports.value(), deadline, &etcd_up);
+    auto kvs = job_store(o, key_hex, sc, addr.value(), ports.value(), deadline);
     if (!kvs) return failed(kvs.status());
-    auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log);
-    if (etcd_up.valid()) {  // the job's etcd: its readiness decides
-        Status e = etcd_up.get();
-        if (!e) {
-            if (up) ::kill(up->first, SIGKILL);
-            return failed(e);
-        }
-        // dyadd gave up on an etcd slower than its own connect (10 s): once more
-        if (!up)
-            up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log);
-    }
+    // This node's etcd member starts while dyadd does (dyadd does not wait
+    // for it: --store-late).
+    Status member = Status::ok();
+    auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log, [&] {
+        if (kvs->etcd && kvs->etcd->me >= 0)
+            member = start_member(o, *kvs->etcd, key_hex, addr.value());
+    });
+    if (up && !member) ::kill(up->first, SIGKILL);
+    if (!member) return failed(member);
     if (!up) return failed(up.status());
     const pid_t pid = up->first;
     {

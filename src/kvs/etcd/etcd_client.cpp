@@ -286,6 +286,12 @@ Status Client::authenticate(Deadline d) {
                                   "' with the password of " + sec_.password_file + ": " +
                                   s.error_message(),
                               EACCES);
+            // Its auth not enabled yet at the deadline: not ready in time.
+            if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
+                return Status(DYAD_RC_TIMEOUT,
+                              "etcd authentication as '" + sec_.user + "': etcd at " + where_ +
+                                  " was not ready in time (" + s.error_message() + ")",
+                              ETIMEDOUT);
             return failed(s, "etcd authentication as '" + sec_.user + "'");
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
