@@ -61,7 +61,9 @@ std::string ask(const std::string& node, const job::SlurmConf* sc,
     }
     for (unsigned port : ports) {
         const std::string uri = "tcp://" + addr.value() + ":" + std::to_string(port);
-        auto c = rpc::Connection::connect(uri, Deadline::after(1), creds);
+        // A port nobody listens on is refused at once; a dyadd answering
+        // a hello on a loaded node may take a while (it was 1 s: too short).
+        auto c = rpc::Connection::connect(uri, Deadline::after(3), creds);
         if (!c) {
             *why = c.status().message();
             continue;
