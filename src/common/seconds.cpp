@@ -2,6 +2,7 @@
 #include "seconds.hpp"
 
 #include <cstdio>
+#include <ctime>
 
 namespace dyad {
 
@@ -24,6 +25,21 @@ std::string seconds_human(double s) {
         std::snprintf(buf, sizeof buf, "%d h %02d min", static_cast<int>(s) / 3600,
                       static_cast<int>(s) % 3600 / 60);
     return buf;
+}
+
+std::string seconds_tenths(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f", s);
+    return b;
+}
+
+std::string utc_text(std::chrono::system_clock::time_point t) {
+    std::time_t s = std::chrono::system_clock::to_time_t(t);
+    std::tm tm{};
+    ::gmtime_r(&s, &tm);
+    char b[32];
+    std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return b;
 }
 
 std::string seconds_text(std::optional<double> s) {

@@ -18,6 +18,12 @@ std::string seconds_text(std::optional<double> s);
 // "3 min 07 s", "2 h 05 min".
 std::string seconds_human(double s);
 
+// "%.1f": "0.3", "12.0" (a store's outage, a start's progress).
+std::string seconds_tenths(double s);
+
+// A moment of the system clock as UTC, to the second: "2026-12-02T15:04:05Z".
+std::string utc_text(std::chrono::system_clock::time_point t);
+
 // Seconds from t0 to now, on the steady clock.
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -3,29 +3,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
-#include <ctime>
 #include <vector>
+
+#include "common/seconds.hpp"
 
 namespace dyad::kvs {
 namespace {
 // Ids of held waits (the store's own are small counters).
 constexpr uint64_t kHeldBit = 1ull << 63;
-
-std::string secs(double s) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1f", s);
-    return b;
-}
-
-std::string utc(std::chrono::system_clock::time_point t) {
-    std::time_t s = std::chrono::system_clock::to_time_t(t);
-    std::tm tm{};
-    ::gmtime_r(&s, &tm);
-    char b[32];
-    std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return b;
-}
 
 Status timed_out(const std::string& ns, const std::string& key) {
     return Status(DYAD_RC_TIMEOUT,
@@ -80,15 +65,15 @@ std::string LateStore::starting_text() const {
         why = s_->why;
     }
     return "starting: the service has been reaching its metadata store (" + backend_ + " at " +
-           endpoint_ + ") for " + secs(starting_seconds()) + " s (" + why +
+           endpoint_ + ") for " + seconds_tenths(starting_seconds()) + " s (" + why +
            "); publishes and lookups wait for it";
 }
 
 Status LateStore::starting_status() const {
     // The marks of Outage::unreachable_status, so that clients ask again.
     return Status(DYAD_RC_CONNFAIL,
-                  "the metadata store at " + uri_ + " is unreachable since " + utc(since_wall_) +
-                      " (" + secs(starting_seconds()) + " s): " + starting_text(),
+                  "the metadata store at " + uri_ + " is unreachable since " + utc_text(since_wall_) +
+                      " (" + seconds_tenths(starting_seconds()) + " s): " + starting_text(),
                   EHOSTUNREACH);
 }
 
@@ -319,7 +304,7 @@ std::optional<OutageView> LateStore::outage() const {
     OutageView v;
     v.up = false;
     v.down_s = starting_seconds();
-    v.since = utc(since_wall_);
+    v.since = utc_text(since_wall_);
     v.error = starting_text();
     return v;
 }

@@ -2,29 +2,15 @@
 #include "outage.hpp"
 
 #include <cerrno>
-#include <ctime>
 
 #include "common/log.hpp"
+#include "common/seconds.hpp"
 
 namespace dyad::kvs {
 namespace {
 constexpr const char* kSub = "dyadd";
 constexpr const char* kMark = " is unreachable since ";
 
-std::string utc(std::chrono::system_clock::time_point t) {
-    std::time_t s = std::chrono::system_clock::to_time_t(t);
-    std::tm tm{};
-    ::gmtime_r(&s, &tm);
-    char b[32];
-    std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return b;
-}
-
-std::string secs(double s) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1f", s);
-    return b;
-}
 }  // namespace
 
 void Outage::answered(const std::function<uint64_t()>& resumed) {
@@ -38,10 +24,10 @@ void Outage::answered(const std::function<uint64_t()>& resumed) {
     }
     if (resumed)
         DYAD_WARN(kSub, "metadata store at %s reachable again after %s s; %llu waits resumed",
-                  store_.c_str(), secs(lasted).c_str(), static_cast<unsigned long long>(resumed()));
+                  store_.c_str(), seconds_tenths(lasted).c_str(), static_cast<unsigned long long>(resumed()));
     else
         DYAD_WARN(kSub, "metadata store at %s reachable again after %s s", store_.c_str(),
-                  secs(lasted).c_str());
+                  seconds_tenths(lasted).c_str());
 }
 
 void Outage::failed(const std::string& why) {
@@ -55,7 +41,7 @@ void Outage::failed(const std::string& why) {
         ++outages_;
         since_ = std::chrono::steady_clock::now();
         since_wall_ = std::chrono::system_clock::now();
-        when = utc(since_wall_);
+        when = utc_text(since_wall_);
     }
     DYAD_WARN(kSub,
               "metadata store at %s unreachable since %s (%s): status, health and fetches of "
@@ -72,7 +58,7 @@ OutageView Outage::view() const {
     v.outages = outages_;
     if (!v.up) {
         v.down_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - since_).count();
-        v.since = utc(since_wall_);
+        v.since = utc_text(since_wall_);
         v.error = error_;
     }
     return v;
@@ -87,7 +73,7 @@ void Outage::describe(nlohmann::json& j) const {
         j["unreachable_since"] = v.since;
         j["down_s"] = v.down_s;
         j["error"] = "metadata store at " + store_ + " unreachable since " + v.since + " (" +
-                     secs(v.down_s) + " s): " + v.error;
+                     seconds_tenths(v.down_s) + " s): " + v.error;
         j["health"] = health_text();
     }
 }
@@ -95,13 +81,13 @@ void Outage::describe(nlohmann::json& j) const {
 std::string Outage::health_text() const {
     OutageView v = view();
     return "degraded: metadata store at " + store_ + " unreachable since " + v.since + " (" +
-           secs(v.down_s) + " s): " + v.error;
+           seconds_tenths(v.down_s) + " s): " + v.error;
 }
 
 Status Outage::unreachable_status() const {
     OutageView v = view();
     return Status(DYAD_RC_CONNFAIL,
-                  "the metadata store at " + store_ + kMark + v.since + " (" + secs(v.down_s) +
+                  "the metadata store at " + store_ + kMark + v.since + " (" + seconds_tenths(v.down_s) +
                       " s): " + v.error,
                   EHOSTUNREACH);
 }

@@ -169,6 +169,16 @@ Status member_ended(const Options& o, pid_t pid, int status) {
 }  // namespace
 
 namespace {
+// In a forked child: a session of its own (a job step's signals do not
+// reach it), stdin from /dev/null, stdout and stderr to `logfd`.
+void detach_child(int logfd) {
+    ::setsid();
+    int devnull = ::open("/dev/null", O_RDONLY);
+    ::dup2(devnull, 0);
+    ::dup2(logfd, 1);
+    ::dup2(logfd, 2);
+}
+
 // Part of the cluster token (on etcd's command line, which every user sees):
 // a MAC of its own, so that it reveals nothing of the password.
 std::string cluster_token_mac(const std::string& key_hex) {
@@ -216,11 +226,7 @@ Result<pid_t> start_etcd_member(const Options& o, const EtcdPlan& p, const std::
     pid_t pid = ::fork();
     if (pid < 0) return Status(DYAD_RC_SYSFAIL, "fork", errno);
     if (pid == 0) {
-        ::setsid();
-        int devnull = ::open("/dev/null", O_RDONLY);
-        ::dup2(devnull, 0);
-        ::dup2(logfd.get(), 1);
-        ::dup2(logfd.get(), 2);
+        detach_child(logfd.get());
         // etcd refuses ETCD_* variables that shadow its flags.
         std::vector<std::string> drop;
         for (char** e = environ; *e; ++e)
@@ -370,11 +376,7 @@ Status start_etcd_auth(const Options& o, const EtcdPlan& p, const std::string& k
     pid_t pid = ::fork();
     if (pid < 0) return Status(DYAD_RC_SYSFAIL, "fork", errno);
     if (pid == 0) {
-        ::setsid();
-        int devnull = ::open("/dev/null", O_RDONLY);
-        ::dup2(devnull, 0);
-        ::dup2(logfd.get(), 1);
-        ::dup2(logfd.get(), 2);
+        detach_child(logfd.get());
         for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::signal(sig, SIG_DFL);
         ::_exit(enable_auth_until_served(o, p, key_hex, member));
     }
