@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,16 +168,53 @@ bool held_chunks(const Files& f, const Record& rec, uint64_t from, uint64_t to, 
     return true;
 }
 
-// Every chunk of the range, as held: false if one is missing or bad.
-bool all_held(const Files& f, const Record& rec, uint64_t offset, uint64_t length, char* dst,
-              char* buf) {
-    const uint64_t last = (offset + length - 1) / kChunk + 1;
-    for (uint64_t c = offset / kChunk; c < last; c += kChunksPerBlock) {
-        const uint64_t to = std::min(last, c + kChunksPerBlock);
-        if (!held_chunks(f, rec, c, to, buf)) return false;
-        copy_part(buf, c * kChunk, piece_len(rec, c * kChunk, (to - c) * kChunk), offset, length,
-                  dst);
+}  // namespace
+
+struct OriginBlocks::Open {
+    Files f;
+    pid_t pid = 0;
+    std::mutex mu;  // one range at a time: one flock per open sidecar
+    const char* map = nullptr;
+    size_t map_len = 0;
+    ~Open() {
+        if (map) ::munmap(const_cast<char*>(map), map_len);
     }
+};
+
+namespace {
+
+// Every chunk of the range held (checked in the mapping of the data file,
+// under the shared lock), then its bytes into dst: false if one is missing
+// or bad.
+bool mapped_held(OriginBlocks::Open& o, const Record& rec, uint64_t offset, uint64_t length,
+                 char* dst) {
+    const uint64_t c0 = offset / kChunk, c1 = (offset + length - 1) / kChunk + 1;
+    const uint64_t end = std::min(rec.size, c1 * kChunk);
+    struct stat sb;  // never a page past the end of the file: SIGBUS
+    if (::fstat(o.f.data.get(), &sb) != 0 || static_cast<uint64_t>(sb.st_size) < end) return false;
+    if (o.map_len != rec.size) {
+        if (o.map) ::munmap(const_cast<char*>(o.map), o.map_len);
+        o.map = nullptr;
+        o.map_len = 0;
+        void* m = ::mmap(nullptr, rec.size, PROT_READ, MAP_SHARED, o.f.data.get(), 0);
+        if (m == MAP_FAILED) return false;
+        o.map = static_cast<const char*>(m);
+        o.map_len = rec.size;
+    }
+    constexpr uint64_t kBatch = 256;  // entries read at once
+    uint64_t sums[kBatch];
+    for (uint64_t c = c0; c < c1; c += kBatch) {
+        const uint64_t n = std::min(kBatch, c1 - c);
+        if (read_full(o.f.held.get(), reinterpret_cast<char*>(sums), 8 * n, kHeader + 8 * c) !=
+            static_cast<ssize_t>(8 * n))
+            return false;
+        for (uint64_t i = 0; i < n; ++i) {
+            const uint64_t start = (c + i) * kChunk;
+            if (sums[i] == 0 || hash_of(o.map + start, piece_len(rec, start, kChunk)) != sums[i])
+                return false;
+        }
+    }
+    std::memcpy(dst, o.map + offset, static_cast<size_t>(length));
     return true;
 }
 
@@ -196,6 +234,47 @@ Status direct(const Origin& origin, const std::string& upath, const Record& rec,
 
 }  // namespace
 
+OriginBlocks::~OriginBlocks() = default;
+
+std::shared_ptr<OriginBlocks::Open> OriginBlocks::opened(const std::string& upath) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    const pid_t pid = ::getpid();
+    // A forked child shares the parent's descriptors, and with them its
+    // locks: its own are opened.
+    if (!open_.empty() && open_.begin()->second->pid != pid) open_.clear();
+    if (auto it = open_.find(upath); it != open_.end()) return it->second;
+    auto f = open_files(dir_, upath, false);
+    if (!f) return nullptr;
+    if (open_.size() >= kKeptOpen) open_.erase(open_.begin());
+    auto o = std::make_shared<Open>();
+    o->f = std::move(f.value());
+    o->pid = pid;
+    open_.emplace(upath, o);
+    return o;
+}
+
+void OriginBlocks::close(const std::string& upath) const {
+    std::lock_guard<std::mutex> lk(mu_);
+    open_.erase(upath);
+}
+
+bool OriginBlocks::read_held(const std::string& upath, const Record& rec, uint64_t offset,
+                             uint64_t length, char* dst) const {
+    auto o = opened(upath);
+    if (!o) return false;
+    bool ok = false;
+    {
+        std::lock_guard<std::mutex> lk(o->mu);
+        const int held = o->f.held.get();
+        if (::flock(held, LOCK_SH) == 0) {
+            ok = header_matches(held, upath, rec) && mapped_held(*o, rec, offset, length, dst);
+            ::flock(held, LOCK_UN);
+        }
+    }
+    if (!ok) close(upath);
+    return ok;
+}
+
 Status OriginBlocks::read(const Origin& origin, const std::string& upath, const Record& rec,
                           uint64_t offset, uint64_t length, char* dst,
                           uint64_t* from_origin) const {
@@ -211,11 +290,7 @@ Status OriginBlocks::read(const Origin& origin, const std::string& upath, const 
     if (!room) room.reset(new char[kOriginBlock]);
     char* const buf = room.get();
     // The blocks held, under a shared lock: nothing of the origin touched.
-    if (auto f = open_files(dir_, upath, false); f) {
-        if (::flock(f->held.get(), LOCK_SH) == 0 && header_matches(f->held.get(), upath, rec) &&
-            all_held(f.value(), rec, offset, length, dst, buf))
-            return Status::ok();
-    }
+    if (read_held(upath, rec, offset, length, dst)) return Status::ok();
     auto f = open_files(dir_, upath, true);
     if (!f || ::flock(f->held.get(), LOCK_EX) != 0) {
         DYAD_DEBUG(kSub, "origin blocks of '%s' not kept: %s", upath.c_str(),

@@ -16,11 +16,22 @@
 //    is read from the origin again).
 // Processes of one node share them: flock on the sidecar, shared to read
 // the held blocks, exclusive to add blocks or start over (the origin file
-// changed: everything held of it goes).
+// changed: everything held of it goes). Truncated only under the exclusive
+// lock.
+//
+// A process keeps the two files of the last kKeptOpen origin files it read
+// open, the data file mapped: a range of held blocks is then a shared lock,
+// the header and the entries read, and its chunks hashed and copied out of
+// the mapping (its length checked against the file's first, under the
+// lock). A range that finds a block not held closes them (the files may
+// have been removed: opened again at the next range).
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "common/status.hpp"
 #include "origin.hpp"
@@ -33,8 +44,10 @@ inline constexpr uint64_t kOriginBlock = 1 << 20;
 
 class OriginBlocks {
   public:
+    static constexpr size_t kKeptOpen = 64;
     // `cons_dir`: the consumer directory ("" : none, nothing kept).
     explicit OriginBlocks(std::string cons_dir) : dir_(std::move(cons_dir)) {}
+    ~OriginBlocks();
     // The bytes [offset, offset + length) of the origin file `rec` (a
     // record of origin.stat) into `dst`: from the blocks held, the others
     // read from `origin` (and kept). `from_origin`: how many blocks were
@@ -45,8 +58,18 @@ class OriginBlocks {
     Status read(const Origin& origin, const std::string& upath, const Record& rec, uint64_t offset,
                 uint64_t length, char* dst, uint64_t* from_origin) const;
 
+    // The files of origin files kept open (after a fork: the child's own).
+    struct Open;
+
   private:
+    // The range from the open files of `upath` if every chunk is held.
+    bool read_held(const std::string& upath, const Record& rec, uint64_t offset, uint64_t length,
+                   char* dst) const;
+    std::shared_ptr<Open> opened(const std::string& upath) const;
+    void close(const std::string& upath) const;
     std::string dir_;
+    mutable std::mutex mu_;
+    mutable std::unordered_map<std::string, std::shared_ptr<Open>> open_;
 };
 
 }  // namespace dyad::client

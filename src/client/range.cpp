@@ -156,8 +156,7 @@ std::optional<Status> Fetcher::range_here(const std::string& upath, const Record
         // of the origin's file, the others read from it and kept
         // (origin_blocks.hpp; changed: ESTALE, which retry_stale looks up again).
         uint64_t from_origin = 0;
-        s = OriginBlocks(p_.cons.path())
-                .read(p_.origin, upath, rec, offset, length, dst, &from_origin);
+        s = blocks_.read(p_.origin, upath, rec, offset, length, dst, &from_origin);
         rep->action = from_origin ? "origin" : "present";
         rep->transport = from_origin ? "origin" : "none";
     } else {
