@@ -23,10 +23,13 @@ namespace {
 
 constexpr const char* kSub = "client";
 constexpr const char* kBlocksDir = ".dyad/origin-blocks";
-constexpr char kMagic[8] = {'D', 'Y', 'A', 'D', 'B', 'L', 'K', '2'};
+constexpr char kMagic[8] = {'D', 'Y', 'A', 'D', 'B', 'L', 'K', '3'};
 // Each block's bytes are checked per chunk: a range of a block held reads
-// and hashes the chunks it covers, not the whole block.
-constexpr uint64_t kChunk = 64 << 10;
+// and hashes the chunks it covers, not the whole block. A page: a range
+// hashes at most 8 KiB more than it asks for (64 KiB chunks made a 64 KiB
+// range hash 128 KiB, a quarter of its time); the sidecar holds 2 KiB of
+// entries per MiB.
+constexpr uint64_t kChunk = 4 << 10;
 constexpr uint64_t kChunksPerBlock = kOriginBlock / kChunk;
 // The sidecar's header: fixed fields, then the origin path; the block
 // entries start at kHeader.
@@ -103,7 +106,8 @@ uint64_t chunk_count(uint64_t size) {
 // Whether the sidecar describes the origin file `rec` at `upath`.
 bool header_matches(int held, const std::string& upath, const Record& rec) {
     char buf[kHeader];
-    if (read_full(held, buf, kHeader, 0) != static_cast<ssize_t>(kHeader)) return false;
+    const size_t used = sizeof(Fixed) + upath.size();  // <= kHeader: upath.size() <= kMaxPath
+    if (read_full(held, buf, used, 0) != static_cast<ssize_t>(used)) return false;
     Fixed h;
     std::memcpy(&h, buf, sizeof h);
     return std::memcmp(h.magic, kMagic, sizeof kMagic) == 0 && h.block == kOriginBlock &&
@@ -132,12 +136,12 @@ Status reset(const Files& f, const std::string& upath, const Record& rec) {
     return Status::ok();
 }
 
-// The checksum of chunk `c` (0: not held).
-uint64_t entry(int held, uint64_t c) {
-    uint64_t e = 0;
-    if (read_full(held, reinterpret_cast<char*>(&e), sizeof e, kHeader + 8 * c) != sizeof e)
-        return 0;
-    return e;
+// The checksums of chunks [c, c + n) into `out` (0: not held); false if
+// the sidecar is shorter.
+bool entries(int held, uint64_t c, uint64_t n, uint64_t* out) {
+    const size_t len = static_cast<size_t>(8 * n);
+    return read_full(held, reinterpret_cast<char*>(out), len, kHeader + 8 * c) ==
+           static_cast<ssize_t>(len);
 }
 
 size_t piece_len(const Record& rec, uint64_t start, uint64_t unit) {
@@ -159,10 +163,12 @@ bool held_chunks(const Files& f, const Record& rec, uint64_t from, uint64_t to, 
     const uint64_t start = from * kChunk;
     const size_t len = piece_len(rec, start, (to - from) * kChunk);
     if (read_full(f.data.get(), buf, len, start) != static_cast<ssize_t>(len)) return false;
+    uint64_t want[kChunksPerBlock];  // to - from <= kChunksPerBlock
+    if (!entries(f.held.get(), from, to - from, want)) return false;
     for (uint64_t c = from; c < to; ++c) {
-        const uint64_t want = entry(f.held.get(), c);
         const size_t off = static_cast<size_t>((c - from) * kChunk);
-        if (want == 0 || hash_of(buf + off, piece_len(rec, c * kChunk, kChunk)) != want)
+        if (want[c - from] == 0 ||
+            hash_of(buf + off, piece_len(rec, c * kChunk, kChunk)) != want[c - from])
             return false;
     }
     return true;
@@ -205,9 +211,7 @@ bool mapped_held(OriginBlocks::Open& o, const Record& rec, uint64_t offset, uint
     uint64_t sums[kBatch];
     for (uint64_t c = c0; c < c1; c += kBatch) {
         const uint64_t n = std::min(kBatch, c1 - c);
-        if (read_full(o.f.held.get(), reinterpret_cast<char*>(sums), 8 * n, kHeader + 8 * c) !=
-            static_cast<ssize_t>(8 * n))
-            return false;
+        if (!entries(o.f.held.get(), c, n, sums)) return false;
         for (uint64_t i = 0; i < n; ++i) {
             const uint64_t start = (c + i) * kChunk;
             if (sums[i] == 0 || hash_of(o.map + start, piece_len(rec, start, kChunk)) != sums[i])
@@ -258,8 +262,9 @@ void OriginBlocks::close(const std::string& upath) const {
     open_.erase(upath);
 }
 
-bool OriginBlocks::read_held(const std::string& upath, const Record& rec, uint64_t offset,
-                             uint64_t length, char* dst) const {
+bool OriginBlocks::held(const std::string& upath, const Record& rec, uint64_t offset,
+                        uint64_t length, char* dst) const {
+    if (dir_.empty() || length == 0 || upath.size() > kMaxPath) return false;
     auto o = opened(upath);
     if (!o) return false;
     bool ok = false;
@@ -290,7 +295,7 @@ Status OriginBlocks::read(const Origin& origin, const std::string& upath, const 
     if (!room) room.reset(new char[kOriginBlock]);
     char* const buf = room.get();
     // The blocks held, under a shared lock: nothing of the origin touched.
-    if (read_held(upath, rec, offset, length, dst)) return Status::ok();
+    if (held(upath, rec, offset, length, dst)) return Status::ok();
     auto f = open_files(dir_, upath, true);
     if (!f || ::flock(f->held.get(), LOCK_EX) != 0) {
         DYAD_DEBUG(kSub, "origin blocks of '%s' not kept: %s", upath.c_str(),

@@ -9,7 +9,7 @@
 //  - `H.data`: the blocks held, each at its offset (a sparse file);
 //  - `H.held`, the sidecar: a header (magic, block size, the origin file's
 //    identity: size, mtime, ctime, inode; and its path) then one XXH3-64
-//    per 64 KiB chunk (0: not held). Blocks are read from the origin and
+//    per 4 KiB chunk (0: not held). Blocks are read from the origin and
 //    kept whole; a range reads and checks the chunks it covers. A chunk is
 //    used only while the origin file is the one the header names and its
 //    bytes hash to its entry (torn by a crash, or written over: its block
@@ -58,13 +58,14 @@ class OriginBlocks {
     Status read(const Origin& origin, const std::string& upath, const Record& rec, uint64_t offset,
                 uint64_t length, char* dst, uint64_t* from_origin) const;
 
+    // The same if every chunk of the range is held, and nothing of the
+    // origin touched; false (dst undefined) if not.
+    bool held(const std::string& upath, const Record& rec, uint64_t offset, uint64_t length,
+              char* dst) const;
     // The files of origin files kept open (after a fork: the child's own).
     struct Open;
 
   private:
-    // The range from the open files of `upath` if every chunk is held.
-    bool read_held(const std::string& upath, const Record& rec, uint64_t offset, uint64_t length,
-                   char* dst) const;
     std::shared_ptr<Open> opened(const std::string& upath) const;
     void close(const std::string& upath) const;
     std::string dir_;

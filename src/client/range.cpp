@@ -147,6 +147,11 @@ std::optional<Status> Fetcher::range_here(const std::string& upath, const Record
         s = read_range(fd.get(), upath, offset, length, &rec, dst);
         rep->action = "in-place";
         rep->transport = "none";
+    } else if (is_origin(rec) && blocks_.held(upath, rec, offset, length, dst)) {
+        // Blocks of the origin file held: read first (no open of a
+        // consumer copy that is not there, in the common case).
+        rep->action = "present";
+        rep->transport = "none";
     } else if (UniqueFd fd = p_.cstore.open_present(upath, rec); fd.valid()) {
         s = read_range(fd.get(), upath, offset, length, nullptr, dst);
         rep->action = "present";
