@@ -9,6 +9,7 @@ read of a block of an origin file does not touch the origin.
 The origin is a plain directory; its reads are counted with inotify
 (IN_OPEN, IN_ACCESS) on the files themselves."""
 import ctypes
+import glob
 import json
 import ctypes.util
 import os
@@ -287,6 +288,13 @@ def test_within_the_recheck_time_a_range_read_asks_no_one(cluster):
         assert service_requests(cluster) == asked, "a range read within the recheck time asked a service"
         watch.drain()
         assert (watch.opens, watch.reads) == opened, "a range read within the recheck time touched the origin"
+        # A held chunk written over is not used: its block is read from the origin again.
+        for data in glob.glob(n1.path(".dyad/origin-blocks/*/*.data")):
+            with open(data, "r+b") as f:
+                f.write(b"\0written over")
+        assert reader.read(a, *ranges[0]) == want[a][0]
+        watch.drain()
+        assert watch.opens[os.path.join(origin, a)] > opened[0][os.path.join(origin, a)]
         # Meanwhile the origin's a changes: its blocks held are what was
         # learnt until the recheck; one not held is read from the new file.
         harness.write_file(os.path.join(origin, a), 3 << 20)
