@@ -189,6 +189,19 @@ struct OriginBlocks::Open {
 
 namespace {
 
+// The data file mapped, as long as the origin file `rec`.
+bool map_of(OriginBlocks::Open& o, const Record& rec) {
+    if (o.map_len == rec.size) return true;
+    if (o.map) ::munmap(const_cast<char*>(o.map), o.map_len);
+    o.map = nullptr;
+    o.map_len = 0;
+    void* m = ::mmap(nullptr, rec.size, PROT_READ, MAP_SHARED, o.f.data.get(), 0);
+    if (m == MAP_FAILED) return false;
+    o.map = static_cast<const char*>(m);
+    o.map_len = rec.size;
+    return true;
+}
+
 // Every chunk of the range held (checked in the mapping of the data file,
 // under the shared lock), then its bytes into dst: false if one is missing
 // or bad.
@@ -198,15 +211,7 @@ bool mapped_held(OriginBlocks::Open& o, const Record& rec, uint64_t offset, uint
     const uint64_t end = std::min(rec.size, c1 * kChunk);
     struct stat sb;  // never a page past the end of the file: SIGBUS
     if (::fstat(o.f.data.get(), &sb) != 0 || static_cast<uint64_t>(sb.st_size) < end) return false;
-    if (o.map_len != rec.size) {
-        if (o.map) ::munmap(const_cast<char*>(o.map), o.map_len);
-        o.map = nullptr;
-        o.map_len = 0;
-        void* m = ::mmap(nullptr, rec.size, PROT_READ, MAP_SHARED, o.f.data.get(), 0);
-        if (m == MAP_FAILED) return false;
-        o.map = static_cast<const char*>(m);
-        o.map_len = rec.size;
-    }
+    if (!map_of(o, rec)) return false;
     constexpr uint64_t kBatch = 256;  // entries read at once
     uint64_t sums[kBatch];
     for (uint64_t c = c0; c < c1; c += kBatch) {
@@ -257,6 +262,21 @@ std::shared_ptr<OriginBlocks::Open> OriginBlocks::opened(const std::string& upat
     return o;
 }
 
+void OriginBlocks::prefault(const std::string& upath, const Record& rec, uint64_t offset,
+                            uint64_t length) const {
+    auto o = opened(upath);
+    if (!o) return;
+    std::lock_guard<std::mutex> lk(o->mu);
+    if (!map_of(*o, rec)) return;
+    const uint64_t from = offset / kOriginBlock * kOriginBlock;
+    const uint64_t to = std::min(rec.size, ((offset + length - 1) / kOriginBlock + 1) * kOriginBlock);
+    // The page tables of these blocks filled now (a fault per 16 pages at
+    // a later range's first touch took half its time). Pages past the end
+    // of the file (truncated meanwhile) fail here without a signal.
+    ::madvise(const_cast<char*>(o->map) + from, static_cast<size_t>(to - from),
+              MADV_POPULATE_READ);
+}
+
 void OriginBlocks::close(const std::string& upath) const {
     std::lock_guard<std::mutex> lk(mu_);
     open_.erase(upath);
@@ -276,7 +296,9 @@ bool OriginBlocks::held(const std::string& upath, const Record& rec, uint64_t of
             ::flock(held, LOCK_UN);
         }
     }
-    if (!ok) close(upath);
+    // Removed (`.dyad/origin-blocks` emptied): opened again at the next range.
+    struct stat sb;
+    if (!ok && (::fstat(o->f.held.get(), &sb) != 0 || sb.st_nlink == 0)) close(upath);
     return ok;
 }
 
@@ -343,6 +365,10 @@ Status OriginBlocks::read(const Origin& origin, const std::string& upath, const 
         ::ftruncate(f->held.get(), 0);  // what was read may mix two versions: all goes
         return Status(DYAD_RC_BADFETCH, changed_text(upath), ESTALE);
     }
+    // Unlocked first: a thread of this process may wait for it in held(),
+    // holding the open files prefault() takes.
+    ::flock(f->held.get(), LOCK_UN);
+    prefault(upath, rec, offset, length);
     return Status::ok();
 }
 

@@ -23,8 +23,11 @@
 // open, the data file mapped: a range of held blocks is then a shared lock,
 // the header and the entries read, and its chunks hashed and copied out of
 // the mapping (its length checked against the file's first, under the
-// lock). A range that finds a block not held closes them (the files may
-// have been removed: opened again at the next range).
+// lock). Files found removed are closed (opened again at the next range). The blocks a range
+// reads from the origin are mapped in at once (MADV_POPULATE_READ): a
+// pread of held blocks costs a kernel copy that in the measurements took
+// as long as everything else of a range, and a mapping's first touch a
+// page fault per 16 pages.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +70,9 @@ class OriginBlocks {
 
   private:
     std::shared_ptr<Open> opened(const std::string& upath) const;
+    // The mapping's pages of the blocks of the range filled in.
+    void prefault(const std::string& upath, const Record& rec, uint64_t offset,
+                  uint64_t length) const;
     void close(const std::string& upath) const;
     std::string dir_;
     mutable std::mutex mu_;
