@@ -172,7 +172,7 @@ class Fetcher {
                           const Sent& sent, const std::string& bytes, ConsumeReport* rep);
 
     Parts p_;
-    OriginBlocks blocks_;  // origin files' blocks kept (range reads)
+    OriginBlocks blocks_;                     // origin files' blocks kept (range reads)
     std::atomic<bool> no_fetch_many_{false};  // an owner did not know dyad.fetch_many
 };
 

@@ -269,12 +269,12 @@ void OriginBlocks::prefault(const std::string& upath, const Record& rec, uint64_
     std::lock_guard<std::mutex> lk(o->mu);
     if (!map_of(*o, rec)) return;
     const uint64_t from = offset / kOriginBlock * kOriginBlock;
-    const uint64_t to = std::min(rec.size, ((offset + length - 1) / kOriginBlock + 1) * kOriginBlock);
+    const uint64_t to =
+        std::min(rec.size, ((offset + length - 1) / kOriginBlock + 1) * kOriginBlock);
     // The page tables of these blocks filled now (a fault per 16 pages at
     // a later range's first touch took half its time). Pages past the end
     // of the file (truncated meanwhile) fail here without a signal.
-    ::madvise(const_cast<char*>(o->map) + from, static_cast<size_t>(to - from),
-              MADV_POPULATE_READ);
+    ::madvise(const_cast<char*>(o->map) + from, static_cast<size_t>(to - from), MADV_POPULATE_READ);
 }
 
 void OriginBlocks::close(const std::string& upath) const {
