@@ -274,7 +274,12 @@ void OriginBlocks::prefault(const std::string& upath, const Record& rec, uint64_
     // The page tables of these blocks filled now (a fault per 16 pages at
     // a later range's first touch took half its time). Pages past the end
     // of the file (truncated meanwhile) fail here without a signal.
+#ifdef MADV_POPULATE_READ  // Linux 5.14; an older kernel says EINVAL: faults as before
     ::madvise(const_cast<char*>(o->map) + from, static_cast<size_t>(to - from), MADV_POPULATE_READ);
+#else
+    (void)from;
+    (void)to;
+#endif
 }
 
 void OriginBlocks::close(const std::string& upath) const {
