@@ -29,6 +29,10 @@ BENCH_ONCE_RANGES ranges of BENCH_ONCE_RANGE bytes at random offsets of a
   serves, when GlusterFS lets it).
 median/p90/max of each and the ratios cold/reread and warm/reread.
 
+BENCH_ONCE_ROWS: "reads,range" (default), or one of them (e.g. "range"
+to measure only row 2). BENCH_ONCE_RECHECK: DYAD_ORIGIN_RECHECK for row 2
+(unset: the library's default).
+
 Results: $BENCH_OUT/origin_once.json. Needs root, /dev/fuse and GlusterFS
 (make deps-bench); otherwise it says why and writes nothing.
 """
@@ -57,6 +61,7 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
 RANGES = int(os.environ.get("BENCH_ONCE_RANGES", 200))
 RANGE = int(os.environ.get("BENCH_ONCE_RANGE", 64 << 10))
 BIG = 64 << 20
+ROWS = set(os.environ.get("BENCH_ONCE_ROWS", "reads,range").split(","))
 
 
 def log(msg):
@@ -196,6 +201,8 @@ def range_rows(env, rounds):
         e = n.env(DYAD_PATH_ORIGIN=mnt, DYAD_LIBRARY=workflow.LIBDYAD, DYAD_WAIT_TIMEOUT=60,
                   DYAD_KVS_NAMESPACE=f"range-{uuid.uuid4().hex[:8]}",
                   DYAD_BENCH_PY=os.path.join(workflow.ROOT, "python"))
+        if os.environ.get("BENCH_ONCE_RECHECK"):
+            e["DYAD_ORIGIN_RECHECK"] = os.environ["BENCH_ONCE_RECHECK"]
         p = subprocess.run(n.prefix + [sys.executable, "-c", RANGE_CODE, os.path.join(mnt, rel), n.path(rel),
                                        str(RANGES), str(RANGE), str(BIG)],
                            env=e, capture_output=True, text=True, timeout=600)
@@ -219,8 +226,8 @@ def main():
         names = [f"ds/s{i:04d}.bin" for i in range(FILES)]
         for i, x in enumerate(names):
             harness.write_file(os.path.join(mnt0, x), SIZE, seed=i)
-        once = reads_per_file(env, names, ROUNDS)
-        ranges = range_rows(env, ROUNDS)
+        once = reads_per_file(env, names, ROUNDS) if "reads" in ROWS else {}
+        ranges = range_rows(env, ROUNDS) if "range" in ROWS else {}
     res = {"nodes": NODES, "files": FILES, "size": SIZE, "rounds": ROUNDS, "origin": "GlusterFS",
            "reads_per_file": {}, "range": {"ranges": RANGES, "range_bytes": RANGE, "file_bytes": BIG}}
     for m, rows in once.items():
@@ -232,8 +239,11 @@ def main():
         res["range"][k] = {kk: (vv * 1e6 if kk != "n" else vv) for kk, vv in summary(xs).items()}
         res["range"][k]["unit"] = "us"
     rr = res["range"]
-    rr["ratio_cold_over_reread_p50"] = rr["gfs-pread-cold"]["p50"] / rr["dyad-reread"]["p50"]
-    rr["ratio_warm_over_reread_p50"] = rr["gfs-pread-warm"]["p50"] / rr["dyad-reread"]["p50"]
+    if ranges:
+        for q in ("p50", "p90"):
+            rr[f"ratio_cold_over_reread_{q}"] = rr["gfs-pread-cold"][q] / rr["dyad-reread"][q]
+            rr[f"ratio_warm_over_reread_{q}"] = rr["gfs-pread-warm"][q] / rr["dyad-reread"][q]
+    res["uptime"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     path = bench_output.save("origin_once", res)
     brief = {"reads_per_file": {m: {k: v for k, v in x.items() if k != "runs"}
                                 for m, x in res["reads_per_file"].items()}, "range": rr}

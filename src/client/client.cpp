@@ -29,6 +29,7 @@ Client::Client(Config cfg, FileSystem& fs, rpc::Credentials creds, const dtl::Ba
       cons_(cfg_.cons_path),
       cstore_(cons_.path(), fs, cfg_.fsync_write),
       origin_(cfg_.path_origin),
+      origin_seen_(cfg_.path_origin.empty() ? 0 : cfg_.origin_recheck),
       cache_(cfg_, cons_.empty() ? "" : cons_.path(), prod_.empty() ? "" : prod_.path(),
              [this](const std::string& up) { return cstore_.try_lock(up); }),
       link_(cfg_, std::move(creds), idle_per_owner(cfg_)),
@@ -166,20 +167,37 @@ Result<RangeBytes> Client::consume_range(const std::string& path, uint64_t offse
                                          ConsumeReport* report, char* into) {
     auto up = lookup_.consumer_relative(path);
     if (!up) return up.status();
+    ConsumeReport local;
+    ConsumeReport* rep = report ? report : &local;
+    RangeBytes out;
+    if (into) out.data = {into, [](void*) {}};  // the caller's memory: not freed here
+    // Within DYAD_ORIGIN_RECHECK of its last lookup, a path only in the
+    // origin is that origin file still: no store, no origin asked. Failing
+    // (ESTALE: a block to read from a file that changed), asked again.
+    if (auto seen = origin_seen_.recall(up.value())) {
+        if (fetcher_.range(up.value(), *seen, offset, length, &out, rep)) return out;
+        origin_seen_.forget(up.value());
+        *rep = ConsumeReport();
+    }
+    Status s = range_of(path, up.value(), offset, length, &out, rep);
+    if (!s) return s;
+    return out;
+}
+
+Status Client::range_of(const std::string& path, const std::string& upath, uint64_t offset,
+                        uint64_t length, RangeBytes* out, ConsumeReport* rep) {
     const auto t0 = std::chrono::steady_clock::now();
     const Deadline deadline = wait_deadline();
     auto rec = get_metadata(path, true);
     if (!rec) return rec.status();
-    ConsumeReport local;
-    ConsumeReport* rep = report ? report : &local;
     rep->wait_s = seconds_since(t0);
-    RangeBytes out;
-    if (into) out.data = {into, [](void*) {}};  // the caller's memory: not freed here
+    std::optional<Record> used;
     Status s = lookup_.retry_stale(path, std::move(rec.value()), deadline, [&](const Record& r) {
-        return fetcher_.range(up.value(), r, offset, length, &out, rep);
+        used = r;
+        return fetcher_.range(upath, r, offset, length, out, rep);
     });
-    if (!s) return s;
-    return out;
+    if (s && used && is_origin(*used)) origin_seen_.remember(upath, *used, t0);
+    return s;
 }
 
 Result<std::vector<proto::ReplicaEntry>> Client::replicas(const std::string& upath,

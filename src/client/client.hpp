@@ -19,6 +19,7 @@
 #include "fetcher.hpp"
 #include "lookup.hpp"
 #include "origin.hpp"
+#include "origin_memory.hpp"
 #include "owners.hpp"
 #include "planner.hpp"
 #include "producer.hpp"
@@ -100,7 +101,9 @@ class Client {
     // the file) is an empty result. The bytes are always of one produce: a
     // file produced again meanwhile is read again from its newest produce.
     // `into`: where the bytes go instead (room for `length`); the result's
-    // data then stays empty.
+    // data then stays empty. A path only in the origin (DYAD_PATH_ORIGIN):
+    // its blocks kept on the node (origin_blocks.hpp), and the lookup's
+    // answer used for DYAD_ORIGIN_RECHECK seconds (origin_memory.hpp).
     Result<RangeBytes> consume_range(const std::string& path, uint64_t offset, uint64_t length,
                                      ConsumeReport* report = nullptr, char* into = nullptr);
     // Consumes many files with several in flight (src/client/pipeline.cpp):
@@ -213,12 +216,18 @@ class Client {
     // A published record of an origin file: in place, or fetched from its owner.
     Status consume_published(const std::string& upath, const Record& rec, const ServiceInfo& svc,
                              ConsumeReport* rep, int lock_fd);
+    // consume_range's lookup and read of a range into `out`, or, within
+    // DYAD_ORIGIN_RECHECK of the last, its remembered origin record.
+    Status range_of(const std::string& path, const std::string& upath, uint64_t offset,
+                    uint64_t length, RangeBytes* out, ConsumeReport* rep);
 
     Config cfg_;
     ManagedDir prod_;
     ManagedDir cons_;
     ConsumerStore cstore_;
     Origin origin_;
+    // Range reads' answers of origin lookups, kept DYAD_ORIGIN_RECHECK.
+    OriginMemory origin_seen_;
     Cache cache_;
     // The parts, each one concept (each file says what it holds).
     ServiceLink link_;          // the node's service: hello, store, connections

@@ -29,6 +29,7 @@
 #include "dtl/dtl.hpp"
 #include "lookup.hpp"
 #include "origin.hpp"
+#include "origin_blocks.hpp"
 #include "owners.hpp"
 #include "planner.hpp"
 #include "proto/fetch.hpp"
@@ -69,7 +70,7 @@ class Fetcher {
         TransportPlanner& planner;
         Lookup& lookup;
     };
-    explicit Fetcher(const Parts& p) : p_(p) {}
+    explicit Fetcher(const Parts& p) : p_(p), blocks_(p.cons.path()) {}
 
     // ---- The consume core (consume.cpp) ----
     // The in-place rule: same node and same directory, or storage shared by
@@ -171,6 +172,7 @@ class Fetcher {
                           const Sent& sent, const std::string& bytes, ConsumeReport* rep);
 
     Parts p_;
+    OriginBlocks blocks_;                     // origin files' blocks kept (range reads)
     std::atomic<bool> no_fetch_many_{false};  // an owner did not know dyad.fetch_many
 };
 

@@ -147,6 +147,11 @@ std::optional<Status> Fetcher::range_here(const std::string& upath, const Record
         s = read_range(fd.get(), upath, offset, length, &rec, dst);
         rep->action = "in-place";
         rep->transport = "none";
+    } else if (is_origin(rec) && blocks_.held(upath, rec, offset, length, dst)) {
+        // Blocks of the origin file held: read first (no open of a
+        // consumer copy that is not there, in the common case).
+        rep->action = "present";
+        rep->transport = "none";
     } else if (UniqueFd fd = p_.cstore.open_present(upath, rec); fd.valid()) {
         s = read_range(fd.get(), upath, offset, length, nullptr, dst);
         rep->action = "present";
@@ -156,8 +161,7 @@ std::optional<Status> Fetcher::range_here(const std::string& upath, const Record
         // of the origin's file, the others read from it and kept
         // (origin_blocks.hpp; changed: ESTALE, which retry_stale looks up again).
         uint64_t from_origin = 0;
-        s = OriginBlocks(p_.cons.path())
-                .read(p_.origin, upath, rec, offset, length, dst, &from_origin);
+        s = blocks_.read(p_.origin, upath, rec, offset, length, dst, &from_origin);
         rep->action = from_origin ? "origin" : "present";
         rep->transport = from_origin ? "origin" : "none";
     } else {

@@ -144,6 +144,9 @@ Status read_cache_and_copies(Config& c) {
     auto publish = settings::flag("DYAD_ORIGIN_PUBLISH");
     if (!publish) return publish.status();
     c.origin_publish = publish.value();
+    auto recheck = settings::seconds("DYAD_ORIGIN_RECHECK");
+    if (!recheck) return recheck.status();
+    c.origin_recheck = recheck.value().value_or(1);
     if (settings::lookup("DYAD_REPLICAS").set()) {
         auto k = settings::count("DYAD_REPLICAS", 0, 16);
         if (!k) return k.status();
@@ -266,6 +269,7 @@ nlohmann::json Config::to_json() const {
     j["DYAD_CACHE_GRACE_PERIOD"] = cache_grace_period;
     j["DYAD_PATH_ORIGIN"] = path_origin;
     j["DYAD_ORIGIN_PUBLISH"] = origin_publish;
+    j["DYAD_ORIGIN_RECHECK"] = origin_recheck;
     j["DYAD_FETCH_WORKER_THREADS"] = fetch_worker_threads;
     return j;
 }

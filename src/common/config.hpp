@@ -68,6 +68,7 @@ struct Config {
     // Read-through (src/client/origin.hpp).
     std::string path_origin;      // DYAD_PATH_ORIGIN; empty: none
     bool origin_publish = false;  // DYAD_ORIGIN_PUBLISH
+    double origin_recheck = 1;    // DYAD_ORIGIN_RECHECK, seconds (0: every range asks)
     // DYAD_FETCH_WORKER_THREADS: accepted for upstream's users; above 0 it
     // sets consume_window when DYAD_CONSUME_WINDOW is not set.
     unsigned fetch_worker_threads = 0;

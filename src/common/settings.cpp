@@ -42,6 +42,8 @@ std::vector<Setting> make_table() { return {
      "read-through: a directory (e.g. on the parallel file system) whose file at the same relative path a consume copies when no produce of it is recorded (user guide, \"Cache and origin\")"},
     {"DYAD_ORIGIN_PUBLISH", T::flag, "0", "client",
      "with `DYAD_PATH_ORIGIN`: copy a read-through file into `DYAD_PATH_PRODUCER` and publish it, so other nodes fetch it from this one"},
+    {"DYAD_ORIGIN_RECHECK", T::seconds, "1", "client",
+     "with `DYAD_PATH_ORIGIN`: seconds a process uses what a range read of an origin file learned (no record; the origin file's identity) before asking the store and the origin again; a record published or an origin file changed meanwhile is seen within this time (`0`: ask at every range; user guide, \"Byte ranges of origin files\")"},
     {"DYAD_REPLICAS", T::count, nullptr, "client",
      "copies of each produced file other nodes' services keep (0..16; unset: the service's `--replicas`); consumers fail over to them when the owner is gone"},
     {"DYAD_REPLICAS_SYNC", T::flag, "0", "client",

@@ -9,6 +9,7 @@ read of a block of an origin file does not touch the origin.
 The origin is a plain directory; its reads are counted with inotify
 (IN_OPEN, IN_ACCESS) on the files themselves."""
 import ctypes
+import glob
 import json
 import ctypes.util
 import os
@@ -209,3 +210,114 @@ def test_a_second_range_read_of_a_block_does_not_touch_the_origin(cluster):
         watch.close()
     # Never a partial block file visible as the user's: all under .dyad.
     assert not os.path.exists(n1.path("set/big.bin"))
+
+
+class RangeProcess:
+    """One process of `node` reading byte ranges with pydyad's
+    consume_range (DYAD_PATH_ORIGIN set) as the test asks: read() sends
+    "PATH OFFSET LENGTH" and gets the bytes' length and SHA-256."""
+
+    CODE = textwrap.dedent("""
+        import hashlib, sys
+        sys.path.insert(0, sys.argv[1])
+        from pydyad import Dyad
+        d = Dyad(); d.init_env()
+        for line in sys.stdin:
+            path, off, n = line.split()
+            b = d.consume_range(path, int(off), int(n))
+            print(len(b), hashlib.sha256(b).hexdigest(), flush=True)
+    """)
+
+    def __init__(self, node, origin, **env):
+        self.node = node
+        e = node.env(DYAD_LIBRARY=os.path.join(harness.BUILD, "lib", "libdyad.so"),
+                     DYAD_PATH_ORIGIN=origin, DYAD_WAIT_TIMEOUT=10, **env)
+        self.p = subprocess.Popen(node.prefix + [sys.executable, "-c", self.CODE, os.path.join(ROOT, "python")],
+                                  env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+
+    def read(self, rel, off, n):
+        self.p.stdin.write(f"{self.node.path(rel)} {off} {n}\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise AssertionError(f"the range reader ended: {self.p.stderr.read()}")
+        return line.split()
+
+    def close(self):
+        self.p.stdin.close()
+        assert self.p.wait(timeout=30) == 0, self.p.stderr.read()
+
+
+def service_requests(cluster):
+    """Requests the cluster's services answered, of every kind but status."""
+    total = 0
+    for n in cluster.nodes:
+        kinds = n.status()["counters"]["per_kind"]
+        total += sum(v["requests"] for k, v in kinds.items() if k != "status")
+    return total
+
+
+def test_within_the_recheck_time_a_range_read_asks_no_one(cluster):
+    """DYAD_ORIGIN_RECHECK: within it, a process's range reads of blocks it
+    holds ask no service and neither open nor read the origin file; after
+    it, an origin file changed and a record published meanwhile are seen.
+    A block not held of a file changed within it is read from its new
+    state at once; DYAD_ORIGIN_RECHECK=0 asks at every range."""
+    n0, n1 = cluster.nodes
+    origin = os.path.join(cluster.root, "origin")
+    a, b = "set/a.bin", "set/b.bin"
+    for rel in (a, b):
+        harness.write_file(os.path.join(origin, rel), 3 << 20)
+    recheck = 4.0
+    watch = Watch([os.path.join(origin, a), os.path.join(origin, b)])
+    reader = RangeProcess(n1, origin, DYAD_ORIGIN_RECHECK=recheck)
+    ranges = [(0, 4096), (70000, 300000), ((1 << 20) - 10, 20)]
+    try:
+        t0 = time.monotonic()
+        for rel in (a, b):  # learnt, and blocks 0 and 1 held
+            assert reader.read(rel, 0, 2 << 20) == expected(os.path.join(origin, rel), [(0, 2 << 20)])
+        learnt = time.monotonic()
+        want = {rel: [expected(os.path.join(origin, rel), [r]) for r in ranges] for rel in (a, b)}
+        asked = service_requests(cluster)
+        watch.drain()
+        opened = dict(watch.opens), dict(watch.reads)
+        for rel in (a, b):
+            for (off, n), w in zip(ranges, want[rel]):
+                assert reader.read(rel, off, n) == w
+        assert service_requests(cluster) == asked, "a range read within the recheck time asked a service"
+        watch.drain()
+        assert (watch.opens, watch.reads) == opened, "a range read within the recheck time touched the origin"
+        # A held chunk written over is not used: its block is read from the origin again.
+        for data in glob.glob(n1.path(".dyad/origin-blocks/*/*.data")):
+            with open(data, "r+b") as f:
+                f.write(b"\0written over")
+        assert reader.read(a, *ranges[0]) == want[a][0]
+        watch.drain()
+        assert watch.opens[os.path.join(origin, a)] > opened[0][os.path.join(origin, a)]
+        # Meanwhile the origin's a changes: its blocks held are what was
+        # learnt until the recheck; one not held is read from the new file.
+        harness.write_file(os.path.join(origin, a), 3 << 20)
+        assert reader.read(a, *ranges[0]) == want[a][0]
+        assert reader.read(a, (2 << 20) + 5, 100) == expected(os.path.join(origin, a), [((2 << 20) + 5, 100)])
+        assert time.monotonic() - t0 < recheck, "too slow to stay within the recheck time"
+        # And b is produced: seen after the recheck time.
+        produced = n0.path(b)
+        harness.write_file(produced, 1 << 20)
+        n0.dyad("produce", produced)
+        time.sleep(max(0.0, learnt + recheck + 0.3 - time.monotonic()))
+        assert reader.read(a, 70000, 1000) == expected(os.path.join(origin, a), [(70000, 1000)])
+        assert reader.read(b, 100, 1000) == expected(produced, [(100, 1000)])
+        assert service_requests(cluster) > asked
+        reader.close()
+        every = RangeProcess(n1, origin, DYAD_ORIGIN_RECHECK=0)
+        reader = every
+        for _ in range(2):
+            asked = service_requests(cluster)
+            assert every.read(a, 0, 4096) == expected(os.path.join(origin, a), [(0, 4096)])
+            assert service_requests(cluster) > asked
+        every.close()
+    finally:
+        if reader.p.poll() is None:
+            reader.p.kill()
+        watch.close()
