@@ -36,8 +36,9 @@ def pct(xs, p):
 
 
 def tool(node, mode, producer):
-    return subprocess.Popen(node.prefix + [WAKE, mode, node.dir], env=node.env(producer=producer, consumer=not producer),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    env = node.env(producer=producer, consumer=not producer)
+    return subprocess.Popen(node.prefix + [WAKE, mode, node.dir], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, bufsize=1)
 
 
 def ask(p, line):
@@ -86,7 +87,8 @@ def main():
             harness.DYADD = dyadd  # what the cluster's nodes start
             builds[name] = harness.Cluster(nodes=2, kvs=etcd.uri)
         harness.DYADD = after
-        acc = {k: [] for k in ("before_wake", "after_wake", "before_lookup", "after_lookup", "etcd_watch_idle", "etcd_get")}
+        rows = ("before_wake", "after_wake", "before_lookup", "after_lookup", "etcd_watch_idle", "etcd_get")
+        acc = {k: [] for k in rows}
         ratios = {"before": [], "after": []}
         for r in range(ROUNDS):
             order = ("before", "after") if r % 2 == 0 else ("after", "before")

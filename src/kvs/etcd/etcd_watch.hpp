@@ -85,7 +85,9 @@ class Watcher {
     grpc::ClientContext* ctx_ = nullptr;  // to cancel the stream
     std::deque<std::string> creates_;     // keys whose watcher is to be sent
     std::deque<int64_t> cancels_;         // watchers to cancel on the stream
-    std::deque<std::pair<std::string, int64_t>> checks_;  // (key, watch id) to look up
+
+    // (key, watch id) whose key the checker looks up (created()).
+    std::deque<std::pair<std::string, int64_t>> checks_;
     uint64_t reconnects_ = 0, fired_ = 0, expired_ = 0, compacted_ = 0, checked_ = 0;
     std::thread reader_, writer_, sweeper_, checker_;
 };
