@@ -114,8 +114,27 @@ void Request::end(nlohmann::json meta) {
 
 void Request::end(nlohmann::json meta, std::string data) {
     if (closing_.exchange(true)) return;
+    end_on_loop(std::move(meta), std::make_shared<std::string>(std::move(data)));
+}
+
+void Request::end_now(nlohmann::json meta) {
+    if (io_.get_executor().running_in_this_thread()) return end(std::move(meta));
+    auto s = session_.lock();
+    if (closing_.exchange(true)) return;
+    if (!s || !s->send_now(frame_header(Type::end, tag_), meta_text(meta)))
+        return end_on_loop(std::move(meta), std::make_shared<std::string>());
+    // Written: the rest of end() on the loop (the connection's count of
+    // requests in flight, the deadline's timer, the observer).
     auto self = shared_from_this();
-    auto bytes = std::make_shared<std::string>(std::move(data));
+    asio::post(io_, [self] {
+        self->finish();
+        self->notify(Outcome::How::ended, 0, {}, DYAD_RC_OK);
+        if (auto s = self->session_.lock()) s->request_finished(self->tag_);
+    });
+}
+
+void Request::end_on_loop(nlohmann::json meta, std::shared_ptr<std::string> bytes) {
+    auto self = shared_from_this();
     asio::dispatch(io_, [self, meta = std::move(meta), bytes] {
         self->finish();
         self->notify(Outcome::How::ended, 0, {}, DYAD_RC_OK);

@@ -153,6 +153,14 @@ class Request : public std::enable_shared_from_this<Request> {
     // The last part of the answer, with `data` (kept until written), which
     // its tag covers on a keyed connection (kFlagTagData: a compact answer).
     void end(nlohmann::json meta, std::string data);
+    // end(meta), written at once from the calling thread when the
+    // connection has nothing else going out (else queued on the loop as
+    // end() does); the request's bookkeeping follows on the loop. For an
+    // answer made off the loop (a store's thread woken by what a wait
+    // waited for), it saves the hand-off to the loop before the client
+    // hears it. Only for a request whose answer is this one frame: a
+    // respond() still queued for the loop would be overtaken.
+    void end_now(nlohmann::json meta);
     void error(int errnum, const std::string& msg, dyad_rc_t rc = DYAD_RC_BADRPC);
     // Answers with `s` as an error frame: its errno (EIO when it has none),
     // message and rc. The one way to turn a Status into an RPC error.
@@ -192,6 +200,8 @@ class Request : public std::enable_shared_from_this<Request> {
 
   private:
     void finish();
+    // What end() does on the loop once closing_ is taken.
+    void end_on_loop(nlohmann::json meta, std::shared_ptr<std::string> data);
     void notify(Outcome::How how, int errnum, std::string msg, dyad_rc_t rc);
 
     std::weak_ptr<Session> session_;

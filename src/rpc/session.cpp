@@ -64,13 +64,17 @@ void Session::request_finished(uint32_t tag) {
 
 void Session::close() {
     if (closed_) return;
-    closed_ = true;
     auto self = std::move(keep_alive_);  // alive to the end of close()
     if (paused_) server_.unwatch_hangup(sock_.native_handle());
     paused_ = false;
-    asio::error_code ec;
-    sock_.shutdown(asio::socket_base::shutdown_both, ec);
-    sock_.close(ec);
+    {
+        // Not while send_now writes to the socket from another thread.
+        std::lock_guard<std::mutex> lk(wmu_);
+        closed_ = true;
+        asio::error_code ec;
+        sock_.shutdown(asio::socket_base::shutdown_both, ec);
+        sock_.close(ec);
+    }
     hello_timer_.cancel();
     auto active = std::move(active_);
     active_.clear();
@@ -152,7 +156,8 @@ void Session::read_body() {
     });
 }
 
-bool Session::overloaded() const {
+bool Session::overloaded() {
+    std::lock_guard<std::mutex> lk(wmu_);
     return active_.size() >= kMaxActive || queued_bytes_ >= kMaxQueuedBytes;
 }
 
@@ -275,8 +280,7 @@ void Session::arm_idle(std::chrono::milliseconds wait) {
     hello_timer_.async_wait([weak, limit](asio::error_code ec) {
         auto self = weak.lock();
         if (ec || !self || self->closed_) return;
-        if (!self->active_.empty() || self->writing_ || !self->q_.empty())
-            return self->arm_idle(limit);
+        if (!self->active_.empty() || self->sending()) return self->arm_idle(limit);
         auto idle = std::chrono::steady_clock::now() - self->last_activity_;
         if (idle < limit)
             return self->arm_idle(

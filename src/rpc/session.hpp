@@ -16,6 +16,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -62,6 +63,11 @@ class Session : public std::enable_shared_from_this<Session> {
     // SCM_RIGHTS with its first byte. Unix sockets only: elsewhere nothing
     // is sent and cb gets false.
     void send_with_fd(Header h, std::string meta, UniqueFd fd, Request::WriteDone cb);
+    // From any thread: a frame without data, written at once when nothing
+    // else is queued or being written (what the kernel does not take yet,
+    // the loop writes after). False, and nothing sent, when the connection
+    // is busy or closed: then send() it on the loop.
+    bool send_now(Header h, std::string meta);
 
     // True when the peer connected over a Unix socket (descriptors can pass).
     bool over_unix() const { return unix_; }
@@ -103,7 +109,12 @@ class Session : public std::enable_shared_from_this<Session> {
     bool handle_request(nlohmann::json meta);
     // Backpressure: a peer that keeps asking without reading the answers
     // stops being read once it has too many requests or too many queued bytes.
-    bool overloaded() const;
+    bool overloaded();
+    // Answers queued or being written.
+    bool sending() {
+        std::lock_guard<std::mutex> lk(wmu_);
+        return writing_ || !q_.empty();
+    }
     void maybe_resume();
     // An error frame {"msg", "rc"} with `errnum` for request `tag`; the
     // connection closes once it is written when `then_close`.
@@ -124,6 +135,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
     // ---- writing (session_write.cpp) ----
     void enqueue(Out o);
+    // The frame as queued: header (flags cut to what the tag can cover), meta, data.
+    Out make_out(Header h, std::string meta, asio::const_buffer data);
     void seal(Out& o);
     static asio::const_buffer tag_of(const Out& o);
     void write_next();
@@ -152,6 +165,10 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string client_hello_, challenge_, service_proof_;
     auth::FrameMac tx_mac_, rx_mac_;  // active once a keyed peer is admitted
     std::array<uint8_t, auth::kTagBytes> rx_tag_{};
+    // The write side (q_, writing_, queued_bytes_, tx_mac_'s sequence, the
+    // socket's close) is the loop's, and also send_now's from another
+    // thread: under wmu_ where both may touch it.
+    std::mutex wmu_;
     bool closed_ = false;
     bool writing_ = false;
     bool unix_ = false;                    // a Unix socket: descriptors can pass

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -28,11 +29,7 @@ size_t all_at_once(const asio::error_code& ec, size_t) {
 }
 }  // namespace
 
-void Session::send(Header h, std::string meta, asio::const_buffer data, Request::WriteDone cb) {
-    if (closed_) {
-        if (cb) asio::post(io_, [cb] { cb(false); });
-        return;
-    }
+Session::Out Session::make_out(Header h, std::string meta, asio::const_buffer data) {
     Out o;
     h.meta_len = static_cast<uint32_t>(meta.size());
     h.data_len = static_cast<uint32_t>(data.size());
@@ -44,8 +41,48 @@ void Session::send(Header h, std::string meta, asio::const_buffer data, Request:
     encode_header(h, o.hdr.data());
     o.meta = std::move(meta);
     o.data = data;
+    return o;
+}
+
+void Session::send(Header h, std::string meta, asio::const_buffer data, Request::WriteDone cb) {
+    if (closed_) {
+        if (cb) asio::post(io_, [cb] { cb(false); });
+        return;
+    }
+    Out o = make_out(h, std::move(meta), data);
     o.cb = std::move(cb);
     enqueue(std::move(o));
+}
+
+bool Session::send_now(Header h, std::string meta) {
+    std::unique_lock<std::mutex> lk(wmu_);
+    if (closed_ || writing_ || !q_.empty()) return false;
+    Out o = make_out(h, std::move(meta), {});
+    seal(o);
+    struct iovec iov[3];
+    size_t n = 0;
+    iov[n++] = {o.hdr.data(), kHeaderSize};
+    if (!o.meta.empty()) iov[n++] = {o.meta.data(), o.meta.size()};
+    if (o.tagged) iov[n++] = {o.tag.data(), o.tag.size()};
+    const size_t total = kHeaderSize + o.meta.size() + tag_of(o).size();
+    struct msghdr msg = {};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = n;
+    ssize_t w;
+    do {
+        w = ::sendmsg(sock_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (w < 0 && errno == EINTR);
+    if (w >= 0 && static_cast<size_t>(w) == total) return true;
+    // What the kernel did not take (a full socket, or an error the loop's
+    // write then meets and closes on) goes out from the loop, first.
+    o.fd_sent = w > 0 ? static_cast<size_t>(w) : 0;
+    queued_bytes_ += o.meta.size() + kHeaderSize;
+    q_.push_back(std::move(o));
+    writing_ = true;
+    lk.unlock();
+    auto self = shared_from_this();
+    asio::post(io_, [self] { self->write_next(); });
+    return true;
 }
 
 void Session::send_file(Header h, std::string meta, int fd, uint64_t off, size_t len,
@@ -85,10 +122,14 @@ void Session::send_with_fd(Header h, std::string meta, UniqueFd fd, Request::Wri
 }
 
 void Session::enqueue(Out o) {
+    std::unique_lock<std::mutex> lk(wmu_);
     seal(o);
     queued_bytes_ += o.meta.size() + kHeaderSize;
     q_.push_back(std::move(o));
-    if (!writing_) write_next();
+    if (writing_) return;
+    writing_ = true;
+    lk.unlock();
+    write_next();
 }
 
 // Tags a frame about to be queued, once the peer is admitted on a keyed
@@ -106,10 +147,11 @@ asio::const_buffer Session::tag_of(const Out& o) {
     return asio::buffer(o.tag.data(), o.tagged ? o.tag.size() : 0);
 }
 
+// Called with writing_ set: the queue is the loop's until it is clear.
 void Session::write_next() {
-    writing_ = true;
     Out& o = q_.front();
-    if (o.pass_fd.valid()) return write_with_fd();
+    // (A frame send_now began: its rest, as a descriptor's frame goes.)
+    if (o.pass_fd.valid() || o.fd_sent > 0) return write_with_fd();
     auto self = shared_from_this();
     if (o.file_fd >= 0) {
         std::array<asio::const_buffer, 3> bufs = {asio::buffer(o.hdr), asio::buffer(o.meta),
@@ -248,31 +290,28 @@ void Session::write_with_fd() {
 void Session::frames_written(size_t frames, asio::error_code ec) {
     last_activity_ = std::chrono::steady_clock::now();
     std::vector<Out> done;
+    std::unique_lock<std::mutex> lk(wmu_);
     done.reserve(frames);
     for (size_t i = 0; i < frames && !q_.empty(); ++i) {
         done.push_back(std::move(q_.front()));
         q_.pop_front();
     }
+    for (Out& d : done) queued_bytes_ -= d.meta.size() + kHeaderSize;
+    if (ec) {
+        for (auto& o : q_) done.push_back(std::move(o));
+        q_.clear();
+        queued_bytes_ = 0;
+    }
+    const bool more = !ec && !q_.empty();
+    writing_ = more;
+    lk.unlock();
+    if (ec) close();
     for (Out& d : done) {
         if (d.file_fd >= 0) ::close(d.file_fd);
-        queued_bytes_ -= d.meta.size() + kHeaderSize;
         if (d.cb) d.cb(!ec);
     }
-    if (ec) {
-        close();
-        auto rest = std::move(q_);
-        q_.clear();
-        for (auto& o : rest) {
-            if (o.file_fd >= 0) ::close(o.file_fd);
-            if (o.cb) o.cb(false);
-        }
-        writing_ = false;
-        return;
-    }
-    if (!q_.empty())
-        write_next();
-    else
-        writing_ = false;
+    if (ec) return;
+    if (more) write_next();
     maybe_resume();
 }
 

@@ -54,7 +54,11 @@ Status parse_uri_security(const std::string& uri, Security* s) {
 EtcdStore::EtcdStore(Options o, std::unique_ptr<Client> c)
     : o_(std::move(o)),
       c_(std::move(c)),
-      watcher_(*c_, [this](const std::string& k) { return lookup(k, Deadline::after(30)); }) {
+      // The watcher's lookups (a key written to while its watch was made,
+      // a compacted start) are bounded as a wait's own: an etcd that does
+      // not answer holds neither the watcher's threads nor its stop.
+      watcher_(*c_,
+               [this](const std::string& k) { return lookup(k, Deadline::after(kWaitLookup)); }) {
     c_->on_recovery([this] { return watcher_.waiters(); });
 }
 

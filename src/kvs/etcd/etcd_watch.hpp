@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Wait-for-create on etcd: one Watch stream per service carries every key its
 // consumers wait for. Each waited key has one watcher on that stream (shared
-// by all of the key's waiters), started at the revision after the lookup
-// that missed it, so no put in between is lost. When the stream breaks (an
-// etcd restart, a failover), the watchers are created again from the same
-// revisions on the next stream; waiters keep waiting until their own
-// deadlines.
+// by all of the key's waiters), from etcd's revision when it is created; when
+// that revision is past the one of the lookup that missed the key (other
+// writes came in between), the key is looked up once more, so no put in
+// between is lost. (A watcher asked to start at an earlier revision would be
+// one etcd "unsynced": its events wait for etcd's catch-up pass, every
+// 100 ms.) When the stream breaks (an etcd restart, a failover), the
+// watchers are created again on the next stream, each checked the same way;
+// waiters keep waiting until their own deadlines.
 #pragma once
 
 #include <condition_variable>
@@ -44,7 +47,7 @@ class Watcher {
   private:
     struct KeyWatch {
         int64_t watch_id = 0;
-        int64_t start = 0;  // first revision to report
+        int64_t start = 0;  // first revision to report: after the lookup's
         bool sent = false;  // created on the current stream
         std::set<uint64_t> waiters;
     };
@@ -62,6 +65,10 @@ class Watcher {
     // Removes `key`'s watcher (locked); returns its waiters' callbacks.
     std::vector<Done> take(const std::string& key, int64_t* watch_id, bool* sent);
     void renew(const std::string& key);  // after compaction: look again, re-create
+    // A watcher etcd created at revision `at`: if puts may have come
+    // between its start and `at`, its key is looked up (by the checker).
+    void created(int64_t watch_id, int64_t at);
+    void check();  // the checker: looks up keys queued by created()
 
     Client& c_;
     Lookup lookup_;
@@ -78,8 +85,11 @@ class Watcher {
     grpc::ClientContext* ctx_ = nullptr;  // to cancel the stream
     std::deque<std::string> creates_;     // keys whose watcher is to be sent
     std::deque<int64_t> cancels_;         // watchers to cancel on the stream
-    uint64_t reconnects_ = 0, fired_ = 0, expired_ = 0, compacted_ = 0;
-    std::thread reader_, writer_, sweeper_;
+
+    // (key, watch id) whose key the checker looks up (created()).
+    std::deque<std::pair<std::string, int64_t>> checks_;
+    uint64_t reconnects_ = 0, fired_ = 0, expired_ = 0, compacted_ = 0, checked_ = 0;
+    std::thread reader_, writer_, sweeper_, checker_;
 };
 
 }  // namespace dyad::kvs::etcd
