@@ -86,11 +86,13 @@ def main():
     ap.add_argument("--nodes", type=int, default=2, help="nodes of the job (the cluster has 4)")
     ap.add_argument("--warmup", type=int, default=2, help="rounds run first and not counted")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--plugstack", action="append", default=[],
+                    help="an argument of the plugin's plugstack.conf line (e.g. store=embedded); repeatable")
     a = ap.parse_args()
     reason = slurm_cluster.unavailable_reason()
     if reason:
         sys.exit(f"startup_bench: {reason}")
-    slurm = slurm_cluster.SlurmCluster(nodes=max(4, a.nodes))
+    slurm = slurm_cluster.SlurmCluster(nodes=max(4, a.nodes), plugstack_args=a.plugstack)
     try:
         times = {"plain": [], "dyad": []}
         for i in range(a.warmup + a.rounds):
