@@ -72,8 +72,9 @@ std::string LateStore::starting_text() const {
 Status LateStore::starting_status() const {
     // The marks of Outage::unreachable_status, so that clients ask again.
     return Status(DYAD_RC_CONNFAIL,
-                  "the metadata store at " + uri_ + " is unreachable since " + utc_text(since_wall_) +
-                      " (" + seconds_tenths(starting_seconds()) + " s): " + starting_text(),
+                  "the metadata store at " + uri_ + " is unreachable since " +
+                      utc_text(since_wall_) + " (" + seconds_tenths(starting_seconds()) +
+                      " s): " + starting_text(),
                   EHOSTUNREACH);
 }
 
@@ -207,8 +208,8 @@ Result<Entry> LateStore::get(const std::string& ns, const std::string& key, Dead
 }
 
 Result<std::vector<Lookup>> LateStore::get_many(const std::string& ns,
-                                                const std::vector<std::string>& keys,
-                                                size_t budget, Deadline d) {
+                                                const std::vector<std::string>& keys, size_t budget,
+                                                Deadline d) {
     auto s = ready(d);
     if (!s) return s.status();
     return s.value()->get_many(ns, keys, budget, d);
@@ -221,8 +222,7 @@ Result<Page> LateStore::list(const std::string& ns, const std::string& prefix,
     return s.value()->list(ns, prefix, after, limit, d);
 }
 
-Result<Changes> LateStore::changes(const std::string& ns, uint64_t after, double wait,
-                                   Deadline d) {
+Result<Changes> LateStore::changes(const std::string& ns, uint64_t after, double wait, Deadline d) {
     auto s = ready(d);
     if (!s) return s.status();
     return s.value()->changes(ns, after, wait, d);

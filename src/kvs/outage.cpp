@@ -24,7 +24,8 @@ void Outage::answered(const std::function<uint64_t()>& resumed) {
     }
     if (resumed)
         DYAD_WARN(kSub, "metadata store at %s reachable again after %s s; %llu waits resumed",
-                  store_.c_str(), seconds_tenths(lasted).c_str(), static_cast<unsigned long long>(resumed()));
+                  store_.c_str(), seconds_tenths(lasted).c_str(),
+                  static_cast<unsigned long long>(resumed()));
     else
         DYAD_WARN(kSub, "metadata store at %s reachable again after %s s", store_.c_str(),
                   seconds_tenths(lasted).c_str());
@@ -87,8 +88,8 @@ std::string Outage::health_text() const {
 Status Outage::unreachable_status() const {
     OutageView v = view();
     return Status(DYAD_RC_CONNFAIL,
-                  "the metadata store at " + store_ + kMark + v.since + " (" + seconds_tenths(v.down_s) +
-                      " s): " + v.error,
+                  "the metadata store at " + store_ + kMark + v.since + " (" +
+                      seconds_tenths(v.down_s) + " s): " + v.error,
                   EHOSTUNREACH);
 }
 

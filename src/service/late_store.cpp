@@ -113,9 +113,9 @@ bool Service::register_late(kvs::ServiceStore& real) {
     }
     SlowLog slow("registering in the metadata store " + real.describe());
     while (!store_stop_) {
-        auto mine = real.register_service(
-            id_, identity().build().dump(-1, ' ', false, kBadUtf8Replaced),
-            Deadline::after(kRegisterTry));
+        auto mine =
+            real.register_service(id_, identity().build().dump(-1, ' ', false, kBadUtf8Replaced),
+                                  Deadline::after(kRegisterTry));
         if (mine) {
             real.start();
             auto given = kvs::registry::rank_of(mine->value);

@@ -169,8 +169,7 @@ std::string live_holder(const std::string& id, const std::string& value,
         if (!hello || hello->service.service_id != id) continue;
         // This very dyadd (with --store-late it answers before it looks),
         // at an endpoint the stale registration names too.
-        if (hello->service.pid == ::getpid() && hello->service.host_id == dtl::host_id())
-            continue;
+        if (hello->service.pid == ::getpid() && hello->service.host_id == dtl::host_id()) continue;
         std::string who = "the dyadd at " + ep;
         if (hello->service.pid) who += " (pid " + std::to_string(hello->service.pid) + ")";
         return who;

@@ -410,7 +410,8 @@ bool stop_etcd(const std::string& dir, double timeout) {
         std::ifstream cmd;
         if (helper >> hp && hp > 1) cmd.open("/proc/" + std::to_string(hp) + "/cmdline");
         std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-        if (cmd && line.find(dir) != std::string::npos && line.find("node-up") != std::string::npos) {
+        if (cmd && line.find(dir) != std::string::npos &&
+            line.find("node-up") != std::string::npos) {
             ::kill(static_cast<pid_t>(hp), SIGKILL);
             wait_gone(static_cast<pid_t>(hp), Deadline::after(5));
         }

@@ -28,7 +28,8 @@ TEST(LateStore, StartingCallsWaitUpToTheirDeadlineAndSayStarting) {
     auto s = late();
     const auto t0 = std::chrono::steady_clock::now();
     auto e = s->get("ns", "k", Deadline::after(0.1));
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_FALSE(e);
     EXPECT_GE(took, 0.09);
     EXPECT_LT(took, 1.0);
@@ -51,7 +52,8 @@ TEST(LateStore, ACallWaitingGoesToTheStoreOnceAttached) {
     auto s = late();
     auto real = embedded();
     ASSERT_TRUE(real->put("ns", "k", kRec, "svc", 0, Deadline::after(1)));
-    auto got = std::async(std::launch::async, [&] { return s->get("ns", "k", Deadline::after(10)); });
+    auto got =
+        std::async(std::launch::async, [&] { return s->get("ns", "k", Deadline::after(10)); });
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     s->attach(real);
     auto e = got.get();
