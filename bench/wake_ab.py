@@ -23,27 +23,14 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import harness  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from store_bench import ask, pct, proc as tool  # noqa: E402  (the wake tool's driver, one copy)
+
 BIN = os.path.join(harness.BUILD, "bin")
-WAKE, RAW = os.path.join(BIN, "bench_store_wake"), os.path.join(BIN, "bench_etcd_raw")
+RAW = os.path.join(BIN, "bench_etcd_raw")
 OUT = os.environ.get("DYAD_BENCH_OUT", os.path.join(harness.BUILD, "bench"))
 N = int(os.environ.get("WAKE_AB_N", "100"))
 ROUNDS = int(os.environ.get("WAKE_AB_ROUNDS", "10"))
-
-
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
-
-
-def tool(node, mode, producer):
-    env = node.env(producer=producer, consumer=not producer)
-    return subprocess.Popen(node.prefix + [WAKE, mode, node.dir], env=env, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, bufsize=1)
-
-
-def ask(p, line):
-    p.stdin.write(line + "\n")
-    p.stdin.flush()
 
 
 def wakes_and_lookups(c, tag):
