@@ -15,6 +15,7 @@
 #include "common/json_text.hpp"
 #include "common/log.hpp"
 #include "common/timeouts.hpp"
+#include "common/seconds.hpp"
 #include "kvs/registry.hpp"
 #include "proto/hello.hpp"
 #include "service.hpp"
@@ -36,16 +37,12 @@ bool later(const Status& s) {
     return s.rc() == DYAD_RC_TIMEOUT || s.rc() == DYAD_RC_CONNFAIL;
 }
 
-double since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // Says, at growing intervals, that the store is still not reached.
 class SlowLog {
   public:
     explicit SlowLog(std::string what) : what_(std::move(what)) {}
     void tick(const std::string& why) {
-        const double s = since(t0_);
+        const double s = seconds_since(t0_);
         if (s < next_) return;
         DYAD_WARN(kSub,
                   "%s: not done after %.0f s (%s); still trying. This service answers "

@@ -20,6 +20,7 @@
 
 #include "common/auth.hpp"
 #include "common/fd.hpp"
+#include "common/seconds.hpp"
 #include "job/support.hpp"
 #include "kvs/etcd/etcd_client.hpp"
 
@@ -336,10 +337,6 @@ bool is_member(const std::string& dir, pid_t pid) {
     return line.find(dir + "/" + kEtcdData) != std::string::npos;
 }
 
-double since(std::chrono::steady_clock::time_point t0) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 // The auth helper's life: until the job's etcd serves with its auth on
 // (this node's member enables it), or this node's member is gone. Its exit code.
 int enable_auth_until_served(const Options& o, const EtcdPlan& p, const std::string& key_hex,
@@ -351,7 +348,7 @@ int enable_auth_until_served(const Options& o, const EtcdPlan& p, const std::str
             std::fprintf(stderr,
                          "%s: %s: the job's etcd serves, its auth on, %.3f s after this node's "
                          "member started\n",
-                         g_cmd.c_str(), o.node.c_str(), since(t0));
+                         g_cmd.c_str(), o.node.c_str(), seconds_since(t0));
             return 0;
         }
         if (!is_member(o.dir, member)) {
@@ -363,7 +360,7 @@ int enable_auth_until_served(const Options& o, const EtcdPlan& p, const std::str
             return 1;
         }
         std::fprintf(stderr, "%s: %s: the job's etcd does not serve yet after %.0f s (%s)\n",
-                     g_cmd.c_str(), o.node.c_str(), since(t0), s.message().c_str());
+                     g_cmd.c_str(), o.node.c_str(), seconds_since(t0), s.message().c_str());
     }
 }
 }  // namespace
