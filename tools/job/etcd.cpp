@@ -22,13 +22,11 @@
 #include "common/fd.hpp"
 #include "common/seconds.hpp"
 #include "job/support.hpp"
-#include "kvs/etcd/etcd_client.hpp"
 
 extern char** environ;
 
 namespace dyad::job::detail {
 namespace fs = std::filesystem;
-namespace pb = kvs::etcd::pb;
 
 namespace {
 
@@ -57,7 +55,9 @@ std::string url(const std::string& addr, unsigned port) {
     return "https://" + addr + ":" + std::to_string(port);
 }
 
-kvs::etcd::Security security_of(const Options& o) {
+}  // namespace
+
+kvs::etcd::Security etcd_security(const Options& o) {
     kvs::etcd::Security s;
     s.ca_file = tls(o, "ca.crt");
     s.cert_file = tls(o, "node.crt");
@@ -69,13 +69,11 @@ kvs::etcd::Security security_of(const Options& o) {
     return s;
 }
 
-std::vector<std::string> endpoints(const EtcdPlan& p) {
+std::vector<std::string> etcd_endpoints(const EtcdPlan& p) {
     std::vector<std::string> eps;
     for (const auto& a : p.addrs) eps.push_back(a + ":" + std::to_string(p.client_port));
     return eps;
 }
-
-}  // namespace
 
 Result<std::optional<EtcdPlan>> etcd_plan(const Options& o, const std::vector<std::string>& nodes,
                                           const std::string& key_hex, const SlurmConf* sc) {
@@ -257,126 +255,55 @@ Result<pid_t> start_etcd_member(const Options& o, const EtcdPlan& p, const std::
     return pid;
 }
 
-namespace {
-// One round of enabling auth (root with the derived password, the root
-// role, auth on). Errors are for the caller to try again: a member that
-// enabled it meanwhile refuses the rest, which is fine.
-void enable_auth(kvs::etcd::Client& c, const std::string& password, const Deadline& d) {
-    auto ctx_for = [&](grpc::ClientContext* ctx) {
-        kvs::etcd::Client::prepare(ctx, d.min(Deadline::after(2)));
-    };
-    {
-        pb::AuthUserAddRequest q;
-        q.set_name(kEtcdUser);
-        q.set_password(password);
-        pb::AuthUserAddResponse a;
-        grpc::ClientContext ctx;
-        ctx_for(&ctx);
-        grpc::Status s = c.auth().UserAdd(&ctx, q, &a);
-        if (!s.ok() && s.error_message().find("already exists") == std::string::npos) return;
-    }
-    {
-        pb::AuthUserGrantRoleRequest q;
-        q.set_user(kEtcdUser);
-        q.set_role("root");
-        pb::AuthUserGrantRoleResponse a;
-        grpc::ClientContext ctx;
-        ctx_for(&ctx);
-        if (!c.auth().UserGrantRole(&ctx, q, &a).ok()) return;
-    }
-    pb::AuthEnableRequest q;
-    pb::AuthEnableResponse a;
-    grpc::ClientContext ctx;
-    ctx_for(&ctx);
-    (void)c.auth().AuthEnable(&ctx, q, &a);
-}
-}  // namespace
-
-Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_hex, pid_t member,
-                  const Deadline& d) {
-    auto c = kvs::etcd::Client::open(endpoints(p), security_of(o));
-    if (!c) return c.status();
-    std::string password = derive_etcd_password(key_hex);
-    std::string last;
-    while (true) {
-        pb::AuthenticateRequest q;
-        q.set_name(kEtcdUser);
-        q.set_password(password);
-        pb::AuthenticateResponse a;
-        grpc::ClientContext ctx;
-        kvs::etcd::Client::prepare(&ctx, d.min(Deadline::after(0.25)));
-        grpc::Status s = c.value()->auth().Authenticate(&ctx, q, &a);
-        if (s.ok()) break;
-        last = s.error_message();
-        int status = 0;
-        if (member > 0 && ::waitpid(member, &status, WNOHANG) == member) {
-            if (Status e = member_ended(o, member, status); !e) return e;
-            member = -1;
-        }
-        if (d.expired())
-            return Status(DYAD_RC_TIMEOUT,
-                          "the job's etcd (members on " + p.members[0] + ", " + p.members[1] +
-                              ", " + p.members[2] + ") did not serve within " +
-                              std::to_string(int(o.timeout)) + " s (" + last + "); see " +
-                              kEtcdLog + " in the job directory of those nodes",
-                          ETIMEDOUT);
-        if (p.me >= 0 && s.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
-            enable_auth(*c.value(), password, d);
-        else
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    std::fill(password.begin(), password.end(), '\0');
-    return Status::ok();
-}
-
-namespace {
-// Process `pid` is this job's etcd member (not a recycled pid, not a zombie).
-bool is_member(const std::string& dir, pid_t pid) {
-    std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-    std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    return line.find(dir + "/" + kEtcdData) != std::string::npos;
-}
-
-// The auth helper's life: until the job's etcd serves with its auth on
-// (this node's member enables it), or this node's member is gone. Its exit code.
-int enable_auth_until_served(const Options& o, const EtcdPlan& p, const std::string& key_hex,
-                             pid_t member) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (double gap = 5;; gap = std::min(gap * 2, 600.0)) {
-        Status s = etcd_ready(o, p, key_hex, -1, Deadline::after(gap));
-        if (s) {
-            std::fprintf(stderr,
-                         "%s: %s: the job's etcd serves, its auth on, %.3f s after this node's "
-                         "member started\n",
-                         g_cmd.c_str(), o.node.c_str(), seconds_since(t0));
-            return 0;
-        }
-        if (!is_member(o.dir, member)) {
-            std::fprintf(stderr,
-                         "%s: %s: this node's etcd member (pid %d) is gone before the job's etcd "
-                         "served (%s); see %s\n",
-                         g_cmd.c_str(), o.node.c_str(), static_cast<int>(member),
-                         s.message().c_str(), kEtcdLog);
-            return 1;
-        }
-        std::fprintf(stderr, "%s: %s: the job's etcd does not serve yet after %.0f s (%s)\n",
-                     g_cmd.c_str(), o.node.c_str(), seconds_since(t0), s.message().c_str());
-    }
-}
-}  // namespace
-
 Status start_etcd_auth(const Options& o, const EtcdPlan& p, const std::string& key_hex,
                        pid_t member, const std::string& log) {
     UniqueFd logfd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (!logfd.valid()) return Status(DYAD_RC_SYSFAIL, "cannot create " + log, errno);
+    std::string members, addrs;
+    for (size_t i = 0; i < p.members.size(); ++i) {
+        members += (i ? "," : "") + p.members[i];
+        addrs += (i ? "," : "") + p.addrs[i];
+    }
+    std::vector<std::string> argv = {
+        (fs::path(self_exe()).parent_path() / "dyad-etcd-auth").string(),
+        "--dir",
+        o.dir,
+        "--node",
+        o.node,
+        "--members",
+        members,
+        "--addrs",
+        addrs,
+        "--client-port",
+        std::to_string(p.client_port),
+        "--me",
+        std::to_string(p.me),
+        "--member",
+        std::to_string(member)};
+    if (o.from_prolog) argv.push_back("--from-prolog");
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    // The key on its stdin (a pipe of one line: it fits the pipe's buffer).
+    int in[2];
+    if (::pipe2(in, O_CLOEXEC) != 0) return Status(DYAD_RC_SYSFAIL, "pipe", errno);
+    UniqueFd rd(in[0]), wr(in[1]);
     std::fflush(nullptr);
     pid_t pid = ::fork();
     if (pid < 0) return Status(DYAD_RC_SYSFAIL, "fork", errno);
     if (pid == 0) {
         detach_child(logfd.get());
+        ::dup2(rd.get(), 0);
         for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::signal(sig, SIG_DFL);
-        ::_exit(enable_auth_until_served(o, p, key_hex, member));
+        ::execv(args[0], args.data());
+        std::fprintf(stderr, "%s: cannot run %s: %s\n", g_cmd.c_str(), args[0],
+                     std::strerror(errno));
+        ::_exit(127);
     }
+    rd.reset();
+    const std::string line = key_hex + "\n";
+    if (::write(wr.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+        return Status(DYAD_RC_SYSFAIL, "cannot give the etcd auth helper the job key", errno);
     std::ofstream(o.dir + "/" + kEtcdAuthPid) << pid << "\n";
     return Status::ok();
 }
@@ -391,9 +318,9 @@ Status check_member(const Options& o, pid_t member, const Deadline& d) {
 }
 
 std::string etcd_kvs_uri(const Options& o, const EtcdPlan& p) {
-    auto s = security_of(o);
+    auto s = etcd_security(o);
     std::string uri = "etcd://";
-    for (const auto& e : endpoints(p)) uri += (uri.size() > 7 ? "," : "") + e;
+    for (const auto& e : etcd_endpoints(p)) uri += (uri.size() > 7 ? "," : "") + e;
     return uri + "?tls-ca=" + s.ca_file + "&tls-cert=" + s.cert_file + "&tls-key=" + s.key_file +
            "&tls-name=" + s.server_name + "&auth-user=" + s.user +
            "&password-file=" + s.password_file + "&managed-by=" + s.owner;

@@ -17,6 +17,7 @@
 #include "common/deadline.hpp"
 #include "common/status.hpp"
 #include "job/job.hpp"
+#include "kvs/etcd/etcd_security.hpp"
 #include "job/slurm_conf.hpp"
 
 namespace dyad::job::detail {
@@ -58,17 +59,16 @@ Status write_etcd_files(const Options& o, const std::string& key_hex, const std:
 // Starts this node's member (detached). Its pid, or why not (then the job
 // goes on with the other two: the logs say why).
 Result<pid_t> start_etcd_member(const Options& o, const EtcdPlan& p, const std::string& key_hex);
-// Until the job's etcd has a leader and its auth on (a member enables it:
-// root with the derived password; idempotent), or `d`.
-// `member`: this node's etcd (our child, whose end is told), -1 if none.
-Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_hex, pid_t member,
-                  const Deadline& d);
-// On a member's node: etcd_ready, with the auth enabled, in a process of
-// its own, detached (its lines to `log`, its pid in the job directory):
+// The job's etcd client settings (TLS files, user, password file) and its
+// members' client endpoints (dyadd's --kvs, the auth helper).
+kvs::etcd::Security etcd_security(const Options& o);
+std::vector<std::string> etcd_endpoints(const EtcdPlan& p);
+// On a member's node: the helper that turns the job's etcd auth on
+// (dyad-etcd-auth, beside this program: job/etcd_auth.cpp, the key on its
+// stdin), detached (its lines to `log`, its pid in the job directory):
 // node-up does not wait for the election; the job's dyadds are ready before
-// their store answers (dyadd --store-late). Forked before node-up uses gRPC
-// (gRPC does not survive a fork); it ends once the job's etcd serves, or
-// once this node's member (`member`) is gone; stop_etcd ends it.
+// their store answers (dyadd --store-late). It ends once the job's etcd
+// serves, or once this node's member (`member`) is gone; stop_etcd ends it.
 Status start_etcd_auth(const Options& o, const EtcdPlan& p, const std::string& key_hex,
                        pid_t member, const std::string& log);
 // This node's member (our child) ended by `d` (at once: only whether it has):
