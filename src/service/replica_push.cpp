@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "common/deadline.hpp"
 #include "common/log.hpp"
@@ -19,6 +20,13 @@ constexpr const char* kSub = "replicas";
 constexpr double kBytesPerSecond = 20e6;  // the slowest pull a deadline allows for
 // How old the registry the owner places replicas by may be.
 constexpr auto kRegistryAge = std::chrono::seconds(2);
+// A job's services register while it starts (dyadd --store-late: each once
+// its etcd answers, about 0.3-0.5 s in): within kStartGrace of this
+// service's start, a file short of holders waits for more of them, the
+// registry read again every kStartRetry, rather than being published with
+// fewer replicas than asked.
+constexpr auto kStartGrace = std::chrono::seconds(5);
+constexpr auto kStartRetry = std::chrono::milliseconds(200);
 }  // namespace
 
 bool Replicas::fresh_services() {
@@ -35,12 +43,9 @@ bool Replicas::fresh_services() {
     return true;
 }
 
-std::vector<uint64_t> Replicas::push_batch(const std::vector<Job>& jobs) {
-    std::vector<uint64_t> copies(jobs.size(), 0);
-    if (!fresh_services()) {
-        n_.push_failed += jobs.size();
-        return copies;
-    }
+void Replicas::place(const std::vector<Job>& jobs, std::vector<uint64_t>& copies,
+                     std::vector<std::set<std::string>>& asked, std::vector<std::string>& why,
+                     std::vector<size_t>& candidates) {
     std::vector<std::string> ids;
     for (const auto& [id, eps] : services_) ids.push_back(id);
     // Every other service in rendezvous order, per file: the first k that
@@ -48,15 +53,16 @@ std::vector<uint64_t> Replicas::push_batch(const std::vector<Job>& jobs) {
     // holder.
     std::vector<std::vector<std::string>> order(jobs.size());
     std::vector<size_t> next(jobs.size(), 0);
-    std::vector<std::string> why(jobs.size());
-    for (size_t i = 0; i < jobs.size(); ++i)
+    for (size_t i = 0; i < jobs.size(); ++i) {
         order[i] = proto::replica_holders(jobs[i].key, ids, self_, ids.size());
+        candidates[i] = order[i].size();
+    }
     for (;;) {
         std::map<std::string, std::vector<size_t>> round;
         for (size_t i = 0; i < jobs.size(); ++i) {
             while (copies[i] < jobs[i].k && next[i] < order[i].size()) {
                 const std::string& id = order[i][next[i]++];
-                if (tcp_endpoint(services_[id]).empty()) continue;
+                if (tcp_endpoint(services_[id]).empty() || !asked[i].insert(id).second) continue;
                 round[id].push_back(i);
                 break;
             }
@@ -64,6 +70,30 @@ std::vector<uint64_t> Replicas::push_batch(const std::vector<Job>& jobs) {
         if (round.empty()) break;
         for (const auto& [id, which] : round)
             ask_holder(id, tcp_endpoint(services_[id]), jobs, which, copies, why);
+    }
+}
+
+std::vector<uint64_t> Replicas::push_batch(const std::vector<Job>& jobs) {
+    std::vector<uint64_t> copies(jobs.size(), 0);
+    if (!fresh_services()) {
+        n_.push_failed += jobs.size();
+        return copies;
+    }
+    std::vector<std::set<std::string>> asked(jobs.size());
+    std::vector<std::string> why(jobs.size());
+    std::vector<size_t> candidates(jobs.size(), 0);
+    for (;;) {
+        place(jobs, copies, asked, why, candidates);
+        bool short_of = false;
+        for (size_t i = 0; i < jobs.size(); ++i) short_of |= copies[i] < jobs[i].k;
+        if (!short_of || std::chrono::steady_clock::now() + kStartRetry > born_ + kStartGrace)
+            break;
+        {
+            std::unique_lock<std::mutex> lk(qmu_);
+            if (qcv_.wait_for(lk, kStartRetry, [this] { return stopping_; })) break;
+        }
+        services_at_ = {};  // read the registry again
+        if (!fresh_services()) break;
     }
     for (size_t i = 0; i < jobs.size(); ++i) {
         const Job& j = jobs[i];
@@ -74,7 +104,7 @@ std::vector<uint64_t> Replicas::push_batch(const std::vector<Job>& jobs) {
                   "services are registered%s%s",
                   j.rec.upath.c_str(), static_cast<unsigned long long>(j.rec.generation),
                   static_cast<unsigned long long>(copies[i]), static_cast<unsigned long long>(j.k),
-                  order[i].size(), why[i].empty() ? "" : "; ", why[i].c_str());
+                  candidates[i], why[i].empty() ? "" : "; ", why[i].c_str());
     }
     return copies;
 }

@@ -26,6 +26,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -174,6 +175,11 @@ class Replicas {
     // Owner: the registry, read again when older than kRegistryAge (false:
     // unreadable, warned).
     bool fresh_services();
+    // One placement of every file still short of holders: each file's
+    // candidates in rendezvous order, skipping those already `asked`.
+    void place(const std::vector<Job>& jobs, std::vector<uint64_t>& copies,
+               std::vector<std::set<std::string>>& asked, std::vector<std::string>& why,
+               std::vector<size_t>& candidates);
     // Holder, the steps of a hold: reserve the file's bytes (refused when
     // out of --replica-space or table entries), read its record from the
     // store (its owner must be `from`, its generation the one asked for),
@@ -207,6 +213,9 @@ class Replicas {
     // one store listing per file would cost the owner more than the push.
     std::map<std::string, std::vector<std::string>> services_;
     std::chrono::steady_clock::time_point services_at_{};
+    // When this service started: a job's services register while it starts
+    // (dyadd --store-late), so a file short of holders then waits for more.
+    std::chrono::steady_clock::time_point born_ = std::chrono::steady_clock::now();
     std::thread worker_;
 };
 
