@@ -74,3 +74,23 @@ srun --overlap -N1 -n1 -w node1 {DYAD} service status | grep '^metadata store' |
     assert sorted(ready) == ["node1", "node2", "node3"], logs[-3000:]
     assert max(ready.values()) < DELAY, ready  # before: the election after the etcd's start
     assert drained(slurm) == {} and slurm.leftovers(job) == [] and no_etcd_left(slurm) == {}
+
+
+def test_a_job_that_ends_before_its_etcd_serves_leaves_nothing(slurm, shared):
+    """The job's script ends at once: its epilogs stop the services while the
+    job's etcd is still starting (DELAY s late), so every member's
+    dyad-etcd-auth is still waiting for it. Nothing of the job may stay
+    behind: no helper, no member, no directory, no drained node."""
+    out = os.path.join(shared, "out.txt")
+    script = os.path.join(shared, "job.sh")
+    with open(script, "w") as f:
+        f.write(f"""#!/bin/bash
+#SBATCH -N3
+#SBATCH -w node[1-3]
+#SBATCH -o {out}
+echo ended
+""")
+    job = submit(slurm, script, "--dyad")
+    assert slurm.wait_job_done(job, 120) == "COMPLETED", info(slurm, job, out)
+    assert "ended" in open(out).read(), info(slurm, job, out)
+    assert drained(slurm) == {} and slurm.leftovers(job) == [] and no_etcd_left(slurm) == {}

@@ -327,15 +327,15 @@ std::string etcd_kvs_uri(const Options& o, const EtcdPlan& p) {
 }
 
 bool stop_etcd(const std::string& dir, double timeout) {
-    // The auth helper first (node-up's own process, forked: its command
-    // line names the job directory).
+    // The auth helper first (dyad-etcd-auth, started by node-up: its
+    // command line names the program and the job directory).
     if (std::ifstream helper(dir + "/" + kEtcdAuthPid); helper) {
         long hp = 0;
         std::ifstream cmd;
         if (helper >> hp && hp > 1) cmd.open("/proc/" + std::to_string(hp) + "/cmdline");
         std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
         if (cmd && line.find(dir) != std::string::npos &&
-            line.find("node-up") != std::string::npos) {
+            line.find("dyad-etcd-auth") != std::string::npos) {
             ::kill(static_cast<pid_t>(hp), SIGKILL);
             wait_gone(static_cast<pid_t>(hp), Deadline::after(5));
         }

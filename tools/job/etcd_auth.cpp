@@ -65,10 +65,18 @@ void enable_auth(kvs::etcd::Client& c, const std::string& password, const Deadli
     (void)c.auth().AuthEnable(&ctx, q, &a);
 }
 
+// Process `pid` is this job's etcd member (not a recycled pid, not a zombie).
+bool is_member(const std::string& dir, pid_t pid) {
+    std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+    std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    return line.find(dir + "/" + kEtcdData) != std::string::npos;
+}
+
 // Until the job's etcd has a leader and its auth on (this member enables
-// it; idempotent), or `d`.
+// it; idempotent), or `d`, or this node's member is gone (the job ended
+// before its etcd served: the helper must not outlive it).
 Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_hex,
-                  const Deadline& d) {
+                  pid_t member, const Deadline& d) {
     auto c = kvs::etcd::Client::open(etcd_endpoints(p), etcd_security(o));
     if (!c) return c.status();
     std::string password = derive_etcd_password(key_hex);
@@ -83,7 +91,7 @@ Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_he
         grpc::Status s = c.value()->auth().Authenticate(&ctx, q, &a);
         if (s.ok()) break;
         last = s.error_message();
-        if (d.expired()) {
+        if (d.expired() || !is_member(o.dir, member)) {
             std::fill(password.begin(), password.end(), '\0');
             std::string on;
             for (size_t i = 0; i < p.members.size(); ++i) on += (i ? ", " : "") + p.members[i];
@@ -101,20 +109,13 @@ Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_he
     return Status::ok();
 }
 
-// Process `pid` is this job's etcd member (not a recycled pid, not a zombie).
-bool is_member(const std::string& dir, pid_t pid) {
-    std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-    std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    return line.find(dir + "/" + kEtcdData) != std::string::npos;
-}
-
 // The helper's life: until the job's etcd serves with its auth on, or this
 // node's member is gone. Its exit code.
 int enable_auth_until_served(const Options& o, const EtcdPlan& p, const std::string& key_hex,
                              pid_t member) {
     const auto t0 = std::chrono::steady_clock::now();
     for (double gap = 5;; gap = std::min(gap * 2, 600.0)) {
-        Status s = etcd_ready(o, p, key_hex, Deadline::after(gap));
+        Status s = etcd_ready(o, p, key_hex, member, Deadline::after(gap));
         if (s) {
             std::fprintf(stderr,
                          "%s: %s: the job's etcd serves, its auth on, %.3f s after this node's "
