@@ -75,8 +75,8 @@ bool is_member(const std::string& dir, pid_t pid) {
 // Until the job's etcd has a leader and its auth on (this member enables
 // it; idempotent), or `d`, or this node's member is gone (the job ended
 // before its etcd served: the helper must not outlive it).
-Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_hex,
-                  pid_t member, const Deadline& d) {
+Status etcd_ready(const Options& o, const EtcdPlan& p, const std::string& key_hex, pid_t member,
+                  const Deadline& d) {
     auto c = kvs::etcd::Client::open(etcd_endpoints(p), etcd_security(o));
     if (!c) return c.status();
     std::string password = derive_etcd_password(key_hex);
