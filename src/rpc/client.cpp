@@ -16,6 +16,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include "common/log.hpp"
 #include "common/settings.hpp"
 #include "common/json_text.hpp"
@@ -59,12 +62,21 @@ Result<UniqueFd> connect_fd(const Uri& u, Deadline deadline) {
         return fd;
     };
     if (u.is_unix) {
-        UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-        if (!fd.valid()) return Status(DYAD_RC_CONNFAIL, "socket", errno);
         sockaddr_un sa{};
         sa.sun_family = AF_UNIX;
         std::strncpy(sa.sun_path, u.path.c_str(), sizeof sa.sun_path - 1);
-        return finish(std::move(fd), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+        // A socket that is there and refuses is a service still starting
+        // (`dyad job node-up` binds it before dyadd listens: the job starts
+        // meanwhile) or a stale one: tried again for up to
+        // kStartingSocketWait, then the error.
+        const Deadline starting = deadline.min(Deadline::after(kStartingSocketWait));
+        while (true) {
+            UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+            if (!fd.valid()) return Status(DYAD_RC_CONNFAIL, "socket", errno);
+            auto r = finish(std::move(fd), reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+            if (r || r.status().err() != ECONNREFUSED || starting.expired()) return r;
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
     }
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;

@@ -3,6 +3,10 @@
 #include "session.hpp"
 
 #include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <cstring>
 
 namespace dyad::rpc {
 
@@ -58,6 +62,69 @@ Result<std::string> Server::listen_unix(const std::string& path) {
     acc->open(ep.protocol(), ec);
     if (!ec) acc->bind(ep, ec);
     if (!ec && !deferred_) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot listen on unix socket '" + path + "': " + ec.message(), ec.value());
+    unix_ = std::move(acc);
+    unix_path_ = path;
+    if (!deferred_) accept_unix();
+    return "unix:" + path;
+}
+
+Result<std::string> Server::adopt_tcp(int fd, uint16_t port) {
+    struct sockaddr_storage ss = {};
+    socklen_t len = sizeof ss;
+    int type = 0;
+    socklen_t tlen = sizeof type;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+        ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM ||
+        (ss.ss_family != AF_INET && ss.ss_family != AF_INET6))
+        return Status(DYAD_RC_CONNFAIL,
+                      "descriptor " + std::to_string(fd) + " is not a bound TCP socket", EBADF);
+    asio::error_code ec;
+    auto acc = std::make_unique<asio::ip::tcp::acceptor>(io_);
+    acc->assign(ss.ss_family == AF_INET ? asio::ip::tcp::v4() : asio::ip::tcp::v6(), fd, ec);
+    auto local = ec ? asio::ip::tcp::endpoint() : acc->local_endpoint(ec);
+    if (ec)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot take over descriptor " + std::to_string(fd) + ": " + ec.message(),
+                      ec.value());
+    if (port != 0 && local.port() != port) {
+        acc->release(ec);  // (the descriptor stays the caller's)
+        return Status(DYAD_RC_CONNFAIL,
+                      "descriptor " + std::to_string(fd) + " is bound to port " +
+                          std::to_string(local.port()) + ", not " + std::to_string(port),
+                      EINVAL);
+    }
+    tcp_ = std::move(acc);
+    if (!deferred_) accept_tcp();
+    std::string h = local.address().is_v6() ? "[" + local.address().to_string() + "]"
+                                            : local.address().to_string();
+    return "tcp://" + h + ":" + std::to_string(local.port());
+}
+
+Result<std::string> Server::adopt_unix(int fd, const std::string& path) {
+    struct sockaddr_un sa = {};
+    socklen_t len = sizeof sa;
+    int type = 0;
+    socklen_t tlen = sizeof type;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0 ||
+        ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM ||
+        sa.sun_family != AF_UNIX ||
+        std::string(sa.sun_path, ::strnlen(sa.sun_path, sizeof sa.sun_path)) != path)
+        return Status(
+            DYAD_RC_CONNFAIL,
+            "descriptor " + std::to_string(fd) + " is not a Unix socket bound to '" + path + "'",
+            EBADF);
+    asio::error_code ec;
+    auto acc = std::make_unique<asio::local::stream_protocol::acceptor>(io_);
+    acc->assign(asio::local::stream_protocol(), fd, ec);
+    if (ec)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot take over descriptor " + std::to_string(fd) + ": " + ec.message(),
+                      ec.value());
+    // (Listening here: its peer credentials are then this process's.)
+    if (!deferred_) acc->listen(asio::socket_base::max_listen_connections, ec);
     if (ec)
         return Status(DYAD_RC_CONNFAIL,
                       "cannot listen on unix socket '" + path + "': " + ec.message(), ec.value());

@@ -233,6 +233,12 @@ class Server {
     // Listens on HOST:PORT (port 0 picks one); returns "tcp://HOST:PORT".
     Result<std::string> listen_tcp(const std::string& host, uint16_t port);
     Result<std::string> listen_unix(const std::string& path);
+    // A socket bound (and maybe listening) by whoever started us, taken
+    // over as listen_tcp / listen_unix would have made it: `fd` must be a
+    // TCP socket bound to `port` (0: any), or a Unix socket bound to `path`
+    // (listened on by us, never before: see adopt_unix).
+    Result<std::string> adopt_tcp(int fd, uint16_t port);
+    Result<std::string> adopt_unix(int fd, const std::string& path);
     // Before listen_*: they bind (the address is known and reserved) but do
     // not listen, so connecting is refused until start_accepting(): a service
     // takes connections only once it is ready to serve them.

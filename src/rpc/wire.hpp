@@ -37,6 +37,9 @@ constexpr uint32_t kMaxHelloMeta = 4096;
 //   drops it: a connection that says nothing holds no slot for long, while
 //   a client on a loaded node still has ample time.
 constexpr std::chrono::milliseconds kHelloAnswerTimeout{2500};
+// How long a client tries again a Unix socket that is there and refuses
+// (a service still starting: client.cpp).
+constexpr double kStartingSocketWait = 2.0;
 constexpr std::chrono::seconds kHelloAdmitTimeout{10};
 
 enum class Type : uint8_t {

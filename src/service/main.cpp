@@ -2,6 +2,8 @@
 // dyadd: the DYAD service of one node.
 #include <pthread.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -68,6 +70,7 @@ struct Args {
     double lease_ttl = 10;
     bool no_publish_ledger = false;  // --no-publish-ledger
     bool store_late = false;         // --store-late
+    int ready_fd = -1;               // --ready-fd
     // Where --metrics-listen binds (parsed from it).
     std::string metrics_host;
     uint16_t metrics_port = 0;
@@ -121,6 +124,18 @@ void add_service_options(CLI::App& app, Args& a) {
         ->capture_default_str();
     app.add_option("--socket", o.socket_path,
                    "also serve on this Unix socket (mode 0600, or 0666 with --allow-uid)");
+    app.add_option("--listen-fd", o.listen_fd,
+                   "serve on this inherited TCP socket, already bound to --listen's port "
+                   "(`dyad job node-up` binds it, so that the job's start does not wait for "
+                   "dyadd's)")
+        ->check(CLI::Range(3, 1 << 20));
+    app.add_option("--socket-fd", o.socket_fd,
+                   "serve on this inherited Unix socket, already bound to --socket's path")
+        ->check(CLI::Range(3, 1 << 20));
+    app.add_option("--ready-fd", a.ready_fd,
+                   "write one byte to this inherited descriptor, and close it, once the service "
+                   "is ready (accepts and answers)")
+        ->check(CLI::Range(3, 1 << 20));
     app.add_option("--metrics-listen", metrics_listen,
                    "serve GET /metrics (Prometheus text format) and GET /healthz over HTTP on "
                    "HOST:PORT (default: off; unauthenticated: prefer a loopback or management "
@@ -448,6 +463,13 @@ int serve(Args& a, const sigset_t& old) {
     }
     dyad::Status s = svc.start();
     if (!s) return fail(start_failure_code(s), s.to_string());
+    if (a.ready_fd >= 0) {  // (whoever started us knows we are ready)
+        const char r = 'r';
+        ssize_t n;
+        while ((n = ::write(a.ready_fd, &r, 1)) < 0 && errno == EINTR) {
+        }
+        ::close(a.ready_fd);
+    }
     if (metrics) {
         metrics->start();
         DYAD_INFO("dyadd", "metrics on http://%s/metrics, health on http://%s/healthz",
@@ -488,6 +510,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "dyadd: %s (see 'dyadd --help')\n", e.what());
         return kUsage;
     }
+    // Inherited descriptors go to no child of ours.
+    for (int fd : {a.o.listen_fd, a.o.socket_fd, a.ready_fd})
+        if (fd >= 0 && ::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+            return fail(kUsage, "descriptor " + std::to_string(fd) +
+                                    " (--listen-fd, --socket-fd or --ready-fd) is not open");
     if (int rc = parse_lists(a); rc >= 0) return rc;
     if (int rc = apply_settings(app, a); rc >= 0) return rc;
     if (int rc = apply_rank(app, a.o); rc >= 0) return rc;

@@ -25,7 +25,12 @@ struct Options {
     std::string node;                       // default: host name
     std::string listen = "127.0.0.1:7627";  // HOST:PORT, "" for none
     std::string socket_path;                // unix socket, "" for none
-    std::string kvs_uri;                    // "" hosts the embedded store
+    // Sockets bound (and listening) by whoever started dyadd (`dyad job
+    // node-up`: the prolog ends before dyadd is up, connections wait in the
+    // backlog): --listen-fd, --socket-fd; -1: dyadd binds --listen/--socket.
+    int listen_fd = -1;
+    int socket_fd = -1;
+    std::string kvs_uri;  // "" hosts the embedded store
     // The store the service talks to itself (--kvs etcd://...; made by
     // dyadd's main, which alone links the etcd client): kvs_uri names it.
     std::shared_ptr<kvs::ServiceStore> external_store;

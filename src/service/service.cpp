@@ -286,14 +286,16 @@ bool wanted(const Options& o, const dtl::Backend& b) {
 Result<std::string> listen_unix_socket(rpc::Server& server, const Options& o) {
     // A socket someone answers on is another dyadd's: never take it over
     // (a stale one, left by a crash, is replaced).
-    if (unix_socket_answers(o.socket_path))
+    // (A socket handed to us is ours: it queues connections already.)
+    if (o.socket_fd < 0 && unix_socket_answers(o.socket_path))
         return Status(DYAD_RC_CONNFAIL,
                       "--socket '" + o.socket_path +
                           "' is in use: another dyadd answers on it. Stop that one first, or "
                           "give this dyadd another --socket",
                       EBUSY);
-    auto ep = server.listen_unix(o.socket_path);
-    if (!ep) return ep.status();
+    auto ep = o.socket_fd >= 0 ? server.adopt_unix(o.socket_fd, o.socket_path)
+                               : server.listen_unix(o.socket_path);
+    if (!ep) return o.socket_fd >= 0 ? Status(ep.status()).wrap("--socket-fd") : ep.status();
     // Connecting needs write permission on the socket: its mode says who
     // may try, as --allow-uid does (the hello checks SO_PEERCRED too).
     // Only this user and root: 0600; other uids allowed: 0666.
@@ -327,8 +329,9 @@ Result<std::string> listen_tcp_port(rpc::Server& server, const Options& o, bool 
                   "this port can read every produced file and rewrite the metadata",
                   o.listen.c_str());
     }
-    auto ep = server.listen_tcp(host, port);
-    if (!ep) return ep.status();
+    auto ep =
+        o.listen_fd >= 0 ? server.adopt_tcp(o.listen_fd, port) : server.listen_tcp(host, port);
+    if (!ep) return o.listen_fd >= 0 ? Status(ep.status()).wrap("--listen-fd") : ep.status();
     auto u = rpc::parse_uri(ep.value());
     return "tcp://" + public_host(host) + ":" + std::to_string(u->port);
 }

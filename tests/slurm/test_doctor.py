@@ -86,7 +86,7 @@ mapfile -d '' args < /proc/$pid/cmdline
 new=(); skip=0
 for a in "${args[@]}"; do
   if [ $skip = 1 ]; then skip=0; continue; fi
-  if [ "$a" = --kvs ]; then skip=1; continue; fi
+  case "$a" in --kvs|--listen-fd|--socket-fd|--ready-fd) skip=1; continue;; esac
   new+=("$a")
 done
 kill $pid; while kill -0 $pid 2>/dev/null; do sleep 0.05; done

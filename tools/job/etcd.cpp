@@ -326,32 +326,61 @@ std::string etcd_kvs_uri(const Options& o, const EtcdPlan& p) {
            "&password-file=" + s.password_file + "&managed-by=" + s.owner;
 }
 
-bool stop_etcd(const std::string& dir, double timeout) {
-    // The auth helper first (dyad-etcd-auth, started by node-up: its
-    // command line names the program and the job directory).
-    if (std::ifstream helper(dir + "/" + kEtcdAuthPid); helper) {
-        long hp = 0;
-        std::ifstream cmd;
-        if (helper >> hp && hp > 1) cmd.open("/proc/" + std::to_string(hp) + "/cmdline");
-        std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-        if (cmd && line.find(dir) != std::string::npos &&
-            line.find("dyad-etcd-auth") != std::string::npos) {
-            ::kill(static_cast<pid_t>(hp), SIGKILL);
-            wait_gone(static_cast<pid_t>(hp), Deadline::after(5));
+namespace {
+// Processes of this user whose command line has `arg` as one argument (or,
+// with `part`, anywhere) and, when `comm` is given, that name.
+std::vector<pid_t> processes_with(const std::string& arg, bool part, const char* comm) {
+    std::vector<pid_t> found;
+    const std::string whole = std::string(1, '\0') + arg + std::string(1, '\0');
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc", ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+        struct stat st;
+        if (::stat(e.path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
+        std::ifstream in(e.path() / "cmdline", std::ios::binary);
+        std::string line((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        line.push_back('\0');
+        if ((part ? line.find(arg) : line.find(whole)) == std::string::npos) continue;
+        if (comm) {
+            std::ifstream c(e.path() / "comm");
+            std::string cn;
+            std::getline(c, cn);
+            if (cn != comm) continue;
         }
+        const pid_t pid = static_cast<pid_t>(std::stol(name));
+        if (pid != ::getpid()) found.push_back(pid);
     }
+    return found;
+}
+
+// SIGKILLs them; whether all are gone within 5 s.
+bool kill_all(const std::vector<pid_t>& pids) {
+    for (pid_t p : pids) ::kill(p, SIGKILL);
+    bool gone = true;
+    for (pid_t p : pids) gone = wait_gone(p, Deadline::after(5)) && gone;
+    return gone;
+}
+}  // namespace
+
+bool stop_etcd(const std::string& dir, double timeout) {
+    // First what starts the member (it may be about to), then the auth
+    // helper: found by their command lines, which name the job directory.
+    kill_all(processes_with(dir, false, kEtcdStarter));
+    kill_all(processes_with(dir, false, "dyad-etcd-auth"));
     std::ifstream in(dir + "/" + kEtcdPid);
     long pid = 0;
-    if (!(in >> pid) || pid <= 1) return true;
-    std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+    std::ifstream cmd;
+    if (in >> pid && pid > 1)
+        cmd.open("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
     std::string line((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    if (line.find(dir + "/" + kEtcdData) == std::string::npos) return true;  // not ours (gone)
-    if (timeout > 0) {
+    if (cmd && line.find(dir + "/" + kEtcdData) != std::string::npos && timeout > 0) {
         ::kill(static_cast<pid_t>(pid), SIGTERM);
-        if (wait_gone(static_cast<pid_t>(pid), Deadline::after(timeout))) return true;
+        wait_gone(static_cast<pid_t>(pid), Deadline::after(timeout));
     }
-    ::kill(static_cast<pid_t>(pid), SIGKILL);
-    return wait_gone(static_cast<pid_t>(pid), Deadline::after(5));
+    // Then every member of this directory (its pid file may not be written
+    // yet, if the starter was stopped right after starting it).
+    return kill_all(processes_with(dir + "/" + kEtcdData, false, nullptr));
 }
 
 }  // namespace dyad::job::detail

@@ -30,6 +30,10 @@ inline constexpr const char* kEtcdData = "etcd";
 inline constexpr const char* kEtcdLog = "etcd.log";
 inline constexpr const char* kEtcdPid = "etcd.pid";
 inline constexpr const char* kEtcdAuthPid = "etcd-auth.pid";
+// The process that starts this node's member once the prolog is over (its
+// comm, and its pid's file).
+inline constexpr const char* kEtcdStarter = "dyad-etcd-start";
+inline constexpr const char* kEtcdStarterPid = "etcd-start.pid";
 inline constexpr const char* kEtcdTls = "etcd-tls";
 inline constexpr const char* kEtcdPassword = "etcd.password";
 

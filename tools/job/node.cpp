@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -172,7 +173,7 @@ std::vector<std::string> dyadd_argv(const Options& o, const std::string& addr, u
 // Starts dyadd (its output to the log, in a session of its own with
 // --detach). Its pid.
 Result<pid_t> spawn_dyadd(const Options& o, const std::vector<std::string>& argv,
-                          const std::string& log) {
+                          const std::string& log, std::vector<std::pair<int, int>> pass) {
     UniqueFd logfd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
     if (!logfd.valid())
         return Status(DYAD_RC_SYSFAIL, "cannot create " + log + ": " + std::strerror(errno));
@@ -183,44 +184,11 @@ Result<pid_t> spawn_dyadd(const Options& o, const std::vector<std::string>& argv
     plan.out = logfd.get();
     plan.err = logfd.get();
     plan.group = o.detach ? ExecPlan::Group::session : ExecPlan::Group::inherit;
+    plan.pass = std::move(pass);
     // The job's settings are its arguments, not the caller's DYAD_* variables.
     plan.unset = {"DYAD_AUTH_KEY_FILE", "DYAD_KVS_NAMESPACE", "DYAD_NODE_ID",
                   "DYAD_NODE_RANK",     "DYAD_PATH_PRODUCER", "DYAD_SERVICE_URI"};
     return fork_exec(plan);
-}
-
-// Waits until dyadd `pid` is ready: it answers a hello with the job key on
-// addr:port as this node's dyadd with its pid (it listens once it has
-// registered in the store), or has exited (the log says why; *exited is
-// set), or the deadline (then it is killed).
-Status wait_ready(const Options& o, pid_t pid, const std::string& addr, unsigned port,
-                  const std::string& key, const Deadline& deadline, const std::string& log,
-                  bool* exited) {
-    UniqueFd pfd(pidfd_open(pid));
-    while (true) {
-        struct pollfd p = {pfd.get(), POLLIN, 0};
-        int r = pfd.valid() ? ::poll(&p, 1, 2) : (::usleep(2000), 0);
-        int status = 0;
-        if (r > 0 || ::waitpid(pid, &status, WNOHANG) == pid) {
-            if (r > 0) ::waitpid(pid, &status, 0);
-            *exited = true;
-            std::string how = WIFEXITED(status)
-                                  ? "exited with " + std::to_string(WEXITSTATUS(status))
-                                  : "was killed by signal " + std::to_string(WTERMSIG(status));
-            return Status(DYAD_RC_SYSFAIL, "dyadd " + how + " during its start; last lines of " +
-                                               log + ":\n" + last_lines(log));
-        }
-        Hello h = hello(addr, port, key, o.node, deadline.min(Deadline::after(1)));
-        if (h.ok && h.pid == pid) return Status::ok();
-        if (deadline.expired()) {
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, nullptr, 0);
-            return Status(DYAD_RC_TIMEOUT,
-                          "dyadd was not ready within " + std::to_string(int(o.timeout)) + " s (" +
-                              h.error + "); last lines of " + log + ":\n" + last_lines(log),
-                          ETIMEDOUT);
-        }
-    }
 }
 
 // Stays dyadd's parent (the launcher's process, an srun step, lives as long
@@ -237,21 +205,6 @@ int stay_parent(pid_t pid) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-namespace {
-off_t file_size(const std::string& path) {
-    struct stat st;
-    return ::stat(path.c_str(), &st) == 0 ? st.st_size : 0;
-}
-
-// What dyadd wrote to its log since `from`: did it fail to bind its port?
-bool log_says_in_use(const std::string& log, off_t from) {
-    std::ifstream in(log);
-    in.seekg(from);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return text.find("in use") != std::string::npos;
-}
-}  // namespace
-
 // Slurm's configuration, checked when the plugin's prolog runs us.
 Result<std::optional<SlurmConf>> slurm_conf_of(const Options& o) {
     if (o.slurm_conf.empty()) return std::optional<SlurmConf>();
@@ -267,39 +220,107 @@ Result<std::optional<SlurmConf>> slurm_conf_of(const Options& o) {
     return std::optional<SlurmConf>(std::move(c.value()));
 }
 
-// Starts dyadd on the first of `ports` no one else holds (a port whose bind
-// fails under dyadd, taken meanwhile, moves on to the next). Its pid and port.
-// `spawned`: called once, right after the first dyadd is started (what
-// overlaps its start).
-Result<std::pair<pid_t, unsigned>> start_on_a_port(const Options& o, const std::string& addr,
-                                                   const std::vector<unsigned>& ports,
-                                                   const std::string& key, const JobStore& kvs,
-                                                   const Deadline& deadline, const std::string& log,
-                                                   std::function<void()> spawned) {
+// How long the prolog waits for dyadd's own start once node-up has bound
+// its sockets and it runs: connections made meanwhile wait in the sockets'
+// backlog, so the job need not wait. A dyadd that fails later says why in
+// its log and its clients say where that is (docs/design.md, "A job's
+// start without waiting for dyadd"). `dyad job start` waits until ready.
+constexpr double kPrologReadyWait = 0.03;
+
+// dyadd started on this node.
+struct Started {
+    pid_t pid = -1;
+    unsigned port = 0;
+    UniqueFd ready;  // its ready pipe (--ready-fd): a byte once it is ready
+};
+
+// Waits until dyadd `pid` says it is ready, or has exited (the log says
+// why), or `wait` has passed: still starting, fine with `starting_ok` (its
+// sockets queue connections), else it is killed.
+Status wait_started(pid_t pid, int ready, const Deadline& wait, bool starting_ok,
+                    const std::string& log) {
+    UniqueFd pfd(pidfd_open(pid));
+    auto ended = [&](bool block) -> std::optional<Status> {
+        int status = 0;
+        if (::waitpid(pid, &status, block ? 0 : WNOHANG) != pid) return std::nullopt;
+        std::string how = WIFEXITED(status)
+                              ? "exited with " + std::to_string(WEXITSTATUS(status))
+                              : "was killed by signal " + std::to_string(WTERMSIG(status));
+        return Status(DYAD_RC_SYSFAIL, "dyadd " + how + " during its start; last lines of " + log +
+                                           ":\n" + last_lines(log));
+    };
+    while (true) {
+        struct pollfd p[2] = {{ready, POLLIN, 0}, {pfd.get(), POLLIN, 0}};
+        int r = ::poll(
+            p, pfd.valid() ? 2 : 1,
+            pfd.valid() ? wait.poll_ms() : std::min(wait.poll_ms() < 0 ? 10 : wait.poll_ms(), 10));
+        if (r < 0 && errno == EINTR) continue;
+        if (p[0].revents) {
+            char b = 0;
+            ssize_t n;
+            while ((n = ::read(ready, &b, 1)) < 0 && errno == EINTR) {
+            }
+            if (n == 1) return Status::ok();
+            // Closed without a word: dyadd is ending.
+            if (auto e = ended(true)) return *e;
+            return Status(DYAD_RC_SYSFAIL, "dyadd closed its ready pipe; see " + log);
+        }
+        if (auto e = ended(false)) return *e;
+        if (r == 0 && wait.expired()) {
+            if (starting_ok) return Status::ok();
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, nullptr, 0);
+            return Status(
+                DYAD_RC_TIMEOUT,
+                "dyadd was not ready in time; last lines of " + log + ":\n" + last_lines(log),
+                ETIMEDOUT);
+        }
+    }
+}
+
+// Starts dyadd on the first of `ports` no one else holds, its sockets bound
+// here and handed over (--listen-fd, --socket-fd), and waits for it up to
+// `wait`. `spawned`: called once, right after dyadd is started, with its
+// ready pipe (what overlaps its start).
+Result<Started> start_on_a_port(const Options& o, const std::string& addr,
+                                const std::vector<unsigned>& ports, const std::string& key,
+                                const JobStore& kvs, const Deadline& wait, const std::string& log,
+                                std::function<void(int)> spawned) {
+    auto unix_sock = bind_unix_listening(o.dir + "/" + kSocketName);
+    if (!unix_sock) return unix_sock.status();
     std::string skipped;
     for (unsigned port : ports) {
-        if (!port_free(addr, port)) {
+        auto tcp = bind_listening(addr, port);
+        if (!tcp && tcp.status().err() == EADDRINUSE) {
             skipped += (skipped.empty() ? "" : ", ") + std::to_string(port);
             continue;
         }
-        const off_t from = file_size(log);
-        auto pid = spawn_dyadd(o, dyadd_argv(o, addr, port, key, kvs), log);
+        if (!tcp) return tcp.status();
+        int rp[2];
+        if (::pipe2(rp, O_CLOEXEC) != 0) return Status(DYAD_RC_SYSFAIL, "pipe", errno);
+        Started st;
+        st.port = port;
+        st.ready.reset(rp[0]);
+        UniqueFd ready_wr(rp[1]);
+        auto argv = dyadd_argv(o, addr, port, key, kvs);
+        argv.insert(argv.end() - 1, {"--listen-fd", "3", "--socket-fd", "4", "--ready-fd", "5"});
+        auto pid = spawn_dyadd(o, argv, log,
+                               {{tcp->get(), 3}, {unix_sock->get(), 4}, {ready_wr.get(), 5}});
         if (!pid) return pid.status();
-        g_child = pid.value();
-        if (spawned) std::exchange(spawned, nullptr)();
-        bool exited = false;
-        Status s = wait_ready(o, pid.value(), addr, port, key, deadline, log, &exited);
-        if (s) {
-            if (!skipped.empty())
-                std::fprintf(stderr, "%s: %s: port%s %s of %s held by another program: skipped\n",
-                             g_cmd.c_str(), o.node.c_str(),
-                             skipped.find(',') == std::string::npos ? "" : "s", skipped.c_str(),
-                             addr.c_str());
-            return std::make_pair(pid.value(), port);
+        ready_wr.reset();
+        st.pid = pid.value();
+        g_child = st.pid;
+        if (spawned) spawned(st.ready.get());
+        if (Status s = wait_started(st.pid, st.ready.get(), wait, o.from_prolog, log); !s) {
+            g_child = -1;
+            return s;
         }
-        g_child = -1;
-        if (!exited || !log_says_in_use(log, from)) return s;
-        skipped += (skipped.empty() ? "" : ", ") + std::to_string(port);
+        if (!skipped.empty())
+            std::fprintf(stderr, "%s: %s: port%s %s of %s held by another program: skipped\n",
+                         g_cmd.c_str(), o.node.c_str(),
+                         skipped.find(',') == std::string::npos ? "" : "s", skipped.c_str(),
+                         addr.c_str());
+        return st;
     }
     return Status(DYAD_RC_CONNFAIL,
                   "every port of the job on " + addr + " is held by another program (" + skipped +
@@ -354,6 +375,66 @@ Status start_member(const Options& o, const EtcdPlan& p, const std::string& key_
     return check_member(o, pid.value(), Deadline::after(held ? 5 : 0));
 }
 
+// Whether etcd can be run here (--etcd, else etcd in PATH): else the
+// member is started at once, so that "cannot run etcd" fails the prolog.
+bool etcd_found(const Options& o) {
+    if (!o.etcd.empty()) return ::access(o.etcd.c_str(), X_OK) == 0;
+    const char* path = std::getenv("PATH");
+    std::stringstream in(path ? path : "/usr/bin:/bin");
+    for (std::string d; std::getline(in, d, ':');)
+        if (!d.empty() && ::access((d + "/etcd").c_str(), X_OK) == 0) return true;
+    return false;
+}
+
+// This node's etcd member, started by a process of its own (comm
+// kEtcdStarter) once node-up has succeeded (a byte on `go`; its end closed
+// without one: node-up failed, nothing is started) and this node's dyadd is
+// ready (its ready pipe speaks or closes): the job's start does not wait
+// for the member, nor share the CPU with it (docs/design.md, "A job's start
+// without waiting for dyadd"). What goes wrong goes to the job's log (the
+// member then ends, the job goes on with the other two). The write end of
+// `go`.
+Result<UniqueFd> start_member_later(const Options& o, const EtcdPlan& p, const std::string& key_hex,
+                                    const std::string& addr, int ready) {
+    int go[2];
+    if (::pipe2(go, O_CLOEXEC) != 0) return Status(DYAD_RC_SYSFAIL, "pipe", errno);
+    UniqueFd go_rd(go[0]), go_wr(go[1]);
+    UniqueFd logfd(
+        ::open((o.dir + "/" + kLogName).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (!logfd.valid())
+        return Status(DYAD_RC_SYSFAIL, "cannot open " + o.dir + "/" + kLogName, errno);
+    std::fflush(nullptr);
+    pid_t pid = ::fork();
+    if (pid < 0) return Status(DYAD_RC_SYSFAIL, "fork", errno);
+    if (pid == 0) {
+        ::prctl(PR_SET_NAME, kEtcdStarter);
+        ::setsid();
+        int devnull = ::open("/dev/null", O_RDONLY);
+        ::dup2(devnull, 0);
+        ::dup2(logfd.get(), 1);
+        ::dup2(logfd.get(), 2);
+        // Nothing else of node-up's (dyadd's sockets above all) stays open.
+        for (int fd = 3; fd < 1024; ++fd)
+            if (fd != go_rd.get() && fd != ready) ::close(fd);
+        char b = 0;
+        ssize_t n;
+        while ((n = ::read(go_rd.get(), &b, 1)) < 0 && errno == EINTR) {
+        }
+        if (n != 1) ::_exit(0);
+        struct pollfd r = {ready, POLLIN, 0};
+        while (::poll(&r, 1, static_cast<int>(o.timeout * 1000)) < 0 && errno == EINTR) {
+        }
+        Status s = start_member(o, p, key_hex, addr);
+        if (!s)
+            std::fprintf(stderr, "%s: %s: %s\n", g_cmd.c_str(), o.node.c_str(),
+                         s.message().c_str());
+        std::fflush(nullptr);
+        ::_exit(s ? 0 : 1);
+    }
+    std::ofstream(o.dir + "/" + kEtcdStarterPid) << pid << "\n";
+    return go_wr;
+}
+
 int node_up_checked(const Options& o, const std::string& where) {
     ::umask(077);
     if (pid_t old = read_pid(o.dir); old > 0 && ::kill(old, 0) == 0 && is_job_dyadd(old, o.dir)) {
@@ -373,7 +454,8 @@ int node_up_checked(const Options& o, const std::string& where) {
         fs::remove_all(o.dir + "/state", ec);
         ::unlink((o.dir + "/" + kSocketName).c_str());
         stop_etcd(o.dir, 0);
-        for (const char* f : {kEtcdData, kEtcdTls, kEtcdPassword, kEtcdPid, kEtcdAuthPid})
+        for (const char* f :
+             {kEtcdData, kEtcdTls, kEtcdPassword, kEtcdPid, kEtcdAuthPid, kEtcdStarterPid})
             fs::remove_all(o.dir + "/" + f, ec);
         return fail(where + ": " + s.message());
     };
@@ -387,23 +469,45 @@ int node_up_checked(const Options& o, const std::string& where) {
     const Deadline deadline = Deadline::after(o.timeout);
     auto kvs = job_store(o, key_hex, sc, addr.value(), ports.value(), deadline);
     if (!kvs) return failed(kvs.status());
-    // This node's etcd member starts while dyadd does (dyadd does not wait
-    // for it: --store-late).
+    // This node's etcd member starts once the prolog is over and dyadd is
+    // ready (dyadd does not wait for it: --store-late), unless a port of
+    // it is held or etcd is not found: then at once, so that the prolog
+    // says so.
     Status member = Status::ok();
-    auto up = start_on_a_port(o, addr.value(), ports.value(), key, kvs.value(), deadline, log, [&] {
-        if (kvs->etcd && kvs->etcd->me >= 0)
-            member = start_member(o, *kvs->etcd, key_hex, addr.value());
-    });
-    if (up && !member) ::kill(up->first, SIGKILL);
+    UniqueFd go;
+    const bool member_here = kvs->etcd && kvs->etcd->me >= 0;
+    const bool member_now =
+        member_here && (!port_free(addr.value(), kvs->etcd->client_port) ||
+                        !port_free(addr.value(), kvs->etcd->peer_port) || !etcd_found(o));
+    const Deadline wait =
+        o.from_prolog ? deadline.min(Deadline::after(kPrologReadyWait)) : deadline;
+    auto up = start_on_a_port(
+        o, addr.value(), ports.value(), key, kvs.value(), wait, log, [&](int ready) {
+            if (member_now) {
+                member = start_member(o, *kvs->etcd, key_hex, addr.value());
+            } else if (member_here) {
+                auto g = start_member_later(o, *kvs->etcd, key_hex, addr.value(), ready);
+                if (g)
+                    go = std::move(g.value());
+                else
+                    member = g.status();
+            }
+        });
+    if (up && !member) ::kill(up->pid, SIGKILL);
     if (!member) return failed(member);
     if (!up) return failed(up.status());
-    const pid_t pid = up->first;
+    const pid_t pid = up->pid;
     {
         std::ofstream pf(o.dir + "/" + kPidName);
         pf << pid << "\n";
     }
-    std::printf("ready %s %s:%u pid %d\n", o.node.c_str(), addr.value().c_str(), up->second, pid);
+    std::printf("ready %s %s:%u pid %d\n", o.node.c_str(), addr.value().c_str(), up->port, pid);
     std::fflush(stdout);
+    if (go.valid()) {  // (the member's turn)
+        const char g = 'g';
+        (void)!::write(go.get(), &g, 1);
+        go.reset();
+    }
     int devnull = ::open("/dev/null", O_WRONLY);
     ::dup2(devnull, 1);
     ::close(devnull);

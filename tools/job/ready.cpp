@@ -8,10 +8,14 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -140,6 +144,43 @@ bool port_free(const std::string& addr, unsigned port) {
     int one = 1;
     ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     return ::bind(s.get(), reinterpret_cast<sockaddr*>(&ss), len) == 0;
+}
+
+Result<UniqueFd> bind_listening(const std::string& addr, unsigned port) {
+    sockaddr_storage ss;
+    socklen_t len = 0;
+    if (!fill_addr(addr, port, &ss, &len))
+        return Status(DYAD_RC_CONNFAIL, "'" + addr + "' is not an address", EINVAL);
+    UniqueFd s(::socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!s.valid()) return Status(DYAD_RC_SYSFAIL, "socket", errno);
+    int one = 1;
+    ::setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(s.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
+        ::listen(s.get(), SOMAXCONN) != 0)
+        return Status(
+            DYAD_RC_CONNFAIL,
+            "cannot listen on " + addr + ":" + std::to_string(port) + ": " + std::strerror(errno),
+            errno);
+    return s;
+}
+
+Result<UniqueFd> bind_unix_listening(const std::string& path) {
+    sockaddr_un sa = {};
+    sa.sun_family = AF_UNIX;
+    if (path.size() >= sizeof sa.sun_path)
+        return Status(DYAD_RC_SYSFAIL, "the socket path " + path + " is too long", ENAMETOOLONG);
+    std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+    struct stat st;
+    if (::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) ::unlink(path.c_str());
+    UniqueFd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!s.valid()) return Status(DYAD_RC_SYSFAIL, "socket", errno);
+    // Bound, not listening: dyadd listens (a Unix socket's peer credentials
+    // are those of the process that called listen(), and clients check that
+    // it is the service that answers them); till then connecting is refused
+    // and clients try again for a while (rpc/client.cpp).
+    if (::bind(s.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+        return Status(DYAD_RC_SYSFAIL, "cannot bind " + path + ": " + std::strerror(errno), errno);
+    return s;
 }
 
 Hello hello(const std::string& addr, unsigned port, const std::string& key_path,

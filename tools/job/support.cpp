@@ -204,6 +204,12 @@ Result<pid_t> fork_exec(const ExecPlan& plan) {
     if (plan.out >= 0) ::dup2(plan.out, 1);
     if (plan.err >= 0) ::dup2(plan.err, 2);
     if (plan.default_sigpipe) ::signal(SIGPIPE, SIG_DFL);
+    // Each above every target first (a source may be another's target),
+    // then into place (dup2 clears close-on-exec).
+    std::vector<int> high;
+    for (const auto& [fd, as] : plan.pass) high.push_back(::fcntl(fd, F_DUPFD_CLOEXEC, 64));
+    for (size_t i = 0; i < plan.pass.size(); ++i)
+        if (high[i] < 0 || ::dup2(high[i], plan.pass[i].second) < 0) ::_exit(126);
     for (const char* v : plan.unset) ::unsetenv(v);
     if (plan.search_path)
         ::execvp(args[0], args.data());

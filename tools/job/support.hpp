@@ -56,6 +56,8 @@ struct ExecPlan {
     std::vector<const char*> unset;
     bool search_path = false;      // execvp, else execv
     bool default_sigpipe = false;  // SIGPIPE back to SIG_DFL
+    // Descriptors handed to the program: (ours, its number there, >= 3).
+    std::vector<std::pair<int, int>> pass;
 };
 Result<pid_t> fork_exec(const ExecPlan& plan);
 struct Child {
@@ -82,6 +84,13 @@ std::vector<unsigned> derived_ports(const Options& o, const std::string& key_hex
                                     const char* label);
 // No one (another user's program, another job) holds addr:port.
 bool port_free(const std::string& addr, unsigned port);
+// A TCP socket bound to addr:port and listening (EADDRINUSE: held by
+// another program), and a Unix one bound at `path` (a stale socket there is
+// replaced; dyadd listens on it): node-up binds dyadd's sockets and hands
+// them over, so that the job's start does not wait for dyadd's (TCP
+// connections wait in the backlog, local clients try again).
+Result<UniqueFd> bind_listening(const std::string& addr, unsigned port);
+Result<UniqueFd> bind_unix_listening(const std::string& path);
 // A hello with the job key to addr:port: ok when the service proves the key
 // and says it is `node`'s (its pid then); foreign when something else
 // answered there (no key, another key, not DYAD).
