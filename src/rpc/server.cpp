@@ -61,7 +61,17 @@ Result<std::string> Server::listen_unix(const std::string& path) {
     asio::local::stream_protocol::endpoint ep(path);
     acc->open(ep.protocol(), ec);
     if (!ec) acc->bind(ep, ec);
-    if (!ec && !deferred_) acc->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+        return Status(DYAD_RC_CONNFAIL,
+                      "cannot listen on unix socket '" + path + "': " + ec.message(), ec.value());
+    return take_unix(std::move(acc), path);
+}
+
+// A bound Unix acceptor: listening unless deferred, then ours.
+Result<std::string> Server::take_unix(std::unique_ptr<asio::local::stream_protocol::acceptor> acc,
+                                      const std::string& path) {
+    asio::error_code ec;
+    if (!deferred_) acc->listen(asio::socket_base::max_listen_connections, ec);
     if (ec)
         return Status(DYAD_RC_CONNFAIL,
                       "cannot listen on unix socket '" + path + "': " + ec.message(), ec.value());
@@ -123,15 +133,8 @@ Result<std::string> Server::adopt_unix(int fd, const std::string& path) {
         return Status(DYAD_RC_CONNFAIL,
                       "cannot take over descriptor " + std::to_string(fd) + ": " + ec.message(),
                       ec.value());
-    // (Listening here: its peer credentials are then this process's.)
-    if (!deferred_) acc->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec)
-        return Status(DYAD_RC_CONNFAIL,
-                      "cannot listen on unix socket '" + path + "': " + ec.message(), ec.value());
-    unix_ = std::move(acc);
-    unix_path_ = path;
-    if (!deferred_) accept_unix();
-    return "unix:" + path;
+    // (Listened on here: its peer credentials are then this process's.)
+    return take_unix(std::move(acc), path);
 }
 
 Status Server::start_accepting() {

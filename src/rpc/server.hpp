@@ -329,6 +329,8 @@ class Server {
     size_t session_count() const { return sessions_.size(); }
 
   private:
+    Result<std::string> take_unix(std::unique_ptr<asio::local::stream_protocol::acceptor> acc,
+                                  const std::string& path);
     void accept_tcp();
     void accept_unix();
     void start_session(asio::generic::stream_protocol::socket sock);

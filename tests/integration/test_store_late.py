@@ -126,3 +126,34 @@ def test_a_wrong_etcd_password_still_ends_dyadd_with_its_message(tmp_path):
         etcd.kill()
         etcd.wait()
         log.close()
+
+
+def test_a_publish_at_the_start_waits_for_holders_to_register():
+    """Replicas at a job's start (issue 46: the job's dyadds register once
+    its etcd answers, after they are ready): a file published with
+    DYAD_REPLICAS=1 while the only other service has not registered yet
+    gets its replica once that service registers (within the first 5 s of
+    the owner's start), not "0 of the 1 replicas"."""
+    etcd = harness.Etcd()
+    c = harness.Cluster(nodes=2, start=False, kvs=etcd.uri)
+    try:
+        owner, other = c[0], c[1]
+        owner.start(["--store-late"])
+        harness.write_file(owner.path("early/a.bin"), 50_000, seed=9)
+        produce = owner.dyad_async("produce", owner.path("early/a.bin"), env_extra={"DYAD_REPLICAS": 1})
+        time.sleep(1.5)  # the other service is not there yet
+        other.start(["--store-late"])
+        out, err = produce.communicate(timeout=60)
+        assert produce.returncode == 0, err
+        assert "0 of the 1" not in err, err
+
+        def held():
+            out = owner.dyad("--json", "ls", env_extra={"DYAD_KVS_NAMESPACE": "dyad.replicas"}).stdout
+            return "early/a.bin" in out and other.name in out
+
+        harness.wait_for(held, 20, interval=0.2, what=f"a replica of early/a.bin held by {other.name}")
+        log = open(owner.log_path, errors="replace").read()
+        assert "0 of the 1" not in log, log[-3000:]
+    finally:
+        c.cleanup()
+        etcd.cleanup()

@@ -10,12 +10,12 @@ nodes: with the embedded store the other nodes' prologs wait for node 1's
 dyadd, whose port they look up.)"""
 import os
 import re
-import tempfile
 
 import pytest
 
 import harness
-import slurm_cluster
+
+from conftest import cluster_with, late_program
 
 from test_hardening import drained, info, submit
 
@@ -25,26 +25,10 @@ DELAY = 1.0  # (local clients try a refusing socket again for 2 s)
 
 @pytest.fixture(scope="module")
 def slurm():
-    """The tests' cluster, its plugin running a dyadd that starts DELAY s late."""
-    reason = slurm_cluster.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    base = os.path.join(harness.BUILD, "slurm-test")  # every node sees it (not /tmp)
-    os.makedirs(base, exist_ok=True)
-    d = tempfile.mkdtemp(prefix="slow-dyadd-", dir=base)
-    os.chmod(d, 0o755)
-    with open(os.path.join(d, "dyadd"), "w") as f:
-        f.write(f"#!/bin/sh\nsleep {DELAY}\nexec {os.path.join(harness.BUILD, 'bin', 'dyadd')} \"$@\"\n")
-    os.chmod(os.path.join(d, "dyadd"), 0o755)
-    os.symlink(DYAD, os.path.join(d, "dyad"))  # (the plugin runs the dyad beside dyadd=)
-    try:
-        c = slurm_cluster.SlurmCluster(nodes=4, plugstack_args=(f"dyadd={d}/dyadd",))
-    except harness.NetnsUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield c
-    finally:
-        c.cleanup()
+    """The tests' cluster, its plugin running a dyadd that starts DELAY s late
+    (the plugin runs the `dyad` beside its `dyadd=`)."""
+    dyadd = os.path.join(harness.BUILD, "bin", "dyadd")
+    yield from cluster_with(f"dyadd={late_program('slow-dyadd-', 'dyadd', DELAY, dyadd, beside=(DYAD,))}")
 
 
 def test_the_prolog_does_not_wait_for_dyadds_own_start(slurm, shared):

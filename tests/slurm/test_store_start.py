@@ -6,12 +6,12 @@ says the store is STARTING, and a publish and a consume issued meanwhile
 complete once it serves."""
 import os
 import re
-import tempfile
 
 import pytest
 
 import harness
-import slurm_cluster
+
+from conftest import cluster_with, late_program
 
 from test_hardening import drained, info, submit
 from test_store_ha import no_etcd_left
@@ -23,25 +23,7 @@ DELAY = 3
 @pytest.fixture(scope="module")
 def slurm():
     """The tests' cluster, with an etcd that sleeps DELAY s before it starts."""
-    reason = slurm_cluster.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    base = os.path.join(harness.BUILD, "slurm-test")  # every node sees it (not /tmp)
-    os.makedirs(base, exist_ok=True)
-    d = tempfile.mkdtemp(prefix="slow-etcd-", dir=base)
-    os.chmod(d, 0o755)
-    script = os.path.join(d, "etcd")
-    with open(script, "w") as f:
-        f.write(f"#!/bin/sh\nsleep {DELAY}\nexec {harness.ETCD} \"$@\"\n")
-    os.chmod(script, 0o755)
-    try:
-        c = slurm_cluster.SlurmCluster(nodes=4, plugstack_args=(f"etcd={script}",))
-    except harness.NetnsUnavailable as e:
-        pytest.skip(str(e))
-    try:
-        yield c
-    finally:
-        c.cleanup()
+    yield from cluster_with(f"etcd={late_program('slow-etcd-', 'etcd', DELAY, harness.ETCD)}")
 
 
 def test_the_prolog_does_not_wait_for_the_jobs_etcd(slurm, shared):
